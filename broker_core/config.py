@@ -1,0 +1,66 @@
+"""Store configuration. Each option is documented where it is defined."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Durability(enum.StrEnum):
+    """When an append is acknowledged.
+
+    ``async``: the record is handed to the OS (``write``) before the append returns, and
+    a flusher fsyncs at most ``flush_interval_ms`` later. A process crash (kill -9) loses
+    nothing that was acknowledged; an OS crash or power loss can lose the last
+    ``flush_interval_ms`` of acknowledged appends.
+
+    ``sync``: an append is acknowledged only after an fsync that covers it (group
+    commit: every writer waiting at that moment shares one fsync). Neither a process
+    crash nor a power loss loses an acknowledged append.
+    """
+
+    ASYNC = "async"
+    SYNC = "sync"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    #: Durability mode, see :class:`Durability`.
+    durability: Durability = Durability.ASYNC
+    #: In async mode, the longest time an appended record waits for its fsync.
+    flush_interval_ms: int = 500
+    #: Commit-log segment size in bytes. A record never spans two segments, so this is
+    #: also the largest record (message plus its dispatch list) the log can hold.
+    segment_bytes: int = 256 * 1024 * 1024
+    #: Largest message body accepted; larger appends raise MessageTooLarge.
+    max_message_bytes: int = 4 * 1024 * 1024
+    #: Largest number of LMQs one message may be dispatched to.
+    max_fanout: int = 100_000
+    #: Retention: log segments whose newest record is older than this are removed
+    #: (0 = keep forever). The active segment is never removed.
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    #: Retention: the oldest segments are removed while the log is larger than this
+    #: (0 = no size limit).
+    retention_bytes: int = 0
+    #: LMQs with no write and no offset commit for this long are removed by cleanup,
+    #: entries and offsets alike (0 = never expire).
+    lmq_ttl_ms: int = 0
+    #: How many LMQs keep their dispatch state (id, next offset) cached in memory. The
+    #: rest live only in RocksDB, so memory does not grow with the number of LMQs.
+    lmq_cache_size: int = 65_536
+    #: Pop: deliveries after which an unacked message goes to the dead-letter LMQ.
+    max_deliveries: int = 16
+    #: Pop: prefix of the dead-letter LMQ of a group (the group name follows).
+    dead_letter_prefix: str = "%DLQ%"
+    #: Maximum length of an LMQ name in UTF-8 bytes.
+    max_lmq_name_bytes: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.segment_bytes < 64 * 1024:
+            raise ValueError("segment_bytes must be at least 64 KiB")
+        if self.max_message_bytes >= self.segment_bytes:
+            raise ValueError("max_message_bytes must be smaller than segment_bytes")
+        if self.flush_interval_ms <= 0:
+            raise ValueError("flush_interval_ms must be positive")
+        if self.max_deliveries < 1:
+            raise ValueError("max_deliveries must be at least 1")

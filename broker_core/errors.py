@@ -1,0 +1,52 @@
+"""Typed errors of the storage engine. Front ends map them to their protocol's codes."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of every error the store raises on purpose."""
+
+
+class InsufficientData(StoreError):
+    """A buffer holds only part of a record: more bytes are needed, nothing is wrong yet."""
+
+    def __init__(self, missing: int) -> None:
+        super().__init__(f"{missing} more bytes needed")
+        self.missing = missing
+
+
+class CorruptRecord(StoreError):
+    """Bytes that cannot be a record: bad magic, size, CRC or field lengths."""
+
+
+class MessageTooLarge(StoreError):
+    """A message over the configured maximum size; refused before anything is written."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"message of {size} bytes exceeds the maximum of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class InvalidLmqName(StoreError, ValueError):
+    """An LMQ name the store cannot hold (empty, too long, NUL, not UTF-8)."""
+
+
+class UnknownLmq(StoreError, KeyError):
+    """No LMQ of that name or id exists."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown LMQ"
+
+
+class UnknownReceipt(StoreError):
+    """A pop receipt handle that does not name an in-flight message (already acked,
+    revived, or never issued)."""
+
+
+class StoreClosed(StoreError):
+    """The store was closed; no further operations are accepted."""
+
+
+class StorageFull(StoreError):
+    """The disk refused a write (ENOSPC/EDQUOT). Nothing was acknowledged."""

@@ -1,0 +1,351 @@
+"""The commit-log record: the one byte layout every other part of the store derives from.
+
+A record is self-describing. Recovery, ``lmq store verify``, the index rebuild and the
+Spark reader all walk the log with :func:`decode_record` and nothing else. All integers
+are big-endian; strings are UTF-8 with a length prefix and no terminator.
+
+::
+
+    0        4        8        12   13   14       16
+    +--------+--------+--------+----+----+--------+
+    | size   | magic  | crc32c |type|prot| flags  |        fixed header, 56 bytes
+    +--------+--------+--------+----+----+--------+
+    | position (u64)  | store_ms (u64)  | born_ms (u64)  |
+    +-----------------+-----------------+----------------+
+    | origin_len u16 | topic_len u16 | tag_len u16 | pad u16 |
+    +----------------+---------------+-------------+---------+
+    | props_len u32  | body_len u32  |
+    +----------------+---------------+
+    | origin | topic | tag | properties | body | dispatch list            variable part
+    +--------+-------+-----+------------+------+---------------+
+    dispatch list: count u32, then count x ( name_len u16 | name | lmq_offset u64 )
+    properties:    repeated ( key_len u16 | key | value_len u32 | value bytes )
+
+- ``size`` counts the whole record, the size field included.
+- ``magic`` is ``0x4C4D5131`` ("LMQ1"); a different value means this is not a record
+  (for example zeroes past the end of a preallocated or torn file).
+- ``crc32c`` covers every byte after itself, ``[12, size)``.
+- ``type``: 1 = message, 2 = LMQ removal (a control record written by cleanup so that a
+  replay of the log removes the same LMQs at the same point; its dispatch list names the
+  removed LMQs with the next offset they had).
+- ``prot``: the protocol that produced the message (0 internal, 1 MQTT, 2 AMQP).
+- ``flags``: bits 0-1 QoS, bit 2 retain.
+- ``position`` is the record's own byte position in the log. A record copied to the wrong
+  place (or a stale page) fails this check even if its CRC is intact.
+- The dispatch list is the heart of atomic multi-dispatch: the (LMQ name, offset) pairs
+  assigned in the same critical section as the append. Replaying it reproduces the
+  consume-queue index exactly, so the index is derived data.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from crc32c import crc32c
+
+from broker_core.errors import CorruptRecord, InsufficientData
+
+MAGIC = 0x4C4D5131
+HEADER = struct.Struct(">IIIBBHQQQHHHHII")
+HEADER_SIZE = HEADER.size  # 56
+_SIZE_MAGIC = struct.Struct(">II")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_TARGET = struct.Struct(">Q")
+_PROP_KEY = struct.Struct(">H")
+_PROP_VAL = struct.Struct(">I")
+
+MAX_STRING = 0xFFFF
+#: A record can never be larger than this, whatever the configuration: it bounds what a
+#: reader allocates for a corrupt size field.
+MAX_RECORD_SIZE = 1 << 30
+
+FLAG_QOS_MASK = 0x3
+FLAG_RETAIN = 0x4
+
+
+class RecordType(enum.IntEnum):
+    MESSAGE = 1
+    LMQ_REMOVAL = 2
+
+
+class Protocol(enum.IntEnum):
+    INTERNAL = 0
+    MQTT = 1
+    AMQP = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """What a front end hands to the store. ``born_ms`` 0 means "the store time"."""
+
+    topic: str
+    body: bytes
+    properties: Mapping[str, bytes] = field(default_factory=dict)
+    origin: str = ""
+    tag: str = ""
+    qos: int = 0
+    retain: bool = False
+    protocol: Protocol = Protocol.INTERNAL
+    born_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.qos <= 2:
+            raise ValueError(f"qos must be 0, 1 or 2, not {self.qos}")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A decoded record, as read back from the log."""
+
+    position: int
+    size: int
+    type: RecordType
+    protocol: Protocol
+    qos: int
+    retain: bool
+    store_ms: int
+    born_ms: int
+    origin: str
+    topic: str
+    tag: str
+    properties: dict[str, bytes]
+    body: bytes
+    dispatch: tuple[tuple[str, int], ...]
+
+    @property
+    def next_position(self) -> int:
+        return self.position + self.size
+
+
+def _utf8(value: str, what: str) -> bytes:
+    raw = value.encode("utf-8")
+    if len(raw) > MAX_STRING:
+        raise ValueError(f"{what} is {len(raw)} bytes; at most {MAX_STRING} fit in a record")
+    return raw
+
+
+def encode_properties(properties: Mapping[str, bytes]) -> bytes:
+    parts: list[bytes] = []
+    for key, value in properties.items():
+        raw_key = _utf8(key, "property name")
+        parts.append(_PROP_KEY.pack(len(raw_key)))
+        parts.append(raw_key)
+        parts.append(_PROP_VAL.pack(len(value)))
+        parts.append(bytes(value))
+    return b"".join(parts)
+
+
+def encode_dispatch(targets: Sequence[tuple[bytes, int]]) -> bytes:
+    """Encode a dispatch list whose names are already UTF-8 bytes."""
+    parts = [_U32.pack(len(targets))]
+    for raw_name, offset in targets:
+        parts.append(_U16.pack(len(raw_name)))
+        parts.append(raw_name)
+        parts.append(_TARGET.pack(offset))
+    return b"".join(parts)
+
+
+def encode_record(
+    *,
+    position: int,
+    store_ms: int,
+    message: Message,
+    dispatch: Sequence[tuple[bytes, int]],
+    record_type: RecordType = RecordType.MESSAGE,
+    encoded_properties: bytes | None = None,
+) -> bytes:
+    """Return the bytes of one record; the caller decides where it goes (``position``)."""
+    origin = _utf8(message.origin, "origin")
+    topic = _utf8(message.topic, "topic")
+    tag = _utf8(message.tag, "tag")
+    props = (
+        encoded_properties
+        if encoded_properties is not None
+        else (encode_properties(message.properties) if message.properties else b"")
+    )
+    body = message.body
+    tail = encode_dispatch(dispatch)
+    size = HEADER_SIZE + len(origin) + len(topic) + len(tag) + len(props) + len(body) + len(tail)
+    if size > MAX_RECORD_SIZE:
+        raise ValueError(f"record of {size} bytes exceeds the hard limit {MAX_RECORD_SIZE}")
+    flags = message.qos | (FLAG_RETAIN if message.retain else 0)
+    head = HEADER.pack(
+        size,
+        MAGIC,
+        0,
+        record_type,
+        message.protocol,
+        flags,
+        position,
+        store_ms,
+        message.born_ms or store_ms,
+        len(origin),
+        len(topic),
+        len(tag),
+        0,
+        len(props),
+        len(body),
+    )
+    buf = bytearray(head)
+    buf += origin
+    buf += topic
+    buf += tag
+    buf += props
+    buf += body
+    buf += tail
+    crc = crc32c(memoryview(buf)[12:])
+    struct.pack_into(">I", buf, 8, crc)
+    return bytes(buf)
+
+
+def peek_size(view: memoryview | bytes) -> int:
+    """The size a record at the start of ``view`` claims, after checking its magic."""
+    if len(view) < 8:
+        raise InsufficientData(8 - len(view))
+    size, magic = _SIZE_MAGIC.unpack_from(view, 0)
+    if magic != MAGIC:
+        raise CorruptRecord(f"bad magic 0x{magic:08x}")
+    if size < HEADER_SIZE + 4 or size > MAX_RECORD_SIZE:
+        raise CorruptRecord(f"impossible record size {size}")
+    return size
+
+
+def decode_record(view: memoryview | bytes, expected_position: int | None = None) -> Record:
+    """Decode the record at the start of ``view``.
+
+    Raises :class:`InsufficientData` when ``view`` holds only part of a record that looks
+    valid so far (a torn tail or a reader ahead of the writer) and :class:`CorruptRecord`
+    when the bytes cannot be a record: bad magic, bad size, CRC mismatch, inconsistent
+    lengths, or a position other than ``expected_position``.
+    """
+    view = memoryview(view)
+    size = peek_size(view)
+    if len(view) < size:
+        raise InsufficientData(size - len(view))
+    (
+        _,
+        _,
+        crc,
+        rtype,
+        proto,
+        flags,
+        position,
+        store_ms,
+        born_ms,
+        origin_len,
+        topic_len,
+        tag_len,
+        _pad,
+        props_len,
+        body_len,
+    ) = HEADER.unpack_from(view, 0)
+    if crc32c(view[12:size]) != crc:
+        raise CorruptRecord(f"CRC mismatch in record at {position}")
+    if expected_position is not None and position != expected_position:
+        raise CorruptRecord(f"record claims position {position}, found at {expected_position}")
+    try:
+        rtype = RecordType(rtype)
+        proto = Protocol(proto)
+    except ValueError as exc:
+        raise CorruptRecord(str(exc)) from None
+    pos = HEADER_SIZE
+    end_fixed = pos + origin_len + topic_len + tag_len + props_len + body_len + 4
+    if end_fixed > size:
+        raise CorruptRecord(f"field lengths overrun the record at {position}")
+    try:
+        origin = str(view[pos : pos + origin_len], "utf-8")
+        pos += origin_len
+        topic = str(view[pos : pos + topic_len], "utf-8")
+        pos += topic_len
+        tag = str(view[pos : pos + tag_len], "utf-8")
+        pos += tag_len
+        properties = decode_properties(view[pos : pos + props_len])
+        pos += props_len
+        body = bytes(view[pos : pos + body_len])
+        pos += body_len
+        dispatch, used = decode_dispatch(view[pos:size])
+    except (UnicodeDecodeError, struct.error) as exc:
+        raise CorruptRecord(f"undecodable field in record at {position}: {exc}") from None
+    if pos + used != size:
+        raise CorruptRecord(f"trailing bytes in record at {position}")
+    return Record(
+        position=position,
+        size=size,
+        type=rtype,
+        protocol=proto,
+        qos=flags & FLAG_QOS_MASK,
+        retain=bool(flags & FLAG_RETAIN),
+        store_ms=store_ms,
+        born_ms=born_ms,
+        origin=origin,
+        topic=topic,
+        tag=tag,
+        properties=properties,
+        body=body,
+        dispatch=dispatch,
+    )
+
+
+def decode_properties(view: memoryview) -> dict[str, bytes]:
+    props: dict[str, bytes] = {}
+    pos, end = 0, len(view)
+    while pos < end:
+        (klen,) = _PROP_KEY.unpack_from(view, pos)
+        pos += 2
+        if pos + klen > end:
+            raise CorruptRecord("property name overruns the properties block")
+        key = str(view[pos : pos + klen], "utf-8")
+        pos += klen
+        (vlen,) = _PROP_VAL.unpack_from(view, pos)
+        pos += 4
+        if pos + vlen > end:
+            raise CorruptRecord("property value overruns the properties block")
+        props[key] = bytes(view[pos : pos + vlen])
+        pos += vlen
+    return props
+
+
+def decode_dispatch(view: memoryview) -> tuple[tuple[tuple[str, int], ...], int]:
+    (count,) = _U32.unpack_from(view, 0)
+    pos, end = 4, len(view)
+    if count > end:  # every entry takes at least 10 bytes; this only bounds the loop
+        raise CorruptRecord(f"dispatch count {count} overruns the record")
+    out = []
+    for _ in range(count):
+        (nlen,) = _U16.unpack_from(view, pos)
+        pos += 2
+        if pos + nlen + 8 > end:
+            raise CorruptRecord("dispatch entry overruns the record")
+        name = str(view[pos : pos + nlen], "utf-8")
+        pos += nlen
+        (offset,) = _TARGET.unpack_from(view, pos)
+        pos += 8
+        out.append((name, offset))
+    return tuple(out), pos
+
+
+def iter_records(
+    view: memoryview | bytes, base_position: int
+) -> Iterator[tuple[Record | None, int, Exception | None]]:
+    """Walk the records of one segment's bytes.
+
+    Yields ``(record, position, None)`` for each valid record and, if the walk stops
+    before the end of ``view``, one final ``(None, position, error)`` naming where and
+    why (a torn tail gives :class:`InsufficientData`, damage :class:`CorruptRecord`).
+    """
+    view = memoryview(view)
+    pos = 0
+    end = len(view)
+    while pos < end:
+        try:
+            record = decode_record(view[pos:], expected_position=base_position + pos)
+        except (InsufficientData, CorruptRecord) as exc:
+            yield None, base_position + pos, exc
+            return
+        yield record, base_position + pos, None
+        pos += record.size
