@@ -1,0 +1,40 @@
+"""The storage engine: one commit log, atomic multi-dispatch into LMQs, a RocksDB
+consume-queue index, consumer offsets, pull and pop. See docs/storage.md."""
+
+from broker_core.config import Durability, StoreConfig
+from broker_core.errors import (
+    CorruptRecord,
+    InvalidLmqName,
+    MessageTooLarge,
+    StorageFull,
+    StoreClosed,
+    StoreError,
+    UnknownLmq,
+    UnknownReceipt,
+)
+from broker_core.pop import PoppedMessage
+from broker_core.record import Message, Protocol, Record, RecordType
+from broker_core.store import AppendResult, LmqInfo, MessageStore, PullResult, StoredMessage
+
+__all__ = [
+    "AppendResult",
+    "CorruptRecord",
+    "Durability",
+    "InvalidLmqName",
+    "LmqInfo",
+    "Message",
+    "MessageStore",
+    "MessageTooLarge",
+    "PoppedMessage",
+    "Protocol",
+    "PullResult",
+    "Record",
+    "RecordType",
+    "StorageFull",
+    "StoreClosed",
+    "StoreConfig",
+    "StoreError",
+    "StoredMessage",
+    "UnknownLmq",
+    "UnknownReceipt",
+]

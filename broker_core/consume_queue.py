@@ -1,0 +1,261 @@
+"""The consume-queue index: the only module that knows the index RocksDB's layout.
+
+The index is derived data: every key below can be rebuilt by replaying the commit log
+(:mod:`broker_core.recovery`). It lives in ``<data-dir>/index/`` (one RocksDB, default
+column family) and holds, for millions of LMQs, no file and no open handle per LMQ.
+
+Keys and values (all integers big-endian, fixed width, so one LMQ's entries are one
+contiguous key range and sort by offset)::
+
+    entry   b"E" | lmq_id u64 | offset u64   ->  position u64 | record_size u32 |
+                                                 body_size u32 | tag_hash u64 | store_ms u64
+    meta    b"M" | lmq_id u64                ->  next_offset u64 | min_offset u64 |
+                                                 bytes u64 | created_ms u64 |
+                                                 last_write_ms u64 | touched_ms u64 |
+                                                 min_position u64 | name (UTF-8, rest)
+    name    b"N" | name (UTF-8)              ->  lmq_id u64
+    checkpoint b"C"                          ->  dispatched_to u64 | next_id u64 |
+                                                 cleaned_to u64
+
+- ``next_offset`` is the offset the next message dispatched to the LMQ gets (the LMQ's
+  max offset, exclusive); ``min_offset`` the lowest offset still held. Both only grow.
+- ``bytes`` is the sum of the body sizes held; ``min_position`` the log position of the
+  entry at ``min_offset`` (lets retention skip LMQs with nothing to drop).
+- ``touched_ms`` is the last consumer activity (offset commit), used by the idle TTL.
+- ``dispatched_to`` is the log position up to which every record is in the index; it is
+  written in the same WriteBatch as the entries it covers, so after a crash the index is
+  exactly "everything before ``dispatched_to``". ``cleaned_to`` is the log start the
+  index was last trimmed to by retention.
+
+Thread safety: RocksDB is thread-safe; the callers serialise writers (the store's
+append lock).
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+
+ENTRY = struct.Struct(">QIIQQ")
+META = struct.Struct(">QQQQQQQ")
+CHECKPOINT = struct.Struct(">QQQ")
+_ID = struct.Struct(">Q")
+_ENTRY_KEY = struct.Struct(">cQQ")
+_META_KEY = struct.Struct(">cQ")
+_CHECKPOINT_KEY = b"C"
+
+
+def entry_key(lmq_id: int, offset: int) -> bytes:
+    return _ENTRY_KEY.pack(b"E", lmq_id, offset)
+
+
+def meta_key(lmq_id: int) -> bytes:
+    return _META_KEY.pack(b"M", lmq_id)
+
+
+def name_key(raw_name: bytes) -> bytes:
+    return b"N" + raw_name
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    offset: int
+    position: int
+    record_size: int
+    body_size: int
+    tag_hash: int
+    store_ms: int
+
+
+@dataclass(slots=True)
+class LmqMeta:
+    """What the index knows of one LMQ (mutable: the dispatcher updates it in place)."""
+
+    id: int
+    name: str
+    next_offset: int = 0
+    min_offset: int = 0
+    bytes: int = 0
+    created_ms: int = 0
+    last_write_ms: int = 0
+    touched_ms: int = 0
+    min_position: int = 0
+
+    @property
+    def count(self) -> int:
+        return self.next_offset - self.min_offset
+
+    def encode(self) -> bytes:
+        return (
+            META.pack(
+                self.next_offset,
+                self.min_offset,
+                self.bytes,
+                self.created_ms,
+                self.last_write_ms,
+                self.touched_ms,
+                self.min_position,
+            )
+            + self.name.encode()
+        )
+
+    @classmethod
+    def decode(cls, lmq_id: int, raw: bytes) -> LmqMeta:
+        fields = META.unpack_from(raw, 0)
+        return cls(lmq_id, raw[META.size :].decode(), *fields)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    dispatched_to: int = 0
+    next_id: int = 1
+    cleaned_to: int = 0
+
+
+def _db_options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_max_background_jobs(2)
+    # A bounded table cache: RocksDB's own file count stays small and does not depend on
+    # the number of LMQs (which never map to files at all).
+    opts.set_max_open_files(256)
+    opts.set_keep_log_file_num(2)
+    return opts
+
+
+class ConsumeQueueIndex:
+    """The index RocksDB. Writes go through :class:`IndexBatch`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        self.db = Rdict(str(path), options=_db_options())
+        self._write_opts = WriteOptions()
+
+    @staticmethod
+    def destroy(path: Path) -> None:
+        if path.exists():
+            shutil.rmtree(path)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def flush(self) -> None:
+        self.db.flush_wal(True)
+
+    # -- checkpoint --------------------------------------------------------------------
+
+    def checkpoint(self) -> Checkpoint | None:
+        raw = self.db.get(_CHECKPOINT_KEY)
+        if raw is None:
+            return None
+        return Checkpoint(*CHECKPOINT.unpack(raw))
+
+    # -- LMQ lookups -------------------------------------------------------------------
+
+    def lookup_id(self, raw_name: bytes) -> int | None:
+        raw = self.db.get(name_key(raw_name))
+        return None if raw is None else _ID.unpack(raw)[0]
+
+    def meta(self, lmq_id: int) -> LmqMeta | None:
+        raw = self.db.get(meta_key(lmq_id))
+        return None if raw is None else LmqMeta.decode(lmq_id, raw)
+
+    def meta_by_name(self, name: str) -> LmqMeta | None:
+        lmq_id = self.lookup_id(name.encode())
+        return None if lmq_id is None else self.meta(lmq_id)
+
+    def iter_meta(self, prefix: str = "") -> Iterator[LmqMeta]:
+        """Every LMQ (optionally those whose name starts with ``prefix``), by name."""
+        start = name_key(prefix.encode())
+        opts = ReadOptions()
+        opts.set_iterate_upper_bound(b"O")  # just past the "N" key space
+        for key, value in self.db.items(from_key=start, read_opt=opts):
+            name = key[1:]
+            if not name.startswith(prefix.encode()):
+                break
+            (lmq_id,) = _ID.unpack(value)
+            meta = self.meta(lmq_id)
+            if meta is not None:
+                yield meta
+
+    def count_lmqs(self) -> int:
+        opts = ReadOptions()
+        opts.set_iterate_upper_bound(b"N")
+        return sum(1 for _ in self.db.keys(from_key=b"M", read_opt=opts))
+
+    # -- entries -----------------------------------------------------------------------
+
+    def entries(self, lmq_id: int, start: int, stop: int) -> Iterator[IndexEntry]:
+        """Entries of one LMQ with ``start <= offset < stop``, by offset."""
+        opts = ReadOptions()
+        opts.set_iterate_upper_bound(entry_key(lmq_id, stop))
+        for key, value in self.db.items(from_key=entry_key(lmq_id, start), read_opt=opts):
+            _, _, offset = _ENTRY_KEY.unpack(key)
+            yield IndexEntry(offset, *ENTRY.unpack(value))
+
+    def entry(self, lmq_id: int, offset: int) -> IndexEntry | None:
+        raw = self.db.get(entry_key(lmq_id, offset))
+        return None if raw is None else IndexEntry(offset, *ENTRY.unpack(raw))
+
+    def all_items(self) -> Iterator[tuple[bytes, bytes]]:
+        return self.db.items()
+
+    def new_batch(self) -> IndexBatch:
+        return IndexBatch(self)
+
+
+class IndexBatch:
+    """One atomic RocksDB write: entries, metadata and the checkpoint together."""
+
+    __slots__ = ("index", "wb", "puts")
+
+    def __init__(self, index: ConsumeQueueIndex) -> None:
+        self.index = index
+        self.wb = WriteBatch(raw_mode=True)
+        self.puts = 0
+
+    def put_entry(
+        self,
+        lmq_id: int,
+        offset: int,
+        position: int,
+        record_size: int,
+        body_size: int,
+        tag_hash: int,
+        store_ms: int,
+    ) -> None:
+        self.wb.put(
+            _ENTRY_KEY.pack(b"E", lmq_id, offset),
+            ENTRY.pack(position, record_size, body_size, tag_hash, store_ms),
+        )
+        self.puts += 1
+
+    def put_meta(self, meta: LmqMeta) -> None:
+        self.wb.put(meta_key(meta.id), meta.encode())
+
+    def put_name(self, raw_name: bytes, lmq_id: int) -> None:
+        self.wb.put(name_key(raw_name), _ID.pack(lmq_id))
+
+    def put_checkpoint(self, checkpoint: Checkpoint) -> None:
+        self.wb.put(
+            _CHECKPOINT_KEY,
+            CHECKPOINT.pack(checkpoint.dispatched_to, checkpoint.next_id, checkpoint.cleaned_to),
+        )
+
+    def delete_entries(self, lmq_id: int, start: int, stop: int) -> None:
+        """Delete entries ``start <= offset < stop`` of one LMQ (a range delete)."""
+        self.wb.delete_range(entry_key(lmq_id, start), entry_key(lmq_id, stop))
+
+    def delete_lmq(self, meta: LmqMeta) -> None:
+        self.wb.delete_range(entry_key(meta.id, 0), entry_key(meta.id + 1, 0))
+        self.wb.delete(meta_key(meta.id))
+        self.wb.delete(name_key(meta.name.encode()))
+
+    def commit(self) -> None:
+        self.index.db.write(self.wb, self.index._write_opts)

@@ -1,0 +1,252 @@
+"""Consumer state: the only module that knows the state RocksDB's layout.
+
+Unlike the index, this is a separate truth that the log cannot rebuild: consumer
+offsets and pop (in-flight) state. It lives in ``<data-dir>/state/`` and is keyed by LMQ
+*name*, not by the index's compact id, so that rebuilding the index (which may assign
+new ids) leaves it valid. Writes use the RocksDB WAL; with ``sync=True`` (the store's
+sync durability mode) a write returns only after the WAL is fsynced.
+
+Keys and values (integers big-endian; ``s16`` = u16 length + UTF-8 bytes)::
+
+    offset   b"O" | s16 lmq | group (UTF-8, rest)      ->  next_offset u64
+    inflight b"P" | visible_at_ms u64 | s16 group | s16 lmq | offset u64
+                                                       ->  deliveries u32 | popped_ms u64
+    retry    b"R" | s16 lmq | s16 group | offset u64   ->  deliveries u32
+    meta     b"X" | key (UTF-8)                        ->  front-end owned value (bytes)
+
+- ``offset`` keys start with the LMQ, so removing an LMQ removes all its offsets with
+  one range delete; ``retry`` likewise.
+- ``inflight`` is the time-ordered pop table (RIP-73): reviving is a range scan up to
+  now, ack is a delete, changing the invisible time is a delete plus a put. The receipt
+  handle a consumer gets is this key, so an ack needs no lookup.
+- ``retry`` holds popped messages whose invisible time ran out unacked: visible again
+  to the same group, with the delivery count they reached.
+- ``meta`` is a small namespace for front ends (sessions, retained messages, broker
+  topology) that want the same durability as offsets.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
+_INFLIGHT_VALUE = struct.Struct(">IQ")
+_DELIVERIES = struct.Struct(">I")
+
+
+def _s16(value: str) -> bytes:
+    raw = value.encode()
+    return _U16.pack(len(raw)) + raw
+
+
+def _read_s16(raw: bytes, pos: int) -> tuple[str, int]:
+    (length,) = _U16.unpack_from(raw, pos)
+    pos += 2
+    return raw[pos : pos + length].decode(), pos + length
+
+
+def offset_key(lmq: str, group: str) -> bytes:
+    return b"O" + _s16(lmq) + group.encode()
+
+
+def inflight_key(visible_at: int, group: str, lmq: str, offset: int) -> bytes:
+    return b"P" + _U64.pack(visible_at) + _s16(group) + _s16(lmq) + _U64.pack(offset)
+
+
+def retry_prefix(lmq: str, group: str) -> bytes:
+    return b"R" + _s16(lmq) + _s16(group)
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with ``prefix``."""
+    raw = bytearray(prefix)
+    while raw and raw[-1] == 0xFF:
+        raw.pop()
+    if not raw:
+        raise ValueError("no upper bound for an all-0xff prefix")
+    raw[-1] += 1
+    return bytes(raw)
+
+
+@dataclass(frozen=True, slots=True)
+class InflightKey:
+    visible_at: int
+    group: str
+    lmq: str
+    offset: int
+
+    def encode(self) -> bytes:
+        return inflight_key(self.visible_at, self.group, self.lmq, self.offset)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> InflightKey:
+        if not raw.startswith(b"P") or len(raw) < 1 + 8 + 2 + 2 + 8:
+            raise ValueError("not an in-flight key")
+        (visible_at,) = _U64.unpack_from(raw, 1)
+        group, pos = _read_s16(raw, 9)
+        lmq, pos = _read_s16(raw, pos)
+        if pos + 8 != len(raw):
+            raise ValueError("not an in-flight key")
+        (offset,) = _U64.unpack_from(raw, pos)
+        return cls(visible_at, group, lmq, offset)
+
+
+@dataclass(frozen=True, slots=True)
+class Inflight:
+    key: InflightKey
+    deliveries: int
+    popped_ms: int
+
+
+class ConsumerState:
+    def __init__(self, path: Path, sync: bool) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        opts = Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.set_max_open_files(128)
+        opts.set_keep_log_file_num(2)
+        self.db = Rdict(str(path), options=opts)
+        self._write_opts = WriteOptions()
+        self._write_opts.sync = sync
+
+    def close(self) -> None:
+        self.db.close()
+
+    def write(self, batch: StateBatch) -> None:
+        self.db.write(batch.wb, self._write_opts)
+
+    # -- offsets -----------------------------------------------------------------------
+
+    def get_offset(self, lmq: str, group: str) -> int | None:
+        raw = self.db.get(offset_key(lmq, group))
+        return None if raw is None else _U64.unpack(raw)[0]
+
+    def offsets_of_lmq(self, lmq: str) -> Iterator[tuple[str, int]]:
+        prefix = b"O" + _s16(lmq)
+        for key, value in self._prefix_items(prefix):
+            yield key[len(prefix) :].decode(), _U64.unpack(value)[0]
+
+    def all_offsets(self) -> Iterator[tuple[str, str, int]]:
+        """(lmq, group, offset) for every committed offset."""
+        for key, value in self._prefix_items(b"O"):
+            lmq, pos = _read_s16(key, 1)
+            yield lmq, key[pos:].decode(), _U64.unpack(value)[0]
+
+    # -- pop ---------------------------------------------------------------------------
+
+    def get_inflight(self, key: InflightKey) -> Inflight | None:
+        raw = self.db.get(key.encode())
+        if raw is None:
+            return None
+        deliveries, popped = _INFLIGHT_VALUE.unpack(raw)
+        return Inflight(key, deliveries, popped)
+
+    def due_inflight(self, now_ms: int, limit: int) -> list[Inflight]:
+        """In-flight records whose invisible time ended at or before ``now_ms``."""
+        opts = ReadOptions()
+        opts.set_iterate_upper_bound(b"P" + _U64.pack(now_ms + 1))
+        out = []
+        for key, value in self.db.items(from_key=b"P", read_opt=opts):
+            deliveries, popped = _INFLIGHT_VALUE.unpack(value)
+            out.append(Inflight(InflightKey.decode(key), deliveries, popped))
+            if len(out) >= limit:
+                break
+        return out
+
+    def next_visible_at(self) -> int | None:
+        for key in self.db.keys(from_key=b"P"):
+            if not key.startswith(b"P"):
+                return None
+            return _U64.unpack_from(key, 1)[0]
+        return None
+
+    def all_inflight(self) -> Iterator[Inflight]:
+        for key, value in self._prefix_items(b"P"):
+            deliveries, popped = _INFLIGHT_VALUE.unpack(value)
+            yield Inflight(InflightKey.decode(key), deliveries, popped)
+
+    def retries(self, lmq: str, group: str, limit: int) -> list[tuple[int, int]]:
+        """(offset, deliveries) of messages visible again to ``group``, by offset."""
+        prefix = retry_prefix(lmq, group)
+        out = []
+        for key, value in self._prefix_items(prefix):
+            (offset,) = _U64.unpack_from(key, len(prefix))
+            out.append((offset, _DELIVERIES.unpack(value)[0]))
+            if len(out) >= limit:
+                break
+        return out
+
+    def count_retries(self, lmq: str, group: str) -> int:
+        return sum(1 for _ in self._prefix_items(retry_prefix(lmq, group)))
+
+    # -- front-end metadata ------------------------------------------------------------
+
+    def get_meta(self, key: str) -> bytes | None:
+        return self.db.get(b"X" + key.encode())
+
+    def iter_meta(self, prefix: str) -> Iterator[tuple[str, bytes]]:
+        raw_prefix = b"X" + prefix.encode()
+        for key, value in self._prefix_items(raw_prefix):
+            yield key[1:].decode(), value
+
+    def _prefix_items(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        opts = ReadOptions()
+        opts.set_iterate_upper_bound(_prefix_end(prefix))
+        yield from self.db.items(from_key=prefix, read_opt=opts)
+
+    def new_batch(self) -> StateBatch:
+        return StateBatch()
+
+
+class StateBatch:
+    __slots__ = ("wb", "empty")
+
+    def __init__(self) -> None:
+        self.wb = WriteBatch(raw_mode=True)
+        self.empty = True
+
+    def set_offset(self, lmq: str, group: str, offset: int) -> None:
+        self.wb.put(offset_key(lmq, group), _U64.pack(offset))
+        self.empty = False
+
+    def delete_offset(self, lmq: str, group: str) -> None:
+        self.wb.delete(offset_key(lmq, group))
+        self.empty = False
+
+    def put_inflight(self, key: InflightKey, deliveries: int, popped_ms: int) -> None:
+        self.wb.put(key.encode(), _INFLIGHT_VALUE.pack(deliveries, popped_ms))
+        self.empty = False
+
+    def delete_inflight(self, key: InflightKey) -> None:
+        self.wb.delete(key.encode())
+        self.empty = False
+
+    def put_retry(self, lmq: str, group: str, offset: int, deliveries: int) -> None:
+        self.wb.put(retry_prefix(lmq, group) + _U64.pack(offset), _DELIVERIES.pack(deliveries))
+        self.empty = False
+
+    def delete_retry(self, lmq: str, group: str, offset: int) -> None:
+        self.wb.delete(retry_prefix(lmq, group) + _U64.pack(offset))
+        self.empty = False
+
+    def delete_lmq(self, lmq: str) -> None:
+        """Every offset and retry record of one LMQ (in-flight records are time-ordered:
+        the caller deletes those one by one)."""
+        for tag in (b"O", b"R"):
+            prefix = tag + _s16(lmq)
+            self.wb.delete_range(prefix, _prefix_end(prefix))
+        self.empty = False
+
+    def put_meta(self, key: str, value: bytes) -> None:
+        self.wb.put(b"X" + key.encode(), value)
+        self.empty = False
+
+    def delete_meta(self, key: str) -> None:
+        self.wb.delete(b"X" + key.encode())
+        self.empty = False

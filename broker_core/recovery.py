@@ -1,0 +1,297 @@
+"""Opening a store after a clean stop or a crash, rebuilding the index, verifying.
+
+Recovery runs in numbered passes:
+
+1. **Segments.** The commit log's segments must be contiguous; a missing segment in the
+   middle refuses the start (the data before and after it cannot be joined).
+2. **Checkpoint.** The index's "dispatched up to" position says where replay starts. No
+   index (lost or never written) or an index *ahead* of the log (the log lost its
+   unsynced tail in a power loss) means a full rebuild: the index is dropped and the
+   whole log replayed.
+3. **Scan and truncate.** Records from the checkpoint to the end are validated (magic,
+   size, CRC32C, position). The first invalid one marks a torn tail: the log is cut
+   there, later segments included, and the cut is reported.
+4. **Redispatch.** Valid records after the checkpoint are dispatched again, in batches
+   that carry the checkpoint. Dispatch is idempotent: a replayed record produces the
+   same keys and values it produced live.
+5. **Trim.** If retention removed segments but the index was not yet trimmed to the new
+   log start (a crash in between), the trim is finished.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from broker_core.commit_log import ScanStop
+from broker_core.consume_queue import Checkpoint, ConsumeQueueIndex, IndexBatch, LmqMeta
+from broker_core.errors import StoreError
+from broker_core.record import Record, RecordType
+
+if TYPE_CHECKING:
+    from broker_core.store import MessageStore
+
+_REPLAY_BATCH = 2048
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    replay_from: int = 0
+    log_end: int = 0
+    replayed_records: int = 0
+    replayed_entries: int = 0
+    truncated_bytes: int = 0
+    truncated_at: int | None = None
+    truncate_reason: str = ""
+    index_rebuilt: bool = False
+    rebuild_reason: str = ""
+    trimmed_entries: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        parts = [f"replayed {self.replayed_records} records ({self.replayed_entries} entries)"]
+        if self.index_rebuilt:
+            parts.append(f"index rebuilt ({self.rebuild_reason})")
+        if self.truncated_bytes:
+            parts.append(
+                f"truncated {self.truncated_bytes} bytes at {self.truncated_at}"
+                f" ({self.truncate_reason})"
+            )
+        if self.trimmed_entries:
+            parts.append(f"trimmed {self.trimmed_entries} index entries below the log start")
+        return "; ".join(parts) + f" in {self.seconds:.3f}s"
+
+
+@dataclass(slots=True)
+class _Replayer:
+    """Dispatches replayed records into the index, in batches carrying the checkpoint."""
+
+    store: MessageStore
+    remove_state: bool
+    batch: IndexBatch | None = None
+    dirty: dict[int, LmqMeta] = field(default_factory=dict)
+    pending: int = 0
+    records: int = 0
+    entries: int = 0
+
+    def replay(self, record: Record) -> None:
+        store = self.store
+        if self.batch is None:
+            self.batch = store.index.new_batch()
+        batch = self.batch
+        if record.type == RecordType.MESSAGE:
+            from broker_core.store import _Pending, tag_hash
+
+            thash = tag_hash(record.tag)
+            body = len(record.body)
+            pending = _Pending()
+            for name, offset in record.dispatch:
+                meta = store._meta_for_write(name, record.store_ms, batch, pending)
+                if meta.next_offset > offset:
+                    continue  # already in the index (replay is idempotent)
+                if meta.next_offset == meta.min_offset:
+                    meta.min_position = record.position
+                    meta.min_offset = offset  # an LMQ first seen mid-log starts here
+                batch.put_entry(
+                    meta.id, offset, record.position, record.size, body, thash, record.store_ms
+                )
+                meta.next_offset = offset + 1
+                meta.bytes += body
+                meta.last_write_ms = max(meta.last_write_ms, record.store_ms)
+                self.dirty[meta.id] = meta
+                self.entries += 1
+        elif record.type == RecordType.LMQ_REMOVAL:
+            for name, _ in record.dispatch:
+                raw = name.encode()
+                cached = store._cache.pop(name, None)
+                lmq_id = cached.id if cached else store.index.lookup_id(raw)
+                if lmq_id is not None:
+                    meta = cached or store.index.meta(lmq_id) or LmqMeta(lmq_id, name)
+                    batch.delete_lmq(meta)  # applies after this batch's earlier puts
+                    self.dirty.pop(lmq_id, None)
+                if self.remove_state:
+                    sbatch = store.state.new_batch()
+                    sbatch.delete_lmq(name)
+                    store.state.write(sbatch)
+            # Commit now: a later record may create an LMQ of the same name afresh, and
+            # its lookup must not find the one removed here.
+            self.records += 1
+            self.flush(record.next_position)
+            return
+        self.records += 1
+        self.pending += 1
+        if self.pending >= _REPLAY_BATCH:
+            self.flush(record.next_position)
+
+    def flush(self, dispatched_to: int) -> None:
+        store = self.store
+        if self.batch is None:
+            self.batch = store.index.new_batch()
+        for meta in self.dirty.values():
+            self.batch.put_meta(meta)
+        self.batch.put_checkpoint(Checkpoint(dispatched_to, store._next_id, store._cleaned_to))
+        self.batch.commit()
+        self.batch = None
+        self.dirty.clear()
+        self.pending = 0
+        store._trim_cache()
+
+
+def recover(store: MessageStore) -> RecoveryReport:
+    started = time.perf_counter()
+    report = RecoveryReport()
+    log = store.log
+    # Pass 1: segments.
+    gaps = log.gaps()
+    if gaps:
+        end, base = gaps[0]
+        raise StoreError(
+            f"commit log segment missing: one ends at {end} but the next starts at {base};"
+            " restore the missing segment or move the later ones away"
+        )
+    # Pass 2: checkpoint.
+    cp = store.index.checkpoint()
+    if cp is None:
+        if log.end > log.min_position:
+            _reset_index(store, report, "no index checkpoint")
+        cp = Checkpoint(log.min_position, store._next_id, log.min_position)
+    elif cp.dispatched_to > log.end:
+        _reset_index(store, report, f"index ahead of the log ({cp.dispatched_to} > {log.end})")
+        cp = Checkpoint(log.min_position, store._next_id, log.min_position)
+    elif cp.dispatched_to < log.min_position:
+        _reset_index(store, report, "index behind the log start")
+        cp = Checkpoint(log.min_position, store._next_id, log.min_position)
+    store._cleaned_to = max(cp.cleaned_to, store._cleaned_to)
+    report.replay_from = cp.dispatched_to
+    # Passes 3 and 4: scan, truncate, redispatch.
+    replayer = _Replayer(store, remove_state=not report.index_rebuilt)
+    position = cp.dispatched_to
+    for item in log.scan(cp.dispatched_to):
+        if isinstance(item, ScanStop):
+            report.truncated_at = item.position
+            report.truncate_reason = item.reason
+            report.truncated_bytes = log.truncate(item.position)
+            break
+        replayer.replay(item)
+        position = item.next_position
+    if replayer.pending or replayer.dirty or cp.dispatched_to != position:
+        replayer.flush(position)
+    report.replayed_records = replayer.records
+    report.replayed_entries = replayer.entries
+    report.log_end = log.end
+    # Pass 5: trim.
+    if store._cleaned_to < log.min_position:
+        from broker_core.cleanup import trim_index
+
+        report.trimmed_entries = trim_index(store, log.min_position)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _reset_index(store: MessageStore, report: RecoveryReport, reason: str) -> None:
+    store.index.close()
+    ConsumeQueueIndex.destroy(store.index.path)
+    store.index = ConsumeQueueIndex(store.index.path)
+    store._cache.clear()
+    store._next_id = 1
+    store._cleaned_to = store.log.min_position
+    report.index_rebuilt = True
+    report.rebuild_reason = reason
+
+
+def rebuild_index(store: MessageStore) -> RecoveryReport:
+    """Drop the index and rebuild it from the log alone (``lmq store rebuild-index``).
+    Consumer offsets and pop state are kept: they are keyed by LMQ name."""
+    started = time.perf_counter()
+    report = RecoveryReport()
+    with store._pop_lock, store._lock:
+        store._check_open()
+        _reset_index(store, report, "requested")
+        replayer = _Replayer(store, remove_state=False)
+        position = store.log.min_position
+        report.replay_from = position
+        for item in store.log.scan():
+            if isinstance(item, ScanStop):
+                raise StoreError(
+                    f"the log is damaged at {item.position} ({item.reason}); the index was"
+                    " rebuilt up to there. Run `lmq store verify` for details."
+                )
+            replayer.replay(item)
+            position = item.next_position
+        replayer.flush(position)
+        report.replayed_records = replayer.records
+        report.replayed_entries = replayer.entries
+        report.log_end = store.log.end
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    records: int = 0
+    bytes: int = 0
+    entries_checked: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(store: MessageStore, check_index: bool = True, max_problems: int = 100) -> VerifyReport:
+    """Check every record of the log (magic, size, CRC, position) and, with
+    ``check_index``, that each dispatch pair of a live LMQ is in the index at the same
+    position. Two passes: the first also finds where each LMQ was last removed, so that
+    records of an earlier incarnation of a name are not held against the current one."""
+    report = VerifyReport()
+
+    def problem(text: str) -> None:
+        if len(report.problems) < max_problems:
+            report.problems.append(text)
+
+    removed_at: dict[str, int] = {}
+    end = store.log.min_position
+    for item in store.log.scan():
+        if isinstance(item, ScanStop):
+            problem(f"log stops at {item.position}: {item.reason}")
+            break
+        report.records += 1
+        report.bytes += item.size
+        end = item.next_position
+        if item.type == RecordType.LMQ_REMOVAL:
+            for name, _ in item.dispatch:
+                removed_at[name] = item.position
+    cp = store.index.checkpoint()
+    dispatched_to = cp.dispatched_to if cp else store.log.min_position
+    if dispatched_to > store.log.end:
+        problem(f"index checkpoint {dispatched_to} is past the log end {store.log.end}")
+    if not check_index:
+        return report
+    ids: dict[str, int | None] = {}
+    for item in store.log.scan(end=min(end, dispatched_to)):
+        if isinstance(item, ScanStop) or item.type != RecordType.MESSAGE:
+            continue
+        for name, offset in item.dispatch:
+            if removed_at.get(name, -1) > item.position:
+                continue  # an incarnation of this name that was removed since
+            if name not in ids:
+                if len(ids) > 100_000:
+                    ids.clear()
+                ids[name] = store.index.lookup_id(name.encode())
+            lmq_id = ids[name]
+            if lmq_id is None:
+                problem(f"LMQ {name!r} of the record at {item.position} is not in the index")
+                continue
+            entry = store.index.entry(lmq_id, offset)
+            report.entries_checked += 1
+            if entry is None:
+                meta = store.index.meta(lmq_id)
+                if meta is not None and meta.min_offset <= offset < meta.next_offset:
+                    problem(f"index entry missing: {name!r} offset {offset}")
+            elif entry.position != item.position:
+                problem(
+                    f"index entry {name!r} offset {offset} points at {entry.position},"
+                    f" the log has it at {item.position}"
+                )
+    return report

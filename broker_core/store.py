@@ -1,0 +1,663 @@
+"""The message store: one commit log, atomic multi-dispatch into LMQs, pull and pop.
+
+Theory of operation
+-------------------
+``append_batch`` takes the append lock and, for each message, assigns every target LMQ
+its next offset, encodes the record with that dispatch list, and buffers it; then it
+writes the buffered records to the commit log, and commits one RocksDB WriteBatch with
+the index entries, the LMQs' metadata and the "dispatched up to" checkpoint. Only then
+does it release the lock. So:
+
+- offsets are dense and monotonic per LMQ (assigned under one lock, in log order);
+- a reader sees a message in all of its LMQs or in none (one atomic WriteBatch);
+- the log holds the dispatch list, so replaying it rebuilds the same index entries
+  (see :mod:`broker_core.recovery`); the index is derived data.
+
+An LMQ's dispatch state (id, next offset, ...) is cached in an LRU of
+``lmq_cache_size`` entries; everything else lives in RocksDB, so memory does not grow
+with the number of LMQs, and no file or handle exists per LMQ. The cache is trimmed only
+after a batch is committed, so an evicted entry is always in RocksDB.
+
+Thread safety: every public method may be called from any thread. Appends, LMQ
+creation, retention and removal serialise on the append lock; pop, ack and revive on
+the pop lock (taken before the append lock when both are needed); pulls take no lock.
+Listener callbacks run on the appending thread after the lock is released: they must
+be quick and must not block (an asyncio front end uses ``call_soon_threadsafe``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker_core.commit_log import CommitLog, SegmentGone
+from broker_core.config import Durability, StoreConfig
+from broker_core.consume_queue import (
+    Checkpoint,
+    ConsumeQueueIndex,
+    IndexBatch,
+    IndexEntry,
+    LmqMeta,
+)
+from broker_core.consumer_state import ConsumerState
+from broker_core.errors import (
+    InvalidLmqName,
+    MessageTooLarge,
+    StoreClosed,
+    StoreError,
+    UnknownLmq,
+)
+from broker_core.group_commit import Flusher
+from broker_core.record import Message, Record, RecordType, decode_record, encode_record
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[str, int], None]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def tag_hash(tag: str) -> int:
+    """A stable 64-bit hash of a tag (0 = no tag), kept in index entries for filtering."""
+    if not tag:
+        return 0
+    return int.from_bytes(hashlib.blake2b(tag.encode(), digest_size=8).digest(), "big") or 1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an appended message went: its log position and its offset in each LMQ (in
+    the order the LMQs were given)."""
+
+    position: int
+    size: int
+    store_ms: int
+    offsets: tuple[int, ...]
+
+    @property
+    def end(self) -> int:
+        return self.position + self.size
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message read from one LMQ, at one offset."""
+
+    lmq: str
+    offset: int
+    record: Record
+
+    @property
+    def topic(self) -> str:
+        return self.record.topic
+
+    @property
+    def body(self) -> bytes:
+        return self.record.body
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    messages: list[StoredMessage]
+    #: The offset to pull from next time.
+    next_offset: int
+    #: The LMQ's lowest held offset and its next (max, exclusive) offset at read time.
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class LmqInfo:
+    id: int
+    name: str
+    min_offset: int
+    max_offset: int
+    messages: int
+    bytes: int
+    created_ms: int
+    last_write_ms: int
+    touched_ms: int
+
+    @classmethod
+    def of(cls, meta: LmqMeta) -> LmqInfo:
+        return cls(
+            meta.id,
+            meta.name,
+            meta.min_offset,
+            meta.next_offset,
+            meta.count,
+            meta.bytes,
+            meta.created_ms,
+            meta.last_write_ms,
+            meta.touched_ms,
+        )
+
+
+@dataclass(slots=True)
+class _Pending:
+    """Per-batch bookkeeping so a failed batch can be undone in memory."""
+
+    metas: dict[int, LmqMeta] = field(default_factory=dict)
+    start: int = 0
+    next_id: int = 0
+
+
+class MessageStore:
+    """Open with :meth:`open`; close with :meth:`close` (or use as a context manager)."""
+
+    def __init__(self, data_dir: Path, config: StoreConfig, *, read_only: bool = False) -> None:
+        self.data_dir = data_dir
+        self.config = config
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        self._pop_lock = threading.RLock()
+        self._closed = False
+        self._cache: OrderedDict[str, LmqMeta] = OrderedDict()
+        self._listeners: dict[str, list[Listener]] = {}
+        self._listeners_lock = threading.Lock()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        if not read_only:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._lock_fd)
+                raise StoreError(
+                    f"data directory {data_dir} is in use by another process"
+                ) from None
+        self.log = CommitLog(data_dir / "commitlog", config.segment_bytes)
+        self.index = ConsumeQueueIndex(data_dir / "index")
+        self.state = ConsumerState(data_dir / "state", sync=config.durability == Durability.SYNC)
+        cp = self.index.checkpoint() or Checkpoint()
+        self._next_id = cp.next_id
+        self._cleaned_to = cp.cleaned_to
+        self.flusher: Flusher | None = None
+        self.recovery = None
+        from broker_core.pop import PopConsumer  # circular: pop uses the store
+
+        self.pop_consumer = PopConsumer(self)
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls, data_dir: str | os.PathLike[str], config: StoreConfig | None = None
+    ) -> MessageStore:
+        """Open (creating if needed) and recover the store in ``data_dir``. The report of
+        what recovery truncated and replayed is in ``store.recovery``."""
+        from broker_core.recovery import recover
+
+        store = cls(Path(data_dir), config or StoreConfig())
+        try:
+            store.recovery = recover(store)
+        except BaseException:
+            store._close_files()
+            raise
+        store.flusher = Flusher(
+            store.log.sync,
+            durable_on_write=store.config.durability == Durability.ASYNC,
+            interval_s=store.config.flush_interval_ms / 1000,
+        )
+        return store
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._pop_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self.flusher is not None:
+                self.flusher.close()
+            self._close_files()
+
+    def _close_files(self) -> None:
+        self.log.close()
+        self.index.close()
+        self.state.close()
+        os.close(self._lock_fd)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed("the store is closed")
+        if self.read_only:
+            raise StoreError("the store was opened read-only")
+
+    # -- LMQ state ---------------------------------------------------------------------
+
+    def _validate_name(self, name: str) -> bytes:
+        try:
+            raw = name.encode()
+        except UnicodeEncodeError:
+            raise InvalidLmqName(f"LMQ name {name!r} is not valid UTF-8") from None
+        if not raw:
+            raise InvalidLmqName("an LMQ name must not be empty")
+        if len(raw) > self.config.max_lmq_name_bytes:
+            raise InvalidLmqName(
+                f"LMQ name of {len(raw)} bytes exceeds {self.config.max_lmq_name_bytes}"
+            )
+        if b"\x00" in raw:
+            raise InvalidLmqName(f"LMQ name {name!r} contains U+0000")
+        return raw
+
+    def _meta_for_write(self, name: str, now: int, batch: IndexBatch, pending: _Pending) -> LmqMeta:
+        """The LMQ's cached state, loading or creating it. Append lock held."""
+        meta = self._cache.get(name)
+        if meta is not None:
+            self._cache.move_to_end(name)
+            return meta
+        raw = self._validate_name(name)
+        lmq_id = self.index.lookup_id(raw)
+        meta = self.index.meta(lmq_id) if lmq_id is not None else None
+        if meta is None:
+            meta = LmqMeta(self._next_id, name, created_ms=now, last_write_ms=now)
+            self._next_id += 1
+            batch.put_name(raw, meta.id)
+            pending.metas[meta.id] = meta
+        self._cache[name] = meta
+        return meta
+
+    def _trim_cache(self) -> None:
+        excess = len(self._cache) - self.config.lmq_cache_size
+        for _ in range(max(0, excess)):
+            self._cache.popitem(last=False)
+
+    def _meta_for_read(self, name: str) -> LmqMeta | None:
+        meta = self._cache.get(name)
+        if meta is not None:
+            return meta
+        return self.index.meta_by_name(name)
+
+    # -- appending ---------------------------------------------------------------------
+
+    def append(self, message: Message, lmqs: Sequence[str], *, wait: bool = True) -> AppendResult:
+        """Append one message and dispatch it to ``lmqs``. See :meth:`append_batch`."""
+        return self.append_batch([(message, lmqs)], wait=wait)[0]
+
+    def append_batch(
+        self, items: Sequence[tuple[Message, Sequence[str]]], *, wait: bool = True
+    ) -> list[AppendResult]:
+        """Append messages, each dispatched atomically to its LMQs, in one log write and
+        one index write. With ``wait`` (the default) in sync durability this returns only
+        after an fsync covers the batch; otherwise use :meth:`acknowledged` to learn when
+        the batch may be acknowledged. Raises :class:`MessageTooLarge`,
+        :class:`InvalidLmqName` or :class:`StorageFull` with nothing stored."""
+        cfg = self.config
+        for message, lmqs in items:
+            if len(message.body) > cfg.max_message_bytes:
+                raise MessageTooLarge(len(message.body), cfg.max_message_bytes)
+            if len(lmqs) > cfg.max_fanout:
+                raise StoreError(
+                    f"fan-out of {len(lmqs)} LMQs exceeds the maximum of {cfg.max_fanout}"
+                )
+        with self._lock:
+            self._check_open()
+            results, touched = self._write_locked(
+                [(m, lmqs, RecordType.MESSAGE) for m, lmqs in items]
+            )
+        self._notify(touched)
+        if wait and results and cfg.durability == Durability.SYNC:
+            self.acknowledged(results[-1].end).result()
+        return results
+
+    def acknowledged(self, position: int) -> Future[int]:
+        """A future done once an append ending at ``position`` may be acknowledged under
+        the configured durability (immediately in async mode, after the covering fsync in
+        sync mode)."""
+        if self.flusher is None:
+            raise StoreClosed("the store is not open for writing")
+        return self.flusher.request(position)
+
+    def _write_locked(
+        self, items: Sequence[tuple[Message, Sequence[str], RecordType]]
+    ) -> tuple[list[AppendResult], list[LmqMeta]]:
+        now = now_ms()
+        log_ = self.log
+        batch = self.index.new_batch()
+        pending = _Pending(start=log_.end, next_id=self._next_id)
+        touched: dict[int, LmqMeta] = {}
+        results: list[AppendResult] = []
+        buf = bytearray()
+        pos = log_.end
+        seg_room = self.config.segment_bytes
+        try:
+            for message, lmqs, rtype in items:
+                if len(lmqs) > 1 and len(set(lmqs)) != len(lmqs):
+                    lmqs = list(dict.fromkeys(lmqs))
+                metas = [self._meta_for_write(name, now, batch, pending) for name in lmqs]
+                for meta in metas:
+                    if meta.id not in pending.metas:
+                        pending.metas[meta.id] = meta
+                if rtype == RecordType.MESSAGE:
+                    offsets = tuple(meta.next_offset for meta in metas)
+                else:  # removal: the dispatch list records where each LMQ ended
+                    offsets = tuple(meta.next_offset for meta in metas)
+                record = encode_record(
+                    position=pos,
+                    store_ms=now,
+                    message=message,
+                    dispatch=[(m.name.encode(), o) for m, o in zip(metas, offsets, strict=True)],
+                    record_type=rtype,
+                )
+                size = len(record)
+                if size > seg_room:
+                    raise MessageTooLarge(size, seg_room)
+                if not log_.fits(len(buf) + size):
+                    if buf:
+                        log_.write(buf)
+                        buf = bytearray()
+                    log_.roll()
+                buf += record
+                if rtype == RecordType.MESSAGE:
+                    thash = tag_hash(message.tag)
+                    body = len(message.body)
+                    for meta, offset in zip(metas, offsets, strict=True):
+                        batch.put_entry(meta.id, offset, pos, size, body, thash, now)
+                        if meta.next_offset == meta.min_offset:
+                            meta.min_position = pos
+                        meta.next_offset = offset + 1
+                        meta.bytes += body
+                        meta.last_write_ms = now
+                        touched[meta.id] = meta
+                else:
+                    for meta in metas:
+                        self._drop_lmq_locked(meta, batch)
+                        touched.pop(meta.id, None)
+                results.append(AppendResult(pos, size, now, offsets))
+                pos += size
+            if buf:
+                log_.write(buf)
+            for meta in touched.values():
+                batch.put_meta(meta)
+            batch.put_checkpoint(Checkpoint(pos, self._next_id, self._cleaned_to))
+            batch.commit()
+        except BaseException:
+            self._undo_locked(pending)
+            raise
+        self._trim_cache()
+        return results, list(touched.values())
+
+    def _undo_locked(self, pending: _Pending) -> None:
+        """Forget in-memory changes of a failed batch and cut its records off the log."""
+        for meta in pending.metas.values():
+            self._cache.pop(meta.name, None)
+        self._next_id = pending.next_id
+        if self.log.end > pending.start:
+            try:
+                self.log.truncate(pending.start)
+            except OSError:
+                log.exception("could not cut a failed batch off the log")
+
+    def _drop_lmq_locked(self, meta: LmqMeta, batch: IndexBatch) -> None:
+        batch.delete_lmq(meta)
+        self._cache.pop(meta.name, None)
+
+    def create_lmq(self, name: str) -> LmqInfo:
+        """Make sure an LMQ exists (e.g. on subscribe) and return its info. An empty LMQ
+        is index metadata only; a rebuild of the index from the log forgets it, and the
+        front end that owns it declares it again."""
+        with self._lock:
+            self._check_open()
+            existing = self._meta_for_read(name)
+            if existing is not None:
+                return LmqInfo.of(existing)
+            batch = self.index.new_batch()
+            pending = _Pending(start=self.log.end, next_id=self._next_id)
+            try:
+                meta = self._meta_for_write(name, now_ms(), batch, pending)
+                meta.min_position = self.log.end
+                batch.put_meta(meta)
+                batch.put_checkpoint(Checkpoint(self.log.end, self._next_id, self._cleaned_to))
+                batch.commit()
+            except BaseException:
+                self._undo_locked(pending)
+                raise
+            return LmqInfo.of(meta)
+
+    # -- notification ------------------------------------------------------------------
+
+    def add_listener(self, lmq: str, callback: Listener) -> Callable[[], None]:
+        """Call ``callback(lmq, next_offset)`` whenever ``lmq`` gains entries (or, for pop
+        groups, messages become visible again). Returns a function that removes it."""
+        with self._listeners_lock:
+            self._listeners.setdefault(lmq, []).append(callback)
+
+        def remove() -> None:
+            with self._listeners_lock:
+                callbacks = self._listeners.get(lmq)
+                if callbacks and callback in callbacks:
+                    callbacks.remove(callback)
+                    if not callbacks:
+                        del self._listeners[lmq]
+
+        return remove
+
+    def has_listeners(self, lmq: str) -> bool:
+        return lmq in self._listeners
+
+    def _notify(self, metas: Iterable[LmqMeta]) -> None:
+        if not self._listeners:
+            return
+        for meta in metas:
+            callbacks = self._listeners.get(meta.name)
+            if callbacks:
+                self._call_listeners(meta.name, meta.next_offset, callbacks)
+
+    def notify(self, lmq: str) -> None:
+        callbacks = self._listeners.get(lmq)
+        if callbacks:
+            meta = self._meta_for_read(lmq)
+            self._call_listeners(lmq, meta.next_offset if meta else 0, callbacks)
+
+    @staticmethod
+    def _call_listeners(name: str, next_offset: int, callbacks: list[Listener]) -> None:
+        for cb in list(callbacks):
+            try:
+                cb(name, next_offset)
+            except Exception:
+                log.exception("LMQ listener for %r failed", name)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def lmq(self, name: str) -> LmqInfo | None:
+        meta = self._meta_for_read(name)
+        return None if meta is None else LmqInfo.of(meta)
+
+    def lmq_by_id(self, lmq_id: int) -> LmqInfo | None:
+        meta = self.index.meta(lmq_id)
+        if meta is None:
+            return None
+        cached = self._cache.get(meta.name)
+        return LmqInfo.of(cached if cached is not None else meta)
+
+    def lmqs(self, prefix: str = "") -> Iterator[LmqInfo]:
+        """Every LMQ whose name starts with ``prefix``, in name order."""
+        for meta in self.index.iter_meta(prefix):
+            cached = self._cache.get(meta.name)
+            yield LmqInfo.of(cached if cached is not None else meta)
+
+    def pull(
+        self,
+        lmq: str,
+        offset: int,
+        max_count: int = 32,
+        max_bytes: int = 4 * 1024 * 1024,
+        tag: str | None = None,
+    ) -> PullResult:
+        """Read up to ``max_count`` messages (and about ``max_bytes`` of bodies; at least
+        one message is returned if any is there) from ``offset`` on. An offset below the
+        LMQ's minimum starts at the minimum. With ``tag``, only messages with that tag are
+        returned (``next_offset`` still moves past the others)."""
+        meta = self._meta_for_read(lmq)
+        if meta is None:
+            raise UnknownLmq(f"no LMQ named {lmq!r}")
+        lmq_id, min_offset, max_offset = meta.id, meta.min_offset, meta.next_offset
+        start = max(offset, min_offset)
+        if start >= max_offset or max_count <= 0:
+            return PullResult([], max(start, min(offset, max_offset)), min_offset, max_offset)
+        want_hash = tag_hash(tag) if tag else None
+        # With a tag filter, look at more entries than we return, but bounded.
+        scan_limit = max_count if want_hash is None else max(max_count * 16, 1024)
+        entries: list[IndexEntry] = []
+        next_offset = start
+        for entry in self.index.entries(lmq_id, start, max_offset):
+            next_offset = entry.offset + 1
+            if want_hash is None or entry.tag_hash == want_hash:
+                entries.append(entry)
+                if len(entries) >= max_count:
+                    break
+            scan_limit -= 1
+            if scan_limit <= 0:
+                break
+        messages: list[StoredMessage] = []
+        budget = max_bytes
+        for entry, record in zip(entries, self._read_entries(entries), strict=True):
+            if record is None:  # its segment was removed by retention meanwhile
+                continue
+            if tag is not None and record.tag != tag:
+                continue
+            if messages and budget - entry.body_size < 0:
+                next_offset = entry.offset
+                break
+            budget -= entry.body_size
+            messages.append(StoredMessage(lmq, entry.offset, record))
+        return PullResult(messages, next_offset, min_offset, max_offset)
+
+    def _read_entries(self, entries: Sequence[IndexEntry]) -> list[Record | None]:
+        """Read the records of index entries, coalescing adjacent ones into one read."""
+        out: list[Record | None] = []
+        i, n = 0, len(entries)
+        while i < n:
+            first = entries[i]
+            j, end = i + 1, first.position + first.record_size
+            while j < n and entries[j].position == end and end - first.position < 1 << 20:
+                end += entries[j].record_size
+                j += 1
+            try:
+                raw = memoryview(self.log.read_raw(first.position, end - first.position))
+            except SegmentGone:
+                out.extend([None] * (j - i))
+                i = j
+                continue
+            off = 0
+            for entry in entries[i:j]:
+                out.append(
+                    decode_record(raw[off : off + entry.record_size], entry.position)
+                )
+                off += entry.record_size
+            i = j
+        return out
+
+    def read_at(self, lmq: str, offset: int) -> StoredMessage | None:
+        meta = self._meta_for_read(lmq)
+        if meta is None:
+            raise UnknownLmq(f"no LMQ named {lmq!r}")
+        entry = self.index.entry(meta.id, offset)
+        if entry is None:
+            return None
+        try:
+            record = self.log.read(entry.position, entry.record_size)
+        except SegmentGone:
+            return None
+        return StoredMessage(lmq, offset, record)
+
+    # -- consumer offsets --------------------------------------------------------------
+
+    def get_offset(self, group: str, lmq: str) -> int | None:
+        """The committed next offset of ``group`` (a consumer group or a session) on
+        ``lmq``, or None if it never committed one."""
+        return self.state.get_offset(lmq, group)
+
+    def commit_offset(self, group: str, lmq: str, offset: int) -> None:
+        """Commit ``group``'s next offset on ``lmq``. Also marks the LMQ as in use for
+        the idle TTL."""
+        if self.read_only:
+            raise StoreError("the store was opened read-only")
+        meta = self._meta_for_read(lmq)
+        if meta is None:
+            raise UnknownLmq(f"no LMQ named {lmq!r}")
+        if offset < 0:
+            raise ValueError("an offset cannot be negative")
+        batch = self.state.new_batch()
+        batch.set_offset(lmq, group, offset)
+        self.state.write(batch)
+        self._touch(meta)
+
+    def _touch(self, meta: LmqMeta) -> None:
+        now = now_ms()
+        if now - meta.touched_ms < 60_000:
+            return
+        with self._lock:
+            current = self._cache.get(meta.name) or self.index.meta(meta.id)
+            if current is None:
+                return
+            current.touched_ms = now
+            batch = self.index.new_batch()
+            batch.put_meta(current)
+            batch.commit()
+
+    def offsets(self, lmq: str | None = None) -> Iterator[tuple[str, str, int]]:
+        """(lmq, group, offset) of committed offsets, of one LMQ or of all."""
+        if lmq is not None:
+            for group, offset in self.state.offsets_of_lmq(lmq):
+                yield lmq, group, offset
+        else:
+            yield from self.state.all_offsets()
+
+    # -- pop (see broker_core.pop) -----------------------------------------------------
+
+    def pop(self, group: str, lmq: str, max_messages: int, invisible_ms: int):  # type: ignore[no-untyped-def]
+        return self.pop_consumer.pop(group, lmq, max_messages, invisible_ms)
+
+    def ack(self, receipt: str) -> None:
+        self.pop_consumer.ack(receipt)
+
+    def change_invisible_time(self, receipt: str, invisible_ms: int) -> str:
+        return self.pop_consumer.change_invisible_time(receipt, invisible_ms)
+
+    def revive(self, now: int | None = None) -> int:
+        return self.pop_consumer.revive(now)
+
+    # -- housekeeping (see broker_core.cleanup and broker_core.recovery) ---------------
+
+    def stats(self) -> dict[str, int | float | str]:
+        index_keys = self.index.db.property_int_value("rocksdb.estimate-num-keys") or 0
+        return {
+            "data_dir": str(self.data_dir),
+            "durability": self.config.durability.value,
+            "log_min_position": self.log.min_position,
+            "log_end_position": self.log.end,
+            "log_bytes": self.log.size_bytes,
+            "segments": len(self.log.segments()),
+            "lmqs": self.index.count_lmqs(),
+            "index_keys_estimate": int(index_keys),
+            "index_disk_bytes": _du(self.data_dir / "index"),
+            "state_disk_bytes": _du(self.data_dir / "state"),
+            "cached_lmqs": len(self._cache),
+        }
+
+
+def _du(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_size
+            except FileNotFoundError:
+                pass
+    return total

@@ -1,0 +1,102 @@
+"""Pop consumption: receipts, ack, invisibility, revive, dead letters, restarts."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_core import Message, MessageStore, StoreConfig, UnknownReceipt
+from broker_core.store import now_ms
+
+from .conftest import SMALL
+
+
+def fill(s: MessageStore, n: int, lmq: str = "q") -> None:
+    s.append_batch([(Message(topic="t", body=b"m%d" % i), [lmq]) for i in range(n)])
+
+
+def test_competing_consumers_split_the_queue(store):
+    fill(store, 10)
+    a = store.pop("g", "q", 4, 30_000)
+    b = store.pop("g", "q", 4, 30_000)
+    c = store.pop("g", "q", 4, 30_000)
+    offsets = [p.message.offset for p in a + b + c]
+    assert offsets == list(range(10))
+    assert all(p.deliveries == 1 for p in a + b + c)
+    assert store.get_offset("g", "q") == 10
+    # another group gets everything again
+    assert len(store.pop("other", "q", 100, 30_000)) == 10
+
+
+def test_ack_is_final_and_twice_is_an_error(store):
+    fill(store, 2)
+    popped = store.pop("g", "q", 2, 1)
+    store.ack(popped[0].receipt)
+    with pytest.raises(UnknownReceipt):
+        store.ack(popped[0].receipt)
+    with pytest.raises(UnknownReceipt):
+        store.ack("not-a-receipt")
+    assert store.revive(now_ms() + 10) == 1  # only the unacked one comes back
+    again = store.pop("g", "q", 10, 30_000)
+    assert [(p.message.offset, p.deliveries) for p in again] == [(1, 2)]
+
+
+def test_unacked_comes_back_before_new_messages(store):
+    fill(store, 3)
+    first = store.pop("g", "q", 1, 1)
+    store.revive(now_ms() + 5)
+    fill(store, 1)
+    got = store.pop("g", "q", 2, 30_000)
+    assert [(p.message.offset, p.deliveries) for p in got] == [(0, 2), (1, 1)]
+    assert first[0].message.offset == 0
+
+
+def test_change_invisible_time(store):
+    fill(store, 1)
+    (p,) = store.pop("g", "q", 1, 1)
+    new = store.change_invisible_time(p.receipt, 60_000)
+    with pytest.raises(UnknownReceipt):
+        store.ack(p.receipt)  # the old receipt is void
+    assert store.revive(now_ms() + 1000) == 0  # not due any more
+    store.ack(new)
+    assert store.revive(now_ms() + 120_000) == 0
+
+
+def test_dead_letter_after_max_deliveries(tmp_path):
+    cfg = StoreConfig(
+        segment_bytes=SMALL.segment_bytes, max_message_bytes=1024, max_deliveries=3
+    )
+    with MessageStore.open(tmp_path, cfg) as s:
+        s.append(Message(topic="t", body=b"poison", properties={"k": b"v"}), ["q"])
+        for attempt in range(1, 4):
+            (p,) = s.pop("g", "q", 1, 1)
+            assert p.deliveries == attempt
+            s.revive(now_ms() + 10)
+        assert s.pop("g", "q", 1, 1) == []
+        dlq = s.pull("%DLQ%g", 0).messages
+        assert len(dlq) == 1 and dlq[0].body == b"poison"
+        props = dlq[0].record.properties
+        assert props["k"] == b"v" and props["DLQ_ORIGIN_LMQ"] == b"q"
+        assert props["DLQ_DELIVERIES"] == b"3"
+
+
+def test_pop_state_survives_restart(tmp_path):
+    with MessageStore.open(tmp_path, SMALL) as s:
+        fill(s, 5)
+        popped = s.pop("g", "q", 3, 1)
+        s.ack(popped[1].receipt)
+        keep = s.pop("g", "q", 1, 3_600_000)[0]
+    with MessageStore.open(tmp_path, SMALL) as s:
+        s.revive(now_ms() + 10)
+        got = s.pop("g", "q", 10, 30_000)
+        # offsets 0 and 2 came back; 1 was acked; 3 is still invisible; 4 is new
+        assert sorted((p.message.offset, p.deliveries) for p in got) == [(0, 2), (2, 2), (4, 1)]
+        s.ack(keep.receipt)
+
+
+def test_revive_wakes_listeners(store):
+    fill(store, 1)
+    store.pop("g", "q", 1, 1)
+    seen = []
+    store.add_listener("q", lambda name, nxt: seen.append(name))
+    store.revive(now_ms() + 5)
+    assert seen == ["q"]

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker_core.errors import CorruptRecord, InsufficientData
+from broker_core.record import (
+    HEADER_SIZE,
+    Message,
+    Protocol,
+    RecordType,
+    decode_record,
+    encode_record,
+    iter_records,
+)
+
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+messages = st.builds(
+    Message,
+    topic=text,
+    body=st.binary(max_size=300),
+    properties=st.dictionaries(text, st.binary(max_size=40), max_size=4),
+    origin=text,
+    tag=text,
+    qos=st.integers(0, 2),
+    retain=st.booleans(),
+    protocol=st.sampled_from(Protocol),
+    born_ms=st.integers(0, 2**63),
+)
+dispatch = st.lists(
+    st.tuples(text.filter(bool).map(str.encode), st.integers(0, 2**64 - 1)), max_size=6
+)
+
+
+@given(messages, dispatch, st.integers(0, 2**63), st.integers(1, 2**63))
+def test_round_trip(message, targets, position, store_ms):
+    raw = encode_record(position=position, store_ms=store_ms, message=message, dispatch=targets)
+    rec = decode_record(raw, expected_position=position)
+    assert rec.size == len(raw)
+    assert rec.type == RecordType.MESSAGE
+    assert (rec.topic, rec.body, rec.origin, rec.tag) == (
+        message.topic,
+        message.body,
+        message.origin,
+        message.tag,
+    )
+    assert rec.properties == dict(message.properties)
+    assert (rec.qos, rec.retain, rec.protocol) == (message.qos, message.retain, message.protocol)
+    assert rec.born_ms == (message.born_ms or store_ms)
+    assert rec.dispatch == tuple((n.decode(), o) for n, o in targets)
+
+
+def _sample() -> bytes:
+    msg = Message(topic="a/b", body=b"payload", origin="dev-1", properties={"k": b"v"})
+    return encode_record(position=100, store_ms=5, message=msg, dispatch=[(b"a/b", 7)])
+
+
+def test_every_strict_prefix_needs_more_data():
+    raw = _sample()
+    for cut in range(8, len(raw)):
+        with pytest.raises(InsufficientData):
+            decode_record(raw[:cut], expected_position=100)
+
+
+def test_trailing_bytes_are_left_alone():
+    raw = _sample()
+    rec = decode_record(raw + b"\x00garbage", expected_position=100)
+    assert rec.size == len(raw)
+
+
+@pytest.mark.parametrize("index", range(12, 60))
+def test_any_flipped_byte_after_the_crc_is_detected(index):
+    raw = bytearray(_sample())
+    raw[index] ^= 0x40
+    with pytest.raises((CorruptRecord, InsufficientData)):
+        decode_record(bytes(raw), expected_position=100)
+
+
+def test_wrong_position_is_corrupt():
+    with pytest.raises(CorruptRecord, match="position"):
+        decode_record(_sample(), expected_position=101)
+
+
+def test_bad_magic_and_size():
+    raw = bytearray(_sample())
+    raw[4] ^= 1
+    with pytest.raises(CorruptRecord, match="magic"):
+        decode_record(bytes(raw))
+    raw = bytearray(_sample())
+    raw[0:4] = (HEADER_SIZE - 1).to_bytes(4, "big")
+    with pytest.raises(CorruptRecord, match="size"):
+        decode_record(bytes(raw))
+
+
+def test_iter_records_reports_where_it_stops():
+    a = _sample()
+    msg = Message(topic="x", body=b"y")
+    b = encode_record(position=100 + len(a), store_ms=1, message=msg, dispatch=[])
+    out = list(iter_records(a + b[:-3], 100))
+    assert out[0][0] is not None and out[0][1] == 100
+    rec, pos, err = out[1]
+    assert rec is None and pos == 100 + len(a) and isinstance(err, InsufficientData)
+
+
+def test_qos_is_validated():
+    with pytest.raises(ValueError):
+        Message(topic="a", body=b"", qos=3)
