@@ -53,7 +53,8 @@ def apply_retention(store: MessageStore, now_ms: int | None = None) -> Retention
         total = log.size_bytes
         keep_from = segments[-1]
         for seg in segments[:-1]:
-            too_old = cfg.retention_ms > 0 and os.stat(seg.path).st_mtime * 1000 < now - cfg.retention_ms
+            mtime_ms = os.stat(seg.path).st_mtime * 1000
+            too_old = cfg.retention_ms > 0 and mtime_ms < now - cfg.retention_ms
             too_big = cfg.retention_bytes > 0 and total > cfg.retention_bytes
             if not (too_old or too_big):
                 keep_from = seg

@@ -27,7 +27,7 @@ def main() -> None:
             seq += 1
         results = store.append_batch([(m, t) for m, t, _ in batch])  # waits for fsync
         lines = []
-        for (m, targets, s), r in zip(batch, results, strict=True):
+        for (_m, targets, s), r in zip(batch, results, strict=True):
             pairs = ",".join(f"{n}:{o}" for n, o in zip(targets, r.offsets, strict=True))
             lines.append(f"ACK {s} {r.position} {pairs}\n")
         sys.stdout.write("".join(lines))

@@ -57,12 +57,12 @@ def test_acknowledged_appends_survive_sigkill(tmp_path, seed):
     # three kills in a row on the same data directory
     for round_ in range(3):
         for line in run_and_kill(tmp_path, seed * 10 + round_, run_for=0.6 + 0.3 * round_):
-            _, s, pos, pairs = line.split()
+            _, _seq, pos, pairs = line.split()
             targets = [(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in pairs.split(",")]
             acked.append((round_, int(pos), targets))
     assert len(acked) > 50
-    with MessageStore.open(tmp_path, StoreConfig(segment_bytes=256 * 1024,
-                                                 max_message_bytes=16 * 1024)) as s:
+    cfg = StoreConfig(segment_bytes=256 * 1024, max_message_bytes=16 * 1024)
+    with MessageStore.open(tmp_path, cfg) as s:
         for _, position, targets in acked:
             for name, offset in targets:
                 got = s.read_at(name, offset)

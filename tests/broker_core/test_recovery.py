@@ -141,7 +141,7 @@ def test_complete_but_undispatched_record_is_replayed(tmp_path):
 
 def test_missing_middle_segment_refuses_to_start(tmp_path):
     with MessageStore.open(tmp_path, SMALL) as s:
-        for i in range(60):
+        for _i in range(60):
             s.append(Message(topic="t", body=b"x" * 10_000), ["q"], wait=False)
         segs = s.log.segments()
     assert len(segs) >= 3

@@ -36,7 +36,7 @@ def test_append_assigns_dense_offsets_per_lmq(store):
 def test_one_record_many_lmqs(store):
     r = store.append(msg(0), ["x", "y", "z"])
     bodies = {name: store.pull(name, 0).messages for name in "xyz"}
-    for name, got in bodies.items():
+    for _name, got in bodies.items():
         assert len(got) == 1 and got[0].record.position == r.position
         assert got[0].record.dispatch == (("x", 0), ("y", 0), ("z", 0))
     assert store.log.end == r.end  # written once
