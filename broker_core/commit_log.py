@@ -93,10 +93,11 @@ class ScanStop:
 
 
 class CommitLog:
-    def __init__(self, directory: Path, segment_bytes: int) -> None:
+    def __init__(self, directory: Path, segment_bytes: int, read_only: bool = False) -> None:
         self.directory = directory
         self.segment_bytes = segment_bytes
-        directory.mkdir(parents=True, exist_ok=True)
+        if not read_only:
+            directory.mkdir(parents=True, exist_ok=True)
         self._segments: list[Segment] = []
         self._sync_lock = threading.Lock()
         names = sorted(p for p in directory.iterdir() if p.suffix == SEGMENT_SUFFIX)
@@ -105,9 +106,9 @@ class CommitLog:
                 base = int(path.stem)
             except ValueError:
                 continue
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR)
             self._segments.append(Segment(base, path, os.fstat(fd).st_size, fd))
-        if not self._segments:
+        if not self._segments and not read_only:
             self._segments.append(self._create(0))
 
     # -- layout ------------------------------------------------------------------------
@@ -292,9 +293,7 @@ class CommitLog:
                     except InsufficientData:
                         if position + off + 8 <= seg.end and off + 8 <= len(data):
                             # the size field is there but the bytes after it are not
-                            yield ScanStop(
-                                position + off, "incomplete record at the end", True
-                            )
+                            yield ScanStop(position + off, "incomplete record at the end", True)
                         else:
                             yield ScanStop(position + off, "incomplete record header", True)
                         return

@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 ENTRY = struct.Struct(">QIIQQ")
 META = struct.Struct(">QQQQQQQ")
@@ -131,10 +131,15 @@ def _db_options() -> Options:
 class ConsumeQueueIndex:
     """The index RocksDB. Writes go through :class:`IndexBatch`."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, read_only: bool = False) -> None:
         self.path = path
-        path.mkdir(parents=True, exist_ok=True)
-        self.db = Rdict(str(path), options=_db_options())
+        if read_only:
+            # A snapshot as of opening; takes no lock, so it works beside a running gateway.
+            access = AccessType.read_only()
+            self.db = Rdict(str(path), options=Options(raw_mode=True), access_type=access)
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            self.db = Rdict(str(path), options=_db_options())
         self._write_opts = WriteOptions()
 
     @staticmethod

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
@@ -105,13 +105,16 @@ class Inflight:
 
 
 class ConsumerState:
-    def __init__(self, path: Path, sync: bool) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, sync: bool, read_only: bool = False) -> None:
         opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
-        opts.set_max_open_files(128)
-        opts.set_keep_log_file_num(2)
-        self.db = Rdict(str(path), options=opts)
+        if read_only:
+            self.db = Rdict(str(path), options=opts, access_type=AccessType.read_only())
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+            opts.create_if_missing(True)
+            opts.set_max_open_files(128)
+            opts.set_keep_log_file_num(2)
+            self.db = Rdict(str(path), options=opts)
         self._write_opts = WriteOptions()
         self._write_opts.sync = sync
 

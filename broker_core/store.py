@@ -166,9 +166,13 @@ class MessageStore:
         self._cache: OrderedDict[str, LmqMeta] = OrderedDict()
         self._listeners: dict[str, list[Listener]] = {}
         self._listeners_lock = threading.Lock()
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
-        if not read_only:
+        self._lock_fd = -1
+        if read_only:
+            if not (data_dir / "commitlog").is_dir() or not (data_dir / "index").is_dir():
+                raise StoreError(f"{data_dir} holds no store (no commitlog/ and index/)")
+        else:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -176,9 +180,11 @@ class MessageStore:
                 raise StoreError(
                     f"data directory {data_dir} is in use by another process"
                 ) from None
-        self.log = CommitLog(data_dir / "commitlog", config.segment_bytes)
-        self.index = ConsumeQueueIndex(data_dir / "index")
-        self.state = ConsumerState(data_dir / "state", sync=config.durability == Durability.SYNC)
+        self.log = CommitLog(data_dir / "commitlog", config.segment_bytes, read_only)
+        self.index = ConsumeQueueIndex(data_dir / "index", read_only)
+        self.state = ConsumerState(
+            data_dir / "state", sync=config.durability == Durability.SYNC, read_only=read_only
+        )
         cp = self.index.checkpoint() or Checkpoint()
         self._next_id = cp.next_id
         self._cleaned_to = cp.cleaned_to
@@ -211,6 +217,14 @@ class MessageStore:
         )
         return store
 
+    @classmethod
+    def open_read_only(
+        cls, data_dir: str | os.PathLike[str], config: StoreConfig | None = None
+    ) -> MessageStore:
+        """Open a snapshot of the store for reading (stats, listing, verify), without
+        recovery and without the directory lock, so it works beside a running gateway."""
+        return cls(Path(data_dir), config or StoreConfig(), read_only=True)
+
     def __enter__(self) -> MessageStore:
         return self
 
@@ -224,13 +238,16 @@ class MessageStore:
             self._closed = True
             if self.flusher is not None:
                 self.flusher.close()
+            if not self.read_only:
+                self.index.flush()
             self._close_files()
 
     def _close_files(self) -> None:
         self.log.close()
         self.index.close()
         self.state.close()
-        os.close(self._lock_fd)
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -556,9 +573,7 @@ class MessageStore:
                 continue
             off = 0
             for entry in entries[i:j]:
-                out.append(
-                    decode_record(raw[off : off + entry.record_size], entry.position)
-                )
+                out.append(decode_record(raw[off : off + entry.record_size], entry.position))
                 off += entry.record_size
             i = j
         return out
