@@ -36,10 +36,12 @@ from __future__ import annotations
 import shutil
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+
+from broker_core.record import dispatch_name
 
 ENTRY = struct.Struct(">QIIQQ")
 META = struct.Struct(">QQQQQQQ")
@@ -85,6 +87,14 @@ class LmqMeta:
     last_write_ms: int = 0
     touched_ms: int = 0
     min_position: int = 0
+    #: Not stored: the LMQ's entry-key prefix and its name as written in dispatch lists,
+    #: computed once per cached LMQ so the append path does not redo them per message.
+    key_prefix: bytes = field(default=b"", compare=False, repr=False)
+    wire: bytes = field(default=b"", compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.key_prefix = _META_KEY.pack(b"E", self.id)
+        self.wire = dispatch_name(self.name.encode())
 
     @property
     def count(self) -> int:
@@ -107,7 +117,7 @@ class LmqMeta:
     @classmethod
     def decode(cls, lmq_id: int, raw: bytes) -> LmqMeta:
         fields = META.unpack_from(raw, 0)
-        return cls(lmq_id, raw[META.size :].decode(), *fields)
+        return cls(lmq_id, raw[META.size :].decode(), *fields)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +234,11 @@ class IndexBatch:
         self.index = index
         self.wb = WriteBatch(raw_mode=True)
         self.puts = 0
+
+    def put_raw(self, key: bytes, value: bytes) -> None:
+        """Hot path of :meth:`put_entry`: ``key`` = ``meta.key_prefix`` + offset (u64)
+        and ``value`` packed with :data:`ENTRY`, once per message for all its LMQs."""
+        self.wb.put(key, value)
 
     def put_entry(
         self,

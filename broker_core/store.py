@@ -38,10 +38,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from struct import Struct
+from typing import NamedTuple
 
 from broker_core.commit_log import CommitLog, SegmentGone
 from broker_core.config import Durability, StoreConfig
 from broker_core.consume_queue import (
+    ENTRY,
     Checkpoint,
     ConsumeQueueIndex,
     IndexBatch,
@@ -57,11 +60,19 @@ from broker_core.errors import (
     UnknownLmq,
 )
 from broker_core.group_commit import Flusher
-from broker_core.record import Message, Record, RecordType, decode_record, encode_record
+from broker_core.record import (
+    Message,
+    Record,
+    RecordType,
+    decode_record,
+    encode_dispatch_wire,
+    encode_record_with_tail,
+)
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[str, int], None]
+_OFFSET = Struct(">Q")
 
 
 def now_ms() -> int:
@@ -75,10 +86,9 @@ def tag_hash(tag: str) -> int:
     return int.from_bytes(hashlib.blake2b(tag.encode(), digest_size=8).digest(), "big") or 1
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):
     """Where an appended message went: its log position and its offset in each LMQ (in
-    the order the LMQs were given)."""
+    the order the LMQs were given). A NamedTuple: one is built per message."""
 
     position: int
     size: int
@@ -273,7 +283,8 @@ class MessageStore:
         return raw
 
     def _meta_for_write(self, name: str, now: int, batch: IndexBatch, pending: _Pending) -> LmqMeta:
-        """The LMQ's cached state, loading or creating it. Append lock held."""
+        """The LMQ's cached state, loading or creating it. Append lock held. A created or
+        loaded LMQ goes into ``pending.metas`` so a failed batch can forget it."""
         meta = self._cache.get(name)
         if meta is not None:
             self._cache.move_to_end(name)
@@ -285,7 +296,7 @@ class MessageStore:
             meta = LmqMeta(self._next_id, name, created_ms=now, last_write_ms=now)
             self._next_id += 1
             batch.put_name(raw, meta.id)
-            pending.metas[meta.id] = meta
+        pending.metas[meta.id] = meta
         self._cache[name] = meta
         return meta
 
@@ -343,34 +354,37 @@ class MessageStore:
     def _write_locked(
         self, items: Sequence[tuple[Message, Sequence[str], RecordType]]
     ) -> tuple[list[AppendResult], list[LmqMeta]]:
+        """Encode, write and index ``items``. Append lock held. This is the hot path:
+        per message one encode, one log buffer append and one index value; per target
+        LMQ one key and one WriteBatch put."""
         now = now_ms()
         log_ = self.log
         batch = self.index.new_batch()
+        put = batch.wb.put
         pending = _Pending(start=log_.end, next_id=self._next_id)
-        touched: dict[int, LmqMeta] = {}
+        touched = pending.metas
         results: list[AppendResult] = []
         buf = bytearray()
         pos = log_.end
         seg_room = self.config.segment_bytes
+        cache = self._cache
+        pack_entry = ENTRY.pack
+        pack_offset = _OFFSET.pack
         try:
             for message, lmqs, rtype in items:
                 if len(lmqs) > 1 and len(set(lmqs)) != len(lmqs):
                     lmqs = list(dict.fromkeys(lmqs))
-                metas = [self._meta_for_write(name, now, batch, pending) for name in lmqs]
-                for meta in metas:
-                    if meta.id not in pending.metas:
-                        pending.metas[meta.id] = meta
-                if rtype == RecordType.MESSAGE:
-                    offsets = tuple(meta.next_offset for meta in metas)
-                else:  # removal: the dispatch list records where each LMQ ended
-                    offsets = tuple(meta.next_offset for meta in metas)
-                record = encode_record(
-                    position=pos,
-                    store_ms=now,
-                    message=message,
-                    dispatch=[(m.name.encode(), o) for m, o in zip(metas, offsets, strict=True)],
-                    record_type=rtype,
-                )
+                metas = []
+                for name in lmqs:
+                    meta = cache.get(name)
+                    if meta is None:
+                        meta = self._meta_for_write(name, now, batch, pending)
+                    else:
+                        cache.move_to_end(name)
+                    metas.append(meta)
+                offsets = [meta.next_offset for meta in metas]
+                tail = encode_dispatch_wire([meta.wire for meta in metas], offsets)
+                record = encode_record_with_tail(pos, now, message, tail, rtype)
                 size = len(record)
                 if size > seg_room:
                     raise MessageTooLarge(size, seg_room)
@@ -381,11 +395,11 @@ class MessageStore:
                     log_.roll()
                 buf += record
                 if rtype == RecordType.MESSAGE:
-                    thash = tag_hash(message.tag)
                     body = len(message.body)
+                    value = pack_entry(pos, size, body, tag_hash(message.tag), now)
                     for meta, offset in zip(metas, offsets, strict=True):
-                        batch.put_entry(meta.id, offset, pos, size, body, thash, now)
-                        if meta.next_offset == meta.min_offset:
+                        put(meta.key_prefix + pack_offset(offset), value)
+                        if offset == meta.min_offset:
                             meta.min_position = pos
                         meta.next_offset = offset + 1
                         meta.bytes += body
@@ -395,7 +409,7 @@ class MessageStore:
                     for meta in metas:
                         self._drop_lmq_locked(meta, batch)
                         touched.pop(meta.id, None)
-                results.append(AppendResult(pos, size, now, offsets))
+                results.append(AppendResult(pos, size, now, tuple(offsets)))
                 pos += size
             if buf:
                 log_.write(buf)

@@ -11,8 +11,9 @@ from broker_core import Durability, Message, MessageStore, StoreConfig
 
 def main() -> None:
     data_dir, seed = sys.argv[1], int(sys.argv[2])
-    cfg = StoreConfig(durability=Durability.SYNC, segment_bytes=256 * 1024,
-                      max_message_bytes=16 * 1024)
+    cfg = StoreConfig(
+        durability=Durability.SYNC, segment_bytes=256 * 1024, max_message_bytes=16 * 1024
+    )
     rnd = random.Random(seed)
     names = [f"dev/{i}" for i in range(12)]
     store = MessageStore.open(data_dir, cfg)

@@ -16,12 +16,14 @@ BODY = b"r" * 8_000
 
 
 def test_retention_by_size_drops_segments_and_index_entries(tmp_path):
-    cfg = StoreConfig(segment_bytes=SMALL.segment_bytes, max_message_bytes=64 * 1024,
-                      retention_bytes=600 * 1024)
+    cfg = StoreConfig(
+        segment_bytes=SMALL.segment_bytes, max_message_bytes=64 * 1024, retention_bytes=600 * 1024
+    )
     with MessageStore.open(tmp_path, cfg) as s:
         for i in range(300):
-            s.append(Message(topic="t", body=BODY), ["busy"] + (["rare"] if i == 0 else []),
-                     wait=False)
+            s.append(
+                Message(topic="t", body=BODY), ["busy"] + (["rare"] if i == 0 else []), wait=False
+            )
         before = s.lmq("busy")
         report = apply_retention(s)
         assert report.segments_removed > 0
@@ -41,8 +43,9 @@ def test_retention_by_size_drops_segments_and_index_entries(tmp_path):
 
 
 def test_retention_by_age_uses_segment_mtime(tmp_path):
-    cfg = StoreConfig(segment_bytes=SMALL.segment_bytes, max_message_bytes=64 * 1024,
-                      retention_ms=3_600_000)
+    cfg = StoreConfig(
+        segment_bytes=SMALL.segment_bytes, max_message_bytes=64 * 1024, retention_ms=3_600_000
+    )
     with MessageStore.open(tmp_path, cfg) as s:
         for _ in range(100):
             s.append(Message(topic="t", body=BODY), ["q"], wait=False)

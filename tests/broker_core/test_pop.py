@@ -62,9 +62,7 @@ def test_change_invisible_time(store):
 
 
 def test_dead_letter_after_max_deliveries(tmp_path):
-    cfg = StoreConfig(
-        segment_bytes=SMALL.segment_bytes, max_message_bytes=1024, max_deliveries=3
-    )
+    cfg = StoreConfig(segment_bytes=SMALL.segment_bytes, max_message_bytes=1024, max_deliveries=3)
     with MessageStore.open(tmp_path, cfg) as s:
         s.append(Message(topic="t", body=b"poison", properties={"k": b"v"}), ["q"])
         for attempt in range(1, 4):
@@ -82,11 +80,12 @@ def test_dead_letter_after_max_deliveries(tmp_path):
 def test_pop_state_survives_restart(tmp_path):
     with MessageStore.open(tmp_path, SMALL) as s:
         fill(s, 5)
-        popped = s.pop("g", "q", 3, 1)
+        popped = s.pop("g", "q", 3, 5_000)
         s.ack(popped[1].receipt)
         keep = s.pop("g", "q", 1, 3_600_000)[0]
+        assert keep.message.offset == 3
     with MessageStore.open(tmp_path, SMALL) as s:
-        s.revive(now_ms() + 10)
+        s.revive(now_ms() + 10_000)
         got = s.pop("g", "q", 10, 30_000)
         # offsets 0 and 2 came back; 1 was acked; 3 is still invisible; 4 is new
         assert sorted((p.message.offset, p.deliveries) for p in got) == [(0, 2), (2, 2), (4, 1)]
