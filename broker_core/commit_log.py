@@ -156,6 +156,10 @@ class CommitLog:
 
     # -- writing (one writer at a time) ------------------------------------------------
 
+    @property
+    def active_size(self) -> int:
+        return self._segments[-1].size
+
     def fits(self, size: int) -> bool:
         """Whether a record of ``size`` bytes fits in the active segment."""
         return self._segments[-1].size + size <= self.segment_bytes

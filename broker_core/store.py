@@ -73,6 +73,8 @@ log = logging.getLogger(__name__)
 
 Listener = Callable[[str, int], None]
 _OFFSET = Struct(">Q")
+#: Decoded records kept for readers at the tail (see MessageStore._read_entries).
+_RECORD_CACHE = 4096
 
 
 def now_ms() -> int:
@@ -174,6 +176,7 @@ class MessageStore:
         self._pop_lock = threading.RLock()
         self._closed = False
         self._cache: OrderedDict[str, LmqMeta] = OrderedDict()
+        self._records: dict[int, Record] = {}  # position -> decoded record, FIFO-bounded
         self._listeners: dict[str, list[Listener]] = {}
         self._listeners_lock = threading.Lock()
         self._lock_fd = -1
@@ -367,6 +370,7 @@ class MessageStore:
         buf = bytearray()
         pos = log_.end
         seg_room = self.config.segment_bytes
+        room = seg_room - log_.active_size  # what fits in the active segment
         cache = self._cache
         pack_entry = ENTRY.pack
         pack_offset = _OFFSET.pack
@@ -386,17 +390,20 @@ class MessageStore:
                 tail = encode_dispatch_wire([meta.wire for meta in metas], offsets)
                 record = encode_record_with_tail(pos, now, message, tail, rtype)
                 size = len(record)
-                if size > seg_room:
-                    raise MessageTooLarge(size, seg_room)
-                if not log_.fits(len(buf) + size):
+                if len(buf) + size > room:
+                    if size > seg_room:
+                        raise MessageTooLarge(size, seg_room)
                     if buf:
                         log_.write(buf)
                         buf = bytearray()
-                    log_.roll()
+                    if not log_.fits(size):
+                        log_.roll()
+                    room = seg_room - log_.active_size
                 buf += record
                 if rtype == RecordType.MESSAGE:
                     body = len(message.body)
-                    value = pack_entry(pos, size, body, tag_hash(message.tag), now)
+                    thash = tag_hash(message.tag) if message.tag else 0
+                    value = pack_entry(pos, size, body, thash, now)
                     for meta, offset in zip(metas, offsets, strict=True):
                         put(meta.key_prefix + pack_offset(offset), value)
                         if offset == meta.min_offset:
@@ -428,6 +435,7 @@ class MessageStore:
         for meta in pending.metas.values():
             self._cache.pop(meta.name, None)
         self._next_id = pending.next_id
+        self._records.clear()  # positions past pending.start will be reused
         if self.log.end > pending.start:
             try:
                 self.log.truncate(pending.start)
@@ -570,11 +578,20 @@ class MessageStore:
         return PullResult(messages, next_offset, min_offset, max_offset)
 
     def _read_entries(self, entries: Sequence[IndexEntry]) -> list[Record | None]:
-        """Read the records of index entries, coalescing adjacent ones into one read."""
+        """Read the records of index entries, coalescing adjacent ones into one read.
+        Recently read records come from a small cache of decoded records: many
+        subscribers at the tail of one LMQ (or of LMQs sharing records) decode each
+        record once."""
         out: list[Record | None] = []
+        cache = self._records
         i, n = 0, len(entries)
         while i < n:
             first = entries[i]
+            hit = cache.get(first.position)
+            if hit is not None:
+                out.append(hit)
+                i += 1
+                continue
             j, end = i + 1, first.position + first.record_size
             while j < n and entries[j].position == end and end - first.position < 1 << 20:
                 end += entries[j].record_size
@@ -587,9 +604,13 @@ class MessageStore:
                 continue
             off = 0
             for entry in entries[i:j]:
-                out.append(decode_record(raw[off : off + entry.record_size], entry.position))
+                record = decode_record(raw[off : off + entry.record_size], entry.position)
+                out.append(record)
+                cache[entry.position] = record
                 off += entry.record_size
             i = j
+        while len(cache) > _RECORD_CACHE:
+            del cache[next(iter(cache))]
         return out
 
     def read_at(self, lmq: str, offset: int) -> StoredMessage | None:
