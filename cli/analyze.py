@@ -128,8 +128,7 @@ def fanout(
     except Exception as exc:  # Py4J/Spark errors: first line only, the rest is JVM noise
         if isinstance(exc, click.ClickException):
             raise
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise AnalyzeError(f"the Spark job failed: {first}") from exc
+        raise AnalyzeError(f"the Spark job failed: {_one_line(exc)}") from exc
 
     tail = result.summary["log"]["tail_bytes"]
     if tail:
@@ -143,6 +142,20 @@ def fanout(
             f"summary: {result.summary_md}"
         )
     click.echo(str(result.summary_md))
+
+
+def _one_line(exc: BaseException) -> str:
+    """First line of an error and, when it only says that something below failed, its
+    last line (the cause); JVM stack frames are left out."""
+    lines = [
+        ln.strip()
+        for ln in str(exc).splitlines()
+        if ln.strip() and not ln.strip().startswith("at ")
+    ]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
+    return text if len(text) <= 400 else text[:397] + "..."
 
 
 def _local(uri: str) -> bool:

@@ -13,6 +13,7 @@ _GROUPS: dict[str, tuple[str, str]] = {
     "offsets": ("cli.offsets", "offsets"),
     "store": ("cli.store", "store"),
     "analyze": ("cli.analyze", "analyze"),
+    "serve": ("cli.serve", "serve"),
 }
 
 

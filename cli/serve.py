@@ -1,0 +1,136 @@
+"""``lmq serve``: run the gateway until SIGINT or SIGTERM, then shut down gracefully.
+
+Prints one ``listening NAME HOST:PORT`` line per bound listener, then ``ready``; logs go
+to stderr. Options come from ``--config FILE`` (TOML, see docs/configuration.md) and the
+flags below, flags winning. A port of 0 disables a listener; ``auto`` binds a free port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+import click
+
+from broker_core import StoreError
+from gateway.config import LOG_FORMATS, LOG_LEVELS, OPTIONS, ConfigError, GatewayConfig, load_config
+from gateway.logs import configure_logging
+from gateway.server import Gateway
+
+log = logging.getLogger("gateway.serve")
+
+
+def _checked(key: str) -> Any:
+    """A click callback validating a flag with the config option's own checker."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None:
+            return None
+        try:
+            return OPTIONS[key](value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return callback
+
+
+_FLAGS = {
+    "data_dir": "data_dir",
+    "bind": "bind",
+    "mqtt_port": "mqtt_port",
+    "amqp_port": "amqp_port",
+    "unified_port": "unified_port",
+    "max_connections": "max_connections",
+    "connect_timeout": "connect_timeout",
+    "durability": "store.durability",
+    "log_format": "log_format",
+    "log_level": "log_level",
+}
+
+
+@click.command("serve")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="TOML configuration file; flags override it.",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="LMQ_DATA_DIR",
+    help="Data directory of the store (env LMQ_DATA_DIR). [default: ./lmq-data]",
+)
+@click.option("--bind", help="Address every listener binds. [default: 127.0.0.1]")
+@click.option(
+    "--mqtt-port", callback=_checked("mqtt_port"),
+    help="MQTT port; 0 disables, auto picks a free one. [default: 1883]",
+)
+@click.option(
+    "--amqp-port", callback=_checked("amqp_port"),
+    help="AMQP port; 0 disables, auto picks a free one. [default: 5672]",
+)
+@click.option(
+    "--unified-port", callback=_checked("unified_port"),
+    help="Unified MQTT/AMQP/HTTP port; 0 disables, auto picks a free one. [default: 8080]",
+)
+@click.option(
+    "--max-connections", type=int, callback=_checked("max_connections"),
+    help="Open connections allowed in total. [default: 10000]",
+)
+@click.option(
+    "--connect-timeout", type=float, callback=_checked("connect_timeout"),
+    help="Seconds a connection has to complete its handshake. [default: 10]",
+)
+@click.option(
+    "--durability", type=click.Choice(["async", "sync"]),
+    help="When appends are acknowledged (see docs/configuration.md). [default: async]",
+)
+@click.option("--log-format", type=click.Choice(LOG_FORMATS), help="[default: text]")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), help="[default: info]")
+def serve(config_file: Path | None, **flags: Any) -> None:
+    """Run the MQTT / AMQP gateway until SIGINT or SIGTERM."""
+    try:
+        config = load_config(config_file, {_FLAGS[k]: v for k, v in flags.items()})
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    handler = configure_logging(config.log_format, config.log_level)
+    try:
+        asyncio.run(_run(config))
+    except StoreError as exc:
+        hint = " (is another gateway running?)" if "in use" in str(exc) else ""
+        raise click.ClickException(f"store: {exc}{hint}") from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot start: {exc}") from None
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
+async def _run(config: GatewayConfig) -> None:
+    gateway = Gateway(config)
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def on_signal(sig: signal.Signals) -> None:
+        log.info("signal received, stopping", extra={"signal": sig.name})
+        gateway.request_stop()
+
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await gateway.start()
+        for bound in gateway.listeners:
+            click.echo(f"listening {bound.name} {bound.address}")
+        click.echo("ready")
+        await gateway.wait_stopped()
+        await gateway.stop()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+if __name__ == "__main__":
+    serve(prog_name="lmq serve")

@@ -1,0 +1,253 @@
+"""The gateway's configuration: a frozen dataclass, loaded from a TOML file and merged
+with command-line flags (flags win).
+
+Every option is documented where it is defined and in docs/configuration.md. The TOML
+file holds the top-level options as plain keys and the storage engine's options in a
+``[store]`` table (the fields of :class:`broker_core.StoreConfig`). Later tables
+(``[tls]``, ``[auth]``) get their own section the same way.
+
+Any problem — an unknown key, a value of the wrong type or out of range, a file that is
+not TOML — raises :class:`ConfigError` with a one-line message naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker_core import Durability, StoreConfig
+
+#: A listener port: 1-65535, 0 = the listener is disabled, ``"auto"`` = any free port
+#: (the port actually bound is reported by the gateway; meant for tests and tooling).
+Port = int | str
+AUTO = "auto"
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class ConfigError(ValueError):
+    """A configuration problem; ``str()`` is a one-line message naming the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    #: The data directory of the store (created if missing).
+    data_dir: Path = Path("./lmq-data")
+    #: The address every listener binds. 127.0.0.1 by default: exposing the gateway is an
+    #: explicit choice (issue 7 will require authentication or --allow-anonymous for it).
+    bind: str = "127.0.0.1"
+    #: Plain MQTT listener.
+    mqtt_port: Port = 1883
+    #: Plain AMQP 0-9-1 listener.
+    amqp_port: Port = 5672
+    #: The unified port: the first bytes of a connection choose MQTT, AMQP or HTTP
+    #: (/health, /metrics).
+    unified_port: Port = 8080
+    #: Open connections, all listeners together; more are closed at accept.
+    max_connections: int = 10_000
+    #: Open connections from one source address (0 = no per-address limit).
+    max_connections_per_address: int = 0
+    #: Largest MQTT packet / AMQP frame a front end accepts or sends, in bytes.
+    max_packet_size: int = 8 * 1024 * 1024
+    #: Seconds a new connection has to identify its protocol and finish its handshake
+    #: (MQTT CONNECT, AMQP connection.open); silent or slow ones are closed.
+    connect_timeout: float = 10.0
+    #: Seconds a graceful shutdown waits for connections to close after saying goodbye,
+    #: before aborting the rest.
+    shutdown_timeout: float = 10.0
+    #: Unsent output above which a connection's writer is paused (the front end waits on
+    #: ``conn.drain()``); it resumes below a quarter of this.
+    write_buffer_high: int = 256 * 1024
+    #: Unsent output above which a connection is aborted as a slow consumer. Bounds the
+    #: memory of a connection whose peer stops reading.
+    write_buffer_max: int = 32 * 1024 * 1024
+    #: Log line format: ``text`` or ``json`` (one JSON object per line).
+    log_format: str = "text"
+    #: Least severe log level written: debug, info, warning, error.
+    log_level: str = "info"
+    #: The storage engine's options (the ``[store]`` table).
+    store: StoreConfig = field(default_factory=StoreConfig)
+
+    def __post_init__(self) -> None:
+        if self.write_buffer_max < self.max_packet_size + self.write_buffer_high:
+            raise ConfigError(
+                "write_buffer_max must be at least max_packet_size + write_buffer_high"
+                f" ({self.max_packet_size + self.write_buffer_high})"
+            )
+
+    def port(self, name: str) -> int | None:
+        """The port to bind for listener ``name`` (mqtt, amqp, unified): ``None`` when
+        disabled, 0 for any free port."""
+        value = getattr(self, f"{name}_port")
+        if value == AUTO:
+            return 0
+        return int(value) or None
+
+
+# -- value checkers: each returns the converted value or raises ValueError(problem) -----
+
+
+def _int(minimum: int, maximum: int | None = None) -> Callable[[object], int]:
+    def check(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected an integer, got {value!r}")
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f"{minimum}-{maximum}" if maximum is not None else f">= {minimum}"
+            raise ValueError(f"must be {bound}, got {value}")
+        return value
+
+    return check
+
+
+def _seconds(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected a number of seconds, got {value!r}")
+    if not 0 < value <= 86_400:
+        raise ValueError(f"must be > 0 and at most 86400 seconds, got {value}")
+    return float(value)
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _nonempty(value: object) -> str:
+    if not _str(value):
+        raise ValueError("must not be empty")
+    return typing.cast(str, value)
+
+
+def _path(value: object) -> Path:
+    if isinstance(value, Path):
+        return value
+    return Path(_nonempty(value))
+
+
+def _choice(*choices: str) -> Callable[[object], str]:
+    def check(value: object) -> str:
+        if not isinstance(value, str) or value.lower() not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}, got {value!r}")
+        return value.lower()
+
+    return check
+
+
+def _port(value: object) -> Port:
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ValueError(f'expected a port 0-65535 (0 = disabled) or "auto", got {value!r}')
+    return value
+
+
+_GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
+    "data_dir": _path,
+    "bind": _nonempty,
+    "mqtt_port": _port,
+    "amqp_port": _port,
+    "unified_port": _port,
+    "max_connections": _int(1),
+    "max_connections_per_address": _int(0),
+    "max_packet_size": _int(1024, 268_435_455),
+    "connect_timeout": _seconds,
+    "shutdown_timeout": _seconds,
+    "write_buffer_high": _int(1024),
+    "write_buffer_max": _int(1024),
+    "log_format": _choice(*LOG_FORMATS),
+    "log_level": _choice(*LOG_LEVELS),
+}
+
+
+def _store_options() -> dict[str, Callable[[object], object]]:
+    hints = typing.get_type_hints(StoreConfig)
+    out: dict[str, Callable[[object], object]] = {}
+    for f in dataclasses.fields(StoreConfig):
+        kind = hints[f.name]
+        if kind is Durability:
+            out[f.name] = _choice(*(d.value for d in Durability))
+        elif kind is int:
+            out[f.name] = _int(0)
+        else:
+            out[f.name] = _nonempty
+    return out
+
+
+_STORE_OPTIONS = _store_options()
+
+#: Every option by its dotted name (``store.durability``), as flags pass them.
+OPTIONS: dict[str, Callable[[object], object]] = {
+    **_GATEWAY_OPTIONS,
+    **{f"store.{k}": v for k, v in _STORE_OPTIONS.items()},
+}
+
+
+def _flatten(table: Mapping[str, object], source: str) -> dict[str, object]:
+    flat: dict[str, object] = {}
+    for key, value in table.items():
+        if key == "store":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: store: expected a [store] table")
+            for sub, subvalue in value.items():
+                flat[f"store.{sub}"] = subvalue
+        else:
+            flat[key] = value
+    return flat
+
+
+def _check(flat: Mapping[str, object], source: str) -> dict[str, object]:
+    checked: dict[str, object] = {}
+    for key, value in flat.items():
+        checker = OPTIONS.get(key)
+        if checker is None:
+            raise ConfigError(f"{source}: unknown option {key!r}")
+        try:
+            checked[key] = checker(value)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {key}: {exc}") from None
+    return checked
+
+
+def read_toml(path: Path) -> dict[str, object]:
+    """The options of a TOML config file, flattened to dotted names and checked."""
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return _check(_flatten(raw, str(path)), str(path))
+
+
+def load_config(
+    path: Path | None = None, overrides: Mapping[str, object] | None = None
+) -> GatewayConfig:
+    """Defaults, then the TOML file at ``path`` (if any), then ``overrides`` (dotted
+    option names, e.g. from command-line flags; ``None`` values are ignored)."""
+    merged = read_toml(path) if path is not None else {}
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    merged.update(_check(given, "command line"))
+    return build_config(merged)
+
+
+def build_config(options: Mapping[str, object]) -> GatewayConfig:
+    """A config from checked dotted options; cross-option problems raise ConfigError."""
+    store_kw = {k[6:]: v for k, v in options.items() if k.startswith("store.")}
+    if "durability" in store_kw:
+        store_kw["durability"] = Durability(str(store_kw["durability"]))
+    top = {k: v for k, v in options.items() if not k.startswith("store.")}
+    try:
+        store = StoreConfig(**store_kw)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ConfigError(f"store.{exc}") from None
+    return GatewayConfig(**top, store=store)  # type: ignore[arg-type]

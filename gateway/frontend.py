@@ -1,0 +1,81 @@
+"""The interface between the gateway and its protocol front ends (MQTT, AMQP, HTTP, ...).
+
+How a front end plugs in
+------------------------
+1. A package or module (``gateway/mqtt/``, ``gateway/amqp/``) defines a function
+   ``create_frontend(gateway: Gateway) -> FrontEnd`` and a :class:`FrontEnd` subclass.
+   :mod:`gateway.frontends` lists the module with its sniffer; the gateway imports it at
+   start, and a module that does not exist yet is reported as unavailable.
+2. The gateway calls ``await front_end.start()`` once the store is open and before any
+   listener accepts.
+3. For every connection of its protocol — accepted on its own port, or sniffed on the
+   unified port — the gateway calls ``front_end.connection_made(conn)`` and feeds the
+   returned :class:`ConnectionHandler` the connection's bytes, starting with the bytes
+   already read while sniffing. ``conn`` is a :class:`gateway.connection.Connection`:
+   ``write``, ``drain``, ``pause_reading``/``resume_reading``, ``established``,
+   ``spawn``, ``close``, ``abort``.
+4. Graceful shutdown: after the listeners stop accepting, the gateway calls
+   ``front_end.goodbye(conn)`` for each of its connections (MQTT 5 sends DISCONNECT
+   0x8B, AMQP sends connection.close 320, then each closes), waits a bounded time for
+   them to close, aborts the rest, then calls ``await front_end.stop()`` while the store
+   is still open, and finally closes the store.
+
+Metrics: ``self.gateway.metrics.counter(...)`` / ``.gauge(...)`` at start (see
+:mod:`gateway.metrics`). Shared state (sessions, retained messages) lives on the front
+end object; per-connection state on its handler.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
+    from gateway.server import Gateway
+
+
+class ConnectionHandler:
+    """A front end's per-connection object. The gateway calls these methods on the
+    event loop, in order: ``data_received`` any number of times, then possibly
+    ``eof_received``, then ``connection_lost`` exactly once."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def data_received(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def eof_received(self) -> bool:
+        """The peer closed its writing side. Return True to keep the connection open
+        for writing; the default closes it."""
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """The connection is gone (closed, aborted or reset). The connection's tasks
+        (``conn.spawn``) are cancelled right after this returns."""
+
+
+class FrontEnd:
+    """One protocol's front end; one instance per gateway (shared server state)."""
+
+    #: The protocol name: ``mqtt``, ``amqp``, ``http``; labels metrics and logs.
+    name: ClassVar[str] = ""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def start(self) -> None:
+        """The store is open; no listener accepts yet. Load state, register metrics."""
+
+    def connection_made(self, conn: Connection) -> ConnectionHandler:
+        raise NotImplementedError
+
+    def goodbye(self, conn: Connection) -> None:
+        """Shutdown: tell this connection goodbye the protocol's way and close it (or let
+        the peer close). The gateway aborts it if it is still open after
+        ``shutdown_timeout``. The default just closes the socket."""
+        conn.close("shutdown")
+
+    async def stop(self) -> None:
+        """Shutdown: every connection is closed; the store is still open. Persist what
+        must survive a restart and stop background work."""

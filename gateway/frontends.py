@@ -1,0 +1,79 @@
+"""The one place that lists the gateway's front ends and how to recognise them.
+
+To add a protocol (RocketMQ remoting is next, RIP-55): write its sniffer in
+:mod:`gateway.sniff`, a module with ``create_frontend(gateway)`` (see
+:mod:`gateway.frontend`), and add a :class:`FrontEndSpec` to :data:`FRONT_ENDS`. A
+dedicated port, if the protocol has one, is a config option plus an entry in
+:data:`gateway.server.LISTENERS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gateway.sniff import Sniffer, sniff_amqp, sniff_http, sniff_mqtt
+
+if TYPE_CHECKING:
+    from gateway.frontend import FrontEnd
+    from gateway.server import Gateway
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class FrontEndSpec:
+    #: Protocol name (``mqtt``); the unified port and the plain listeners refer to it.
+    name: str
+    #: Module imported at start; it must define ``create_frontend(gateway) -> FrontEnd``.
+    module: str
+    #: Recognises the protocol from a connection's first bytes (see gateway.sniff).
+    sniff: Sniffer
+    #: Whether the unified port serves this protocol.
+    unified: bool = True
+    #: Builds the front end directly instead of importing ``module`` (tests, plug-ins
+    #: that live outside ``gateway/``).
+    factory: Callable[[Gateway], FrontEnd] | None = None
+
+
+FRONT_ENDS: tuple[FrontEndSpec, ...] = (
+    FrontEndSpec("mqtt", "gateway.mqtt", sniff_mqtt),
+    FrontEndSpec("amqp", "gateway.amqp", sniff_amqp),
+    FrontEndSpec("http", "gateway.http", sniff_http),
+    # FrontEndSpec("remoting", "gateway.remoting", sniff_remoting),  # RIP-55, later
+)
+
+
+def load_front_end(spec: FrontEndSpec, gateway: Gateway) -> FrontEnd | None:
+    """The front end of ``spec``, or ``None`` (logged) when its module does not exist
+    yet or has no ``create_frontend``. Any other import error propagates: a front end
+    that exists but is broken must stop the start, not be skipped silently."""
+    if spec.factory is not None:
+        return _checked(spec, spec.factory(gateway))
+    try:
+        module = importlib.import_module(spec.module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and (spec.module + ".").startswith(exc.name + "."):
+            log.warning(
+                "front end not available",
+                extra={"protocol": spec.name, "import": spec.module, "reason": "not installed"},
+            )
+            return None
+        raise
+    factory = getattr(module, "create_frontend", None)
+    if factory is None:
+        log.warning(
+            "front end not available",
+            extra={"protocol": spec.name, "import": spec.module, "reason": "no create_frontend"},
+        )
+        return None
+    return _checked(spec, factory(gateway))
+
+
+def _checked(spec: FrontEndSpec, front_end: FrontEnd) -> FrontEnd:
+    if front_end.name != spec.name:
+        raise RuntimeError(f"{spec.module} created front end {front_end.name!r}, not {spec.name!r}")
+    return front_end

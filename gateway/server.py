@@ -1,0 +1,334 @@
+"""The gateway: owns the store, the front ends, the listeners and every connection.
+
+Shared server state lives here (the connection table, the counters, the registry);
+per-connection state in :class:`gateway.connection.Connection`; per-session state in
+the front ends.
+
+Lifecycle::
+
+    gateway = Gateway(config)
+    await gateway.start()        # open the store, start front ends, bind listeners
+    await gateway.wait_stopped() # until gateway.request_stop() (e.g. on SIGTERM)
+    await gateway.stop()         # ordered, idempotent
+
+Shutdown order (after hypercorn): stop accepting; tell every connection goodbye through
+its front end (MQTT 5 DISCONNECT 0x8B, AMQP connection.close 320); wait up to
+``shutdown_timeout`` for them to close; abort the rest; cancel the tasks left; stop the
+front ends (the store is still open for them); close the store, which flushes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections import Counter as Tally
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from broker_core import MessageStore
+from gateway.config import GatewayConfig
+from gateway.connection import Connection, GatewayProtocol, format_address
+from gateway.frontend import FrontEnd
+from gateway.frontends import FRONT_ENDS, FrontEndSpec, load_front_end
+from gateway.metrics import Registry
+from gateway.sniff import Sniffer
+from gateway.tasks import TaskOwner
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSpec:
+    #: Listener name, also the config option prefix (``mqtt`` -> ``mqtt_port``).
+    name: str
+    #: The protocol every connection speaks; ``None`` = sniff it (the unified port).
+    protocol: str | None
+
+
+LISTENERS: tuple[ListenerSpec, ...] = (
+    ListenerSpec("mqtt", "mqtt"),
+    ListenerSpec("amqp", "amqp"),
+    ListenerSpec("unified", None),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BoundListener:
+    name: str
+    protocols: tuple[str, ...]
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return format_address((self.host, self.port))
+
+
+class Gateway:
+    def __init__(
+        self, config: GatewayConfig, *, front_ends: Sequence[FrontEndSpec] = FRONT_ENDS
+    ) -> None:
+        self.config = config
+        self.specs = tuple(front_ends)
+        self.store: MessageStore | None = None
+        self.front_ends: dict[str, FrontEnd] = {}
+        #: (protocol, sniffer) of every front end the unified port serves, in order.
+        self.sniffers: list[tuple[str, Sniffer]] = [
+            (s.name, s.sniff) for s in self.specs if s.unified
+        ]
+        self.listeners: list[BoundListener] = []
+        self.connections: dict[int, Connection] = {}
+        self.tasks = TaskOwner()
+        self.metrics = Registry()
+        self.started_at = time.monotonic()
+        self.stopping = False
+        #: The event loop, set by :meth:`start`: store listener callbacks run on the
+        #: appending thread and hand over with ``gateway.loop.call_soon_threadsafe``.
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._servers: list[asyncio.Server] = []
+        self._per_address: Tally[str] = Tally()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._stop_requested = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._stop_task: asyncio.Task[None] | None = None
+        self._register_metrics()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the store, start the front ends, bind the listeners. On failure
+        everything opened so far is closed again and the error propagates."""
+        cfg = self.config
+        loop = self.loop = asyncio.get_running_loop()
+        log.info("opening store", extra={"data_dir": str(cfg.data_dir)})
+        self.store = await asyncio.to_thread(MessageStore.open, cfg.data_dir, cfg.store)
+        recovery = self.store.recovery
+        log.info("store open", extra={"recovery": recovery.summary() if recovery else "-"})
+        try:
+            for spec in self.specs:
+                front_end = load_front_end(spec, self)
+                if front_end is not None:
+                    await front_end.start()
+                    self.front_ends[spec.name] = front_end
+            for listener in LISTENERS:
+                port = cfg.port(listener.name)
+                if port is not None:
+                    await self._listen(loop, listener, port)
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("gateway ready", extra={"front_ends": ",".join(self.front_ends) or "-"})
+
+    async def _listen(
+        self, loop: asyncio.AbstractEventLoop, listener: ListenerSpec, port: int
+    ) -> None:
+        server = await loop.create_server(
+            functools.partial(GatewayProtocol, self, listener),
+            self.config.bind,
+            port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        self._servers.append(server)
+        if listener.protocol is not None:
+            protocols: tuple[str, ...] = (listener.protocol,)
+        else:
+            protocols = tuple(name for name, _ in self.sniffers)
+        for sock in server.sockets:
+            host, bound = sock.getsockname()[:2]
+            bl = BoundListener(listener.name, protocols, host, bound)
+            self.listeners.append(bl)
+            log.info(
+                "listener started",
+                extra={
+                    "listener": bl.name, "address": bl.address, "protocols": ",".join(protocols)
+                },
+            )
+
+    def request_stop(self) -> None:
+        """Ask :meth:`wait_stopped` to return (signal handlers call this)."""
+        self._stop_requested.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stop_requested.wait()
+
+    async def stop(self) -> None:
+        """Graceful shutdown; safe to call more than once and concurrently."""
+        if self._stop_task is None:
+            self._stop_task = asyncio.get_running_loop().create_task(self._shutdown())
+        await asyncio.shield(self._stop_task)
+
+    async def _shutdown(self) -> None:
+        self.stopping = True
+        self._stop_requested.set()
+        bound = self.config.shutdown_timeout
+        log.info("shutdown: stop accepting", extra={"connections": len(self.connections)})
+        for server in self._servers:
+            server.close()
+        log.info("shutdown: saying goodbye", extra={"connections": len(self.connections)})
+        for conn in list(self.connections.values()):
+            front_end = self.front_ends.get(conn.protocol or "")
+            if conn.handler is None or front_end is None:
+                conn.close("shutdown")
+                continue
+            try:
+                front_end.goodbye(conn)
+            except Exception:
+                log.exception("goodbye failed", extra=conn.log_fields())
+                conn.abort("shutdown")
+        if not await _wait_event(self._idle, bound):
+            log.warning("shutdown: aborting connections", extra={"left": len(self.connections)})
+            for conn in list(self.connections.values()):
+                conn.abort("shutdown timeout")
+            await _wait_event(self._idle, 1.0)
+        for server in self._servers:
+            await server.wait_closed()
+        self.tasks.cancel()
+        left = await self.tasks.join(bound)
+        if left:
+            log.warning("shutdown: tasks did not finish", extra={"left": left})
+        for name, front_end in self.front_ends.items():
+            try:
+                await asyncio.wait_for(front_end.stop(), bound)
+            except Exception:
+                log.exception("shutdown: front end stop failed", extra={"protocol": name})
+        if self.store is not None:
+            log.info("shutdown: closing store")
+            await asyncio.to_thread(self.store.close)
+        log.info("shutdown: done")
+        self._stopped.set()
+
+    async def __aenter__(self) -> Gateway:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- tasks and lookup --------------------------------------------------------------
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
+        """Run ``coro`` as a gateway-owned task (cancelled at shutdown)."""
+        return self.tasks.spawn(coro, name)
+
+    def listener(self, name: str) -> BoundListener | None:
+        return next((bl for bl in self.listeners if bl.name == name), None)
+
+    def uptime(self) -> float:
+        return time.monotonic() - self.started_at
+
+    # -- connections (called by GatewayProtocol) ----------------------------------------
+
+    def _admit(self, listener: str, transport: asyncio.Transport) -> Connection | None:
+        cfg = self.config
+        self._accepted.inc(listener=listener)
+        reason = ""
+        peer = transport.get_extra_info("peername")
+        host = peer[0] if isinstance(peer, tuple) else str(peer)
+        if self.stopping:
+            reason = "shutting_down"
+        elif len(self.connections) >= cfg.max_connections:
+            reason = "max_connections"
+        elif (
+            cfg.max_connections_per_address
+            and self._per_address[host] >= cfg.max_connections_per_address
+        ):
+            reason = "max_connections_per_address"
+        if reason:
+            self.count_rejected(reason)
+            log.warning(
+                "connection refused",
+                extra={"peer": format_address(peer), "listener": listener, "reason": reason},
+            )
+            transport.close()
+            return None
+        conn = Connection(self, listener, transport)
+        self.connections[conn.id] = conn
+        self._per_address[conn.peer_host] += 1
+        self._idle.clear()
+        self._open.inc(protocol="pending")
+        conn._start_connect_timer(cfg.connect_timeout)
+        log.info("connection accepted", extra=conn.log_fields())
+        return conn
+
+    def _assign_protocol(self, conn: Connection, protocol: str) -> None:
+        conn.protocol = protocol
+        self._open.dec(protocol="pending")
+        self._open.inc(protocol=protocol)
+
+    def _release(self, conn: Connection, exc: Exception | None) -> None:
+        if self.connections.pop(conn.id, None) is None:
+            return
+        conn._lost()
+        self._per_address[conn.peer_host] -= 1
+        if self._per_address[conn.peer_host] <= 0:
+            del self._per_address[conn.peer_host]
+        protocol = conn.protocol or "pending"
+        self._open.dec(protocol=protocol)
+        self._closed_total.inc(protocol=protocol)
+        reason = conn.close_reason or ("error" if exc else "closed")
+        fields = {**conn.log_fields(), "reason": reason, "bytes_in": conn.bytes_in,
+                  "bytes_out": conn.bytes_out,
+                  "seconds": round(time.monotonic() - conn.opened_at, 3)}
+        if exc is not None:
+            fields["error"] = str(exc) or type(exc).__name__
+        log.info("connection closed", extra=fields)
+        if not self.connections:
+            self._idle.set()
+
+    def count_rejected(self, reason: str) -> None:
+        self._rejected.inc(reason=reason)
+
+    # -- metrics -----------------------------------------------------------------------
+
+    def _register_metrics(self) -> None:
+        m = self.metrics
+        self._open = m.gauge("lmq_connections", "Open connections by protocol", ("protocol",))
+        self._accepted = m.counter(
+            "lmq_connections_accepted_total", "Connections accepted by listener", ("listener",)
+        )
+        self._closed_total = m.counter(
+            "lmq_connections_closed_total", "Connections closed by protocol", ("protocol",)
+        )
+        self._rejected = m.counter(
+            "lmq_connections_rejected_total",
+            "Connections closed by the gateway before or instead of serving them",
+            ("reason",),
+        )
+        uptime = m.gauge("lmq_uptime_seconds", "Seconds since the gateway started")
+        m.on_collect(lambda: uptime.set(round(self.uptime(), 3)))
+        self._store_gauges = {
+            key: m.gauge(f"lmq_store_{key}", text)
+            for key, text in (
+                ("log_bytes", "Bytes in commit-log segments"),
+                ("segments", "Commit-log segments"),
+                ("lmqs", "LMQs in the index"),
+                ("log_end_position", "Commit-log end position"),
+                ("index_disk_bytes", "Bytes of the consume-queue index on disk"),
+            )
+        }
+
+    async def store_stats(self) -> dict[str, Any]:
+        """The store's statistics (read in a thread: they touch the disk); also updates
+        the ``lmq_store_*`` gauges."""
+        store = self.store
+        if store is None:
+            return {}
+        stats = await asyncio.to_thread(store.stats)
+        for key, gauge in self._store_gauges.items():
+            value = stats.get(key)
+            if isinstance(value, int | float):
+                gauge.set(value)
+        return stats
+
+
+async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except TimeoutError:
+        return False
+    return True

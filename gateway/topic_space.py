@@ -1,0 +1,99 @@
+"""One topic space for MQTT subscription filters and AMQP ``amq.topic`` bindings.
+
+DESIGN.md: "MQTT topics and the amq.topic exchange share one topic space (``a/b/c`` <->
+routing key ``a.b.c``, ``+`` <-> ``*``, ``#`` <-> ``#``), as RabbitMQ's MQTT plugin does.
+An MQTT publish that also matches AMQP bindings is still one append."
+
+This object answers "which LMQs does a message go to" for both front ends:
+
+- ``route_mqtt(topic)``: the LMQ of every MQTT filter matching ``topic`` plus whatever
+  the AMQP front end's ``amq.topic`` router returns for ``mqtt_to_amqp(topic)``;
+- ``route_amq_topic(routing_key)``: the MQTT filter LMQs matching ``amqp_to_mqtt(key)``
+  (the AMQP front end adds its own bound queues).
+
+MQTT filters are reference-counted: every subscription of every session that holds a
+filter (online, or offline with a persistent session whose backlog must accumulate)
+counts once; the filter leaves the trie when the last one goes. The LMQ itself stays
+until cleanup removes it (idle TTL).
+
+LMQ names are namespaced per protocol so that an MQTT filter can never collide with an
+AMQP queue name: ``mqtt:<filter>`` and ``amqp:<vhost>:<queue>``.
+
+Event-loop thread only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from lmq.topic_space import amqp_to_mqtt, mqtt_to_amqp
+from lmq.topic_trie import TopicTrie
+
+MQTT_PREFIX = "mqtt:"
+AMQP_PREFIX = "amqp:"
+
+
+def mqtt_lmq(topic_filter: str) -> str:
+    """The LMQ of an MQTT subscription filter (also the LMQ a ``$share`` group pops)."""
+    return MQTT_PREFIX + topic_filter
+
+
+def amqp_queue_lmq(vhost: str, queue: str) -> str:
+    return f"{AMQP_PREFIX}{vhost}:{queue}"
+
+
+class TopicSpace:
+    def __init__(self) -> None:
+        self._filters = TopicTrie()
+        self._refs: dict[str, int] = {}
+        self._amq_topic: Callable[[str], list[str]] | None = None
+
+    # -- MQTT filters --------------------------------------------------------------------
+
+    def add_filter(self, topic_filter: str) -> str:
+        """Count one more subscription on ``topic_filter``; returns its LMQ name."""
+        count = self._refs.get(topic_filter, 0)
+        if count == 0:
+            self._filters.add(topic_filter, mqtt_lmq(topic_filter))
+        self._refs[topic_filter] = count + 1
+        return mqtt_lmq(topic_filter)
+
+    def remove_filter(self, topic_filter: str) -> None:
+        count = self._refs.get(topic_filter, 0)
+        if count <= 1:
+            self._refs.pop(topic_filter, None)
+            self._filters.remove(topic_filter, mqtt_lmq(topic_filter))
+        else:
+            self._refs[topic_filter] = count - 1
+
+    def filter_count(self) -> int:
+        return len(self._refs)
+
+    def subscriptions_on(self, topic_filter: str) -> int:
+        return self._refs.get(topic_filter, 0)
+
+    # -- AMQP -------------------------------------------------------------------------
+
+    def set_amq_topic_router(self, router: Callable[[str], list[str]] | None) -> None:
+        """The AMQP front end's answer to "which queue LMQs does ``amq.topic`` route this
+        routing key to" (its bindings, exchange-to-exchange bindings included)."""
+        self._amq_topic = router
+
+    # -- routing ----------------------------------------------------------------------
+
+    def mqtt_matches(self, topic: str) -> list[str]:
+        return list(self._filters.matches(topic))
+
+    def route_mqtt(self, topic: str) -> list[str]:
+        lmqs = list(self._filters.matches(topic))
+        if self._amq_topic is not None:
+            lmqs.extend(self._amq_topic(mqtt_to_amqp(topic)))
+        return lmqs
+
+    def route_amq_topic(self, routing_key: str) -> list[str]:
+        """MQTT filter LMQs for an AMQP publish to ``amq.topic``. A routing key that
+        maps to an MQTT topic with wildcard characters reaches no MQTT subscriber."""
+        topic = amqp_to_mqtt(routing_key)
+        if not topic or "+" in topic or "#" in topic or "\x00" in topic:
+            return []
+        return list(self._filters.matches(topic))
