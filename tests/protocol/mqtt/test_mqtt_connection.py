@@ -1,0 +1,379 @@
+"""The connection state machine: a client machine and a server machine back to back."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol.mqtt import (
+    EMPTY_PROPERTIES,
+    NEED_DATA,
+    PAUSED,
+    Auth,
+    Connack,
+    Connect,
+    Connection,
+    ConnectionClosed,
+    Disconnect,
+    LocalProtocolError,
+    MQTTVersion,
+    OutgoingPacketTooLarge,
+    Packet,
+    Pingreq,
+    Pingresp,
+    Properties,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+    RemoteProtocolError,
+    Role,
+    State,
+    Suback,
+    Subscribe,
+    Subscription,
+    Unsuback,
+    Unsubscribe,
+    packet_bytes,
+)
+
+V31, V311, V5 = MQTTVersion.V3_1, MQTTVersion.V3_1_1, MQTTVersion.V5
+VERSIONS = pytest.mark.parametrize("version", [V31, V311, V5], ids=lambda v: f"v{int(v)}")
+
+
+def transfer(sender: Connection, receiver: Connection, packet: Packet) -> Packet:
+    """Send one packet and return the single event the receiver gets from it."""
+    receiver.receive_data(sender.send(packet))
+    event = receiver.next_event()
+    assert receiver.next_event() is NEED_DATA
+    return event  # type: ignore[return-value]
+
+
+def connected_pair(
+    version: MQTTVersion = V5,
+    connect_props: Properties = EMPTY_PROPERTIES,
+    connack_props: Properties = EMPTY_PROPERTIES,
+    **client_options: bool,
+) -> tuple[Connection, Connection]:
+    client = Connection(Role.CLIENT, **client_options)  # type: ignore[arg-type]
+    server = Connection(Role.SERVER)
+    connect = Connect("dev-1", version, keep_alive=30, properties=connect_props)
+    assert transfer(client, server, connect) == connect
+    assert server.state is State.AWAITING_CONNACK
+    connack = Connack(properties=connack_props)
+    assert transfer(server, client, connack) == connack
+    assert client.state is server.state is State.CONNECTED
+    return client, server
+
+
+@VERSIONS
+def test_full_session_back_to_back(version: MQTTVersion) -> None:
+    client, server = connected_pair(version)
+    assert server.version is client.version is version
+    assert server.keep_alive == client.keep_alive == 30
+    sub = Subscribe(1, (Subscription("a/#", 2),))
+    assert transfer(client, server, sub) == sub
+    assert transfer(server, client, Suback(1, (2,))) == Suback(1, (2,))
+    # QoS 0, 1 and 2 in both directions.
+    for sender, receiver in ((client, server), (server, client)):
+        assert transfer(sender, receiver, Publish("a/b", b"0")) == Publish("a/b", b"0")
+        assert transfer(sender, receiver, Publish("a/b", b"1", 1, packet_id=5)).qos == 1
+        assert transfer(receiver, sender, Puback(5)) == Puback(5)
+        assert transfer(sender, receiver, Publish("a/b", b"2", 2, packet_id=6)).qos == 2
+        assert transfer(receiver, sender, Pubrec(6)) == Pubrec(6)
+        assert transfer(sender, receiver, Pubrel(6)) == Pubrel(6)
+        assert transfer(receiver, sender, Pubcomp(6)) == Pubcomp(6)
+    assert transfer(client, server, Pingreq()) == Pingreq()
+    assert transfer(server, client, Pingresp()) == Pingresp()
+    unsub = Unsubscribe(2, ("a/#",))
+    assert transfer(client, server, unsub) == unsub
+    unsuback = Unsuback(2, (0,) if version is V5 else ())
+    assert transfer(server, client, unsuback) == unsuback
+    assert transfer(client, server, Disconnect()) == Disconnect()
+    assert client.state is server.state is State.CLOSED
+    server.receive_data(b"")
+    assert server.next_event() == ConnectionClosed()
+
+
+def test_many_packets_in_one_read_and_split_reads() -> None:
+    client, server = connected_pair(V311)
+    data = b"".join(client.send(Publish("t", bytes([i]) * 100, 1, packet_id=i + 1))
+                    for i in range(20))
+    server.receive_data(data[:1000])
+    got = []
+    while (event := server.next_event()) is not NEED_DATA:
+        got.append(event)
+    server.receive_data(data[1000:])
+    while (event := server.next_event()) is not NEED_DATA:
+        got.append(event)
+    assert [p.packet_id for p in got] == list(range(1, 21))  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("first", [Pingreq(), Publish("a"), Subscribe(1, (Subscription("a"),))])
+def test_first_packet_must_be_connect(first: Packet) -> None:
+    server = Connection(Role.SERVER)
+    server.receive_data(packet_bytes(first, V311))
+    with pytest.raises(RemoteProtocolError) as info:
+        server.next_event()
+    assert info.value.reason_code == ReasonCode.PROTOCOL_ERROR
+    assert server.state is State.ERROR
+    assert server.error_response() == b""  # no CONNECT, no version: just close
+    # ERROR refuses further input.
+    with pytest.raises(RemoteProtocolError):
+        server.receive_data(b"\xc0\x00")
+    with pytest.raises(RemoteProtocolError):
+        server.next_event()
+
+
+@VERSIONS
+def test_second_connect_is_a_protocol_error(version: MQTTVersion) -> None:
+    client, server = connected_pair(version)
+    server.receive_data(packet_bytes(Connect("again", version)))
+    with pytest.raises(RemoteProtocolError) as info:
+        server.next_event()
+    assert info.value.reason_code == ReasonCode.PROTOCOL_ERROR
+    # MQTT 5 says why with a DISCONNECT; 3.x just closes.
+    assert server.error_response() == (b"\xe0\x01\x82" if version is V5 else b"")
+
+
+def test_unsupported_protocol_level() -> None:
+    server = Connection(Role.SERVER)
+    server.receive_data(bytes.fromhex("100d00044d51545406020000000163"))
+    with pytest.raises(RemoteProtocolError) as info:
+        server.next_event()
+    assert info.value.reason_code == ReasonCode.UNSUPPORTED_PROTOCOL_VERSION
+    assert info.value.connack_return_code == 1
+    assert server.error_response() == bytes.fromhex("20020001")
+
+
+def test_malformed_v5_connect_gets_a_v5_connack() -> None:
+    server = Connection(Role.SERVER)
+    data = bytearray(packet_bytes(Connect("c", V5)))
+    data[9] |= 0x01  # the reserved CONNECT flag
+    server.receive_data(bytes(data))
+    with pytest.raises(RemoteProtocolError) as info:
+        server.next_event()
+    assert info.value.reason_code == ReasonCode.MALFORMED_PACKET
+    assert server.error_response() == bytes.fromhex("2003008100")
+
+
+@pytest.mark.parametrize(("version", "clean"), [(V31, True), (V311, False)])
+def test_empty_client_id_rejected_in_3x(version: MQTTVersion, clean: bool) -> None:
+    server = Connection(Role.SERVER)
+    server.receive_data(packet_bytes(Connect("", version, clean_start=clean)))
+    with pytest.raises(RemoteProtocolError) as info:
+        server.next_event()
+    assert info.value.reason_code == ReasonCode.CLIENT_IDENTIFIER_NOT_VALID
+    assert server.error_response() == bytes.fromhex("20020002")
+
+
+def test_empty_client_id_accepted_where_allowed() -> None:
+    for version, clean in ((V311, True), (V5, False)):
+        server = Connection(Role.SERVER)
+        server.receive_data(packet_bytes(Connect("", version, clean_start=clean)))
+        assert isinstance(server.next_event(), Connect)
+
+
+def test_refused_connack_closes_both_sides() -> None:
+    client, server = Connection(Role.CLIENT), Connection(Role.SERVER)
+    transfer(client, server, Connect("c", V311))
+    event = transfer(server, client, Connack(reason_code=ReasonCode.NOT_AUTHORIZED))
+    assert event == Connack(reason_code=5)  # mapped to the 3.x return code
+    assert client.state is server.state is State.CLOSED
+    with pytest.raises(LocalProtocolError):
+        client.send(Publish("t"))
+
+
+def test_server_pauses_pipelined_packets_until_connack() -> None:
+    client, server = Connection(Role.CLIENT), Connection(Role.SERVER)
+    data = client.send(Connect("c", V5)) + client.send(Publish("t", b"early"))
+    server.receive_data(data)
+    assert isinstance(server.next_event(), Connect)
+    assert server.next_event() is PAUSED
+    assert server.next_event() is PAUSED
+    client.receive_data(server.send(Connack()))
+    assert server.next_event() == Publish("t", b"early")
+    assert client.next_event() == Connack()
+
+
+def test_enhanced_auth_before_connack() -> None:
+    client, server = Connection(Role.CLIENT), Connection(Role.SERVER)
+    method = Properties(authentication_method="SCRAM", authentication_data=b"1")
+    transfer(client, server, Connect("c", V5, properties=method))
+    cont = Auth(ReasonCode.CONTINUE_AUTHENTICATION, method)
+    assert transfer(server, client, cont) == cont
+    assert transfer(client, server, cont) == cont
+    assert transfer(server, client, Connack()) == Connack()
+
+
+def test_max_packet_size_inbound_before_body_arrives() -> None:
+    client, server = Connection(Role.CLIENT), Connection(Role.SERVER, max_packet_size=100)
+    transfer(client, server, Connect("c", V5))
+    transfer(server, client, Connack(properties=Properties(maximum_packet_size=100)))
+    with pytest.raises(OutgoingPacketTooLarge):  # the client knows the limit too
+        client.send(Publish("t", b"x" * 200))
+    server.receive_data(packet_bytes(Publish("t", b"x" * 200))[:3])  # only the fixed header
+    with pytest.raises(RemoteProtocolError) as info:
+        server.next_event()
+    assert info.value.reason_code == ReasonCode.PACKET_TOO_LARGE
+    assert server.error_response() == b"\xe0\x01\x95"
+
+
+def test_client_max_packet_size_on_output() -> None:
+    client, server = connected_pair(
+        V5, connect_props=Properties(maximum_packet_size=40))
+    assert server.peer_max_packet_size == 40
+    with pytest.raises(OutgoingPacketTooLarge) as info:
+        server.send(Publish("t", b"x" * 100))
+    assert info.value.reason_code == ReasonCode.PACKET_TOO_LARGE
+    assert server.state is State.CONNECTED  # skip the message, carry on
+    # An acknowledgement loses its reason string and user properties to fit.
+    wordy = Puback(3, ReasonCode.NOT_AUTHORIZED, Properties(
+        reason_string="you may not publish on this topic", user_properties=(("k", "v"),)))
+    event = transfer(server, client, wordy)
+    assert event == Puback(3, ReasonCode.NOT_AUTHORIZED)
+    assert transfer(server, client, Publish("t", b"fits")) == Publish("t", b"fits")
+
+
+def test_inbound_topic_aliases() -> None:
+    client, server = connected_pair(
+        V5, connack_props=Properties(topic_alias_maximum=2))
+    assert client.peer_topic_alias_maximum == 2 and server.topic_alias_maximum == 2
+    first = Publish("sensors/1/temp", b"20", properties=Properties(topic_alias=1))
+    assert transfer(client, server, first) == Publish("sensors/1/temp", b"20")
+    again = Publish("", b"21", properties=Properties(topic_alias=1))
+    assert transfer(client, server, again) == Publish("sensors/1/temp", b"21")
+    with pytest.raises(LocalProtocolError):  # the client checks the server's maximum too
+        client.send(Publish("x", properties=Properties(topic_alias=3)))
+
+
+@pytest.mark.parametrize(("alias_hex", "code"), [
+    ("0003", ReasonCode.TOPIC_ALIAS_INVALID),
+    ("0000", ReasonCode.TOPIC_ALIAS_INVALID),
+])
+def test_inbound_topic_alias_out_of_range(alias_hex: str, code: ReasonCode) -> None:
+    client, server = connected_pair(V5, connack_props=Properties(topic_alias_maximum=2))
+    server.receive_data(bytes.fromhex(f"300900017403 23 {alias_hex} 6869".replace(" ", "")))
+    with pytest.raises(RemoteProtocolError) as info:
+        server.next_event()
+    assert info.value.reason_code == code
+    assert server.error_response() == b"\xe0\x01\x94"
+
+
+def test_unknown_inbound_alias_is_a_protocol_error() -> None:
+    client, server = connected_pair(V5, connack_props=Properties(topic_alias_maximum=2))
+    server.receive_data(packet_bytes(Publish("", properties=Properties(topic_alias=2))))
+    with pytest.raises(RemoteProtocolError) as info:
+        server.next_event()
+    assert info.value.reason_code == ReasonCode.PROTOCOL_ERROR
+
+
+def test_alias_without_advertised_maximum() -> None:
+    client, server = connected_pair(V5)
+    server.receive_data(packet_bytes(Publish("t", properties=Properties(topic_alias=1))))
+    with pytest.raises(RemoteProtocolError) as info:
+        server.next_event()
+    assert info.value.reason_code == ReasonCode.TOPIC_ALIAS_INVALID
+
+
+def test_automatic_outbound_topic_aliases() -> None:
+    client, server = connected_pair(
+        V5, connack_props=Properties(topic_alias_maximum=1), outbound_topic_aliases=True)
+    first = client.send(Publish("a/long/topic/name", b"1"))
+    second = client.send(Publish("a/long/topic/name", b"2"))
+    third = client.send(Publish("other", b"3"))  # the table is full: sent in full
+    assert len(second) < len(first)
+    server.receive_data(first + second + third)
+    assert server.next_event() == Publish("a/long/topic/name", b"1")
+    assert server.next_event() == Publish("a/long/topic/name", b"2")
+    assert server.next_event() == Publish("other", b"3")
+
+
+def test_client_publish_with_subscription_identifier() -> None:
+    client, server = connected_pair(V5)
+    server.receive_data(packet_bytes(
+        Publish("t", properties=Properties(subscription_identifiers=(1,)))))
+    with pytest.raises(RemoteProtocolError) as info:
+        server.next_event()
+    assert info.value.reason_code == ReasonCode.PROTOCOL_ERROR
+
+
+def test_server_keep_alive_overrides() -> None:
+    client, server = connected_pair(V5, connack_props=Properties(server_keep_alive=10))
+    assert client.keep_alive == server.keep_alive == 10
+
+
+def test_disconnect_session_expiry_after_zero() -> None:
+    client, server = connected_pair(V5)
+    server.receive_data(packet_bytes(
+        Disconnect(properties=Properties(session_expiry_interval=5))))
+    with pytest.raises(RemoteProtocolError):
+        server.next_event()
+
+
+@VERSIONS
+def test_server_disconnect(version: MQTTVersion) -> None:
+    client, server = connected_pair(version)
+    data = server.send(Disconnect(ReasonCode.SERVER_SHUTTING_DOWN))
+    assert server.state is State.CLOSED
+    if version is V5:
+        assert data == b"\xe0\x01\x8b"
+        client.receive_data(data)
+        assert client.next_event() == Disconnect(ReasonCode.SERVER_SHUTTING_DOWN)
+    else:
+        assert data == b""  # 3.x has no server DISCONNECT: just close
+
+
+def test_wrong_direction_packets() -> None:
+    client, server = connected_pair(V311)
+    server.receive_data(packet_bytes(Pingresp()))
+    with pytest.raises(RemoteProtocolError):
+        server.next_event()
+    with pytest.raises(LocalProtocolError):
+        client.send(Suback(1, (0,)))
+    assert client.state is State.ERROR
+
+
+def test_eof_mid_packet() -> None:
+    client, server = connected_pair(V311)
+    server.receive_data(client.send(Publish("t", b"abc"))[:4])
+    assert server.next_event() is NEED_DATA
+    server.receive_data(b"")
+    assert server.next_event() == ConnectionClosed()
+    assert server.state is State.CLOSED
+    with pytest.raises(LocalProtocolError):
+        server.receive_data(b"more")
+
+
+def test_client_rejects_packets_before_connack() -> None:
+    client = Connection(Role.CLIENT)
+    client.send(Connect("c", V311))
+    client.receive_data(packet_bytes(Publish("t"), V311))
+    with pytest.raises(RemoteProtocolError):
+        client.next_event()
+
+
+def test_error_response_after_send_error_in_error_state() -> None:
+    client, server = connected_pair(V5)
+    server.receive_data(b"\x30\x01\x00")  # topic length cut by the remaining length
+    with pytest.raises(RemoteProtocolError):
+        server.next_event()
+    assert server.send(Disconnect(ReasonCode.MALFORMED_PACKET)) == b"\xe0\x01\x81"
+    with pytest.raises(LocalProtocolError):
+        server.send(Publish("t"))
+
+
+def test_replacing_properties_re_encodes() -> None:
+    """Decoded properties keep the received bytes; replace() must not carry them over."""
+    import dataclasses
+
+    from protocol.mqtt import decode_packet
+
+    data = packet_bytes(Publish("t", properties=Properties(topic_alias=1, content_type="x")))
+    decoded = decode_packet(data)[0]
+    assert isinstance(decoded, Publish)
+    assert packet_bytes(decoded) == data
+    stripped = dataclasses.replace(decoded.properties, topic_alias=None)
+    assert stripped == Properties(content_type="x")
+    assert stripped.wire() == Properties(content_type="x").wire()
