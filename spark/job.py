@@ -1,0 +1,541 @@
+"""The device fan-out job: extract (commit log), transform, load (Parquet, PNG, summary).
+
+Run it embedded (``lmq analyze fanout``, ``python -m spark.job``) or on a cluster::
+
+    spark-submit --master spark://host:7077 --py-files lmq_spark.zip \\
+        spark/job.py --data-dir hdfs://nn/lmq/data --out /tmp/fanout
+
+(see docs/spark.md). :func:`run` takes a session, so embedding code and tests bring their
+own; :func:`main` builds one from ``--master``.
+
+Outputs under ``out``: ``summary.json``, ``summary.md``, ``charts/*.png`` (driver-local
+files) and ``tables/<name>/`` Parquet (or ``--tables URI``): ``records`` and
+``traffic_per_minute`` partitioned by ``date``, ``topic_prefixes`` by ``depth``, and
+``devices``, ``topics``, ``lmq_fan_in``, ``fanout_histogram``, ``fanout_change``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from spark import transforms as T
+from spark.reader import DEFAULT_SPLIT_BYTES, list_segments, read_commit_log
+
+Progress = Callable[[str], None]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    data_dir: str
+    out_dir: str
+    since: datetime | None = None
+    until: datetime | None = None
+    #: Length of the top-N lists (devices, topics, prefixes, fan-out changes).
+    top: int = 10
+    #: Topic-prefix depths tabulated (level 1, level 2, ...).
+    prefix_depths: tuple[int, ...] = (1, 2)
+    #: Byte-range size of one read task (local reads).
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    #: ``auto``, ``local`` or ``hadoop``: see :func:`spark.reader.read_commit_log`.
+    read_mode: str = "auto"
+    #: Where the Parquet tables go (any Hadoop URI); default ``<out_dir>/tables``.
+    tables_dir: str | None = None
+    #: Also write the per-record table (the largest output by far).
+    write_records: bool = True
+    charts: bool = True
+
+
+@dataclass
+class JobResult:
+    summary: dict
+    summary_json: Path
+    summary_md: Path
+    charts: list[Path] = field(default_factory=list)
+
+    @property
+    def skipped_bytes(self) -> int:
+        return int(self.summary["log"]["skipped_bytes"])
+
+    @property
+    def problems(self) -> list[dict]:
+        return list(self.summary["log"]["problems"])
+
+
+def parse_time(text: str) -> datetime:
+    """ISO 8601 date or date-time (naive means UTC), or epoch milliseconds."""
+    text = text.strip()
+    if text.isdigit():
+        return _EPOCH + timedelta(milliseconds=int(text))
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"not a time: {text!r} (use ISO 8601, e.g. 2024-05-01T12:00Z, or epoch ms)"
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def quiet_pyspark_warnings() -> None:
+    """PySpark warns that pandas 3 is unsupported whenever it checks (mapInArrow does);
+    the job does not use pandas."""
+    warnings.filterwarnings(
+        "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+    )
+
+
+def build_session(master: str | None = "local[*]", app_name: str = "lmq-fanout", conf=None):
+    """A SparkSession for ``master`` (None: whatever spark-submit configured).
+
+    Local masters bind to 127.0.0.1 and run without the web UI.
+    """
+    from pyspark.sql import SparkSession
+
+    # Python workers must be this interpreter (it has broker_core and crc32c); on a
+    # cluster spark-submit's own PYSPARK_PYTHON / spark.pyspark.python wins.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    if master is not None:
+        builder = builder.master(master)
+    builder = (
+        builder.appName(app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    if master is not None and master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = (
+            builder.config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", str(max(4, (os.cpu_count() or 2) * 2)))
+        )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def halves(first: datetime, last: datetime) -> tuple[tuple[datetime, datetime], ...]:
+    """The two windows compared by the fan-out change table: ``[first, mid)`` and
+    ``[mid, last]``."""
+    end = last + timedelta(milliseconds=1)
+    mid = first + (end - first) / 2
+    return (first, mid), (mid, end)
+
+
+def _from_ms(ms: int | None) -> datetime | None:
+    return None if ms is None else _EPOCH + timedelta(milliseconds=ms)
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _num(value):
+    return None if value is None else float(value)
+
+
+def _rows(df) -> list[dict]:
+    return [row.asDict(recursive=True) for row in df.collect()]
+
+
+def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> JobResult:
+    """Run the job on ``session``; returns the summary and where it was written."""
+    session.conf.set("spark.sql.session.timeZone", "UTC")
+    out = Path(config.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tables = config.tables_dir or str(out / "tables")
+
+    progress(f"listing segments in {config.data_dir}")
+    segments = list_segments(config.data_dir, session)
+    log_bytes = sum(s.length for s in segments)
+    scan = read_commit_log(
+        session,
+        config.data_dir,
+        since=config.since,
+        until=config.until,
+        split_bytes=config.split_bytes,
+        mode=config.read_mode,
+        segments=segments,
+    ).persist()
+    try:
+        progress(
+            f"reading {len(segments)} segment(s), {log_bytes / 2**20:.1f} MiB "
+            f"on {session.sparkContext.master}"
+        )
+        report = _rows(scan.report)
+        progress(
+            f"scanned {sum(r['records'] for r in report):,} records in {len(report)} "
+            "task(s); computing figures"
+        )
+        records = scan.records
+        summary = _summarise(records, report, segments, log_bytes, config)
+        progress(
+            f"read {summary['messages']:,} messages from {summary['devices']:,} devices "
+            f"to {summary['lmqs']:,} LMQs"
+        )
+        progress(f"writing Parquet tables to {tables}")
+        hist, minutes = _write_tables(records, summary, config, tables)
+        summary["outputs"] = {"tables": tables}
+        charts: list[Path] = []
+        if config.charts:
+            progress(f"drawing charts in {out / 'charts'}")
+            charts = draw_charts(out / "charts", hist, summary["top_devices"], minutes)
+            summary["outputs"]["charts"] = [str(p) for p in charts]
+    finally:
+        scan.unpersist()
+    summary_json = out / "summary.json"
+    summary_md = out / "summary.md"
+    summary_json.write_text(json.dumps(summary, indent=2) + "\n")
+    summary_md.write_text(render_markdown(summary))
+    progress(f"summary written to {summary_md}")
+    return JobResult(summary, summary_json, summary_md, charts)
+
+
+def _summarise(records, report, segments, log_bytes, config: JobConfig) -> dict:
+    from pyspark.sql import functions as F
+
+    stats = T.fanout_stats(records, (0.5, 0.9, 0.99)).collect()[0]
+    totals = records.agg(
+        F.countDistinct("device").alias("devices"),
+        F.sum("payload_size").cast("long").alias("bytes"),
+        F.unix_millis(F.min("store_time")).alias("first_ms"),
+        F.unix_millis(F.max("store_time")).alias("last_ms"),
+    ).collect()[0]
+    # epoch ms, not collected timestamps: PySpark converts those to the *process's*
+    # local zone as naive datetimes
+    first = _from_ms(totals["first_ms"])
+    last = _from_ms(totals["last_ms"])
+    lmqs = records.select(F.explode("lmqs").alias("lmq")).distinct().count()
+    top_devices = _rows(T.top_devices(records, config.top))
+    top_topics = _rows(T.top_topics(records, config.top))
+    prefixes = {
+        str(d): _rows(T.top_n(T.topic_prefix_stats(records, d), config.top, key="prefix"))
+        for d in config.prefix_depths
+    }
+    changes: list[dict] = []
+    if first is not None and last is not None and last > first:
+        before, after = halves(first, last)
+        changes = _rows(T.fanout_change(records, before, after).limit(config.top))
+
+    problems = [{"segment": r["segment"], **p} for r in report for p in r["problems"]]
+    problems.sort(key=lambda p: p["position"])
+    return {
+        "messages": int(stats["messages"]),
+        "devices": int(totals["devices"]),
+        "lmqs": int(lmqs),
+        "bytes": int(totals["bytes"] or 0),
+        "deliveries": int(stats["deliveries"] or 0),
+        "fanout": {
+            "mean": _num(stats["mean_fanout"]),
+            "p50": _num(stats["p50"]),
+            "p90": _num(stats["p90"]),
+            "p99": _num(stats["p99"]),
+            "min": stats["min_fanout"],
+            "max": stats["max_fanout"],
+        },
+        "top_devices": [
+            {
+                "device": d["device"],
+                "messages": d["messages"],
+                "bytes": d["bytes"],
+                "mean_fanout": d["mean_fanout"],
+                "max_fanout": d["max_fanout"],
+            }
+            for d in top_devices
+        ],
+        "top_topics": [
+            {
+                "topic": t["topic"],
+                "messages": t["messages"],
+                "bytes": t["bytes"],
+                "mean_fanout": t["mean_fanout"],
+                "devices": t["devices"],
+            }
+            for t in top_topics
+        ],
+        "top_prefixes": {
+            depth: [
+                {k: p[k] for k in ("prefix", "messages", "bytes", "mean_fanout", "devices")}
+                for p in rows
+            ]
+            for depth, rows in prefixes.items()
+        },
+        "fanout_changes": changes,
+        "window": {
+            "since": _iso(config.since),
+            "until": _iso(config.until),
+            "first_store_time": _iso(first),
+            "last_store_time": _iso(last),
+        },
+        "log": {
+            "data_dir": config.data_dir,
+            "segments": len(segments),
+            "bytes": log_bytes,
+            "tasks": len(report),
+            "record_bytes": sum(r["record_bytes"] for r in report),
+            "control_records": sum(r["control_records"] for r in report),
+            "filtered_records": sum(r["filtered_records"] for r in report),
+            "skipped_bytes": sum(r["skipped_bytes"] for r in report),
+            "tail_bytes": sum(r["tail_bytes"] for r in report),
+            "problems": problems,
+        },
+        "generated_at": _iso(datetime.now(UTC)),
+    }
+
+
+def _write_tables(records, summary: dict, config: JobConfig, tables: str):
+    """Write every table; returns the (small) histogram and per-minute rows."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    def save(df, name: str, *partition_by: str) -> None:
+        writer = df.write.mode("overwrite")
+        if partition_by:
+            writer = writer.partitionBy(*partition_by)
+        writer.parquet(f"{tables}/{name}")
+
+    if config.write_records:
+        save(records, "records", "date")
+    save(T.device_stats(records), "devices")
+    save(T.topic_stats(records), "topics")
+    prefix_frames = [T.topic_prefix_stats(records, d) for d in config.prefix_depths]
+    if prefix_frames:
+        save(reduce(lambda a, b: a.unionByName(b), prefix_frames), "topic_prefixes", "depth")
+    save(T.lmq_fan_in(records), "lmq_fan_in")
+    hist = T.fanout_histogram(records)
+    save(hist, "fanout_histogram")
+    minutes = T.traffic_per_minute(records)
+    save(minutes, "traffic_per_minute", "date")
+    first, last = summary["window"]["first_store_time"], summary["window"]["last_store_time"]
+    if first is not None and last is not None and last > first:
+        before, after = halves(parse_time(first), parse_time(last))
+        save(T.fanout_change(records, before, after), "fanout_change")
+    # small tables, collected as rows: pandas 3 is not supported by pyspark 4.3's toPandas
+    session = records.sparkSession
+    hist_rows = session.read.parquet(f"{tables}/fanout_histogram").orderBy("lower").collect()
+    minute_rows = [
+        {"minute": _from_ms(r["minute_ms"]), **r.asDict()}
+        for r in session.read.parquet(f"{tables}/traffic_per_minute")
+        .select(F.unix_millis("minute").alias("minute_ms"), "messages", "deliveries")
+        .orderBy("minute_ms")
+        .collect()
+    ]
+    return hist_rows, minute_rows
+
+
+def draw_charts(charts_dir: Path, hist, top_devices: list[dict], minutes) -> list[Path]:
+    """Three PNGs with matplotlib's Agg canvas (no display, no pyplot state).
+
+    ``hist``: rows with bucket and messages; ``minutes``: rows with minute, messages,
+    deliveries (minutes as UTC datetimes)."""
+    from matplotlib.figure import Figure
+
+    charts_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+
+    fig = Figure(figsize=(9, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    ax.bar([r["bucket"] for r in hist], [r["messages"] for r in hist], color="#4477aa")
+    ax.set_title("Fan-out per message")
+    ax.set_xlabel("LMQs dispatched to")
+    ax.set_ylabel("messages")
+    ax.tick_params(axis="x", labelrotation=45)
+    paths.append(charts_dir / "fanout_histogram.png")
+    fig.savefig(paths[-1], dpi=100)
+
+    fig = Figure(figsize=(9, max(3.0, 0.35 * len(top_devices) + 1.5)), layout="constrained")
+    ax = fig.add_subplot()
+    names = [d["device"] or "(no client id)" for d in reversed(top_devices)]
+    ax.barh(names, [d["messages"] for d in reversed(top_devices)], color="#228833")
+    ax.set_title("Top devices by messages published")
+    ax.set_xlabel("messages")
+    paths.append(charts_dir / "top_devices.png")
+    fig.savefig(paths[-1], dpi=100)
+
+    fig = Figure(figsize=(10, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    if minutes:
+        xs = [r["minute"] for r in minutes]
+        ax.plot(xs, [r["messages"] for r in minutes], label="messages")
+        ax.plot(xs, [r["deliveries"] for r in minutes], label="LMQ deliveries")
+        ax.legend()
+    ax.set_title("Traffic per minute (UTC)")
+    ax.set_ylabel("per minute")
+    fig.autofmt_xdate()
+    paths.append(charts_dir / "traffic_per_minute.png")
+    fig.savefig(paths[-1], dpi=100)
+    return paths
+
+
+def _fmt(value, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def render_markdown(summary: dict) -> str:
+    fan, log, win = summary["fanout"], summary["log"], summary["window"]
+    lines = [
+        "# LMQ device fan-out summary",
+        "",
+        f"Commit log `{log['data_dir']}`: {log['segments']} segment(s), "
+        f"{_fmt(log['bytes'])} bytes; store times {win['first_store_time'] or '-'} to "
+        f"{win['last_store_time'] or '-'}"
+        + (
+            f" (window {win['since'] or '…'} to {win['until'] or '…'})"
+            if win["since"] or win["until"]
+            else ""
+        )
+        + ".",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| messages | {_fmt(summary['messages'])} |",
+        f"| devices (distinct client ids) | {_fmt(summary['devices'])} |",
+        f"| LMQs dispatched to | {_fmt(summary['lmqs'])} |",
+        f"| payload bytes | {_fmt(summary['bytes'])} |",
+        f"| LMQ deliveries | {_fmt(summary['deliveries'])} |",
+        f"| fan-out mean / p50 / p90 / p99 / max | {_fmt(fan['mean'])} / {_fmt(fan['p50'])}"
+        f" / {_fmt(fan['p90'])} / {_fmt(fan['p99'])} / {_fmt(fan['max'])} |",
+        f"| control records (LMQ removals) | {_fmt(log['control_records'])} |",
+        f"| corrupt bytes skipped | {_fmt(log['skipped_bytes'])} |",
+        f"| torn tail bytes (last segment) | {_fmt(log['tail_bytes'])} |",
+        "",
+    ]
+    if log["problems"]:
+        lines += [
+            "## Damage skipped",
+            "",
+            "| segment | position | bytes | reason |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {p['segment']} | {p['position']} | {p['bytes']} | {p['reason']} |"
+            for p in log["problems"]
+        ]
+        lines.append("")
+    lines += [
+        "## Top devices",
+        "",
+        "| device | messages | bytes | mean fan-out |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {d['device']} | {_fmt(d['messages'])} | {_fmt(d['bytes'])} | {_fmt(d['mean_fanout'])} |"
+        for d in summary["top_devices"]
+    ]
+    lines += ["", "## Top topics", "", "| topic | messages | mean fan-out |", "|---|---|---|"]
+    lines += [
+        f"| {t['topic']} | {_fmt(t['messages'])} | {_fmt(t['mean_fanout'])} |"
+        for t in summary["top_topics"]
+    ]
+    for depth, rows in summary["top_prefixes"].items():
+        lines += [
+            "",
+            f"## Top topic prefixes, depth {depth}",
+            "",
+            "| prefix | messages | mean fan-out | devices |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {p['prefix']} | {_fmt(p['messages'])} | {_fmt(p['mean_fanout'])} | "
+            f"{_fmt(p['devices'])} |"
+            for p in rows
+        ]
+    if summary["fanout_changes"]:
+        lines += [
+            "",
+            "## Largest fan-out changes (first half -> second half of the window)",
+            "",
+            "| device | before | after | change |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {c['device']} | {_fmt(c['mean_fanout_before'])} | "
+            f"{_fmt(c['mean_fanout_after'])} | {c['change']:+.2f} |"
+            for c in summary["fanout_changes"]
+        ]
+    charts = summary.get("outputs", {}).get("charts", [])
+    if charts:
+        lines += ["", "## Charts", ""]
+        lines += [f"![{Path(c).stem}](charts/{Path(c).name})" for c in charts]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="spark/job.py", description="LMQ device fan-out analytics over the commit log."
+    )
+    parser.add_argument("--data-dir", required=True, help="data dir or commitlog dir (any URI)")
+    parser.add_argument("--out", required=True, help="driver-local output directory")
+    parser.add_argument("--since", type=parse_time, help="ISO 8601 time or epoch ms")
+    parser.add_argument("--until", type=parse_time, help="ISO 8601 time or epoch ms")
+    parser.add_argument("--top", type=int, default=10)
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master (default: spark-submit's, else local[*])",
+    )
+    parser.add_argument("--tables", default=None, help="Parquet output URI (default OUT/tables)")
+    parser.add_argument("--read-mode", choices=("auto", "local", "hadoop"), default="auto")
+    parser.add_argument("--split-mb", type=int, default=DEFAULT_SPLIT_BYTES >> 20)
+    parser.add_argument("--no-records", action="store_true", help="skip the per-record table")
+    parser.add_argument("--no-charts", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    quiet_pyspark_warnings()
+    # Under spark-submit (which starts the driver's JVM gateway first) the master comes
+    # from the submit command; run directly with python, the default is local[*].
+    master = args.master or (None if "PYSPARK_GATEWAY_PORT" in os.environ else "local[*]")
+    session = build_session(master)
+    config = JobConfig(
+        data_dir=args.data_dir,
+        out_dir=args.out,
+        since=args.since,
+        until=args.until,
+        top=args.top,
+        split_bytes=args.split_mb << 20,
+        read_mode=args.read_mode,
+        tables_dir=args.tables,
+        write_records=not args.no_records,
+        charts=not args.no_charts,
+    )
+    try:
+        result = run(session, config, progress=lambda m: print(m, file=sys.stderr))
+    finally:
+        session.stop()
+    if result.skipped_bytes:
+        print(
+            f"warning: {result.skipped_bytes} bytes of corrupt records skipped "
+            f"({len(result.problems)} problem(s), see {result.summary_json})",
+            file=sys.stderr,
+        )
+        return 1
+    print(result.summary_md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

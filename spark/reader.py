@@ -1,0 +1,513 @@
+"""Commit-log segments -> a DataFrame of message records, read in parallel.
+
+Theory of operation
+-------------------
+
+1. **List** (driver). ``<data-dir>/commitlog/<20-digit base>.log`` (or a directory that
+   holds the segments itself). Local paths and ``file:`` URIs are listed with ``os``;
+   any other URI (``hdfs://``, ``s3a://``, ``abfs://``...) through the Hadoop
+   ``FileSystem`` of the Spark session, so it uses the cluster's own configuration.
+   The listing is a snapshot: each segment's length *at listing time* bounds what is
+   read, so a directory the gateway is appending to gives a consistent answer.
+
+2. **Plan** (driver). One task per byte range of at most ``split_bytes`` of a segment
+   (256 MiB segments with the default 16 MiB split -> 16 tasks). A task owns the records
+   that *start* in its range; a task whose range starts mid-segment finds its first
+   record by scanning for the magic and accepting only a candidate that decodes with a
+   valid CRC *and* claims its own position (records carry their log position, so a
+   record-shaped payload elsewhere cannot be mistaken for a boundary).
+
+3. **Read** (executors, Python). ``mapInArrow`` over the task rows; each task maps the
+   file (local mode: ``mmap`` of the path, so executors must see the same file system:
+   ``local[*]`` or a shared mount) or receives its bytes from Spark's ``binaryFile``
+   source (Hadoop mode: whole segment per task, read by the JVM through Hadoop).
+   Records are decoded with :func:`broker_core.record.decode_record` and nothing else,
+   and emitted as Arrow batches.
+
+What is *not* a record, and how it is counted (never silently):
+
+- ``skipped_bytes``: damage. Bytes that do not decode (bad magic, CRC, position) where a
+  valid record follows later in the segment, or anywhere in a segment that is not the
+  last one (its end is known: the next segment's base). The reader resynchronises at the
+  next valid record, so one bad record costs only itself.
+- ``tail_bytes``: the last segment's torn or not-yet-complete final write: the bytes
+  after its last valid record when no valid record follows them. The store does not
+  preallocate (see ``broker_core/commit_log.py``), so this is exactly what its recovery
+  would truncate, or what the writer has not finished yet.
+
+Both appear per task in :attr:`CommitLogScan.report` with the position and reason of
+each problem. LMQ removal records (control records) are counted, not emitted.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from broker_core.errors import CorruptRecord, InsufficientData
+from broker_core.record import MAGIC, Record, RecordType, decode_record
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
+DEFAULT_SPLIT_BYTES = 16 * 1024 * 1024
+#: Rows per Arrow batch handed back to the JVM.
+BATCH_ROWS = 32_768
+#: Problems listed per task; the byte counts stay exact beyond it.
+MAX_PROBLEMS = 100
+_MAGIC_BYTES = MAGIC.to_bytes(4, "big")
+
+
+class NoSegments(LookupError):
+    """The data directory holds no commit-log segment."""
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    path: str  # local path or URI, as the reader will open it
+    name: str
+    base: int
+    length: int
+
+
+# -- listing -----------------------------------------------------------------------------
+
+
+def is_local(uri: str) -> bool:
+    scheme = urlparse(uri).scheme
+    return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
+
+
+def _local_path(uri: str) -> str:
+    parsed = urlparse(uri)
+    return parsed.path if parsed.scheme == "file" else uri
+
+
+def _segments_from(entries: Iterable[tuple[str, str, int]]) -> list[SegmentFile]:
+    found = []
+    for path, name, length in entries:
+        m = SEGMENT_NAME.match(name)
+        if m:
+            found.append(SegmentFile(path=path, name=name, base=int(m.group(1)), length=length))
+    return sorted(found, key=lambda s: s.base)
+
+
+def list_segments(data_dir: str, session=None) -> list[SegmentFile]:
+    """The segments of ``data_dir`` (or of its ``commitlog/`` subdirectory), by base.
+
+    Non-local URIs need ``session`` (its Hadoop configuration opens the file system).
+    Raises :class:`NoSegments` when there is none, ``FileNotFoundError`` when the
+    directory does not exist.
+    """
+    if is_local(data_dir):
+        root = _local_path(data_dir)
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"no such directory: {root}")
+        log_dir = os.path.join(root, "commitlog")
+        if not os.path.isdir(log_dir):
+            log_dir = root
+        with os.scandir(log_dir) as it:
+            entries = [
+                (os.path.abspath(e.path), e.name, e.stat().st_size) for e in it if e.is_file()
+            ]
+        segments = _segments_from(entries)
+    else:
+        if session is None:
+            raise ValueError(f"listing {data_dir} needs a SparkSession")
+        segments = _segments_from(_hadoop_list(session, data_dir))
+        log_dir = data_dir
+    if not segments:
+        raise NoSegments(f"no commit-log segments (<20 digits>.log) in {log_dir}")
+    return segments
+
+
+def _hadoop_list(session, uri: str) -> list[tuple[str, str, int]]:
+    sc = session.sparkContext
+    jvm = sc._jvm
+    path_cls = jvm.org.apache.hadoop.fs.Path
+    root = path_cls(uri)
+    fs = root.getFileSystem(sc._jsc.hadoopConfiguration())
+    if not fs.exists(root):
+        raise FileNotFoundError(f"no such directory: {uri}")
+    sub = path_cls(root, "commitlog")
+    log_dir = sub if fs.exists(sub) else root
+    return [
+        (st.getPath().toString(), st.getPath().getName(), st.getLen())
+        for st in fs.listStatus(log_dir)
+        if st.isFile()
+    ]
+
+
+def plan_tasks(segments: list[SegmentFile], split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[tuple]:
+    """Rows of :data:`spark.schema.SEGMENT_TASK_SCHEMA`.
+
+    ``limit`` is where this segment's records end: the next segment's base for a sealed
+    segment (the rest of the file is padding), the listed length for the last one.
+    """
+    if split_bytes <= 0:
+        raise ValueError("split_bytes must be positive")
+    tasks = []
+    for i, seg in enumerate(segments):
+        is_last = i == len(segments) - 1
+        expected = None if is_last else segments[i + 1].base - seg.base
+        limit = seg.length if expected is None else min(seg.length, expected)
+        starts = list(range(0, max(limit, 1), split_bytes))
+        for j, start in enumerate(starts):
+            # the final range also owns the bytes past ``limit`` (padding checks)
+            end = starts[j + 1] if j + 1 < len(starts) else max(limit, seg.length)
+            tasks.append(
+                (seg.path, seg.name, seg.base, start, end, limit, seg.length, expected, is_last)
+            )
+    return tasks
+
+
+# -- scanning one byte range (plain Python, no Spark) -------------------------------------
+
+
+@dataclass(slots=True)
+class RangeReport:
+    segment: str
+    base: int
+    start: int
+    end: int
+    records: int = 0
+    control_records: int = 0
+    filtered_records: int = 0
+    record_bytes: int = 0
+    skipped_bytes: int = 0
+    tail_bytes: int = 0
+    problems: list[tuple[int, int, str]] = field(default_factory=list)
+
+    def problem(self, position: int, size: int, reason: str) -> None:
+        self.skipped_bytes += size
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append((position, size, reason))
+
+    def as_row(self) -> dict:
+        return {
+            "segment": self.segment,
+            "base": self.base,
+            "start": self.start,
+            "end": self.end,
+            "records": self.records,
+            "control_records": self.control_records,
+            "filtered_records": self.filtered_records,
+            "record_bytes": self.record_bytes,
+            "skipped_bytes": self.skipped_bytes,
+            "tail_bytes": self.tail_bytes,
+            "problems": [{"position": p, "bytes": b, "reason": r} for p, b, r in self.problems],
+        }
+
+
+def find_record(data, view: memoryview, base: int, start: int, limit: int) -> int | None:
+    """Offset of the first valid record starting at or after ``start`` (before ``limit``).
+
+    ``data`` is the same bytes as ``view`` with a ``find`` method (bytes or mmap).
+    """
+    i = start + 4
+    while True:
+        j = data.find(_MAGIC_BYTES, i, limit)
+        if j < 0:
+            return None
+        candidate = j - 4
+        try:
+            decode_record(view[candidate:limit], expected_position=base + candidate)
+        except (InsufficientData, CorruptRecord):
+            i = j + 1
+            continue
+        return candidate
+
+
+def scan_range(
+    data,
+    *,
+    segment: str,
+    base: int,
+    start: int,
+    end: int,
+    limit: int,
+    expected_bytes: int | None,
+    is_last: bool,
+    report: RangeReport,
+) -> Iterator[Record]:
+    """Yield the valid records that start in ``[start, end)``, accounting in ``report``.
+
+    ``data`` holds the segment from byte 0 (bytes or mmap; it may be longer than
+    ``limit`` if the file grew after listing, and those bytes are ignored).
+    """
+    view = memoryview(data)
+    size = len(data)
+    limit = min(limit, size)
+    if start == 0:
+        pos = 0
+    else:
+        # bytes before the first boundary belong to the previous range's last record,
+        # or to damage the previous range has already counted
+        found = find_record(data, view, base, start, limit)
+        pos = limit if found is None else found
+    while pos < limit:
+        try:
+            record = decode_record(view[pos:limit], expected_position=base + pos)
+        except (InsufficientData, CorruptRecord) as exc:
+            # Damage starts here. Its owner is the task that walked onto it, even when
+            # that is past ``end`` (the next task cannot tell a continuation of our last
+            # record from damage, so it starts at the next valid record).
+            nxt = find_record(data, view, base, pos + 1, limit)
+            if nxt is not None:
+                report.problem(base + pos, nxt - pos, _reason(exc))
+                pos = nxt
+                continue
+            if is_last:
+                report.tail_bytes += limit - pos
+            else:
+                report.problem(base + pos, limit - pos, _reason(exc))
+            pos = limit
+            break
+        if pos >= end:  # a valid record the next task owns
+            break
+        report.record_bytes += record.size
+        pos += record.size
+        if record.type is RecordType.MESSAGE:
+            yield record
+        else:
+            report.control_records += 1
+    if end >= limit and not is_last and expected_bytes is not None:
+        if size < expected_bytes:
+            missing = expected_bytes - size
+            report.problem(base + size, missing, f"segment ends {missing} bytes early")
+        elif size > limit:
+            report.problem(base + limit, size - limit, "bytes past the next segment's base")
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, InsufficientData):
+        return f"record cut short ({exc.missing} bytes missing)"
+    return str(exc) or type(exc).__name__
+
+
+# -- Spark side ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Filter:
+    since_ms: int | None
+    until_ms: int | None
+
+
+class _BatchBuilder:
+    """Collects record rows column by column and cuts Arrow batches."""
+
+    def __init__(self, schema) -> None:
+        self.schema = schema
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cols: list[list] = [[] for _ in range(10)]
+
+    def __len__(self) -> int:
+        return len(self.cols[0])
+
+    def add(self, r: Record) -> None:
+        c = self.cols
+        c[0].append(r.position)
+        c[1].append(r.store_ms)
+        c[2].append(r.born_ms)
+        c[3].append(r.origin)
+        c[4].append(r.protocol.name)
+        c[5].append(r.topic)
+        c[6].append(len(r.body))
+        c[7].append(r.qos)
+        c[8].append(r.retain)
+        c[9].append([name for name, _ in r.dispatch])
+
+    def flush(self):
+        import pyarrow as pa
+
+        n = len(self)
+        arrays = [pa.array(col, type=self.schema.field(i).type) for i, col in enumerate(self.cols)]
+        arrays.append(pa.nulls(n, type=self.schema.field(10).type))
+        self._reset()
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _report_batch(schema, report: RangeReport):
+    import pyarrow as pa
+
+    arrays = [pa.nulls(1, type=schema.field(i).type) for i in range(10)]
+    arrays.append(pa.array([report.as_row()], type=schema.field(10).type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _scan_task(data, task: dict, flt: _Filter, schema) -> Iterator:
+    report = RangeReport(task["segment"], task["base"], task["start"], task["end"])
+    builder = _BatchBuilder(schema)
+    since, until = flt.since_ms, flt.until_ms
+    for record in scan_range(
+        data,
+        segment=task["segment"],
+        base=task["base"],
+        start=task["start"],
+        end=task["end"],
+        limit=task["limit"],
+        expected_bytes=task["expected_bytes"],
+        is_last=task["is_last"],
+        report=report,
+    ):
+        if (since is not None and record.store_ms < since) or (
+            until is not None and record.store_ms >= until
+        ):
+            report.filtered_records += 1
+            continue
+        report.records += 1
+        builder.add(record)
+        if len(builder) >= BATCH_ROWS:
+            yield builder.flush()
+    if len(builder):
+        yield builder.flush()
+    yield _report_batch(schema, report)
+
+
+def _arrow_raw_schema():
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark.schema import RAW_SCHEMA
+
+    return to_arrow_schema(RAW_SCHEMA)
+
+
+def _read_local(flt: _Filter):
+    def run(batches):
+        schema = _arrow_raw_schema()
+        for batch in batches:
+            for task in batch.to_pylist():
+                path = _local_path(task["path"])
+                with open(path, "rb") as fh:
+                    if os.fstat(fh.fileno()).st_size == 0:
+                        yield from _scan_task(b"", task, flt, schema)
+                        continue
+                    with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                        yield from _scan_task(data, task, flt, schema)
+
+    return run
+
+
+def _read_hadoop(flt: _Filter, tasks_by_name: dict[str, dict]):
+    def run(batches):
+        schema = _arrow_raw_schema()
+        for batch in batches:
+            paths = batch.column("path").to_pylist()
+            contents = batch.column("content")
+            for i, path in enumerate(paths):
+                task = tasks_by_name.get(path.rsplit("/", 1)[-1])
+                if task is None:  # a segment created after the listing
+                    continue
+                data = contents[i].as_py() or b""
+                yield from _scan_task(data, task, flt, schema)
+
+    return run
+
+
+@dataclass
+class CommitLogScan:
+    """One pass over the log: :attr:`records` and :attr:`report` share :attr:`raw`.
+
+    Persist :attr:`raw` (:meth:`persist`) before using both, or each action reads the
+    segments again.
+    """
+
+    raw: DataFrame  # of RAW_SCHEMA
+    segments: list[SegmentFile]
+
+    @property
+    def records(self):
+        from pyspark.sql import functions as F
+
+        store_time = F.timestamp_millis("store_ms")
+        return self.raw.where(F.col("report").isNull()).select(
+            F.col("position"),
+            store_time.alias("store_time"),
+            F.timestamp_millis("born_ms").alias("born_time"),
+            F.to_date(store_time).alias("date"),
+            F.col("device"),
+            F.col("protocol"),
+            F.col("topic"),
+            F.split(F.col("topic"), "/", -1).alias("topic_levels"),
+            F.col("payload_size"),
+            F.col("qos"),
+            F.col("retained"),
+            F.size(F.col("lmqs")).alias("fanout"),
+            F.col("lmqs"),
+        )
+
+    @property
+    def report(self):
+        from pyspark.sql import functions as F
+
+        return self.raw.where(F.col("report").isNotNull()).select("report.*")
+
+    def persist(self) -> CommitLogScan:
+        from pyspark import StorageLevel
+
+        self.raw = self.raw.persist(StorageLevel.MEMORY_AND_DISK)
+        return self
+
+    def unpersist(self) -> None:
+        self.raw.unpersist()
+
+
+def _to_ms(t: datetime | int | None) -> int | None:
+    if t is None or isinstance(t, int):
+        return t
+    return int(t.timestamp() * 1000)
+
+
+def read_commit_log(
+    session,
+    data_dir: str,
+    *,
+    since: datetime | int | None = None,
+    until: datetime | int | None = None,
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+    mode: str = "auto",
+    segments: list[SegmentFile] | None = None,
+) -> CommitLogScan:
+    """Plan and (lazily) read the commit log of ``data_dir``.
+
+    ``since``/``until`` (datetimes, or epoch milliseconds) keep records with
+    ``since <= store time < until``. ``mode``: ``local`` reads files from Python with
+    mmap (byte-range splits), ``hadoop`` reads them through Spark's ``binaryFile`` source
+    (any Hadoop URI; one task per segment), ``auto`` picks ``local`` for local paths.
+    """
+    from spark.schema import RAW_SCHEMA, SEGMENT_TASK_SCHEMA
+
+    if segments is None:
+        segments = list_segments(data_dir, session)
+    if mode == "auto":
+        mode = "local" if is_local(data_dir) else "hadoop"
+    flt = _Filter(_to_ms(since), _to_ms(until))
+    if mode == "local":
+        tasks = plan_tasks(segments, split_bytes)
+        rdd = session.sparkContext.parallelize(tasks, numSlices=len(tasks))
+        frame = session.createDataFrame(rdd, SEGMENT_TASK_SCHEMA)
+        raw = frame.mapInArrow(_read_local(flt), RAW_SCHEMA)
+    elif mode == "hadoop":
+        # one task per whole segment: binaryFile hands each task complete files
+        tasks = plan_tasks(segments, split_bytes=1 << 62)
+        names = [f.name for f in SEGMENT_TASK_SCHEMA.fields]
+        by_name = {t[1]: dict(zip(names, t, strict=True)) for t in tasks}
+        files = (
+            session.read.format("binaryFile")
+            .load([s.path for s in segments])
+            .select("path", "content")
+        )
+        raw = files.mapInArrow(_read_hadoop(flt, by_name), RAW_SCHEMA)
+    else:
+        raise ValueError(f"mode must be auto, local or hadoop, not {mode!r}")
+    return CommitLogScan(raw=raw, segments=segments)

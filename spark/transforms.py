@@ -1,0 +1,251 @@
+"""Pure DataFrame -> DataFrame transforms over :data:`spark.schema.RECORD_SCHEMA` rows.
+
+Each function selects the columns it needs first and names every output column in a
+final ``select``, so its contract is readable in one place and it can be tested alone on
+a handful of inline rows. Nothing here reads or writes files, collects, or caches.
+
+Vocabulary: a record's *fan-out* is the number of LMQs it was dispatched to; its
+*deliveries* are the same number summed over records (queue entries written). Means are
+over messages. Percentiles are exact (Spark's ``percentile``: linear interpolation
+between the closest ranks, numpy's default) — fan-out has few distinct values, so exact
+costs no more than approximate. Ties in top-N lists break by name, ascending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+#: Lower edges of the fan-out histogram buckets: [0], [1], [2], [3,5), [5,10), ...
+DEFAULT_FANOUT_EDGES: tuple[int, ...] = (
+    0, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000,
+)  # fmt: skip
+DEFAULT_PERCENTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
+
+
+def percentile_name(q: float) -> str:
+    """``0.5 -> "p50"``, ``0.999 -> "p99_9"``."""
+    return "p" + f"{q * 100:g}".replace(".", "_")
+
+
+def _traffic_aggs() -> list[Column]:
+    return [
+        F.count(F.lit(1)).alias("messages"),
+        F.sum("payload_size").cast("long").alias("bytes"),
+        F.avg("fanout").alias("mean_fanout"),
+        F.max("fanout").alias("max_fanout"),
+        F.sum("fanout").cast("long").alias("deliveries"),
+    ]
+
+
+_TRAFFIC_COLUMNS = ["messages", "bytes", "mean_fanout", "max_fanout", "deliveries"]
+
+
+def fanout_histogram(records: DataFrame, edges: Sequence[int] = DEFAULT_FANOUT_EDGES) -> DataFrame:
+    """Messages per fan-out bucket ``[lower, upper]`` (``upper`` null for the last one).
+
+    ``edges`` are the buckets' lower bounds, strictly increasing, starting at 0. Only
+    non-empty buckets appear; rows are ordered by ``lower``.
+    """
+    edges = list(edges)
+    if not edges or edges[0] != 0 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+        raise ValueError("edges must be strictly increasing and start at 0")
+    pairs = list(zip(edges, edges[1:], strict=False))
+    lower: Column = F.lit(edges[-1])
+    for edge, nxt in reversed(pairs):
+        lower = F.when(F.col("fanout") < nxt, F.lit(edge)).otherwise(lower)
+    upper: Column = F.lit(None).cast("int")
+    for edge, nxt in pairs:
+        upper = F.when(F.col("lower") == edge, F.lit(nxt - 1)).otherwise(upper)
+    label = F.when(F.col("upper").isNull(), F.format_string("%d+", "lower")).otherwise(
+        F.when(F.col("lower") == F.col("upper"), F.col("lower").cast("string")).otherwise(
+            F.format_string("%d-%d", "lower", "upper")
+        )
+    )
+    return (
+        records.select("fanout")
+        .select(lower.cast("int").alias("lower"))
+        .groupBy("lower")
+        .agg(F.count(F.lit(1)).alias("messages"))
+        .select("lower", upper.alias("upper"), "messages")
+        .orderBy("lower")
+        .select(label.alias("bucket"), "lower", "upper", "messages")
+    )
+
+
+def fanout_stats(
+    records: DataFrame, percentiles: Sequence[float] = DEFAULT_PERCENTILES
+) -> DataFrame:
+    """One row: messages, mean, the requested percentiles (``p50``...), min and max
+    fan-out, and deliveries."""
+    qs = list(percentiles)
+    return (
+        records.select("fanout")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.avg("fanout").alias("mean_fanout"),
+            F.percentile(F.col("fanout"), F.array(*[F.lit(q) for q in qs])).alias("_qs"),
+            F.min("fanout").alias("min_fanout"),
+            F.max("fanout").alias("max_fanout"),
+            F.sum("fanout").cast("long").alias("deliveries"),
+        )
+        .select(
+            "messages",
+            "mean_fanout",
+            *[F.col("_qs")[i].alias(percentile_name(q)) for i, q in enumerate(qs)],
+            "min_fanout",
+            "max_fanout",
+            "deliveries",
+        )
+    )
+
+
+def device_stats(records: DataFrame) -> DataFrame:
+    """Per device (MQTT client id): publishes, payload bytes, mean and max fan-out,
+    deliveries, first and last store time."""
+    return (
+        records.select("device", "payload_size", "fanout", "store_time")
+        .groupBy("device")
+        .agg(
+            *_traffic_aggs(),
+            F.min("store_time").alias("first_seen"),
+            F.max("store_time").alias("last_seen"),
+        )
+        .select("device", *_TRAFFIC_COLUMNS, "first_seen", "last_seen")
+    )
+
+
+def topic_stats(records: DataFrame) -> DataFrame:
+    """Per exact topic: messages, bytes, mean and max fan-out, deliveries, publishers."""
+    return (
+        records.select("topic", "device", "payload_size", "fanout")
+        .groupBy("topic")
+        .agg(*_traffic_aggs(), F.countDistinct("device").alias("devices"))
+        .select("topic", *_TRAFFIC_COLUMNS, "devices")
+    )
+
+
+def topic_prefix_stats(records: DataFrame, depth: int) -> DataFrame:
+    """Traffic per topic prefix of ``depth`` levels (``a/b/c`` at depth 2 is ``a/b``;
+    shorter topics are their own prefix)."""
+    if depth < 1:
+        raise ValueError("depth must be at least 1")
+    return (
+        records.select(
+            F.array_join(F.slice("topic_levels", 1, depth), "/").alias("prefix"),
+            "device",
+            "payload_size",
+            "fanout",
+        )
+        .groupBy("prefix")
+        .agg(*_traffic_aggs(), F.countDistinct("device").alias("devices"))
+        .select(F.lit(depth).alias("depth"), "prefix", *_TRAFFIC_COLUMNS, "devices")
+    )
+
+
+def top_n(stats: DataFrame, n: int, by: str = "messages", key: str | None = None) -> DataFrame:
+    """The ``n`` rows of ``stats`` with the largest ``by``, ties broken by ``key``
+    (default: the first column) ascending; rows come out in that order."""
+    if n < 0:
+        raise ValueError("n must not be negative")
+    key = key or stats.columns[0]
+    columns = stats.columns
+    return (
+        stats.select(*columns).orderBy(F.col(by).desc(), F.col(key).asc()).limit(n).select(*columns)
+    )
+
+
+def top_devices(records: DataFrame, n: int, by: str = "messages") -> DataFrame:
+    """The ``n`` hottest devices (:func:`device_stats` rows), most ``by`` first."""
+    return top_n(device_stats(records), n, by=by, key="device")
+
+
+def top_topics(records: DataFrame, n: int, by: str = "messages") -> DataFrame:
+    """The ``n`` hottest topics (:func:`topic_stats` rows), most ``by`` first."""
+    return top_n(topic_stats(records), n, by=by, key="topic")
+
+
+def traffic_per_minute(records: DataFrame) -> DataFrame:
+    """One row per minute (session time zone) that has traffic, in time order."""
+    return (
+        records.select(
+            F.date_trunc("minute", "store_time").alias("minute"),
+            "device",
+            "payload_size",
+            "fanout",
+        )
+        .groupBy("minute")
+        .agg(*_traffic_aggs(), F.countDistinct("device").alias("devices"))
+        .orderBy("minute")
+        .select(
+            "minute",
+            F.to_date("minute").alias("date"),
+            *_TRAFFIC_COLUMNS,
+            "devices",
+        )
+    )
+
+
+def lmq_fan_in(records: DataFrame) -> DataFrame:
+    """Per LMQ: messages dispatched to it and distinct publishing devices (fan-in)."""
+    return (
+        records.select("device", F.explode("lmqs").alias("lmq"))
+        .groupBy("lmq")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.countDistinct("device").alias("publishers"),
+        )
+        .select("lmq", "messages", "publishers")
+    )
+
+
+def fanout_change(
+    records: DataFrame,
+    before: tuple[datetime, datetime],
+    after: tuple[datetime, datetime],
+    min_messages: int = 1,
+) -> DataFrame:
+    """Devices whose mean fan-out moved most from window ``before`` to window ``after``.
+
+    Windows are ``[start, end)`` store times. Only devices with at least
+    ``min_messages`` in both windows appear, largest absolute change first.
+    """
+
+    def window(bounds: tuple[datetime, datetime], suffix: str) -> DataFrame:
+        start, end = bounds
+        return (
+            records.select("device", "fanout", "store_time")
+            .where((F.col("store_time") >= F.lit(start)) & (F.col("store_time") < F.lit(end)))
+            .groupBy("device")
+            .agg(
+                F.count(F.lit(1)).alias(f"messages_{suffix}"),
+                F.avg("fanout").alias(f"mean_fanout_{suffix}"),
+            )
+            .where(F.col(f"messages_{suffix}") >= min_messages)
+        )
+
+    change = F.col("mean_fanout_after") - F.col("mean_fanout_before")
+    return (
+        window(before, "before")
+        .join(window(after, "after"), on="device", how="inner")
+        .select(
+            "device",
+            "messages_before",
+            "mean_fanout_before",
+            "messages_after",
+            "mean_fanout_after",
+            change.alias("change"),
+        )
+        .orderBy(F.abs("change").desc(), F.col("device").asc())
+        .select(
+            "device",
+            "messages_before",
+            "mean_fanout_before",
+            "messages_after",
+            "mean_fanout_after",
+            "change",
+        )
+    )
