@@ -14,6 +14,8 @@ _GROUPS: dict[str, tuple[str, str]] = {
     "store": ("cli.store", "store"),
     "analyze": ("cli.analyze", "analyze"),
     "serve": ("cli.serve", "serve"),
+    "users": ("cli.users", "users"),
+    "vhosts": ("cli.vhosts", "vhosts"),
 }
 
 

@@ -100,7 +100,9 @@ class PasswordHash:
         )
 
     def matches(self, password: str | bytes) -> bool:
-        candidate = _scrypt(_to_bytes(password), self.salt, self.n, self.r, self.p, len(self.digest))
+        candidate = _scrypt(
+            _to_bytes(password), self.salt, self.n, self.r, self.p, len(self.digest)
+        )
         return hmac.compare_digest(candidate, self.digest)
 
 

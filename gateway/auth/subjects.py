@@ -61,6 +61,13 @@ def _split_unescaped(text: str, sep: str) -> list[str]:
     return parts
 
 
+def _strip_value(value: str) -> str:
+    value = value.lstrip()
+    while value.endswith(" ") and not value.endswith("\\ "):
+        value = value[:-1]
+    return value
+
+
 def normalize_subject(subject: str) -> str:
     """The canonical form of an RFC 4514 subject; ValueError if it is not one."""
     if not isinstance(subject, str) or not subject.strip():
@@ -74,7 +81,7 @@ def normalize_subject(subject: str) -> str:
                 raise ValueError(
                     f"certificate subject {subject!r}: {attribute.strip()!r} is not NAME=VALUE"
                 )
-            attributes.append(f"{_attribute_name(name)}={value.strip()}")
+            attributes.append(f"{_attribute_name(name)}={_strip_value(value)}")
         rdns.append("+".join(attributes))
     return ",".join(rdns)
 

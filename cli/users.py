@@ -1,0 +1,314 @@
+"""``lmq users``: users, passwords, tags, certificate subjects, AMQP permissions and MQTT
+topic ACLs in the users file (``<data-dir>/users.json`` unless ``--users-file``).
+
+A running gateway picks changes up when it reloads the file (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cli.context import data_dir_option
+from gateway.auth.acl import Access, AclRule, InvalidRule
+from gateway.auth.passwords import hash_password
+from gateway.auth.users import (
+    ANONYMOUS,
+    DEFAULT,
+    DEFAULT_VHOST,
+    Permissions,
+    UsersDatabase,
+    UsersError,
+    default_users_file,
+    edit_users_file,
+)
+
+users_file_option = click.option(
+    "--users-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    envvar="LMQ_USERS_FILE",
+    help="The users file (default: <data-dir>/users.json; env LMQ_USERS_FILE).",
+)
+
+
+def users_file_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--data-dir`` and ``--users-file``, resolved into one ``path`` argument."""
+
+    @data_dir_option
+    @users_file_option
+    @functools.wraps(fn)
+    def wrapper(*args: Any, data_dir: Path, users_file: Path | None, **kwargs: Any) -> Any:
+        return fn(*args, path=users_file or default_users_file(data_dir), **kwargs)
+
+    return wrapper
+
+
+@contextmanager
+def editing(path: Path) -> Iterator[UsersDatabase]:
+    """Load, change and atomically save the users file; errors become one line."""
+    try:
+        with edit_users_file(path) as db:
+            yield db
+    except UsersError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def reading(path: Path) -> UsersDatabase:
+    if not path.exists():
+        return UsersDatabase()
+    try:
+        return UsersDatabase.load(path)
+    except UsersError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _new_password(password: str | None, no_password: bool) -> str | None:
+    if no_password:
+        if password is not None:
+            raise click.UsageError("--password and --no-password exclude each other")
+        return None
+    if password is None:
+        password = click.prompt(
+            "Password", hide_input=True, confirmation_prompt=True, show_default=False
+        )
+    if not password:
+        raise click.ClickException("the password must not be empty")
+    return hash_password(password)
+
+
+@click.group()
+def users() -> None:
+    """Manage users, their AMQP permissions and MQTT topic ACLs."""
+
+
+@users.command("add")
+@users_file_options
+@click.argument("name")
+@click.option("--password", help="The password (prompted for, hidden, when not given).")
+@click.option("--no-password", is_flag=True, help="Certificate login only.")
+@click.option("--tag", "tags", multiple=True, help="A tag, e.g. administrator (repeatable).")
+@click.option(
+    "--cert-subject", "subjects", multiple=True, help="A client-certificate subject (repeatable)."
+)
+def add(
+    path: Path,
+    name: str,
+    password: str | None,
+    no_password: bool,
+    tags: tuple[str, ...],
+    subjects: tuple[str, ...],
+) -> None:
+    """Add user NAME."""
+    if name in reading(path).users:  # before prompting; checked again under the lock
+        raise click.ClickException(f"user {name!r} already exists")
+    password_hash = _new_password(password, no_password)
+    with editing(path) as db:
+        db.add_user(name, password_hash, tags, subjects)
+    click.echo(f"added user {name} to {path}")
+
+
+@users.command("delete")
+@users_file_options
+@click.argument("name")
+def delete(path: Path, name: str) -> None:
+    """Delete user NAME with their permissions and ACL rules."""
+    with editing(path) as db:
+        db.delete_user(name)
+    click.echo(f"deleted user {name}")
+
+
+@users.command("passwd")
+@users_file_options
+@click.argument("name")
+@click.option("--password", help="The new password (prompted for, hidden, when not given).")
+@click.option("--no-password", is_flag=True, help="Remove the password (certificate only).")
+def passwd(path: Path, name: str, password: str | None, no_password: bool) -> None:
+    """Change the password of user NAME."""
+    if name not in reading(path).users:
+        raise click.ClickException(f"no user {name!r}")
+    password_hash = _new_password(password, no_password)
+    with editing(path) as db:
+        db.set_password(name, password_hash)
+    click.echo(f"password of {name} {'removed' if no_password else 'changed'}")
+
+
+@users.command("set-tags")
+@users_file_options
+@click.argument("name")
+@click.argument("tags", nargs=-1)
+def set_tags(path: Path, name: str, tags: tuple[str, ...]) -> None:
+    """Replace the tags of user NAME (none given: remove all)."""
+    with editing(path) as db:
+        db.set_tags(name, tags)
+    click.echo(f"tags of {name}: {', '.join(tags) or '-'}")
+
+
+@users.command("list")
+@users_file_options
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def list_(path: Path, as_json: bool) -> None:
+    """List users with their tags, login methods and vhosts."""
+    db = reading(path)
+    if not as_json:
+        click.echo(f"{'NAME':24} {'TAGS':20} {'LOGIN':20} VHOSTS")
+    for name, user in sorted(db.users.items()):
+        login = ["password"] if user.password_hash else []
+        login += ["certificate"] if user.certificate_subjects else []
+        vhosts = sorted(db.permissions.get(name, {}))
+        if as_json:
+            row = {
+                "name": name,
+                "tags": list(user.tags),
+                "password": bool(user.password_hash),
+                "certificate_subjects": list(user.certificate_subjects),
+                "vhosts": vhosts,
+                "acl_rules": len(db.acl.get(name, [])),
+            }
+            click.echo(json.dumps(row))
+        else:
+            click.echo(
+                f"{name:24} {','.join(user.tags) or '-':20} {'+'.join(login) or 'none':20}"
+                f" {' '.join(vhosts) or '-'}"
+            )
+    if not as_json:
+        click.echo(f"{len(db.users)} user(s)")
+
+
+@users.command("map-cert")
+@users_file_options
+@click.argument("name")
+@click.argument("subject")
+def map_cert(path: Path, name: str, subject: str) -> None:
+    """Let a client certificate with SUBJECT (e.g. 'CN=dev-1,O=Acme') log in as NAME."""
+    with editing(path) as db:
+        subject = db.map_certificate(name, subject)
+    click.echo(f"certificate {subject} -> {name}")
+
+
+@users.command("unmap-cert")
+@users_file_options
+@click.argument("subject")
+def unmap_cert(path: Path, subject: str) -> None:
+    """Stop a certificate subject from logging in."""
+    with editing(path) as db:
+        name = db.unmap_certificate(subject)
+    click.echo(f"certificate {subject} no longer maps to {name}")
+
+
+@users.command("set-permissions")
+@users_file_options
+@click.argument("name")
+@click.option("--vhost", default=DEFAULT_VHOST, show_default=True)
+@click.option("--configure", "configure", required=True, metavar="REGEX")
+@click.option("--write", "write", required=True, metavar="REGEX")
+@click.option("--read", "read", required=True, metavar="REGEX")
+def set_permissions(
+    path: Path, name: str, vhost: str, configure: str, write: str, read: str
+) -> None:
+    """Set NAME's (or @anonymous's) AMQP permissions on a vhost, as RabbitMQ does:
+    '.*' permits every resource, '' none, '^name$' one."""
+    with editing(path) as db:
+        perms = Permissions(configure, write, read)
+        db.set_permissions(name, vhost, perms)
+    click.echo(f"permissions of {name} on {vhost}: {_perm_text(perms)}")
+
+
+@users.command("clear-permissions")
+@users_file_options
+@click.argument("name")
+@click.option("--vhost", default=DEFAULT_VHOST, show_default=True)
+def clear_permissions(path: Path, name: str, vhost: str) -> None:
+    """Remove NAME's permissions on a vhost (and with them access to it)."""
+    with editing(path) as db:
+        db.clear_permissions(name, vhost)
+    click.echo(f"permissions of {name} on {vhost} cleared")
+
+
+@users.command("permissions")
+@users_file_options
+@click.option("--vhost", help="Only this vhost.")
+def permissions(path: Path, vhost: str | None) -> None:
+    """List AMQP permissions."""
+    db = reading(path)
+    click.echo(f"{'USER':24} {'VHOST':16} CONFIGURE / WRITE / READ")
+    for name, per_vhost in sorted(db.permissions.items()):
+        for v, perms in sorted(per_vhost.items()):
+            if vhost is None or v == vhost:
+                click.echo(f"{name:24} {v:16} {_perm_text(perms)}")
+
+
+def _perm_text(perms: Permissions) -> str:
+    return " / ".join(json.dumps(p) for p in (perms.configure, perms.write, perms.read))
+
+
+@users.group("acl")
+def acl() -> None:
+    """MQTT topic ACLs: ordered rules, first match wins (docs/security.md).
+
+    NAME is a user, @default (every authenticated user, after their own rules) or
+    @anonymous (clients without a username). Filters may use %c (client id) and %u
+    (username)."""
+
+
+@acl.command("add")
+@users_file_options
+@click.argument("name")
+@click.option("--publish", is_flag=True, help="Allow publishing to matching topics.")
+@click.option("--subscribe", is_flag=True, help="Allow subscribing to covered filters.")
+@click.option("--both", is_flag=True, help="Allow publishing and subscribing.")
+@click.option("--deny", is_flag=True, help="Deny both (stops the search).")
+@click.option("--position", type=click.IntRange(min=1), help="Insert at this place (1 = first).")
+@click.argument("topic_filter", metavar="FILTER")
+def acl_add(
+    path: Path,
+    name: str,
+    publish: bool,
+    subscribe: bool,
+    both: bool,
+    deny: bool,
+    position: int | None,
+    topic_filter: str,
+) -> None:
+    """Add a rule for NAME on topic FILTER (at the end unless --position)."""
+    chosen = [a for a, on in zip(Access, (publish, subscribe, both, deny), strict=True) if on]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --publish, --subscribe, --both, --deny")
+    try:
+        rule = AclRule(chosen[0], topic_filter)
+    except InvalidRule as exc:
+        raise click.ClickException(str(exc)) from None
+    with editing(path) as db:
+        db.add_acl_rule(name, rule, position)
+    click.echo(f"{name}: {rule}")
+
+
+@acl.command("remove")
+@users_file_options
+@click.argument("name")
+@click.argument("position", type=click.IntRange(min=1))
+def acl_remove(path: Path, name: str, position: int) -> None:
+    """Remove NAME's rule number POSITION (as 'acl list' numbers them)."""
+    with editing(path) as db:
+        rule = db.remove_acl_rule(name, position)
+    click.echo(f"{name}: removed {rule}")
+
+
+@acl.command("list")
+@users_file_options
+@click.argument("name", required=False)
+def acl_list(path: Path, name: str | None) -> None:
+    """List the rules of NAME, or all rules in evaluation order per name."""
+    db = reading(path)
+    names = [name] if name else [n for n in sorted(db.acl) if n not in (DEFAULT, ANONYMOUS)]
+    if not name:
+        names += [n for n in (DEFAULT, ANONYMOUS) if n in db.acl]
+    for owner in names:
+        for i, rule in enumerate(db.acl.get(owner, []), start=1):
+            click.echo(f"{owner:24} {i:>3}  {rule}")
