@@ -648,6 +648,16 @@ class MessageStore:
         self.state.write(batch)
         self._touch(meta)
 
+    def delete_offsets(self, group: str, lmqs: Iterable[str]) -> None:
+        """Forget ``group``'s offsets on ``lmqs`` (a session or consumer group ended)."""
+        if self.read_only or self._closed:
+            raise StoreError("the store is closed or read-only")
+        batch = self.state.new_batch()
+        for lmq in lmqs:
+            batch.delete_offset(lmq, group)
+        if not batch.empty:
+            self.state.write(batch)
+
     def _touch(self, meta: LmqMeta) -> None:
         now = now_ms()
         if now - meta.touched_ms < 60_000:
@@ -668,6 +678,34 @@ class MessageStore:
                 yield lmq, group, offset
         else:
             yield from self.state.all_offsets()
+
+    # -- front-end metadata ------------------------------------------------------------
+
+    def get_meta(self, key: str) -> bytes | None:
+        """Front ends keep small durable state (sessions, retained messages, topology)
+        in the state RocksDB under their own key prefix, as durable as offsets."""
+        return self.state.get_meta(key)
+
+    def iter_meta(self, prefix: str) -> Iterator[tuple[str, bytes]]:
+        return self.state.iter_meta(prefix)
+
+    def put_meta(self, key: str, value: bytes) -> None:
+        self.update_meta({key: value})
+
+    def delete_meta(self, key: str) -> None:
+        self.update_meta({key: None})
+
+    def update_meta(self, changes: dict[str, bytes | None]) -> None:
+        """Put (value) or delete (None) several metadata keys in one atomic write."""
+        if self.read_only or self._closed:
+            raise StoreError("the store is closed or read-only")
+        batch = self.state.new_batch()
+        for key, value in changes.items():
+            if value is None:
+                batch.delete_meta(key)
+            else:
+                batch.put_meta(key, value)
+        self.state.write(batch)
 
     # -- pop (see broker_core.pop) -----------------------------------------------------
 

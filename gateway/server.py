@@ -34,6 +34,8 @@ from gateway.connection import Connection, GatewayProtocol, format_address
 from gateway.frontend import FrontEnd
 from gateway.frontends import FRONT_ENDS, FrontEndSpec, load_front_end
 from gateway.metrics import Registry
+from gateway.publisher import Publisher
+from gateway.topic_space import TopicSpace
 from gateway.sniff import Sniffer
 from gateway.tasks import TaskOwner
 
@@ -83,6 +85,8 @@ class Gateway:
         self.connections: dict[int, Connection] = {}
         self.tasks = TaskOwner()
         self.metrics = Registry()
+        #: MQTT filters and AMQP amq.topic bindings: one topic space (DESIGN.md).
+        self.topic_space = TopicSpace()
         self.started_at = time.monotonic()
         self.stopping = False
         #: The event loop, set by :meth:`start`: store listener callbacks run on the
@@ -106,6 +110,7 @@ class Gateway:
         loop = self.loop = asyncio.get_running_loop()
         log.info("opening store", extra={"data_dir": str(cfg.data_dir)})
         self.store = await asyncio.to_thread(MessageStore.open, cfg.data_dir, cfg.store)
+        self.publisher = Publisher(self.store, loop)
         recovery = self.store.recovery
         log.info("store open", extra={"recovery": recovery.summary() if recovery else "-"})
         try:

@@ -1,0 +1,15 @@
+"""The MQTT 3.1 / 3.1.1 / 5.0 front end on LMQs. See :mod:`gateway.mqtt.frontend`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.mqtt.frontend import MqttFrontEnd
+    from gateway.server import Gateway
+
+
+def create_frontend(gateway: Gateway) -> MqttFrontEnd:
+    from gateway.mqtt.frontend import MqttFrontEnd
+
+    return MqttFrontEnd(gateway)

@@ -1,0 +1,204 @@
+"""Outbound delivery: from a subscription's LMQ to the client, with QoS and windows.
+
+Each subscription of a session reads its filter's LMQ:
+
+- a :class:`Reader` (ordinary subscription) pulls from the session's own offset. Offsets
+  of QoS 1/2 messages not yet acknowledged are kept in ``unacked``; the offset committed
+  for the session is the lowest unacknowledged one (or the read position), so after a
+  crash or reconnect delivery resumes there: at-least-once for QoS 1. Messages whose
+  PUBREC arrived are recorded in the session's durable ``pubrel_pending`` and skipped
+  when read again, so QoS 2 is delivered exactly once across reconnects and restarts.
+- a :class:`SharedReader` (``$share/<group>/<filter>``) pops the filter's LMQ as the
+  consumer group ``mqtt-share:<group>``: each message goes to one member; a PUBACK (or
+  PUBREC) acks the pop receipt; receipts still held when a member disconnects are made
+  visible again at once and go to another member.
+
+The window is the client's Receive Maximum: QoS 1/2 messages in flight never exceed it
+(QoS 0 ones do not count). Delivery stops while the socket's write buffer is above its
+high-water mark; the backlog stays in the LMQ on disk.
+
+Event-loop thread only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker_core import Protocol, Record
+from gateway.mqtt.messages import mqtt_topic, now_ms, publish_properties, remaining_expiry
+from gateway.mqtt.session_state import SubscriptionState
+from protocol.mqtt import OutgoingPacketTooLarge, Publish
+
+if TYPE_CHECKING:
+    from gateway.mqtt.handler import MqttHandler
+    from gateway.mqtt.sessions import Session
+
+PULL_BATCH = 64
+SHARE_INVISIBLE_MS = 60_000
+
+
+def share_group(group: str) -> str:
+    return "mqtt-share:" + group
+
+
+@dataclass(slots=True)
+class Inflight:
+    """A QoS 1/2 PUBLISH we sent and whose flow has not completed."""
+
+    packet_id: int
+    qos: int
+    reader: Reader | SharedReader | None
+    offset: int  # in the reader's LMQ; -1 for retained messages
+    receipt: str | None = None  # pop receipt (shared subscriptions)
+    released: bool = False  # QoS 2: PUBREC received, PUBREL sent
+
+
+class Reader:
+    """An ordinary subscription's position in its filter's LMQ."""
+
+    shared = False
+
+    def __init__(self, sub: SubscriptionState, lmq: str, offset: int) -> None:
+        self.sub = sub
+        self.lmq = lmq
+        self.next_offset = offset
+        self.committed = offset
+        #: offset -> packet id of QoS 1/2 messages sent and not yet acknowledged, in
+        #: offset order (dict insertion order).
+        self.unacked: dict[int, int] = {}
+        #: Offsets below this were sent at least once: a resend carries DUP.
+        self.sent_upto = offset
+        #: Offsets whose PUBREC came (PUBREL pending): never send their PUBLISH again.
+        self.skip: set[int] = set()
+        self.remove_listener: object = None
+
+    def commit_point(self) -> int:
+        return next(iter(self.unacked)) if self.unacked else self.next_offset
+
+    def rewind(self) -> None:
+        """After a disconnect: read again from the first unacknowledged message."""
+        self.next_offset = self.commit_point()
+        self.unacked.clear()
+
+    def acked(self, offset: int) -> None:
+        self.unacked.pop(offset, None)
+
+    def fill(self, session: Session, handler: MqttHandler, window: int) -> int:
+        """Send what is readable, up to ``window`` QoS 1/2 messages. Returns how many
+        messages were consumed (sent or skipped)."""
+        store = session.front.store
+        result = store.pull(self.lmq, self.next_offset, max_count=PULL_BATCH)
+        if not result.messages:
+            self.next_offset = max(self.next_offset, result.next_offset)
+            return 0
+        consumed = 0
+        now = now_ms()
+        for msg in result.messages:
+            offset = msg.offset
+            if offset in self.skip:
+                self.skip.discard(offset)
+            else:
+                qos = min(msg.record.qos, self.sub.qos)
+                if qos and window <= 0:
+                    break
+                sent = deliver(session, handler, msg.record, self.sub, qos, now,
+                               dup=offset < self.sent_upto, reader=self, offset=offset)
+                if sent is not None and qos:
+                    self.unacked[offset] = sent
+                    window -= 1
+            self.next_offset = offset + 1
+            consumed += 1
+        if self.next_offset > self.sent_upto:
+            self.sent_upto = self.next_offset
+        session.offsets_dirty = True
+        return consumed
+
+
+class SharedReader:
+    """A member's view of a shared subscription: pops the filter's LMQ as the group."""
+
+    shared = True
+
+    def __init__(self, sub: SubscriptionState, lmq: str) -> None:
+        assert sub.share_group is not None
+        self.sub = sub
+        self.lmq = lmq
+        self.group = share_group(sub.share_group)
+        self.remove_listener: object = None
+
+    def commit_point(self) -> int:  # the group's offset moves on pop; nothing to commit
+        return -1
+
+    def rewind(self) -> None:
+        pass
+
+    def acked(self, offset: int) -> None:
+        pass
+
+    def fill(self, session: Session, handler: MqttHandler, window: int) -> int:
+        store = session.front.store
+        want = PULL_BATCH if self.sub.qos == 0 else min(PULL_BATCH, window)
+        if want <= 0:
+            return 0
+        popped = store.pop(self.group, self.lmq, want, SHARE_INVISIBLE_MS)
+        now = now_ms()
+        for p in popped:
+            qos = min(p.message.record.qos, self.sub.qos)
+            pid = deliver(session, handler, p.message.record, self.sub, qos, now,
+                          dup=p.deliveries > 1, reader=self, offset=p.message.offset,
+                          receipt=p.receipt)
+            if pid is None or qos == 0:
+                store.ack(p.receipt)
+        return len(popped)
+
+
+def deliver(
+    session: Session,
+    handler: MqttHandler,
+    record: Record,
+    sub: SubscriptionState,
+    qos: int,
+    now: int,
+    *,
+    dup: bool = False,
+    reader: Reader | SharedReader | None = None,
+    offset: int = -1,
+    receipt: str | None = None,
+    retained: bool = False,
+) -> int | None:
+    """Send one message to the client. Returns its packet id (0 for QoS 0), or None if
+    it was not sent (no-local, expired, or too large for the client)."""
+    if (
+        sub.no_local
+        and record.protocol == Protocol.MQTT
+        and record.origin == session.state.client_id
+        and not retained
+    ):
+        return None
+    expiry = remaining_expiry(record, now)
+    if expiry is not None and expiry <= 0:
+        return None
+    proto = handler.proto
+    pid = session.allocate_packet_id() if qos else None
+    retain = True if retained else (record.retain and sub.retain_as_published)
+    packet = Publish(
+        topic=mqtt_topic(record),
+        payload=record.body,
+        qos=qos,
+        retain=retain,
+        dup=dup and qos > 0,
+        packet_id=pid,
+        properties=publish_properties(record, proto.version, expiry, sub.subscription_id),
+    )
+    try:
+        data = proto.send(packet)
+    except OutgoingPacketTooLarge:
+        handler.front.dropped_too_large += 1
+        return None
+    handler.conn.write(data)
+    handler.front.messages_sent.inc()
+    if pid is None:
+        return 0
+    session.inflight[pid] = Inflight(pid, qos, reader, offset, receipt)
+    return pid

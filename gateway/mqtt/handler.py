@@ -1,0 +1,561 @@
+"""One MQTT connection: bytes to the sans-IO machine, its events to the session.
+
+``data_received`` feeds :class:`protocol.mqtt.Connection` and handles every event it
+yields; replies are written in order. A protocol error answers with the machine's
+``error_response()`` (CONNACK or DISCONNECT with the reason code) and closes this
+connection only. Inbound PUBLISHes go to the shared :class:`~gateway.publisher.Publisher`;
+their PUBACK/PUBREC is sent when the store acknowledges the append (so an acknowledged
+message survives kill -9). Reading pauses while the client has ``RECEIVE_MAXIMUM``
+QoS 1/2 messages waiting for the store, or the store lags.
+
+Per-connection state only; the session (which may outlive this) is in
+:mod:`gateway.mqtt.sessions`. Event-loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import TYPE_CHECKING
+
+from broker_core import AppendResult, MessageTooLarge, StorageFull
+from gateway.frontend import ConnectionHandler
+from gateway.mqtt.messages import to_store_message
+from gateway.mqtt.session_state import NEVER, SessionState, SubscriptionState, WillState
+from lmq.names import (
+    InvalidTopic,
+    parse_shared_subscription,
+    validate_topic_filter,
+    validate_topic_name,
+)
+from protocol.mqtt import (
+    NEED_DATA,
+    PAUSED,
+    Auth,
+    Connack,
+    Connect,
+    Connection,
+    ConnectionClosed,
+    Disconnect,
+    MQTTError,
+    MQTTVersion,
+    Pingreq,
+    Pingresp,
+    Properties,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    ReasonCode,
+    State,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+)
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection as GatewayConnection
+    from gateway.mqtt.frontend import MqttFrontEnd
+    from gateway.mqtt.sessions import Session
+
+log = logging.getLogger(__name__)
+
+#: QoS 1/2 PUBLISHes a client may have waiting for their PUBACK/PUBREC (our Receive
+#: Maximum, sent in the MQTT 5 CONNACK).
+RECEIVE_MAXIMUM = 1024
+#: Inbound topic aliases we accept (MQTT 5 Topic Alias Maximum).
+TOPIC_ALIAS_MAXIMUM = 1024
+_V5 = MQTTVersion.V5
+
+
+class MqttHandler(ConnectionHandler):
+    def __init__(self, front: MqttFrontEnd, conn: GatewayConnection) -> None:
+        super().__init__(conn)
+        self.front = front
+        self.proto = Connection(
+            max_packet_size=front.gateway.config.max_packet_size, outbound_topic_aliases=True
+        )
+        self.session: Session | None = None
+        self.closed = False
+        self.normal_disconnect = False
+        self.publish_will = True
+        self.receive_max = 65535
+        self.inbound_waiting = 0  # QoS 1/2 publishes not yet acknowledged by the store
+        self._paused_for_store = False
+        self._keepalive: asyncio.TimerHandle | None = None
+        self._last_rx = 0.0
+        self._keepalive_s = 0.0
+        self._delivery: asyncio.Task[None] | None = None
+        self.principal: object = None
+        #: QoS 2 packet ids whose append is under way (a resend then waits for it).
+        self._qos2_storing: set[int] = set()
+
+    # -- bytes in ----------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._last_rx = self.front.loop.time()
+        try:
+            self.proto.receive_data(data)
+            self._process()
+        except MQTTError as exc:
+            self._protocol_error(exc)
+
+    def eof_received(self) -> bool:
+        if not self.closed:
+            try:
+                self.proto.receive_data(b"")
+                self._process()
+            except MQTTError as exc:
+                self._protocol_error(exc)
+        return False
+
+    def _process(self) -> None:
+        proto = self.proto
+        while not self.closed:
+            event = proto.next_event()
+            if event is NEED_DATA or event is PAUSED:
+                return
+            handler = self._handlers.get(type(event))
+            if handler is None:
+                raise_unexpected(event)
+            else:
+                handler(self, event)
+
+    def _protocol_error(self, exc: MQTTError) -> None:
+        log.info(
+            "mqtt protocol error: %s", exc,
+            extra={**self.conn.log_fields(), "reason_code": int(exc.reason_code)},
+        )
+        self.front.protocol_errors.inc()
+        try:
+            out = self.proto.error_response()
+        except Exception:
+            out = b""
+        if out:
+            self.conn.write(out)
+        self._close(f"protocol error: {exc}")
+
+    def _send(self, packet: object) -> None:
+        self.conn.write(self.proto.send(packet))  # type: ignore[arg-type]
+
+    # -- CONNECT -----------------------------------------------------------------------
+
+    def _on_connect(self, connect: Connect) -> None:
+        front = self.front
+        version = connect.protocol_version
+        principal, code = front.authenticate(connect, self.conn)
+        if principal is None:
+            self._send(Connack(reason_code=code))
+            self._close("authentication failed")
+            return
+        self.principal = principal
+        props = connect.properties
+        if props.authentication_method is not None:
+            self._send(Connack(reason_code=ReasonCode.BAD_AUTHENTICATION_METHOD))
+            self._close("enhanced authentication is not supported")
+            return
+        client_id = connect.client_id
+        assigned = None
+        if not client_id:
+            client_id = assigned = "lmq-" + secrets.token_hex(8)
+        if version == _V5:
+            expiry = props.session_expiry_interval or 0
+            self.receive_max = props.receive_maximum or 65535
+        else:
+            expiry = 0 if connect.clean_start else NEVER
+        session, present = front.sessions_for_connect(client_id, connect.clean_start, self)
+        session.state.expiry = expiry
+        session.state.protocol_level = int(version)
+        will = connect.will
+        if will is not None:
+            wp = will.properties
+            session.state.will = WillState(
+                topic=will.topic,
+                payload=will.payload,
+                qos=will.qos,
+                retain=will.retain,
+                delay=(wp.will_delay_interval or 0) if version == _V5 else 0,
+                properties=front.will_properties(wp) if version == _V5 else {},
+            )
+        else:
+            session.state.will = None
+        self.session = session
+        session.online(self)
+        session.save()
+        connack_props = Properties()
+        if version == _V5:
+            connack_props = Properties(
+                receive_maximum=RECEIVE_MAXIMUM,
+                topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
+                maximum_packet_size=front.gateway.config.max_packet_size,
+                assigned_client_identifier=assigned,
+            )
+        self._send(Connack(session_present=present, properties=connack_props))
+        self.conn.established()
+        self._keepalive_s = (self.proto.keep_alive or 0) * 1.5
+        if self._keepalive_s:
+            self._keepalive = front.loop.call_later(self._keepalive_s, self._check_keepalive)
+        # Resume QoS 2 flows whose PUBREC came before the disconnect, then deliver.
+        from gateway.mqtt.delivery import Inflight
+
+        for pid, (_lmq, offset) in sorted(session.state.pubrel_pending.items()):
+            session.inflight[pid] = Inflight(pid, 2, None, offset, released=True)
+            self._send(Pubrel(packet_id=pid))
+        front.connected(self)
+        self._delivery = self.conn.spawn(self._deliver_loop(), f"mqtt-deliver-{client_id}")
+        front.wake(session)
+
+    def _check_keepalive(self) -> None:
+        self._keepalive = None
+        if self.closed:
+            return
+        idle = self.front.loop.time() - self._last_rx
+        if idle >= self._keepalive_s:
+            log.info("keep-alive expired", extra=self.conn.log_fields())
+            if self.proto.version == _V5:
+                self._try_send(Disconnect(reason_code=ReasonCode.KEEP_ALIVE_TIMEOUT))
+            self._close("keep-alive timeout")
+            return
+        self._keepalive = self.front.loop.call_later(
+            self._keepalive_s - idle, self._check_keepalive
+        )
+
+    # -- PUBLISH in --------------------------------------------------------------------
+
+    def _on_publish(self, publish: Publish) -> None:
+        session = self.session
+        assert session is not None
+        front = self.front
+        front.messages_received.inc()
+        try:
+            validate_topic_name(publish.topic)
+        except InvalidTopic as exc:
+            self._refuse(ReasonCode.TOPIC_NAME_INVALID, str(exc))
+            return
+        qos = publish.qos
+        if qos and self.inbound_waiting >= RECEIVE_MAXIMUM:
+            self._refuse(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
+            return
+        if not front.can_publish(self.principal, session.client_id, publish.topic):
+            log.info("publish denied", extra={**self.conn.log_fields(), "topic": publish.topic})
+            self._ack_publish(publish, ReasonCode.NOT_AUTHORIZED)
+            return
+        pid = publish.packet_id
+        if qos == 2 and pid in session.state.inbound_qos2:
+            self._send(Pubrec(packet_id=pid))  # a resend: stored already
+            return
+        if qos == 2 and pid in self._qos2_storing:
+            return  # a resend while the first copy is being stored: its PUBREC follows
+        if qos == 2:
+            self._qos2_storing.add(pid)  # type: ignore[arg-type]
+        message = to_store_message(
+            publish, session.client_id, front.now_ms(), pid if qos == 2 else None
+        )
+        lmqs = front.topic_space.route_mqtt(publish.topic)
+        fut = front.gateway.publisher.submit(message, lmqs)
+        if qos:
+            self.inbound_waiting += 1
+            if qos == 2:
+                session.qos2_appending += 1
+        fut.add_done_callback(lambda f: self._published(f, publish, message))
+        if self.inbound_waiting >= RECEIVE_MAXIMUM or front.gateway.publisher.lagging:
+            self._paused_for_store = True
+            self.conn.pause_reading()
+
+    def _published(self, fut: asyncio.Future[AppendResult], publish: Publish, message) -> None:  # type: ignore[no-untyped-def]
+        qos = publish.qos
+        session = self.session
+        if qos == 2:
+            self._qos2_storing.discard(publish.packet_id)  # type: ignore[arg-type]
+        if qos:
+            self.inbound_waiting -= 1
+            if qos == 2 and session is not None:
+                session.qos2_appending -= 1
+        if self._paused_for_store and self.inbound_waiting < RECEIVE_MAXIMUM // 2:
+            self._paused_for_store = False
+            self.conn.resume_reading()
+        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
+        if exc is not None:
+            code = ReasonCode.QUOTA_EXCEEDED if isinstance(exc, StorageFull) else (
+                ReasonCode.PACKET_TOO_LARGE if isinstance(exc, MessageTooLarge)
+                else ReasonCode.UNSPECIFIED_ERROR
+            )
+            log.warning("publish not stored: %s", exc, extra=self.conn.log_fields())
+            if not self.closed:
+                self._ack_publish(publish, code)
+            return
+        result = fut.result()
+        if publish.retain:
+            self.front.retained.set(message, result.store_ms)
+        if self.closed:
+            return
+        if qos == 2 and session is not None:
+            session.state.inbound_qos2.append(publish.packet_id)  # type: ignore[arg-type]
+            session.save(qos2_upto=result.end if session.qos2_appending == 0 else None)
+        self._ack_publish(publish, ReasonCode.SUCCESS)
+
+    def _ack_publish(self, publish: Publish, code: int) -> None:
+        """PUBACK / PUBREC with ``code``; 3.x has no failure acks, so a failure there
+        closes the connection (the client resends after reconnecting)."""
+        if publish.qos == 0 or self.closed:
+            return
+        if code >= 0x80 and self.proto.version != _V5:
+            if code == ReasonCode.NOT_AUTHORIZED:
+                code = ReasonCode.SUCCESS  # 3.x: acknowledge and drop, as mosquitto does
+            else:
+                self._close("publish failed")
+                return
+        pid = publish.packet_id
+        assert pid is not None
+        self._send(Puback(packet_id=pid, reason_code=code) if publish.qos == 1
+                   else Pubrec(packet_id=pid, reason_code=code))
+
+    def _refuse(self, code: int, text: str) -> None:
+        """A protocol violation the machine cannot see: DISCONNECT (v5) and close."""
+        log.info("mqtt: %s", text, extra=self.conn.log_fields())
+        self.front.protocol_errors.inc()
+        if self.proto.version == _V5:
+            self._try_send(Disconnect(reason_code=code))
+        self._close(text)
+
+    def _on_pubrel(self, packet: Pubrel) -> None:
+        session = self.session
+        assert session is not None
+        try:
+            session.state.inbound_qos2.remove(packet.packet_id)
+            session.save()
+            code = ReasonCode.SUCCESS
+        except ValueError:
+            code = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+        if self.proto.version != _V5:
+            code = ReasonCode.SUCCESS
+        self._send(Pubcomp(packet_id=packet.packet_id, reason_code=code))
+
+    # -- acks of our deliveries --------------------------------------------------------
+
+    def _on_puback(self, packet: Puback) -> None:
+        self._complete(packet.packet_id)
+
+    def _on_pubrec(self, packet: Pubrec) -> None:
+        session = self.session
+        assert session is not None
+        inf = session.inflight.get(packet.packet_id)
+        if inf is None:
+            if self.proto.version == _V5:
+                self._send(Pubrel(packet_id=packet.packet_id,
+                                  reason_code=ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+            return
+        if packet.reason_code >= 0x80:
+            self._complete(packet.packet_id)  # the client refused it: the flow ends
+            return
+        if not inf.released:
+            inf.released = True
+            lmq = inf.reader.lmq if inf.reader is not None else ""
+            if inf.reader is not None:
+                inf.reader.acked(inf.offset)
+                session.offsets_dirty = True
+            if inf.receipt is not None:
+                self._ack_receipt(inf.receipt)
+                inf.receipt = None
+            session.state.pubrel_pending[packet.packet_id] = [lmq, inf.offset]
+            session.save()
+        self._send(Pubrel(packet_id=packet.packet_id))
+
+    def _on_pubcomp(self, packet: Pubcomp) -> None:
+        session = self.session
+        assert session is not None
+        if session.state.pubrel_pending.pop(packet.packet_id, None) is not None:
+            session.save()
+        self._complete(packet.packet_id)
+
+    def _complete(self, pid: int) -> None:
+        session = self.session
+        assert session is not None
+        inf = session.inflight.pop(pid, None)
+        if inf is None:
+            return
+        if inf.reader is not None and not inf.released:
+            inf.reader.acked(inf.offset)
+            session.offsets_dirty = True
+        if inf.receipt is not None:
+            self._ack_receipt(inf.receipt)
+        self.front.wake(session)
+
+    def _ack_receipt(self, receipt: str) -> None:
+        try:
+            self.front.store.ack(receipt)
+        except Exception as exc:  # revived meanwhile: another member gets it again
+            log.debug("shared ack failed: %s", exc)
+
+    # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------
+
+    def _on_subscribe(self, packet: Subscribe) -> None:
+        session = self.session
+        assert session is not None
+        front = self.front
+        v5 = self.proto.version == _V5
+        sub_id = packet.properties.subscription_identifiers
+        codes: list[int] = []
+        retained: list[tuple[SubscriptionState, int]] = []
+        for request in packet.subscriptions:
+            raw = request.topic_filter
+            try:
+                shared = parse_shared_subscription(raw)
+                topic_filter = shared.filter if shared else validate_topic_filter(raw)
+            except InvalidTopic:
+                codes.append(ReasonCode.TOPIC_FILTER_INVALID if v5 else 0x80)
+                continue
+            if shared is not None and request.no_local:
+                self._refuse(ReasonCode.PROTOCOL_ERROR, "no-local on a shared subscription")
+                return
+            if not front.can_subscribe(self.principal, session.client_id, topic_filter):
+                codes.append(ReasonCode.NOT_AUTHORIZED if v5 else 0x80)
+                continue
+            sub = SubscriptionState(
+                topic_filter=topic_filter,
+                qos=request.qos,
+                no_local=request.no_local,
+                retain_as_published=request.retain_as_published,
+                retain_handling=request.retain_handling,
+                subscription_id=sub_id[0] if sub_id else None,
+                share_group=shared.group if shared else None,
+            )
+            new = session.add_subscription(sub)
+            codes.append(request.qos)
+            if shared is None and (
+                request.retain_handling == 0 or (request.retain_handling == 1 and new)
+            ):
+                retained.append((sub, request.qos))
+        session.save()
+        self._send(Suback(packet_id=packet.packet_id, reason_codes=tuple(codes)))
+        front.subscriptions_changed()
+        for sub, qos in retained:
+            front.send_retained(self, session, sub, qos)
+        front.wake(session)
+
+    def _on_unsubscribe(self, packet: Unsubscribe) -> None:
+        session = self.session
+        assert session is not None
+        codes = []
+        for key in packet.topic_filters:
+            removed = session.remove_subscription(key)
+            codes.append(ReasonCode.SUCCESS if removed else ReasonCode.NO_SUBSCRIPTION_EXISTED)
+        session.save()
+        self.front.subscriptions_changed()
+        self._send(Unsuback(
+            packet_id=packet.packet_id,
+            reason_codes=tuple(codes) if self.proto.version == _V5 else (),
+        ))
+
+    # -- the rest ----------------------------------------------------------------------
+
+    def _on_pingreq(self, _packet: Pingreq) -> None:
+        self._send(Pingresp())
+
+    def _on_disconnect(self, packet: Disconnect) -> None:
+        session = self.session
+        self.normal_disconnect = True
+        self.publish_will = packet.reason_code == ReasonCode.DISCONNECT_WITH_WILL_MESSAGE
+        expiry = packet.properties.session_expiry_interval
+        if session is not None and expiry is not None:
+            session.state.expiry = expiry
+        self._close("client disconnected")
+
+    def _on_auth(self, _packet: Auth) -> None:
+        self._refuse(
+            ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
+        )
+
+    def _on_closed(self, _event: ConnectionClosed) -> None:
+        self._close("peer closed")
+
+    _handlers = {
+        Connect: _on_connect,
+        Publish: _on_publish,
+        Puback: _on_puback,
+        Pubrec: _on_pubrec,
+        Pubrel: _on_pubrel,
+        Pubcomp: _on_pubcomp,
+        Subscribe: _on_subscribe,
+        Unsubscribe: _on_unsubscribe,
+        Pingreq: _on_pingreq,
+        Disconnect: _on_disconnect,
+        Auth: _on_auth,
+        ConnectionClosed: _on_closed,
+    }
+
+    # -- delivery ----------------------------------------------------------------------
+
+    async def _deliver_loop(self) -> None:
+        session = self.session
+        assert session is not None
+        conn = self.conn
+        while not self.closed:
+            await session.wakeup.wait()
+            session.wakeup.clear()
+            progress = True
+            while progress and not self.closed and session.handler is self:
+                progress = False
+                for reader in list(session.readers.values()):
+                    if not conn.writable:
+                        await conn.drain()
+                        if self.closed or session.handler is not self:
+                            return
+                    window = self.receive_max - session.qos_inflight()
+                    if reader.fill(session, self, window):
+                        progress = True
+                if progress:
+                    await asyncio.sleep(0)  # let other connections run between batches
+
+    # -- closing -----------------------------------------------------------------------
+
+    def _try_send(self, packet: object) -> None:
+        try:
+            self._send(packet)
+        except Exception:
+            pass
+
+    def goodbye(self) -> None:
+        """Gateway shutdown: MQTT 5 DISCONNECT 0x8B (server shutting down), close. The
+        session stays as it is (its will is not sent: the client did nothing wrong)."""
+        if self.closed:
+            return
+        if self.proto.state is State.CONNECTED and self.proto.version == _V5:
+            self._try_send(Disconnect(reason_code=ReasonCode.SERVER_SHUTTING_DOWN))
+        self.publish_will = False
+        self.normal_disconnect = True
+        self._close("server shutting down")
+
+    def taken_over(self) -> None:
+        """Another connection took this client id (MQTT 5 DISCONNECT 0x8E)."""
+        if self.proto.version == _V5:
+            self._try_send(Disconnect(reason_code=ReasonCode.SESSION_TAKEN_OVER))
+        self._close("session taken over")
+
+    def _close(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+        self.conn.close(reason)
+        self.front.disconnected(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed:
+            self.closed = True
+            if self._keepalive is not None:
+                self._keepalive.cancel()
+            self.front.disconnected(self)
+
+
+def raise_unexpected(event: object) -> None:
+    raise RuntimeError(f"unexpected MQTT event {event!r}")
+
+
+__all__ = ["MqttHandler", "SessionState"]

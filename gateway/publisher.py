@@ -1,0 +1,100 @@
+"""Batching appends from the event loop into the store.
+
+Front ends call :meth:`Publisher.submit` once per message; everything submitted during
+one turn of the event loop is appended with one ``append_batch`` (one log write, one
+RocksDB write) at the end of that turn. The returned future completes when the message
+may be acknowledged to its publisher: at once in async durability, after the covering
+fsync (group commit, on the store's flusher thread) in sync durability.
+
+``pending`` counts submitted messages not yet acknowledged; front ends pause reading a
+publisher while the store lags (see :attr:`lagging`).
+
+Event-loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from broker_core import AppendResult, Durability, Message, MessageStore, MessageTooLarge
+
+log = logging.getLogger(__name__)
+
+#: More unacknowledged messages than this and the store is "lagging".
+LAG_LIMIT = 50_000
+
+
+class Publisher:
+    def __init__(self, store: MessageStore, loop: asyncio.AbstractEventLoop) -> None:
+        self.store = store
+        self.loop = loop
+        self._items: list[tuple[Message, Sequence[str]]] = []
+        self._futures: list[asyncio.Future[AppendResult]] = []
+        self._scheduled = False
+        self._sync = store.config.durability == Durability.SYNC
+        self._max_body = store.config.max_message_bytes
+        self.pending = 0
+        self.appended = 0
+        self.failed = 0
+
+    @property
+    def lagging(self) -> bool:
+        return self.pending > LAG_LIMIT
+
+    def submit(self, message: Message, lmqs: Sequence[str]) -> asyncio.Future[AppendResult]:
+        fut: asyncio.Future[AppendResult] = self.loop.create_future()
+        if len(message.body) > self._max_body:
+            fut.set_exception(MessageTooLarge(len(message.body), self._max_body))
+            return fut
+        self._items.append((message, lmqs))
+        self._futures.append(fut)
+        self.pending += 1
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._flush)
+        return fut
+
+    def flush(self) -> None:
+        """Append what is queued now (also called at the end of each loop turn)."""
+        if self._items:
+            self._flush()
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        items, futures = self._items, self._futures
+        if not items:
+            return
+        self._items, self._futures = [], []
+        try:
+            results = self.store.append_batch(items, wait=False)
+        except Exception as exc:
+            self.failed += len(items)
+            self.pending -= len(items)
+            log.warning("append failed: %s", exc, extra={"messages": len(items)})
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        self.appended += len(items)
+        if not self._sync:
+            self.pending -= len(items)
+            for fut, result in zip(futures, results, strict=True):
+                if not fut.done():
+                    fut.set_result(result)
+            return
+        durable = asyncio.wrap_future(self.store.acknowledged(results[-1].end), loop=self.loop)
+
+        def done(f: asyncio.Future[int]) -> None:
+            self.pending -= len(futures)
+            exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+            for fut, result in zip(futures, results, strict=True):
+                if fut.done():
+                    continue
+                if exc is not None:
+                    fut.set_exception(exc)
+                else:
+                    fut.set_result(result)
+
+        durable.add_done_callback(done)
