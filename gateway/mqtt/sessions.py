@@ -139,6 +139,10 @@ class Session:
         lmq = self.front.topic_space.add_filter(sub.topic_filter)
         self.front.store.create_lmq(lmq)
         self.attach_reader(sub, start_offset=0)
+        reader = self.readers[sub.key]
+        if self.state.persistent and isinstance(reader, Reader):
+            # Where the backlog of this subscription starts, durably, before the SUBACK.
+            self.front.store.commit_offset(self.group, lmq, reader.next_offset)
         if self.handler is not None:
             self._listen(self.readers[sub.key])
         return True
