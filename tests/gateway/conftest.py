@@ -6,6 +6,13 @@ from pathlib import Path
 import pytest
 
 from .gateway_process import GatewayProcess
+from .mqtt_clients import close_all
+
+
+@pytest.fixture(autouse=True)
+def close_clients() -> Iterator[None]:
+    yield
+    close_all()
 
 
 @pytest.fixture

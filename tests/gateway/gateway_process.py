@@ -49,7 +49,9 @@ class GatewayProcess:
                 line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
                 self.kill()
-                raise RuntimeError("gateway did not become ready:\n" + "".join(self.output))
+                raise RuntimeError(
+                    "gateway did not become ready:\n" + "".join(self.output)
+                ) from None
             if line is None:
                 raise RuntimeError("gateway exited:\n" + "".join(self.output))
             if line.startswith("listening "):

@@ -15,6 +15,18 @@ from protocol.mqtt import NEED_DATA, Connection, ConnectionClosed, MQTTVersion, 
 
 TIMEOUT = 5.0
 
+#: Every client made in a test; the ``close_clients`` fixture closes them after it.
+OPEN: list[Any] = []
+
+
+def close_all() -> None:
+    while OPEN:
+        client = OPEN.pop()
+        try:
+            client.close()
+        except Exception:
+            pass
+
 
 class Paho:
     """paho-mqtt with received messages in a queue and blocking helpers."""
@@ -22,6 +34,7 @@ class Paho:
     def __init__(self, port: int, client_id: str, *, v5: bool = False, clean: bool = True,
                  session_expiry: int | None = None, will: tuple | None = None,
                  keepalive: int = 60, will_delay: int | None = None) -> None:
+        OPEN.append(self)
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         proto = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
         kwargs: dict[str, Any] = {"protocol": proto}
@@ -30,7 +43,9 @@ class Paho:
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, **kwargs)
         self.client.on_message = lambda c, u, m: self.messages.put(m)
         self.connack: queue.Queue[Any] = queue.Queue()
-        self.client.on_connect = lambda c, u, flags, rc, props=None: self.connack.put((flags, rc, props))
+        self.client.on_connect = lambda c, u, flags, rc, props=None: self.connack.put(
+            (flags, rc, props)
+        )
         self.subacks: queue.Queue[Any] = queue.Queue()
         self.client.on_subscribe = lambda c, u, mid, codes, props=None: self.subacks.put(codes)
         if will is not None:
@@ -96,6 +111,12 @@ class Paho:
         if sock is not None:
             sock.close()
 
+    def close(self) -> None:
+        self.client.loop_stop()
+        sock = self.client.socket()
+        if sock is not None:
+            sock.close()
+
 
 class RawClient:
     """A socket driven by our own client-side machine: send exactly what a test needs,
@@ -103,6 +124,7 @@ class RawClient:
 
     def __init__(self, port: int, version: MQTTVersion = MQTTVersion.V3_1_1) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT)
+        OPEN.append(self)
         self.machine = Connection(Role.CLIENT)
         self.version = version
 
