@@ -102,8 +102,17 @@ class Reader:
                 qos = min(msg.record.qos, self.sub.qos)
                 if qos and window <= 0:
                     break
-                sent = deliver(session, handler, msg.record, self.sub, qos, now,
-                               dup=offset < self.sent_upto, reader=self, offset=offset)
+                sent = deliver(
+                    session,
+                    handler,
+                    msg.record,
+                    self.sub,
+                    qos,
+                    now,
+                    dup=offset < self.sent_upto,
+                    reader=self,
+                    offset=offset,
+                )
                 if sent is not None and qos:
                     self.unacked[offset] = sent
                     window -= 1
@@ -145,9 +154,18 @@ class SharedReader:
         now = now_ms()
         for p in popped:
             qos = min(p.message.record.qos, self.sub.qos)
-            pid = deliver(session, handler, p.message.record, self.sub, qos, now,
-                          dup=p.deliveries > 1, reader=self, offset=p.message.offset,
-                          receipt=p.receipt)
+            pid = deliver(
+                session,
+                handler,
+                p.message.record,
+                self.sub,
+                qos,
+                now,
+                dup=p.deliveries > 1,
+                reader=self,
+                offset=p.message.offset,
+                receipt=p.receipt,
+            )
             if pid is None or qos == 0:
                 store.ack(p.receipt)
         return len(popped)

@@ -114,8 +114,10 @@ class MqttFrontEnd(FrontEnd):
             session.save()
             self._schedule_expiry(session)
         if self.sessions:
-            log.info("mqtt sessions loaded", extra={"sessions": len(self.sessions),
-                                                    "interrupted": len(crashed)})
+            log.info(
+                "mqtt sessions loaded",
+                extra={"sessions": len(self.sessions), "interrupted": len(crashed)},
+            )
 
     def _recover_qos2(self, crashed: list[Session]) -> None:
         """Put back QoS 2 packet ids whose append was acknowledged but not yet recorded
@@ -175,10 +177,13 @@ class MqttFrontEnd(FrontEnd):
         return session, False
 
     def connected(self, handler: MqttHandler) -> None:
-        log.info("mqtt client connected", extra={
-            **handler.conn.log_fields(),
-            "client_id": handler.session.client_id if handler.session else "-",
-        })
+        log.info(
+            "mqtt client connected",
+            extra={
+                **handler.conn.log_fields(),
+                "client_id": handler.session.client_id if handler.session else "-",
+            },
+        )
 
     def disconnected(self, handler: MqttHandler) -> None:
         self.handlers.pop(handler.conn.id, None)
@@ -235,20 +240,30 @@ class MqttFrontEnd(FrontEnd):
             content_type=wp.get("content_type"),
             response_topic=wp.get("response_topic"),
             correlation_data=bytes.fromhex(wp["correlation_data"])
-            if "correlation_data" in wp else None,
+            if "correlation_data" in wp
+            else None,
             user_properties=tuple(tuple(p) for p in wp.get("user_properties", ())),
         )
-        packet = Publish(topic=will.topic, payload=will.payload, qos=will.qos,
-                         retain=will.retain, packet_id=1 if will.qos else None,
-                         properties=props)
+        packet = Publish(
+            topic=will.topic,
+            payload=will.payload,
+            qos=will.qos,
+            retain=will.retain,
+            packet_id=1 if will.qos else None,
+            properties=props,
+        )
         self.publish_internal(packet, session.client_id)
         log.info("will published", extra={"client_id": session.client_id, "topic": will.topic})
 
     @staticmethod
     def will_properties(wp: Properties) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name in ("payload_format_indicator", "message_expiry_interval", "content_type",
-                     "response_topic"):
+        for name in (
+            "payload_format_indicator",
+            "message_expiry_interval",
+            "content_type",
+            "response_topic",
+        ):
             value = getattr(wp, name)
             if value is not None:
                 out[name] = value
@@ -382,5 +397,11 @@ class MqttFrontEnd(FrontEnd):
 
 
 def _message_for(packet: Publish, origin: str) -> Message:
-    return Message(topic=packet.topic, body=packet.payload, qos=packet.qos,
-                   retain=packet.retain, origin=origin, protocol=Protocol.MQTT)
+    return Message(
+        topic=packet.topic,
+        body=packet.payload,
+        qos=packet.qos,
+        retain=packet.retain,
+        origin=origin,
+        protocol=Protocol.MQTT,
+    )

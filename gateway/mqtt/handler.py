@@ -128,7 +128,8 @@ class MqttHandler(ConnectionHandler):
 
     def _protocol_error(self, exc: MQTTError) -> None:
         log.info(
-            "mqtt protocol error: %s", exc,
+            "mqtt protocol error: %s",
+            exc,
             extra={**self.conn.log_fields(), "reason_code": int(exc.reason_code)},
         )
         self.front.protocol_errors.inc()
@@ -281,9 +282,14 @@ class MqttHandler(ConnectionHandler):
             self.conn.resume_reading()
         exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
         if exc is not None:
-            code = ReasonCode.QUOTA_EXCEEDED if isinstance(exc, StorageFull) else (
-                ReasonCode.PACKET_TOO_LARGE if isinstance(exc, MessageTooLarge)
-                else ReasonCode.UNSPECIFIED_ERROR
+            code = (
+                ReasonCode.QUOTA_EXCEEDED
+                if isinstance(exc, StorageFull)
+                else (
+                    ReasonCode.PACKET_TOO_LARGE
+                    if isinstance(exc, MessageTooLarge)
+                    else ReasonCode.UNSPECIFIED_ERROR
+                )
             )
             log.warning("publish not stored: %s", exc, extra=self.conn.log_fields())
             if not self.closed:
@@ -312,8 +318,11 @@ class MqttHandler(ConnectionHandler):
                 return
         pid = publish.packet_id
         assert pid is not None
-        self._send(Puback(packet_id=pid, reason_code=code) if publish.qos == 1
-                   else Pubrec(packet_id=pid, reason_code=code))
+        self._send(
+            Puback(packet_id=pid, reason_code=code)
+            if publish.qos == 1
+            else Pubrec(packet_id=pid, reason_code=code)
+        )
 
     def _refuse(self, code: int, text: str) -> None:
         """A protocol violation the machine cannot see: DISCONNECT (v5) and close."""
@@ -347,8 +356,12 @@ class MqttHandler(ConnectionHandler):
         inf = session.inflight.get(packet.packet_id)
         if inf is None:
             if self.proto.version == _V5:
-                self._send(Pubrel(packet_id=packet.packet_id,
-                                  reason_code=ReasonCode.PACKET_IDENTIFIER_NOT_FOUND))
+                self._send(
+                    Pubrel(
+                        packet_id=packet.packet_id,
+                        reason_code=ReasonCode.PACKET_IDENTIFIER_NOT_FOUND,
+                    )
+                )
             return
         if packet.reason_code >= 0x80:
             self._complete(packet.packet_id)  # the client refused it: the flow ends
@@ -447,10 +460,12 @@ class MqttHandler(ConnectionHandler):
             codes.append(ReasonCode.SUCCESS if removed else ReasonCode.NO_SUBSCRIPTION_EXISTED)
         session.save()
         self.front.subscriptions_changed()
-        self._send(Unsuback(
-            packet_id=packet.packet_id,
-            reason_codes=tuple(codes) if self.proto.version == _V5 else (),
-        ))
+        self._send(
+            Unsuback(
+                packet_id=packet.packet_id,
+                reason_codes=tuple(codes) if self.proto.version == _V5 else (),
+            )
+        )
 
     # -- the rest ----------------------------------------------------------------------
 

@@ -28,10 +28,27 @@ class GatewayProcess:
     def start(self) -> GatewayProcess:
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.serve", "--data-dir", str(self.data_dir),
-             "--bind", "127.0.0.1", "--mqtt-port", "auto", "--amqp-port", "auto",
-             "--unified-port", "auto", *self.extra],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "cli.serve",
+                "--data-dir",
+                str(self.data_dir),
+                "--bind",
+                "127.0.0.1",
+                "--mqtt-port",
+                "auto",
+                "--amqp-port",
+                "auto",
+                "--unified-port",
+                "auto",
+                *self.extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=ROOT,
         )
         lines: queue.Queue[str | None] = queue.Queue()
 

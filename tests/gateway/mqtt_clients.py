@@ -31,9 +31,18 @@ def close_all() -> None:
 class Paho:
     """paho-mqtt with received messages in a queue and blocking helpers."""
 
-    def __init__(self, port: int, client_id: str, *, v5: bool = False, clean: bool = True,
-                 session_expiry: int | None = None, will: tuple | None = None,
-                 keepalive: int = 60, will_delay: int | None = None) -> None:
+    def __init__(
+        self,
+        port: int,
+        client_id: str,
+        *,
+        v5: bool = False,
+        clean: bool = True,
+        session_expiry: int | None = None,
+        will: tuple | None = None,
+        keepalive: int = 60,
+        will_delay: int | None = None,
+    ) -> None:
         OPEN.append(self)
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         proto = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
@@ -79,8 +88,9 @@ class Paho:
         self.client.subscribe(*args, **kwargs)
         return self.subacks.get(timeout=TIMEOUT)
 
-    def publish(self, topic: str, payload: bytes, qos: int = 0, retain: bool = False,
-                properties: Any = None) -> None:
+    def publish(
+        self, topic: str, payload: bytes, qos: int = 0, retain: bool = False, properties: Any = None
+    ) -> None:
         info = self.client.publish(topic, payload, qos=qos, retain=retain, properties=properties)
         info.wait_for_publish(TIMEOUT)
         assert info.is_published()
@@ -90,8 +100,7 @@ class Paho:
 
     def get_n(self, n: int, timeout: float = TIMEOUT) -> list[mqtt.MQTTMessage]:
         deadline = time.monotonic() + timeout
-        return [self.messages.get(timeout=max(0.01, deadline - time.monotonic()))
-                for _ in range(n)]
+        return [self.messages.get(timeout=max(0.01, deadline - time.monotonic())) for _ in range(n)]
 
     def nothing_more(self, wait: float = 0.5) -> bool:
         try:

@@ -48,8 +48,14 @@ class Publisher(threading.Thread):
                     pid = seq % 65535 + 1
                     payload = f"{self.name_}-{seq}"
                     inflight[pid] = payload
-                    c.send(Publish(topic=f"crash/{self.name_}", payload=payload.encode(),
-                                   qos=1, packet_id=pid))
+                    c.send(
+                        Publish(
+                            topic=f"crash/{self.name_}",
+                            payload=payload.encode(),
+                            qos=1,
+                            packet_id=pid,
+                        )
+                    )
                 ack = c.recv(timeout=5)
                 if isinstance(ack, Puback):
                     self.acked.append(inflight.pop(ack.packet_id))

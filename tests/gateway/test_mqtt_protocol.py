@@ -34,8 +34,14 @@ V311 = MQTTVersion.V3_1_1
 
 def connect(port: int, client_id: str, version=V311, clean=True, **props) -> RawClient:
     c = RawClient(port, version)
-    c.send(Connect(client_id=client_id, protocol_version=version, clean_start=clean,
-                   properties=Properties(**props)))
+    c.send(
+        Connect(
+            client_id=client_id,
+            protocol_version=version,
+            clean_start=clean,
+            properties=Properties(**props),
+        )
+    )
     ack = c.recv()
     assert isinstance(ack, Connack) and ack.reason_code == 0, ack
     c.connack = ack
@@ -138,13 +144,21 @@ def test_mqtt5_properties_are_forwarded(gateway):
     port = gateway.mqtt_port
     c = connect(port, "", V5)  # empty client id: one is assigned
     assert c.connack.properties.assigned_client_identifier
-    c.send(Subscribe(packet_id=2, subscriptions=(Subscription("p/#", qos=1),),
-                     properties=Properties(subscription_identifiers=(42,))))
+    c.send(
+        Subscribe(
+            packet_id=2,
+            subscriptions=(Subscription("p/#", qos=1),),
+            properties=Properties(subscription_identifiers=(42,)),
+        )
+    )
     assert isinstance(c.recv(), Suback)
     p = connect(port, "pub5", V5)
     props = Properties(
-        payload_format_indicator=1, content_type="application/json", response_topic="reply/here",
-        correlation_data=b"\x01\x02", user_properties=(("k", "v"), ("k", "w")),
+        payload_format_indicator=1,
+        content_type="application/json",
+        response_topic="reply/here",
+        correlation_data=b"\x01\x02",
+        user_properties=(("k", "v"), ("k", "w")),
         message_expiry_interval=60,
     )
     p.send(Publish(topic="p/x", payload=b"{}", qos=1, packet_id=1, properties=props))
@@ -152,7 +166,10 @@ def test_mqtt5_properties_are_forwarded(gateway):
     got = c.recv()
     gp = got.properties
     assert (gp.content_type, gp.response_topic, gp.correlation_data) == (
-        "application/json", "reply/here", b"\x01\x02")
+        "application/json",
+        "reply/here",
+        b"\x01\x02",
+    )
     assert gp.user_properties == (("k", "v"), ("k", "w"))
     assert gp.payload_format_indicator == 1 and gp.subscription_identifiers == (42,)
     assert 0 < gp.message_expiry_interval <= 60
@@ -164,10 +181,24 @@ def test_mqtt5_expired_messages_are_not_delivered(gateway):
     subscribe(c, "exp/#", 1)
     c.send(Disconnect())
     p = connect(port, "pub5", V5)
-    p.send(Publish(topic="exp/a", payload=b"short", qos=1, packet_id=1,
-                   properties=Properties(message_expiry_interval=1)))
-    p.send(Publish(topic="exp/a", payload=b"long", qos=1, packet_id=2,
-                   properties=Properties(message_expiry_interval=600)))
+    p.send(
+        Publish(
+            topic="exp/a",
+            payload=b"short",
+            qos=1,
+            packet_id=1,
+            properties=Properties(message_expiry_interval=1),
+        )
+    )
+    p.send(
+        Publish(
+            topic="exp/a",
+            payload=b"long",
+            qos=1,
+            packet_id=2,
+            properties=Properties(message_expiry_interval=600),
+        )
+    )
     assert isinstance(p.recv(), Puback) and isinstance(p.recv(), Puback)
     time.sleep(2.1)
     c = connect(port, "late", V5, clean=False, session_expiry_interval=600)
@@ -189,13 +220,23 @@ def test_mqtt5_inbound_topic_alias(gateway):
     sub.subscribe("alias/#", qos=1)
     c = connect(gateway.mqtt_port, "aliaser", V5)
     assert c.connack.properties.topic_alias_maximum > 0
-    c.send(Publish(topic="alias/long/topic", payload=b"1", qos=1, packet_id=1,
-                   properties=Properties(topic_alias=5)))
-    c.send(Publish(topic="", payload=b"2", qos=1, packet_id=2,
-                   properties=Properties(topic_alias=5)))
+    c.send(
+        Publish(
+            topic="alias/long/topic",
+            payload=b"1",
+            qos=1,
+            packet_id=1,
+            properties=Properties(topic_alias=5),
+        )
+    )
+    c.send(
+        Publish(topic="", payload=b"2", qos=1, packet_id=2, properties=Properties(topic_alias=5))
+    )
     assert isinstance(c.recv(), Puback) and isinstance(c.recv(), Puback)
     assert [(m.topic, m.payload) for m in sub.get_n(2)] == [
-        ("alias/long/topic", b"1"), ("alias/long/topic", b"2")]
+        ("alias/long/topic", b"1"),
+        ("alias/long/topic", b"2"),
+    ]
 
 
 def test_keep_alive_is_enforced_and_will_sent(gateway):
@@ -204,8 +245,14 @@ def test_keep_alive_is_enforced_and_will_sent(gateway):
     c = RawClient(gateway.mqtt_port)
     from protocol.mqtt import Will
 
-    c.send(Connect(client_id="sleepy", keep_alive=1, protocol_version=V311,
-                   will=Will(topic="ka/sleepy", payload=b"timed out", qos=1)))
+    c.send(
+        Connect(
+            client_id="sleepy",
+            keep_alive=1,
+            protocol_version=V311,
+            will=Will(topic="ka/sleepy", payload=b"timed out", qos=1),
+        )
+    )
     assert isinstance(c.recv(), Connack)
     started = time.monotonic()
     assert c.closed_by_server(timeout=5)
@@ -232,10 +279,18 @@ def test_oversized_packet_gets_0x95_and_others_keep_working(gateway):
 @pytest.mark.parametrize(
     ("name", "data", "code"),
     [
-        ("reserved flags in SUBSCRIBE", b"\x80\x06\x00\x01\x00\x01a\x00", ReasonCode.MALFORMED_PACKET),
+        (
+            "reserved flags in SUBSCRIBE",
+            b"\x80\x06\x00\x01\x00\x01a\x00",
+            ReasonCode.MALFORMED_PACKET,
+        ),
         ("QoS 3 PUBLISH", b"\x36\x05\x00\x01a\x00\x01", ReasonCode.MALFORMED_PACKET),
         ("second CONNECT", None, ReasonCode.PROTOCOL_ERROR),
-        ("wildcard in PUBLISH topic", b"\x32\x08\x00\x03a/+\x00\x01\x00", ReasonCode.TOPIC_NAME_INVALID),
+        (
+            "wildcard in PUBLISH topic",
+            b"\x32\x08\x00\x03a/+\x00\x01\x00",
+            ReasonCode.TOPIC_NAME_INVALID,
+        ),
         ("5-byte remaining length", b"\x30\xff\xff\xff\xff\x01", ReasonCode.MALFORMED_PACKET),
     ],
 )

@@ -26,9 +26,12 @@ def test_qos_levels_wildcards_and_overlaps(gateway, v5):
     got = sorted((m.topic, m.payload, m.qos) for m in sub.get_n(7))
     # overlapping filters: one copy per subscription, each at min(publish, subscription)
     assert got == [
-        ("a/b/c", b"q0", 0), ("a/b/c", b"q0", 0),
-        ("a/b/c", b"q1", 1), ("a/b/c", b"q1", 1),
-        ("a/b/c", b"q2", 1), ("a/b/c", b"q2", 2),
+        ("a/b/c", b"q0", 0),
+        ("a/b/c", b"q0", 0),
+        ("a/b/c", b"q1", 1),
+        ("a/b/c", b"q1", 1),
+        ("a/b/c", b"q2", 1),
+        ("a/b/c", b"q2", 2),
         ("x/y", b"exact", 0),
     ]
     assert sub.nothing_more()
@@ -236,15 +239,47 @@ def test_mosquitto_clients(gateway):
     assert shutil.which("mosquitto_sub"), "mosquitto-clients missing: run make system-deps"
     port = str(gateway.mqtt_port)
     sub = subprocess.Popen(
-        ["mosquitto_sub", "-h", "127.0.0.1", "-p", port, "-t", "mq/#", "-q", "1", "-C", "3",
-         "-v", "-V", "mqttv5", "-W", "10"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            "mosquitto_sub",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            port,
+            "-t",
+            "mq/#",
+            "-q",
+            "1",
+            "-C",
+            "3",
+            "-v",
+            "-V",
+            "mqttv5",
+            "-W",
+            "10",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     import time
 
     time.sleep(0.5)
     for i in range(3):
-        subprocess.run(["mosquitto_pub", "-h", "127.0.0.1", "-p", port, "-t", f"mq/{i}",
-                        "-m", f"hello{i}", "-q", "2"], check=True, timeout=10)
+        subprocess.run(
+            [
+                "mosquitto_pub",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                port,
+                "-t",
+                f"mq/{i}",
+                "-m",
+                f"hello{i}",
+                "-q",
+                "2",
+            ],
+            check=True,
+            timeout=10,
+        )
     out, _ = sub.communicate(timeout=15)
     assert out.splitlines() == ["mq/0 hello0", "mq/1 hello1", "mq/2 hello2"]
