@@ -35,9 +35,9 @@ from gateway.frontend import FrontEnd
 from gateway.frontends import FRONT_ENDS, FrontEndSpec, load_front_end
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
-from gateway.topic_space import TopicSpace
 from gateway.sniff import Sniffer
 from gateway.tasks import TaskOwner
+from gateway.topic_space import TopicSpace
 
 log = logging.getLogger(__name__)
 

@@ -189,3 +189,12 @@ def test_concurrent_appends_keep_offsets_dense(tmp_path):
                 assert (name, m.offset) in m.record.dispatch
             total += len(got)
         assert total > 0
+
+
+def test_front_end_metadata(tmp_path):
+    with MessageStore.open(tmp_path, SMALL) as s:
+        s.update_meta({"mqtt/session/a": b"1", "mqtt/session/b": b"2", "amqp/q": b"3"})
+        s.delete_meta("mqtt/session/a")
+        assert s.get_meta("mqtt/session/b") == b"2"
+    with MessageStore.open(tmp_path, SMALL) as s:
+        assert list(s.iter_meta("mqtt/")) == [("mqtt/session/b", b"2")]
