@@ -48,6 +48,15 @@ _FLAGS = {
     "durability": "store.durability",
     "log_format": "log_format",
     "log_level": "log_level",
+    "mqtts_port": "mqtts_port",
+    "amqps_port": "amqps_port",
+    "unified_tls_port": "unified_tls_port",
+    "tls_cert": "tls_cert",
+    "tls_key": "tls_key",
+    "tls_ca": "tls_ca",
+    "tls_client_cert": "tls_client_cert",
+    "users_file": "users_file",
+    "allow_anonymous": "allow_anonymous",
 }
 
 
@@ -89,6 +98,31 @@ _FLAGS = {
     "--durability", type=click.Choice(["async", "sync"]),
     help="When appends are acknowledged (see docs/configuration.md). [default: async]",
 )
+@click.option(
+    "--mqtts-port", callback=_checked("mqtts_port"),
+    help="MQTT over TLS port (needs --tls-cert). [default: 8883]",
+)
+@click.option(
+    "--amqps-port", callback=_checked("amqps_port"),
+    help="AMQP over TLS port (needs --tls-cert). [default: 5671]",
+)
+@click.option(
+    "--unified-tls-port", callback=_checked("unified_tls_port"),
+    help="Unified port over TLS (needs --tls-cert). [default: 8443]",
+)
+@click.option("--tls-cert", help="PEM certificate chain; enables the TLS listeners.")
+@click.option("--tls-key", help="PEM private key (if not in --tls-cert).")
+@click.option("--tls-ca", help="PEM CA bundle for client certificates.")
+@click.option(
+    "--tls-client-cert", type=click.Choice(["none", "optional", "required"]),
+    help="Ask for client certificates. [default: none]",
+)
+@click.option("--users-file", help="Users file (lmq users). [default: DATA_DIR/users.json]")
+@click.option(
+    "--allow-anonymous", is_flag=True, default=None,
+    help="Let clients in without credentials (needed to bind a non-loopback address"
+    " without a users file).",
+)
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), help="[default: text]")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), help="[default: info]")
 def serve(config_file: Path | None, **flags: Any) -> None:
@@ -105,6 +139,8 @@ def serve(config_file: Path | None, **flags: Any) -> None:
         raise click.ClickException(f"store: {exc}{hint}") from None
     except OSError as exc:
         raise click.ClickException(f"cannot start: {exc}") from None
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     finally:
         logging.getLogger().removeHandler(handler)
 

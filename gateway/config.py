@@ -27,6 +27,8 @@ Port = int | str
 AUTO = "auto"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+TLS_LISTENERS = ("mqtts", "amqps", "unified_tls")
+CLIENT_CERT_MODES = ("none", "optional", "required")
 
 
 class ConfigError(ValueError):
@@ -65,6 +67,33 @@ class GatewayConfig:
     #: Unsent output above which a connection is aborted as a slow consumer. Bounds the
     #: memory of a connection whose peer stops reading.
     write_buffer_max: int = 32 * 1024 * 1024
+    #: MQTT over TLS (the listener runs only when ``tls_cert`` is set).
+    mqtts_port: Port = 8883
+    #: AMQP over TLS (only with ``tls_cert``).
+    amqps_port: Port = 5671
+    #: The unified port over TLS: MQTT, AMQP and HTTPS sniffed after the handshake (only
+    #: with ``tls_cert``).
+    unified_tls_port: Port = 8443
+    #: PEM certificate chain of the TLS listeners ("" = no TLS listeners).
+    tls_cert: str = ""
+    #: PEM private key of ``tls_cert`` ("" = the key is in the ``tls_cert`` file).
+    tls_key: str = ""
+    #: PEM CA bundle that client certificates must chain to ("" = no client certificates).
+    tls_ca: str = ""
+    #: Client certificates: ``none``, ``optional`` (verified when sent; a certificate whose
+    #: subject is mapped to a user logs that user in) or ``required``.
+    tls_client_cert: str = "none"
+    #: The users file (``lmq users``): "" = ``<data_dir>/users.json``. With no users file
+    #: the gateway is open to anyone, which it allows only on a loopback ``bind``.
+    users_file: str = ""
+    #: Let clients without credentials in (as ``@anonymous``) when a users file exists,
+    #: and allow a non-loopback ``bind`` without a users file.
+    allow_anonymous: bool = False
+    #: Subscriptions one MQTT session may hold (0 = no limit); more get SUBACK 0x97.
+    max_subscriptions_per_session: int = 10_000
+    #: QoS 1/2 messages in flight to one MQTT client: the lower of this and the client's
+    #: Receive Maximum.
+    max_inflight: int = 1024
     #: Log line format: ``text`` or ``json`` (one JSON object per line).
     log_format: str = "text"
     #: Least severe log level written: debug, info, warning, error.
@@ -80,8 +109,10 @@ class GatewayConfig:
             )
 
     def port(self, name: str) -> int | None:
-        """The port to bind for listener ``name`` (mqtt, amqp, unified): ``None`` when
-        disabled, 0 for any free port."""
+        """The port to bind for listener ``name`` (mqtt, amqp, unified, and the TLS ones):
+        ``None`` when disabled, 0 for any free port."""
+        if name in TLS_LISTENERS and not self.tls_cert:
+            return None
         value = getattr(self, f"{name}_port")
         if value == AUTO:
             return 0
@@ -109,6 +140,12 @@ def _seconds(value: object) -> float:
     if not 0 < value <= 86_400:
         raise ValueError(f"must be > 0 and at most 86400 seconds, got {value}")
     return float(value)
+
+
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
 
 
 def _str(value: object) -> str:
@@ -161,6 +198,17 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "shutdown_timeout": _seconds,
     "write_buffer_high": _int(1024),
     "write_buffer_max": _int(1024),
+    "mqtts_port": _port,
+    "amqps_port": _port,
+    "unified_tls_port": _port,
+    "tls_cert": _str,
+    "tls_key": _str,
+    "tls_ca": _str,
+    "tls_client_cert": _choice(*CLIENT_CERT_MODES),
+    "users_file": _str,
+    "allow_anonymous": _bool,
+    "max_subscriptions_per_session": _int(0),
+    "max_inflight": _int(1, 65535),
     "log_format": _choice(*LOG_FORMATS),
     "log_level": _choice(*LOG_LEVELS),
 }

@@ -35,6 +35,7 @@ from gateway.frontend import FrontEnd
 from gateway.frontends import FRONT_ENDS, FrontEndSpec, load_front_end
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
+from gateway.security import make_authenticator, make_tls_context
 from gateway.sniff import Sniffer
 from gateway.tasks import TaskOwner
 from gateway.topic_space import TopicSpace
@@ -48,12 +49,17 @@ class ListenerSpec:
     name: str
     #: The protocol every connection speaks; ``None`` = sniff it (the unified port).
     protocol: str | None
+    #: TLS (the config's ``tls_cert``); sniffing then sees the decrypted bytes.
+    tls: bool = False
 
 
 LISTENERS: tuple[ListenerSpec, ...] = (
     ListenerSpec("mqtt", "mqtt"),
     ListenerSpec("amqp", "amqp"),
     ListenerSpec("unified", None),
+    ListenerSpec("mqtts", "mqtt", tls=True),
+    ListenerSpec("amqps", "amqp", tls=True),
+    ListenerSpec("unified_tls", None, tls=True),
 )
 
 
@@ -108,6 +114,8 @@ class Gateway:
         everything opened so far is closed again and the error propagates."""
         cfg = self.config
         loop = self.loop = asyncio.get_running_loop()
+        self.authenticator = make_authenticator(cfg)
+        self.tls_context = make_tls_context(cfg) if cfg.tls_cert else None
         log.info("opening store", extra={"data_dir": str(cfg.data_dir)})
         self.store = await asyncio.to_thread(MessageStore.open, cfg.data_dir, cfg.store)
         self.publisher = Publisher(self.store, loop)
@@ -137,6 +145,7 @@ class Gateway:
             port,
             reuse_address=True,
             backlog=1024,
+            ssl=self.tls_context if listener.tls else None,
         )
         self._servers.append(server)
         if listener.protocol is not None:

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # System packages the test suite needs: Debian's mosquitto-clients (mosquitto_pub/sub as
-# real MQTT peers) and a Java runtime for the local Spark tests. Installs only what is
+# real MQTT peers), a Java runtime for the local Spark tests and openssl for test
+# certificates. Installs only what is
 # missing, so it is cheap to call before every test run.
 set -euo pipefail
 need=()
 command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)  # test certificates for TLS tests
 ((${#need[@]})) || exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "missing system packages: ${need[*]} (no apt-get here: install them by hand)" >&2

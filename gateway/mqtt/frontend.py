@@ -24,6 +24,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker_core import Message, Protocol, StoreError
+from gateway.auth import Principal
 from gateway.frontend import FrontEnd
 from gateway.mqtt.delivery import deliver
 from gateway.mqtt.handler import MqttHandler
@@ -31,7 +32,7 @@ from gateway.mqtt.messages import QOS2_KEY, to_store_message
 from gateway.mqtt.retained import RetainedStore
 from gateway.mqtt.session_state import PREFIX, SessionState, SubscriptionState
 from gateway.mqtt.sessions import Session
-from protocol.mqtt import Connect, Properties, Publish, ReasonCode
+from protocol.mqtt import Properties, Publish
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -323,23 +324,20 @@ class MqttFrontEnd(FrontEnd):
 
     # -- authentication and authorisation ----------------------------------------------
 
-    def authenticate(self, connect: Connect, conn: Connection) -> tuple[object | None, int]:
-        """(principal, CONNACK reason code). Without an authenticator configured the
-        gateway is open (it binds loopback by default)."""
-        auth = getattr(self.gateway, "authenticator", None)
-        if auth is None:
-            return "anonymous", ReasonCode.SUCCESS
-        return auth.authenticate_mqtt(connect, conn)
+    def session_owner(self, client_id: str) -> str | None:
+        """The user name of the session ``client_id`` (None: no session, or anonymous)."""
+        session = self.sessions.get(client_id)
+        return None if session is None else session.state.username
 
-    def can_publish(self, principal: object, client_id: str, topic: str) -> bool:
-        auth = getattr(self.gateway, "authenticator", None)
-        return True if auth is None else bool(auth.can_publish(principal, client_id, topic))
+    def can_publish(self, principal: Principal, client_id: str, topic: str) -> bool:
+        auth = self.gateway.authenticator
+        return True if auth is None else auth.can_publish(principal, client_id, topic)
 
-    def can_subscribe(self, principal: object, client_id: str, topic_filter: str) -> bool:
-        auth = getattr(self.gateway, "authenticator", None)
+    def can_subscribe(self, principal: Principal, client_id: str, topic_filter: str) -> bool:
+        auth = self.gateway.authenticator
         if auth is None:
             return True
-        return bool(auth.can_subscribe(principal, client_id, topic_filter))
+        return auth.can_subscribe(principal, client_id, topic_filter)
 
     # -- background work ---------------------------------------------------------------
 

@@ -20,6 +20,9 @@ import secrets
 from typing import TYPE_CHECKING
 
 from broker_core import AppendResult, MessageTooLarge, StorageFull
+from gateway.auth import ANONYMOUS_PRINCIPAL, Authenticator, Principal
+from gateway.auth.authenticator import LoginResult
+from gateway.auth.subjects import subject_from_peercert
 from gateway.frontend import ConnectionHandler
 from gateway.mqtt.messages import to_store_message
 from gateway.mqtt.session_state import NEVER, SessionState, SubscriptionState, WillState
@@ -89,7 +92,7 @@ class MqttHandler(ConnectionHandler):
         self._last_rx = 0.0
         self._keepalive_s = 0.0
         self._delivery: asyncio.Task[None] | None = None
-        self.principal: object = None
+        self.principal: Principal = ANONYMOUS_PRINCIPAL
         #: QoS 2 packet ids whose append is under way (a resend then waits for it).
         self._qos2_storing: set[int] = set()
 
@@ -147,13 +150,56 @@ class MqttHandler(ConnectionHandler):
     # -- CONNECT -----------------------------------------------------------------------
 
     def _on_connect(self, connect: Connect) -> None:
+        auth = self.front.gateway.authenticator
+        if auth is None:  # open mode (no users file, loopback): no thread hop
+            self._finish_connect(connect, ANONYMOUS_PRINCIPAL)
+            return
+        # scrypt takes tens of milliseconds: check in a thread, reading paused meanwhile
+        # (packets pipelined after the CONNECT wait in the machine: PAUSED).
+        self.conn.pause_reading()
+        self.conn.spawn(self._authenticate(auth, connect), "mqtt-auth")
+
+    async def _authenticate(self, auth: Authenticator, connect: Connect) -> None:
+        conn = self.conn
+        result: LoginResult | None = None
+        cert = conn.transport.get_extra_info("peercert")
+        if cert:
+            try:
+                subject = subject_from_peercert(cert)
+            except ValueError:
+                subject = ""
+            if subject:
+                by_cert = auth.authenticate_certificate(
+                    subject, client_id=connect.client_id, peer_host=conn.peer_host
+                )
+                if isinstance(by_cert, Principal) and connect.username in (
+                    None, "", by_cert.username
+                ):
+                    result = by_cert
+        if result is None:
+            result = await asyncio.to_thread(
+                auth.authenticate,
+                connect.username,
+                connect.password,
+                client_id=connect.client_id,
+                peer_host=conn.peer_host,
+            )
+        if self.closed:
+            return
+        if not isinstance(result, Principal):
+            self._send(Connack(reason_code=result.mqtt5_reason_code))
+            self._close(f"login refused: {result.reason.name.lower()}")
+            return
+        self._finish_connect(connect, result)
+        conn.resume_reading()
+        try:
+            self._process()
+        except MQTTError as exc:
+            self._protocol_error(exc)
+
+    def _finish_connect(self, connect: Connect, principal: Principal) -> None:
         front = self.front
         version = connect.protocol_version
-        principal, code = front.authenticate(connect, self.conn)
-        if principal is None:
-            self._send(Connack(reason_code=code))
-            self._close("authentication failed")
-            return
         self.principal = principal
         props = connect.properties
         if props.authentication_method is not None:
@@ -164,12 +210,20 @@ class MqttHandler(ConnectionHandler):
         assigned = None
         if not client_id:
             client_id = assigned = "lmq-" + secrets.token_hex(8)
+        self.receive_max = front.gateway.config.max_inflight
         if version == _V5:
             expiry = props.session_expiry_interval or 0
-            self.receive_max = props.receive_maximum or 65535
+            self.receive_max = min(self.receive_max, props.receive_maximum or 65535)
         else:
             expiry = 0 if connect.clean_start else NEVER
+        owner = front.session_owner(client_id)
+        if owner is not None and owner != principal.username:
+            # another user's session: no takeover across users
+            self._send(Connack(reason_code=ReasonCode.NOT_AUTHORIZED))
+            self._close("client id belongs to another user")
+            return
         session, present = front.sessions_for_connect(client_id, connect.clean_start, self)
+        session.state.username = principal.username
         session.state.expiry = expiry
         session.state.protocol_level = int(version)
         will = connect.will
@@ -242,7 +296,9 @@ class MqttHandler(ConnectionHandler):
         if qos and self.inbound_waiting >= RECEIVE_MAXIMUM:
             self._refuse(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
             return
-        if not front.can_publish(self.principal, session.client_id, publish.topic):
+        if publish.topic.startswith("$SYS") or not front.can_publish(
+            self.principal, session.client_id, publish.topic
+        ):
             log.info("publish denied", extra={**self.conn.log_fields(), "topic": publish.topic})
             self._ack_publish(publish, ReasonCode.NOT_AUTHORIZED)
             return
@@ -428,6 +484,13 @@ class MqttHandler(ConnectionHandler):
                 return
             if not front.can_subscribe(self.principal, session.client_id, topic_filter):
                 codes.append(ReasonCode.NOT_AUTHORIZED if v5 else 0x80)
+                continue
+            key = f"$share/{shared.group}/{topic_filter}" if shared else topic_filter
+            limit = front.gateway.config.max_subscriptions_per_session
+            if limit and key not in session.state.subscriptions and (
+                len(session.state.subscriptions) >= limit
+            ):
+                codes.append(ReasonCode.QUOTA_EXCEEDED if v5 else 0x80)
                 continue
             sub = SubscriptionState(
                 topic_filter=topic_filter,

@@ -71,6 +71,8 @@ class SessionState:
     pubrel_pending: dict[int, list[Any]] = field(default_factory=dict)
     connected: bool = False
     disconnected_ms: int = 0
+    #: The user that owns the session (None = anonymous); no other user may take it over.
+    username: str | None = None
     #: Log position up to which this session's ``mqtt.qos2`` markers are reflected in
     #: ``inbound_qos2`` (see gateway.mqtt.sessions).
     qos2_upto: int = 0

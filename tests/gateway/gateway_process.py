@@ -70,6 +70,9 @@ class GatewayProcess:
                     "gateway did not become ready:\n" + "".join(self.output)
                 ) from None
             if line is None:
+                assert self.proc is not None
+                self.proc.wait(timeout=10)
+                self._close()
                 raise RuntimeError("gateway exited:\n" + "".join(self.output))
             if line.startswith("listening "):
                 _, name, address = line.split()
