@@ -33,6 +33,7 @@ from gateway.config import GatewayConfig
 from gateway.connection import Connection, GatewayProtocol, format_address
 from gateway.frontend import FrontEnd
 from gateway.frontends import FRONT_ENDS, FrontEndSpec, load_front_end
+from gateway.housekeeping import housekeeping_loop
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
 from gateway.security import make_authenticator, make_tls_context
@@ -134,6 +135,7 @@ class Gateway:
         except BaseException:
             await self.stop()
             raise
+        self.spawn(housekeeping_loop(self), "housekeeping")
         log.info("gateway ready", extra={"front_ends": ",".join(self.front_ends) or "-"})
 
     async def _listen(

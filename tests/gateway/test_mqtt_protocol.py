@@ -306,3 +306,44 @@ def test_malformed_packets_close_with_reason_code(gateway, name, data, code):
     other = connect(gateway.mqtt_port, "fine", V5)
     other.send(Publish(topic="x", payload=b"", qos=1, packet_id=1))
     assert isinstance(other.recv(), Puback)
+
+
+def test_graceful_shutdown_sends_disconnect_0x8b(gateway):
+    c = connect(gateway.mqtt_port, "stay", V5)
+    gateway.stop()
+    reply = c.recv()
+    assert isinstance(reply, Disconnect) and reply.reason_code == ReasonCode.SERVER_SHUTTING_DOWN
+
+
+def test_mqtt_3_1_mqisdp(gateway):
+    c = connect(gateway.mqtt_port, "old-client", MQTTVersion.V3_1)
+    subscribe(c, "legacy", 1)
+    c.send(Publish(topic="legacy", payload=b"1999", qos=1, packet_id=4))
+    packets = [c.recv(), c.recv()]
+    assert {type(p) for p in packets} == {Puback, Publish}
+
+
+def test_mqtt5_outbound_topic_aliases(gateway):
+    c = connect(gateway.mqtt_port, "aliased", V5, topic_alias_maximum=4)
+    subscribe(c, "long/topic/name/#", 0)
+    pub = Paho(gateway.mqtt_port, "pub")
+    for i in range(3):
+        pub.publish("long/topic/name/x", b"%d" % i, qos=1)
+    got = [c.recv() for _ in range(3)]
+    # the client machine resolves aliases; the wire carried the topic only once
+    assert [g.topic for g in got] == ["long/topic/name/x"] * 3
+    assert c.machine._inbound_aliases  # an alias was assigned by the gateway
+
+
+def test_metrics_count_mqtt_traffic(gateway):
+    import urllib.request
+
+    pub = Paho(gateway.mqtt_port, "pub")
+    pub.publish("m/1", b"x", qos=1)
+    body = (
+        urllib.request.urlopen(f"http://127.0.0.1:{gateway.ports['unified']}/metrics", timeout=5)
+        .read()
+        .decode()
+    )
+    line = next(ln for ln in body.splitlines() if ln.startswith("lmq_mqtt_messages_received_total"))
+    assert float(line.split()[-1]) >= 1

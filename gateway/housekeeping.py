@@ -1,0 +1,65 @@
+"""Periodic storage housekeeping while the gateway runs (RIP-28 "data cleaning").
+
+Every ``HOUSEKEEPING_INTERVAL_S``, in a worker thread (the store is thread-safe):
+
+- **retention**: log segments past ``retention_ms`` / ``retention_bytes`` are removed and
+  every LMQ's index entries below the new log start with them
+  (:func:`broker_core.cleanup.apply_retention`);
+- **idle LMQs** (when ``lmq_ttl_ms`` > 0): LMQs with no write and no offset commit for
+  the TTL are removed, except those still in use: an MQTT filter some session (online
+  or offline) subscribes to, and AMQP queues (whose lifetime is the queue's:
+  ``x-expires``, delete). So an offline device's backlog is never cleaned away under it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from broker_core.cleanup import apply_retention, idle_lmqs, remove_lmqs
+from gateway.topic_space import AMQP_PREFIX, MQTT_PREFIX
+
+if TYPE_CHECKING:
+    from gateway.server import Gateway
+
+log = logging.getLogger(__name__)
+
+HOUSEKEEPING_INTERVAL_S = 60.0
+
+
+def _in_use(gateway: Gateway, name: str) -> bool:
+    if name.startswith(AMQP_PREFIX):
+        return True
+    if name.startswith(MQTT_PREFIX):
+        return gateway.topic_space.subscriptions_on(name[len(MQTT_PREFIX) :]) > 0
+    return gateway.store.has_listeners(name)
+
+
+def run_once(gateway: Gateway) -> None:
+    store = gateway.store
+    report = apply_retention(store)
+    if report.segments_removed:
+        log.info(
+            "retention",
+            extra={
+                "segments_removed": report.segments_removed,
+                "bytes_removed": report.bytes_removed,
+                "index_entries_removed": report.entries_removed,
+            },
+        )
+    ttl = store.config.lmq_ttl_ms
+    if ttl > 0:
+        doomed = [i.name for i in idle_lmqs(store, ttl) if not _in_use(gateway, i.name)]
+        if doomed:
+            removed = remove_lmqs(store, doomed)
+            log.info("idle LMQs removed", extra={"lmqs": removed.lmqs, "messages": removed.entries})
+
+
+async def housekeeping_loop(gateway: Gateway) -> None:
+    while True:
+        await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
+        try:
+            await asyncio.to_thread(run_once, gateway)
+        except Exception:
+            log.exception("housekeeping failed")
