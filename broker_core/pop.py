@@ -60,6 +60,33 @@ class PopConsumer:
     def __init__(self, store: MessageStore) -> None:
         self.store = store
         self.dead_lettered = 0
+        self._max_deliveries: dict[str, int] = {}
+
+    def set_max_deliveries(self, group: str, limit: int | None) -> None:
+        if limit is None:
+            self._max_deliveries.pop(group, None)
+        elif limit < 0:
+            raise ValueError("max_deliveries cannot be negative")
+        else:
+            self._max_deliveries[group] = limit
+
+    def release_group(self, group: str) -> int:
+        """Every in-flight message of ``group`` becomes visible again at once."""
+        store = self.store
+        with store._pop_lock:
+            store._check_open()
+            batch = store.state.new_batch()
+            released = 0
+            for item in store.state.all_inflight():
+                if item.key.group != group:
+                    continue
+                batch.delete_inflight(item.key)
+                if store.lmq(item.key.lmq) is not None:
+                    batch.put_retry(item.key.lmq, group, item.key.offset, item.deliveries)
+                    released += 1
+            if not batch.empty:
+                store.state.write(batch)
+        return released
 
     def pop(
         self, group: str, lmq: str, max_messages: int, invisible_ms: int
@@ -164,7 +191,8 @@ class PopConsumer:
                 batch.delete_inflight(item.key)
                 if store.lmq(item.key.lmq) is None:
                     continue  # the LMQ was removed
-                if item.deliveries >= store.config.max_deliveries:
+                limit = self._max_deliveries.get(item.key.group, store.config.max_deliveries)
+                if limit and item.deliveries >= limit:
                     self._dead_letter(item)
                 else:
                     batch.put_retry(item.key.lmq, item.key.group, item.key.offset, item.deliveries)

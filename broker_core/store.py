@@ -721,6 +721,29 @@ class MessageStore:
     def revive(self, now: int | None = None) -> int:
         return self.pop_consumer.revive(now)
 
+    def count_retries(self, group: str, lmq: str) -> int:
+        """Messages of ``lmq`` popped by ``group`` that came back unacked and wait to be
+        popped again."""
+        return self.state.count_retries(lmq, group)
+
+    def inflight_count(self, group: str, lmq: str | None = None) -> int:
+        """Messages popped by ``group`` (of ``lmq``, or of every LMQ) not yet acked."""
+        return sum(
+            1
+            for item in self.state.all_inflight()
+            if item.key.group == group and (lmq is None or item.key.lmq == lmq)
+        )
+
+    def release_group(self, group: str) -> int:
+        """Make every message ``group`` holds in flight visible again now (e.g. its
+        consumers are gone after a restart). Returns how many."""
+        return self.pop_consumer.release_group(group)
+
+    def set_max_deliveries(self, group: str, limit: int | None) -> None:
+        """Override ``max_deliveries`` for one pop group (0 = never dead-letter; None =
+        the store's setting). In memory: a front end sets it at start."""
+        self.pop_consumer.set_max_deliveries(group, limit)
+
     # -- housekeeping (see broker_core.cleanup and broker_core.recovery) ---------------
 
     def stats(self) -> dict[str, int | float | str]:

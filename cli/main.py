@@ -14,6 +14,7 @@ _GROUPS: dict[str, tuple[str, str]] = {
     "store": ("cli.store", "store"),
     "analyze": ("cli.analyze", "analyze"),
     "serve": ("cli.serve", "serve"),
+    "queues": ("cli.queues", "queues"),
     "users": ("cli.users", "users"),
     "vhosts": ("cli.vhosts", "vhosts"),
 }

@@ -81,6 +81,10 @@ class Gauge(_Metric):
         key = self._key(labels)
         self._values[key] = self._values.get(key, 0.0) + amount
 
+    def clear(self) -> None:
+        """Forget every labelled series (e.g. of deleted queues)."""
+        self._values.clear()
+
     def dec(self, amount: float = 1, **labels: str) -> None:
         self.inc(-amount, **labels)
 

@@ -105,7 +105,6 @@ CAPABILITIES = {
     "consumer_priorities": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
-    "direct_reply_to": True,
 }
 
 DEFAULT_SERVER_PROPERTIES: dict[str, Any] = {

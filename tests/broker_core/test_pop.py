@@ -99,3 +99,27 @@ def test_revive_wakes_listeners(store):
     store.add_listener("q", lambda name, nxt: seen.append(name))
     store.revive(now_ms() + 5)
     assert seen == ["q"]
+
+
+def test_release_group_and_counts(store):
+    fill(store, 4)
+    store.pop("g", "q", 3, 60_000)
+    store.pop("other", "q", 1, 60_000)
+    assert store.inflight_count("g", "q") == 3 and store.inflight_count("g") == 3
+    assert store.release_group("g") == 3
+    assert store.inflight_count("g") == 0 and store.count_retries("g", "q") == 3
+    assert store.inflight_count("other") == 1  # other groups keep theirs
+    again = store.pop("g", "q", 10, 60_000)
+    assert [(p.message.offset, p.deliveries) for p in again] == [(0, 2), (1, 2), (2, 2), (3, 1)]
+
+
+def test_group_without_delivery_limit(tmp_path):
+    cfg = StoreConfig(segment_bytes=SMALL.segment_bytes, max_message_bytes=1024, max_deliveries=2)
+    with MessageStore.open(tmp_path, cfg) as s:
+        s.set_max_deliveries("forever", 0)
+        s.append(Message(topic="t", body=b"m"), ["q"])
+        for attempt in range(1, 6):
+            (p,) = s.pop("forever", "q", 1, 1)
+            assert p.deliveries == attempt
+            s.revive(now_ms() + 10)
+        assert s.lmq("%DLQ%forever") is None

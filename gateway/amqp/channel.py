@@ -1,0 +1,388 @@
+"""One AMQP channel's broker state: consumers, unacknowledged deliveries, prefetch,
+publisher confirms and transactions.
+
+Delivery tags are per channel and start at 1. An unacknowledged delivery holds its pop
+receipt; ack acks the receipt, nack/reject with requeue (and channel close, and
+basic.recover) make it visible again at once, so it comes back with ``redelivered``.
+
+Publishing (:meth:`AmqpChannel.publish`): route through the exchange, then ONE
+``gateway.publisher.submit`` with the LMQ of every queue reached (plus, through
+``amq.topic`` of vhost ``/``, every matching MQTT subscriber's LMQ). A mandatory
+message that reaches nothing gets ``basic.return`` 312 NO_ROUTE first; in confirm mode
+the publish's sequence number is acknowledged when the store acknowledges the append
+(in order; consecutive acks are sent as one ``multiple`` ack), nacked if it fails or
+a queue with ``x-overflow=reject-publish`` is full. In tx mode publishes and acks wait
+for ``tx.commit``.
+
+Event-loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from broker_core import Record
+from gateway.amqp.messages import delivery_fields, to_store_message
+from gateway.amqp.queues import Consumer, Queue, new_consumer_tag
+from protocol.amqp.errors import (
+    ACCESS_REFUSED,
+    NOT_ALLOWED,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    ChannelError,
+    ConnectionLevelError,
+)
+
+if TYPE_CHECKING:
+    from broker_core.pop import PoppedMessage
+    from gateway.amqp.handler import AmqpHandler
+    from protocol.amqp.events import ContentReceived
+
+log = logging.getLogger(__name__)
+
+B, Q, X, Tx = commands.Basic, commands.Queue, commands.Exchange, commands.Tx
+
+
+@dataclass(slots=True)
+class Unacked:
+    queue: Queue
+    receipt: str
+    consumer: Consumer | None
+    record: Record
+
+
+class AmqpChannel:
+    def __init__(self, handler: AmqpHandler, channel_id: int) -> None:
+        self.handler = handler
+        self.front = handler.front
+        self.id = channel_id
+        self.consumers: dict[str, Consumer] = {}
+        self.unacked: dict[int, Unacked] = {}
+        self.next_tag = 1
+        self.prefetch = 0  # for consumers created from now on
+        self.global_prefetch = 0
+        self.last_queue = ""
+        self.confirm = False
+        self.publish_seq = 0
+        self._confirms: deque[tuple[int, asyncio.Future[Any], bool]] = deque()
+        self.tx = False
+        self._tx_publishes: list[ContentReceived] = []
+        #: Deliveries settled inside the transaction: applied at commit.
+        self._tx_pending: list[tuple[Unacked, str]] = []
+        self.closed = False
+
+    @property
+    def unacked_count(self) -> int:
+        return len(self.unacked)
+
+    # -- delivery ----------------------------------------------------------------------
+
+    def can_deliver(self) -> bool:
+        if self.closed:
+            return False
+        h = self.handler
+        if not h.proto.channel_flow_active(self.id):
+            return False
+        if not h.conn.writable:
+            h.want_drain()
+            return False
+        return True
+
+    def deliver(self, consumer: Consumer, queue: Queue, p: PoppedMessage) -> None:
+        record = p.message.record
+        tag = self.next_tag
+        self.next_tag += 1
+        exchange, routing_key, raw = delivery_fields(record)
+        self.handler.write(self.handler.proto.send_deliver(
+            self.id, consumer.tag, tag, p.deliveries > 1, exchange, routing_key, raw,
+            record.body))
+        self.front.delivered.inc()
+        if consumer.no_ack:
+            queue.ack(p.receipt)
+        else:
+            self.unacked[tag] = Unacked(queue, p.receipt, consumer, record)
+            consumer.unacked += 1
+            queue.unacked += 1
+
+    # -- settlement --------------------------------------------------------------------
+
+    def _tags(self, delivery_tag: int, multiple: bool, method: Any) -> list[int]:
+        if multiple:
+            if delivery_tag == 0:
+                return list(self.unacked)
+            tags = [t for t in self.unacked if t <= delivery_tag]
+            if tags:
+                return tags
+        elif delivery_tag in self.unacked:
+            return [delivery_tag]
+        raise ChannelError(PRECONDITION_FAILED, f"unknown delivery tag {delivery_tag}",
+                           method=method)
+
+    def settle(self, delivery_tag: int, multiple: bool, action: str, method: Any) -> None:
+        """``action``: ``ack``, ``requeue`` or ``discard`` (reject/nack without requeue:
+        dead-lettered when the queue has a DLX)."""
+        tags = self._tags(delivery_tag, multiple, method)
+        if self.tx:  # the tags are taken now, the store is told at commit
+            self._apply([(t, self.unacked.pop(t)) for t in tags], action, detached=True)
+            return
+        self._apply([(t, self.unacked.pop(t)) for t in tags], action)
+
+    def _apply(self, entries: list[tuple[int, Unacked]], action: str,
+               detached: bool = False) -> None:
+        touched: set[Queue] = set()
+        requeue: dict[Queue, list[str]] = {}
+        for _tag, u in entries:
+            if u.consumer is not None:
+                u.consumer.unacked -= 1
+            u.queue.unacked -= 1
+            touched.add(u.queue)
+            if detached:
+                self._tx_pending.append((u, action))
+                continue
+            self._settle_one(u, action, requeue)
+        for q, receipts in requeue.items():
+            q.requeue(receipts)
+        for q in touched:
+            q.schedule()
+
+    @staticmethod
+    def _settle_one(u: Unacked, action: str, requeue: dict[Queue, list[str]]) -> None:
+        if u.queue.deleted:
+            return
+        if action == "ack":
+            u.queue.ack(u.receipt)
+        elif action == "requeue":
+            requeue.setdefault(u.queue, []).append(u.receipt)
+        else:
+            u.queue.discard(u.receipt, u.record, "rejected")
+
+    def requeue_all(self) -> None:
+        self._apply(list(self.unacked.items()), "requeue")
+        self.unacked.clear()
+
+    # -- consumers ---------------------------------------------------------------------
+
+    def consume(self, m: Any) -> str:
+        h = self.handler
+        queue = h.queue(m.queue or self.last_queue, m)
+        h.check("read", queue.name, m)
+        tag = m.consumer_tag or new_consumer_tag()
+        if tag in self.consumers:
+            raise ConnectionLevelError(
+                NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'", method=m)
+        if queue.consumers and (m.exclusive or any(c.exclusive for c in queue.consumers)):
+            raise ChannelError(
+                ACCESS_REFUSED,
+                f"queue '{queue.name}' in vhost '{queue.vhost}' in exclusive use", method=m)
+        args = m.arguments or {}
+        priority = args.get("x-priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            priority = 0
+        consumer = Consumer(tag, self, queue, m.no_ack, m.exclusive, priority,
+                            self.prefetch, args)
+        if not m.nowait:
+            h.write(h.proto.send_method(self.id, B.ConsumeOk(tag)))
+        self.consumers[tag] = consumer
+        queue.add_consumer(consumer)
+        return tag
+
+    def cancel(self, tag: str) -> None:
+        consumer = self.consumers.pop(tag, None)
+        if consumer is not None:
+            consumer.queue.remove_consumer(consumer)
+
+    def server_cancel(self, consumer: Consumer) -> None:
+        """The queue was deleted: consumer-cancel-notify (if the client supports it)."""
+        self.consumers.pop(consumer.tag, None)
+        h = self.handler
+        if (not self.closed and h.proto.channel_is_open(self.id)
+                and h.proto.client_capabilities.get("consumer_cancel_notify")):
+            h.write(h.proto.send_method(self.id, B.Cancel(consumer.tag, nowait=True)))
+
+    def get(self, m: Any) -> None:
+        h = self.handler
+        queue = h.queue(m.queue or self.last_queue, m)
+        h.check("read", queue.name, m)
+        got = queue.get()
+        if got is None:
+            h.write(h.proto.send_method(self.id, B.GetEmpty()))
+            return
+        p, remaining = got
+        record = p.message.record
+        tag = self.next_tag
+        self.next_tag += 1
+        exchange, routing_key, raw = delivery_fields(record)
+        h.write(h.proto.send_get_ok(self.id, tag, p.deliveries > 1, exchange, routing_key,
+                                    remaining, raw, record.body))
+        self.front.delivered.inc()
+        if m.no_ack:
+            queue.ack(p.receipt)
+        else:
+            self.unacked[tag] = Unacked(queue, p.receipt, None, record)
+            queue.unacked += 1
+
+    def qos(self, m: Any) -> None:
+        if m.prefetch_size:
+            raise ConnectionLevelError(
+                NOT_IMPLEMENTED, f"prefetch_size!=0 ({m.prefetch_size})", method=m)
+        if m.global_:
+            self.global_prefetch = m.prefetch_count
+        else:
+            self.prefetch = m.prefetch_count
+        for consumer in self.consumers.values():
+            consumer.queue.schedule()
+
+    # -- publishing --------------------------------------------------------------------
+
+    def publish(self, ev: ContentReceived) -> None:
+        m = ev.method
+        if m.immediate:
+            raise ConnectionLevelError(NOT_IMPLEMENTED, "immediate=true", method=m)
+        h = self.handler
+        if m.exchange:
+            x = h.front.broker.exchange(h.vhost, m.exchange)
+            if x.internal:
+                raise ChannelError(
+                    ACCESS_REFUSED,
+                    f"cannot publish to internal exchange '{m.exchange}' in vhost '{h.vhost}'",
+                    method=m)
+        h.check("write", m.exchange, m, exchange=True)
+        self.front.published.inc()
+        if self.tx:
+            self._tx_publishes.append(ev)
+            return
+        fut, nack = self._route_and_submit(ev)
+        if self.confirm:
+            self.publish_seq += 1
+            self._confirms.append((self.publish_seq, fut, nack))
+            fut.add_done_callback(self._confirmed)
+        else:
+            fut.add_done_callback(_log_failure)
+        h.check_blocked()
+
+    def _route_and_submit(self, ev: ContentReceived) -> tuple[asyncio.Future[Any], bool]:
+        """Route and append; returns the append's future and whether to nack anyway."""
+        h, m = self.handler, ev.method
+        front = self.front
+        headers = ev.header.headers if ev.header._headers_span is not None else None
+        queues, mqtt = front.broker.route(h.vhost, m.exchange, m.routing_key, headers)
+        full = [q for q in queues if q.args.overflow != "drop-head" and q.is_full()]
+        if full:  # x-overflow reject-publish(-dlx): not stored there, and nacked
+            queues = [q for q in queues if q not in full]
+        lmqs = [q.lmq for q in queues]
+        if mqtt:
+            lmqs += front.gateway.topic_space.route_amq_topic(m.routing_key)
+        if not lmqs:
+            if m.mandatory and not full:
+                h.write(h.proto.send_return(
+                    self.id, 312, "NO_ROUTE", m.exchange, m.routing_key,
+                    ev.header.properties_raw, ev.body))
+            fut: asyncio.Future[Any] = front.loop.create_future()
+            fut.set_result(None)
+            return fut, bool(full)
+        message = to_store_message(m.exchange, m.routing_key, ev.header, ev.body,
+                                   h.origin, front.now_ms())
+        return front.gateway.publisher.submit(message, lmqs), bool(full)
+
+    def _confirmed(self, _fut: asyncio.Future[Any]) -> None:
+        h = self.handler
+        out: list[bytes] = []
+        last_ok = 0
+        while self._confirms and self._confirms[0][1].done():
+            seq, fut, nack = self._confirms.popleft()
+            failed = nack or fut.cancelled() or fut.exception() is not None
+            if not failed:
+                last_ok = seq
+                continue
+            if last_ok:
+                out.append(h.proto.send_ack(self.id, last_ok, True))
+                last_ok = 0
+            out.append(h.proto.send_nack(self.id, seq))
+        if last_ok:
+            out.append(h.proto.send_ack(self.id, last_ok, True))
+        if out and not self.closed and h.proto.channel_is_open(self.id):
+            h.write(b"".join(out))
+
+    def confirm_select(self, m: Any) -> None:
+        if self.tx:
+            raise ChannelError(
+                PRECONDITION_FAILED, "cannot switch from tx to confirm mode", method=m)
+        self.confirm = True
+        if not m.nowait:
+            h = self.handler
+            h.write(h.proto.send_method(self.id, commands.Confirm.SelectOk()))
+
+    # -- transactions ------------------------------------------------------------------
+
+    def tx_select(self, m: Any) -> None:
+        if self.confirm:
+            raise ChannelError(
+                PRECONDITION_FAILED, "cannot switch from confirm to tx mode", method=m)
+        self.tx = True
+        self.handler.write(self.handler.proto.send_method(self.id, Tx.SelectOk()))
+
+    def tx_commit(self, m: Any) -> None:
+        if not self.tx:
+            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional", method=m)
+        publishes, self._tx_publishes = self._tx_publishes, []
+        settles, self._tx_pending = self._tx_pending, []
+        futures = [self._route_and_submit(ev)[0] for ev in publishes]
+        requeue: dict[Queue, list[str]] = {}
+        for u, action in settles:
+            self._settle_one(u, action, requeue)
+        for q, receipts in requeue.items():
+            q.requeue(receipts)
+        h = self.handler
+
+        async def commit() -> None:
+            if futures:
+                await asyncio.gather(*futures, return_exceptions=True)
+            if not self.closed and h.proto.channel_is_open(self.id):
+                h.write(h.proto.send_method(self.id, Tx.CommitOk()))
+
+        h.conn.spawn(commit(), f"amqp-tx-{self.id}")
+
+    def tx_rollback(self, m: Any) -> None:
+        if not self.tx:
+            raise ChannelError(PRECONDITION_FAILED, "channel is not transactional", method=m)
+        self._tx_publishes = []
+        # Acks taken in the transaction are not undone by RabbitMQ either: the messages
+        # go back to their queues.
+        settles, self._tx_pending = self._tx_pending, []
+        requeue: dict[Queue, list[str]] = {}
+        for u, _action in settles:
+            self._settle_one(u, "requeue", requeue)
+        for q, receipts in requeue.items():
+            q.requeue(receipts)
+        self.handler.write(self.handler.proto.send_method(self.id, Tx.RollbackOk()))
+
+    # -- end ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The channel is closing (either side) or the connection is gone: cancel the
+        consumers and requeue every unacknowledged message."""
+        if self.closed:
+            return
+        self.closed = True
+        for consumer in list(self.consumers.values()):
+            consumer.queue.remove_consumer(consumer)
+        self.consumers.clear()
+        self.requeue_all()
+        if self._tx_pending:
+            requeue: dict[Queue, list[str]] = {}
+            for u, _action in self._tx_pending:
+                self._settle_one(u, "requeue", requeue)
+            for q, receipts in requeue.items():
+                q.requeue(receipts)
+            self._tx_pending = []
+
+
+def _log_failure(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled() and fut.exception() is not None:
+        log.warning("amqp publish failed: %s", fut.exception())

@@ -1,0 +1,456 @@
+"""One AMQP connection: bytes to the sans-IO machine, its events to the broker.
+
+``data_received`` feeds :class:`protocol.amqp.AMQPConnection` and handles every event
+it yields. An ``AMQPError`` (the peer's, or one the broker raises: 404, 406, ...) is
+answered with the machine's ``send_error`` bytes: a channel error closes that channel
+(its consumers are cancelled and its unacked messages requeued), a connection error
+the connection. Output is gathered and written once per loop turn, in order (a
+delivery is one chunk, so content frames never interleave).
+
+Authentication runs in a thread (scrypt); frames that arrive meanwhile wait in the
+machine's buffer. Heartbeats use the value of the client's TuneOk. While the store
+lags (``gateway.publisher.lagging``) reading pauses and clients that advertise the
+``connection.blocked`` capability get ``connection.blocked``/``unblocked``.
+
+Per-connection state only. Event-loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from gateway.amqp.channel import AmqpChannel
+from gateway.amqp.queues import Queue
+from gateway.frontend import ConnectionHandler
+from protocol.amqp import AMQPConnection, AMQPError
+from protocol.amqp.errors import (
+    ACCESS_REFUSED,
+    NOT_ALLOWED,
+    NOT_IMPLEMENTED,
+    ChannelError,
+    ConnectionLevelError,
+)
+from protocol.amqp.events import (
+    NEED_DATA,
+    AuthenticationRequested,
+    ChannelClosed,
+    ChannelCloseRequested,
+    ChannelOpenRequested,
+    ConnectionClosed,
+    ConnectionCloseRequested,
+    ContentReceived,
+    HeartbeatReceived,
+    MethodReceived,
+    OpenRequested,
+    ProtocolHeaderReceived,
+    TuneNegotiated,
+)
+
+if TYPE_CHECKING:
+    from gateway.amqp.frontend import AmqpFrontEnd
+    from gateway.connection import Connection
+
+log = logging.getLogger(__name__)
+
+C, Ch, B, Q, X = (commands.Connection, commands.Channel, commands.Basic, commands.Queue,
+                  commands.Exchange)
+FRAME_MAX = 131072
+#: Output gathered beyond this is written at once, so the socket's flow control (and
+#: so the consumers' credit) sees it.
+FLUSH_AT = 256 * 1024
+#: After our Connection.Close, how long the peer has to answer CloseOk.
+CLOSE_GRACE_S = 2.0
+
+
+class AmqpHandler(ConnectionHandler):
+    def __init__(self, front: AmqpFrontEnd, conn: Connection) -> None:
+        super().__init__(conn)
+        self.front = front
+        cfg = front.gateway.config
+        self.proto = AMQPConnection(
+            frame_max=min(FRAME_MAX, cfg.max_packet_size),
+            max_message_size=front.store.config.max_message_bytes,
+            server_properties={"cluster_name": "lmq-gateway"},
+        )
+        self.channels: dict[int, AmqpChannel] = {}
+        self.vhost = "/"
+        self.principal: Any = None
+        self.origin = conn.peer
+        self.blocked = False
+        self.closed = False
+        self._busy = False
+        self._out: list[bytes] = []
+        self._out_size = 0
+        self._flush_scheduled = False
+        self._drain_task: asyncio.Task[None] | None = None
+        self._last_recv = time.monotonic()
+        self._last_send = time.monotonic()
+
+    # -- output ------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if not data or self.closed:
+            return
+        self._out.append(data)
+        self._out_size += len(data)
+        if self._out_size >= FLUSH_AT:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.front.loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        if self._out:
+            data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+            self._out.clear()
+            self._out_size = 0
+            self._last_send = time.monotonic()
+            self.conn.write(data)
+
+    def want_drain(self) -> None:
+        """The socket is full: resume deliveries once it drains."""
+        if self._drain_task is None:
+            self._drain_task = self.conn.spawn(self._drained(), "amqp-drain")
+
+    async def _drained(self) -> None:
+        await self.conn.drain()
+        self._drain_task = None
+        for ch in self.channels.values():
+            for consumer in ch.consumers.values():
+                consumer.queue.schedule()
+
+    # -- input -------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        self._last_recv = time.monotonic()
+        self.proto.receive_data(data)
+        self._process()
+
+    def eof_received(self) -> bool:
+        self.proto.receive_data(b"")
+        self._process()
+        return False
+
+    def _process(self) -> None:
+        proto = self.proto
+        while not self._busy and not self.closed:
+            try:
+                event = proto.next_event()
+                if event is NEED_DATA:
+                    break
+                self._handle(event)
+            except AMQPError as exc:
+                self._error(exc)
+        self.flush()
+
+    def _error(self, exc: AMQPError) -> None:
+        if exc.connection_level:
+            self.front.protocol_errors.inc()
+            log.info("amqp connection error", extra={
+                **self.conn.log_fields(), "code": exc.reply_code, "text": exc.reply_text})
+            self.write(self.proto.send_error(exc))
+            self._release_all()
+            self.front.loop.call_later(CLOSE_GRACE_S, self._close, "amqp error")
+            return
+        ch = self.channels.pop(exc.channel, None)
+        if ch is not None:
+            ch.close()
+        self.write(self.proto.send_error(exc))
+
+    def _handle(self, event: Any) -> None:
+        if isinstance(event, ContentReceived):
+            ch = self._channel(event.channel, event.method)
+            self._method(ch, event.method, lambda: ch.publish(event))
+        elif isinstance(event, MethodReceived):
+            if event.channel == 0:  # Connection.UpdateSecret
+                self.write(self.proto.send_method(0, C.UpdateSecretOk()))
+            else:
+                ch = self._channel(event.channel, event.method)
+                self._method(ch, event.method, lambda: self._dispatch(ch, event.method))
+        elif isinstance(event, ProtocolHeaderReceived):
+            self.write(self.proto.send_start())
+        elif isinstance(event, AuthenticationRequested):
+            self._authenticate(event)
+        elif isinstance(event, TuneNegotiated):
+            if event.heartbeat:
+                self.conn.spawn(self._heartbeat(event.heartbeat), "amqp-heartbeat")
+        elif isinstance(event, OpenRequested):
+            self._open(event.virtual_host)
+        elif isinstance(event, ChannelOpenRequested):
+            self.channels[event.channel] = AmqpChannel(self, event.channel)
+            self.write(self.proto.send_channel_open_ok(event.channel))
+        elif isinstance(event, ChannelCloseRequested):
+            ch = self.channels.pop(event.channel, None)
+            if ch is not None:
+                ch.close()
+            self.write(self.proto.send_channel_close_ok(event.channel))
+        elif isinstance(event, ConnectionCloseRequested):
+            self._release_all()
+            self.write(self.proto.send_close_ok())
+            self._close("client close")
+        elif isinstance(event, ConnectionClosed):
+            self._release_all()
+            self._close("closed")
+        elif isinstance(event, HeartbeatReceived | ChannelClosed):
+            pass
+
+    def _channel(self, channel_id: int, method: Any) -> AmqpChannel:
+        ch = self.channels.get(channel_id)
+        assert ch is not None, "the protocol machine only reports open channels"
+        return ch
+
+    # -- handshake ---------------------------------------------------------------------
+
+    def _authenticate(self, ev: AuthenticationRequested) -> None:
+        name = ev.client_properties.get("connection_name")
+        if isinstance(name, str | bytes) and name:
+            self.origin = name.decode() if isinstance(name, bytes) else name
+        auth = getattr(self.front.gateway, "authenticator", None)
+        if auth is None:
+            self.principal = "anonymous"
+            self.write(self.proto.accept_auth())
+            return
+        self._busy = True
+
+        async def check() -> None:
+            try:
+                result = await asyncio.to_thread(
+                    auth.authenticate, ev.username, ev.password, client_id=self.origin,
+                    peer_host=self.conn.peer_host)
+            except Exception:
+                log.exception("amqp authentication failed", extra=self.conn.log_fields())
+                result = None
+            self._busy = False
+            if result:
+                self.principal = result
+                self.write(self.proto.accept_auth())
+            else:
+                self.write(self.proto.deny_auth())
+                self.front.loop.call_later(CLOSE_GRACE_S, self._close, "access refused")
+            self._process()
+
+        self.conn.spawn(check(), "amqp-auth")
+
+    def _open(self, vhost: str) -> None:
+        auth = getattr(self.front.gateway, "authenticator", None)
+        if auth is not None:
+            allowed = auth.vhost_allowed(self.principal, vhost)
+            if not allowed and auth.vhost_exists(vhost):
+                self.write(self.proto.deny_open(
+                    f"access to vhost '{vhost}' refused for user '{self.proto.username}'",
+                    NOT_ALLOWED))
+                return
+        else:
+            allowed = vhost == "/"
+        if not allowed:
+            self.write(self.proto.deny_open(f"vhost {vhost} not found"))
+            return
+        self.vhost = vhost
+        self.front.broker.vhost(vhost)
+        self.write(self.proto.accept_open())
+        self.conn.established()
+
+    async def _heartbeat(self, interval: int) -> None:
+        while not self.closed:
+            await asyncio.sleep(interval / 2)
+            now = time.monotonic()
+            if now - self._last_recv > 2 * interval:
+                log.info("amqp heartbeat timeout", extra=self.conn.log_fields())
+                self._release_all()
+                self._close("heartbeat timeout", abort=True)
+                return
+            if now - self._last_send >= interval / 2:
+                self.write(self.proto.send_heartbeat())
+
+    # -- permissions -------------------------------------------------------------------
+
+    def check(self, kind: str, resource: str, method: Any, exchange: bool = False) -> None:
+        auth = getattr(self.front.gateway, "authenticator", None)
+        if auth is None:
+            return
+        fn = {"configure": auth.can_configure, "write": auth.can_write,
+              "read": auth.can_read}[kind]
+        if not fn(self.principal, self.vhost, resource):
+            what = "exchange" if exchange else "queue"
+            user = self.proto.username or "anonymous"
+            raise ChannelError(
+                ACCESS_REFUSED,
+                f"access to {what} '{resource or 'amq.default'}' in vhost '{self.vhost}' "
+                f"refused for user '{user}'", method=method)
+
+    def queue(self, name: str, method: Any) -> Queue:
+        return self.front.broker.queue(self.vhost, name, self.conn.id)
+
+    # -- methods -----------------------------------------------------------------------
+
+    def _method(self, ch: AmqpChannel, m: Any, run: Any) -> None:
+        """Run ``run()``; an AMQPError it raises is completed with the channel and the
+        method's ids (the close names the method at fault)."""
+        try:
+            run()
+        except AMQPError as exc:
+            if not exc.class_id:
+                exc.class_id, exc.method_id = m.index >> 16, m.index & 0xFFFF
+            if not exc.connection_level and not exc.channel:
+                exc.channel = ch.id
+            raise
+
+    def _dispatch(self, ch: AmqpChannel, m: Any) -> None:
+        name = m.name
+        send = self.proto.send_method
+        broker = self.front.broker
+        conn_id = self.conn.id
+        if name == "Basic.Ack":
+            ch.settle(m.delivery_tag, m.multiple, "ack", m)
+        elif name == "Basic.Nack":
+            ch.settle(m.delivery_tag, m.multiple, "requeue" if m.requeue else "discard", m)
+        elif name == "Basic.Reject":
+            ch.settle(m.delivery_tag, False, "requeue" if m.requeue else "discard", m)
+        elif name == "Basic.Qos":
+            ch.qos(m)
+            self.write(send(ch.id, B.QosOk()))
+        elif name == "Basic.Consume":
+            ch.consume(m)
+        elif name == "Basic.Cancel":
+            ch.cancel(m.consumer_tag)
+            if not m.nowait:
+                self.write(send(ch.id, B.CancelOk(m.consumer_tag)))
+        elif name == "Basic.Get":
+            ch.get(m)
+        elif name in ("Basic.Recover", "Basic.RecoverAsync"):
+            ch.requeue_all()
+            if name == "Basic.Recover":
+                self.write(send(ch.id, B.RecoverOk()))
+        elif name == "Queue.Declare":
+            self.check("configure", m.queue, m)
+            q = broker.declare_queue(
+                self.vhost, m.queue, passive=m.passive, durable=m.durable,
+                exclusive=m.exclusive, auto_delete=m.auto_delete,
+                arguments=m.arguments or {}, conn_id=conn_id)
+            ch.last_queue = q.name
+            if not m.nowait:
+                self.write(send(ch.id, Q.DeclareOk(q.name, q.ready(), len(q.consumers))))
+        elif name == "Queue.Bind":
+            qname = m.queue or ch.last_queue
+            self.check("write", qname, m)
+            self.check("read", m.exchange, m, exchange=True)
+            broker.bind(self.vhost, m.exchange, ("q", qname), m.routing_key,
+                        m.arguments or {}, conn_id)
+            if not m.nowait:
+                self.write(send(ch.id, Q.BindOk()))
+        elif name == "Queue.Unbind":
+            qname = m.queue or ch.last_queue
+            self.check("write", qname, m)
+            self.check("read", m.exchange, m, exchange=True)
+            broker.unbind(self.vhost, m.exchange, ("q", qname), m.routing_key,
+                          m.arguments or {}, conn_id)
+            self.write(send(ch.id, Q.UnbindOk()))
+        elif name == "Queue.Purge":
+            q = self.queue(m.queue or ch.last_queue, m)
+            self.check("read", q.name, m)
+            count = broker.purge(q)
+            if not m.nowait:
+                self.write(send(ch.id, Q.PurgeOk(count)))
+        elif name == "Queue.Delete":
+            qname = m.queue or ch.last_queue
+            self.check("configure", qname, m)
+            count = broker.delete_queue(self.vhost, qname, m.if_unused, m.if_empty, conn_id)
+            if not m.nowait:
+                self.write(send(ch.id, Q.DeleteOk(count)))
+        elif name == "Exchange.Declare":
+            self.check("configure", m.exchange, m, exchange=True)
+            broker.declare_exchange(
+                self.vhost, m.exchange, m.exchange_type, passive=m.passive, durable=m.durable,
+                auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments or {})
+            if not m.nowait:
+                self.write(send(ch.id, X.DeclareOk()))
+        elif name == "Exchange.Delete":
+            self.check("configure", m.exchange, m, exchange=True)
+            broker.delete_exchange(self.vhost, m.exchange, m.if_unused)
+            if not m.nowait:
+                self.write(send(ch.id, X.DeleteOk()))
+        elif name in ("Exchange.Bind", "Exchange.Unbind"):
+            self.check("write", m.destination, m, exchange=True)
+            self.check("read", m.source, m, exchange=True)
+            op = broker.bind if name == "Exchange.Bind" else broker.unbind
+            op(self.vhost, m.source, ("e", m.destination), m.routing_key, m.arguments or {},
+               conn_id)
+            if not m.nowait:
+                ok = X.BindOk() if name == "Exchange.Bind" else X.UnbindOk()
+                self.write(send(ch.id, ok))
+        elif name == "Confirm.Select":
+            ch.confirm_select(m)
+        elif name == "Tx.Select":
+            ch.tx_select(m)
+        elif name == "Tx.Commit":
+            ch.tx_commit(m)
+        elif name == "Tx.Rollback":
+            ch.tx_rollback(m)
+        elif name == "Channel.Flow":
+            if not m.active:
+                raise ConnectionLevelError(NOT_IMPLEMENTED, "active=false", method=m)
+            self.write(send(ch.id, Ch.FlowOk(active=True)))
+        elif name == "Channel.FlowOk":
+            pass
+        else:
+            raise ConnectionLevelError(
+                NOT_IMPLEMENTED, f"{name} is not implemented", method=m)
+
+    # -- flow control ------------------------------------------------------------------
+
+    def check_blocked(self) -> None:
+        if self.blocked or not self.front.gateway.publisher.lagging:
+            return
+        self.blocked = True
+        self.conn.pause_reading()
+        if self.proto.client_capabilities.get("connection.blocked"):
+            self.write(self.proto.send_method(0, C.Blocked("low on resources")))
+        self.front.watch_blocked(self)
+
+    def unblock(self) -> None:
+        if not self.blocked:
+            return
+        self.blocked = False
+        self.conn.resume_reading()
+        if (self.proto.client_capabilities.get("connection.blocked")
+                and self.proto.state.value == "OPEN"):
+            self.write(self.proto.send_method(0, C.Unblocked()))
+        self.flush()
+
+    # -- end ---------------------------------------------------------------------------
+
+    def goodbye(self) -> None:
+        """Shutdown: connection.close 320, then close once CloseOk comes (or soon)."""
+        self.write(self.proto.close(
+            320, "CONNECTION_FORCED - broker forced connection closure with reason "
+            "'shutdown'"))
+        self._release_all()
+        self.flush()
+        self.front.loop.call_later(1.0, self._close, "shutdown")
+
+    def _release_all(self) -> None:
+        channels, self.channels = self.channels, {}
+        for ch in channels.values():
+            ch.close()
+        self.front.broker.connection_closed(self.conn.id)
+
+    def _close(self, reason: str, abort: bool = False) -> None:
+        if self.closed:
+            return
+        self.flush()
+        self.closed = True
+        if abort:
+            self.conn.abort(reason)
+        else:
+            self.conn.close(reason)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._release_all()
+        self.closed = True
+        self.front.disconnected(self)

@@ -1,0 +1,341 @@
+"""A queue at run time: its LMQ, its consumers, and how messages reach them.
+
+Every AMQP queue is one LMQ (``gateway.topic_space.amqp_queue_lmq(vhost, name)``) and
+all its consumers compete through ONE pop group, :data:`GROUP`: a delivery is a pop
+(the message becomes invisible to the group for :data:`INVISIBLE_MS`), an ack is the
+pop receipt's ack, a requeue is ``change_invisible_time(receipt, 0)`` then ``revive()``
+(the pop table counts deliveries, so ``redelivered`` = deliveries > 1). Ready messages
+= the LMQ's entries past the group's offset plus the group's retries.
+
+Wake-ups: one store listener per queue, registered for the queue's whole life (it also
+keeps the LMQ out of idle cleanup), schedules :meth:`Queue.run` on the event loop;
+``run`` enforces the length limit, then pops for consumers while they have credit
+(prefetch windows, writable sockets). Nothing polls, except the TTL sweep of queues
+with ``x-message-ttl`` (:meth:`Queue.sweep_expired`, called by the front end).
+
+Event-loop thread only (the listener hops onto the loop when called from elsewhere).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from broker_core import StoreError
+from gateway.amqp.messages import expired
+from gateway.amqp.model import QueueDef
+from gateway.topic_space import amqp_queue_lmq
+
+if TYPE_CHECKING:
+    from broker_core.pop import PoppedMessage
+    from gateway.amqp.channel import AmqpChannel
+    from gateway.amqp.frontend import AmqpFrontEnd
+
+log = logging.getLogger(__name__)
+
+#: The pop group of every AMQP queue (one group per queue LMQ).
+GROUP = "amqp-q"
+#: How long a delivered, unacknowledged message stays invisible: RabbitMQ's default
+#: consumer timeout. Channel close requeues at once; a crash leaves them to the start
+#: of the next gateway, which makes them visible again (see AmqpFrontEnd.start).
+INVISIBLE_MS = 30 * 60 * 1000
+#: Messages popped per store call.
+POP_BATCH = 64
+
+_ctags = itertools.count(1)
+
+
+class Consumer:
+    __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "priority", "prefetch",
+                 "unacked", "arguments")
+
+    def __init__(self, tag: str, channel: AmqpChannel, queue: Queue, no_ack: bool,
+                 exclusive: bool, priority: int, prefetch: int,
+                 arguments: dict[str, Any]) -> None:
+        self.tag = tag
+        self.channel = channel
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.priority = priority
+        #: Per-consumer prefetch (basic.qos global=false at consume time); 0 = none.
+        self.prefetch = prefetch
+        self.unacked = 0
+        self.arguments = arguments
+
+    def credit(self) -> int:
+        """How many more messages this consumer may get now (0: none)."""
+        ch = self.channel
+        if not ch.can_deliver():
+            return 0
+        if self.no_ack:
+            return POP_BATCH
+        credit = POP_BATCH
+        if self.prefetch:
+            credit = min(credit, self.prefetch - self.unacked)
+        if ch.global_prefetch:
+            credit = min(credit, ch.global_prefetch - ch.unacked_count)
+        return max(credit, 0)
+
+
+def new_consumer_tag() -> str:
+    return f"amq.ctag-{next(_ctags)}-{threading.get_ident() & 0xFFFF:x}"
+
+
+class Queue:
+    def __init__(self, front: AmqpFrontEnd, defn: QueueDef) -> None:
+        self.front = front
+        self.store = front.store
+        self.defn = defn
+        self.vhost = defn.vhost
+        self.name = defn.name
+        self.lmq = amqp_queue_lmq(defn.vhost, defn.name)
+        self.consumers: list[Consumer] = []
+        #: Messages delivered in ack mode and not yet settled.
+        self.unacked = 0
+        self.deleted = False
+        self.ever_consumed = False
+        self._scheduled = False
+        self._rr = 0
+        self._expiry_timer: Any = None
+        self.store.create_lmq(self.lmq)
+        self._remove_listener = self.store.add_listener(self.lmq, self._on_append)
+        self.touch()
+
+    # -- state -------------------------------------------------------------------------
+
+    @property
+    def args(self):  # type: ignore[no-untyped-def]
+        return self.defn.args
+
+    def ready(self) -> int:
+        """Messages ready for delivery (not counting unacknowledged ones)."""
+        info = self.store.lmq(self.lmq)
+        if info is None:
+            return 0
+        offset = self.store.get_offset(GROUP, self.lmq) or 0
+        start = max(offset, info.min_offset)
+        return max(0, info.max_offset - start) + self.store.count_retries(GROUP, self.lmq)
+
+    def ready_bytes(self, limit: int) -> int:
+        """Bytes of ready message bodies, counted up to ``limit`` (x-max-length-bytes)."""
+        offset = self.store.get_offset(GROUP, self.lmq) or 0
+        total = 0
+        while total <= limit:
+            result = self.store.pull(self.lmq, offset, 256)
+            if not result.messages:
+                break
+            total += sum(len(m.record.body) for m in result.messages)
+            offset = result.next_offset
+        return total
+
+    def touch(self) -> None:
+        """Restart the x-expires timer (declare, consume, get)."""
+        expires = self.args.expires
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+        if expires and not self.consumers and not self.deleted:
+            self._expiry_timer = self.front.loop.call_later(expires / 1000, self._expire_queue)
+
+    def _expire_queue(self) -> None:
+        self._expiry_timer = None
+        if not self.consumers and not self.deleted:
+            log.info("queue expired", extra={"vhost": self.vhost, "queue": self.name})
+            self.front.broker.delete_queue_now(self)
+
+    # -- consumers ---------------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.consumers.sort(key=lambda c: -c.priority)  # stable: FIFO within a priority
+        self.ever_consumed = True
+        self.touch()
+        self.schedule()
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        if self.deleted:
+            return
+        if not self.consumers and self.defn.auto_delete and self.ever_consumed:
+            self.front.broker.delete_queue_now(self)
+            return
+        self.touch()
+        self.schedule()
+
+    # -- wake-ups ----------------------------------------------------------------------
+
+    def _on_append(self, _lmq: str, _next_offset: int) -> None:
+        if threading.get_ident() == self.front.loop_thread:
+            self.schedule()
+        else:
+            self.front.loop.call_soon_threadsafe(self.schedule)
+
+    def schedule(self) -> None:
+        if not self._scheduled and not self.deleted:
+            self._scheduled = True
+            self.front.loop.call_soon(self.run)
+
+    def run(self) -> None:
+        self._scheduled = False
+        if self.deleted:
+            return
+        try:
+            self.enforce_limits()
+            if self.consumers:
+                self._dispatch()
+        except StoreError as exc:
+            log.warning("queue dispatch failed: %s", exc, extra={"queue": self.name})
+
+    # -- delivery ----------------------------------------------------------------------
+
+    def _eligible(self) -> list[Consumer]:
+        consumers = self.consumers[:1] if self.args.single_active else self.consumers
+        return [c for c in consumers if c.credit() > 0]
+
+    def _pick(self, consumers: list[Consumer]) -> Consumer | None:
+        """The next consumer with credit: highest priority first, round robin within."""
+        live = [c for c in consumers if c.credit() > 0]
+        if not live:
+            return None
+        top = live[0].priority
+        same = [c for c in live if c.priority == top]
+        self._rr += 1
+        return same[self._rr % len(same)]
+
+    def _dispatch(self) -> None:
+        store = self.store
+        requeue: list[str] = []
+        while True:
+            eligible = self._eligible()
+            if not eligible:
+                break
+            want = min(POP_BATCH, sum(c.credit() for c in eligible))
+            popped = store.pop(GROUP, self.lmq, want, INVISIBLE_MS)
+            if not popped:
+                break
+            now = self.front.now_ms()
+            for p in popped:
+                if self._drop_if_dead(p, now):
+                    continue
+                consumer = self._pick(eligible)
+                if consumer is None:
+                    requeue.append(p.receipt)
+                    continue
+                consumer.channel.deliver(consumer, self, p)
+        if requeue:
+            self.requeue(requeue)
+
+    def _drop_if_dead(self, p: PoppedMessage, now: int) -> bool:
+        """Expired or over the delivery limit: settle and dead-letter it. True if so."""
+        record = p.message.record
+        if expired(record, self.args.message_ttl, now):
+            self.discard(p.receipt, record, "expired")
+            return True
+        limit = self.args.delivery_limit
+        if limit is not None and p.deliveries - 1 > limit:
+            self.discard(p.receipt, record, "delivery_limit")
+            return True
+        return False
+
+    def get(self) -> tuple[PoppedMessage, int] | None:
+        """basic.get: one message and the ready count after it, or None."""
+        self.touch()
+        now = self.front.now_ms()
+        while True:
+            popped = self.store.pop(GROUP, self.lmq, 1, INVISIBLE_MS)
+            if not popped:
+                return None
+            if not self._drop_if_dead(popped[0], now):
+                return popped[0], self.ready()
+
+    # -- settlement --------------------------------------------------------------------
+
+    def ack(self, receipt: str) -> None:
+        try:
+            self.store.ack(receipt)
+        except StoreError:
+            pass  # invisible time ran out, or the queue was deleted: nothing to do
+
+    def requeue(self, receipts: list[str]) -> None:
+        for receipt in receipts:
+            try:
+                self.store.change_invisible_time(receipt, 0)
+            except StoreError:
+                pass
+        if receipts:
+            self.store.revive()  # notifies the listener: run() delivers them again
+
+    def discard(self, receipt: str, record: Any, reason: str) -> None:
+        """Settle a message for good and dead-letter it if the queue has a DLX."""
+        self.ack(receipt)
+        if self.args.dlx is not None:
+            self.front.dead_letter(self, record, reason)
+
+    # -- limits and TTL -----------------------------------------------------------------
+
+    def enforce_limits(self) -> None:
+        """x-max-length / x-max-length-bytes with drop-head: drop (and dead-letter) the
+        oldest ready messages. (reject-publish is refused at publish time.)"""
+        a = self.args
+        if a.overflow != "drop-head" or (a.max_length is None and a.max_length_bytes is None):
+            return
+        if a.max_length is not None:
+            excess = self.ready() - a.max_length
+            while excess > 0:
+                popped = self.store.pop(GROUP, self.lmq, min(excess, POP_BATCH), INVISIBLE_MS)
+                if not popped:
+                    break
+                for p in popped:
+                    self.discard(p.receipt, p.message.record, "maxlen")
+                excess -= len(popped)
+        if a.max_length_bytes is not None:
+            while self.ready_bytes(a.max_length_bytes) > a.max_length_bytes:
+                popped = self.store.pop(GROUP, self.lmq, 1, INVISIBLE_MS)
+                if not popped:
+                    break
+                self.discard(popped[0].receipt, popped[0].message.record, "maxlen")
+
+    def is_full(self) -> bool:
+        a = self.args
+        if a.max_length is not None and self.ready() >= a.max_length:
+            return True
+        return a.max_length_bytes is not None and (
+            self.ready_bytes(a.max_length_bytes) >= a.max_length_bytes)
+
+    def sweep_expired(self) -> None:
+        """Expire messages at the head of a queue with x-message-ttl (RabbitMQ expires
+        from the head, so that a queue without consumers dead-letters on time)."""
+        ttl = self.args.message_ttl
+        if ttl is None or self.deleted:
+            return
+        now = self.front.now_ms()
+        offset = self.store.get_offset(GROUP, self.lmq) or 0
+        result = self.store.pull(self.lmq, offset, POP_BATCH)
+        count = 0
+        for m in result.messages:
+            if not expired(m.record, ttl, now):
+                break
+            count += 1
+        if not count:
+            return
+        keep: list[str] = []
+        for p in self.store.pop(GROUP, self.lmq, count, INVISIBLE_MS):
+            if expired(p.message.record, ttl, now):
+                self.discard(p.receipt, p.message.record, "expired")
+            else:  # a requeued message came first; it stays
+                keep.append(p.receipt)
+        self.requeue(keep)
+
+    # -- end ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the queue's run-time machinery (deleted, or the gateway stops)."""
+        self.deleted = True
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+        self._remove_listener()  # type: ignore[operator]

@@ -1,0 +1,227 @@
+"""AMQP consumption and publishing with pika over real sockets: acks, nack/reject with
+requeue (redelivered), prefetch, basic.get, recover, requeue on channel close, confirms
+and mandatory returns, TTL and dead-lettering with x-death, length limits, transactions,
+bodies larger than frame_max, consumer cancel notification, single active consumer."""
+
+from __future__ import annotations
+
+import time
+
+import pika
+import pytest
+from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
+
+from .test_amqp_support import ThreadGateway, drain, gw, pika_connect
+
+__all__ = ["gw"]
+
+
+def test_ack_nack_reject_requeue_redelivered(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("q")
+    for i in range(3):
+        ch.basic_publish("", "q", f"m{i}".encode())
+    first = ch.basic_get("q")
+    assert first[0].redelivered is False and first[2] == b"m0"
+    assert first[0].message_count == 2
+    ch.basic_nack(first[0].delivery_tag, requeue=True)
+    second = ch.basic_get("q")
+    assert second[2] == b"m0" and second[0].redelivered is True
+    ch.basic_reject(second[0].delivery_tag, requeue=False)  # gone: no DLX
+    rest = drain(ch, "q", ack=False)
+    assert [b for _, _, b in rest] == [b"m1", b"m2"]
+    ch.basic_ack(rest[-1][0].delivery_tag, multiple=True)
+    assert ch.queue_declare("q", passive=True).method.message_count == 0
+    assert ch.basic_get("q") == (None, None, None)
+    conn.close()
+
+
+def test_channel_close_and_recover_requeue(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("q")
+    ch.basic_publish("", "q", b"one")
+    ch.basic_publish("", "q", b"two")
+    taken = drain(ch, "q", ack=False)
+    assert len(taken) == 2
+    ch.basic_recover(requeue=True)
+    again = drain(ch, "q", ack=False)
+    assert [m.redelivered for m, _, _ in again] == [True, True]
+    ch.close()  # unacked go back
+    ch = conn.channel()
+    got = drain(ch, "q")
+    assert sorted(b for _, _, b in got) == [b"one", b"two"]
+    assert all(m.redelivered for m, _, _ in got)
+    conn.close()
+
+
+def test_prefetch_limits_unacked(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("q")
+    for i in range(10):
+        ch.basic_publish("", "q", str(i).encode())
+    ch.basic_qos(prefetch_count=3)
+    received: list[pika.spec.Basic.Deliver] = []
+    ch.basic_consume("q", lambda c, m, p, b: received.append(m))
+    conn.process_data_events(time_limit=0.5)
+    assert len(received) == 3
+    ch.basic_ack(received[-1].delivery_tag, multiple=True)
+    conn.process_data_events(time_limit=0.5)
+    assert len(received) == 6
+    conn.close()
+
+
+def test_competing_consumers_share_a_queue(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("work")
+    got: dict[str, list[bytes]] = {"a": [], "b": []}
+    ch.basic_qos(prefetch_count=1)
+    for tag in got:
+        ch.basic_consume("work", lambda c, m, p, b, tag=tag: (got[tag].append(b),
+                                                                c.basic_ack(m.delivery_tag)),
+                         consumer_tag=tag)
+    for i in range(20):
+        ch.basic_publish("", "work", str(i).encode())
+    deadline = time.monotonic() + 5
+    while len(got["a"]) + len(got["b"]) < 20 and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.1)
+    assert sorted(got["a"] + got["b"], key=int) == [str(i).encode() for i in range(20)]
+    assert got["a"] and got["b"]
+    conn.close()
+
+
+def test_confirms_and_mandatory_return(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    with pytest.raises(UnroutableError) as info:  # basic.return, then the confirm
+        ch.basic_publish("amq.direct", "nowhere", b"x", mandatory=True)
+    returned = info.value.messages[0]
+    assert (returned.method.reply_code, returned.method.reply_text) == (312, "NO_ROUTE")
+    assert returned.body == b"x"
+    ch.basic_publish("amq.direct", "nowhere", b"dropped quietly")  # not mandatory: acked
+    conn.close()
+
+
+def test_ttl_and_dead_letter_x_death(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.exchange_declare("dlx", "fanout")
+    ch.queue_declare("dead")
+    ch.queue_bind("dead", "dlx")
+    ch.queue_declare("short", arguments={"x-message-ttl": 50, "x-dead-letter-exchange": "dlx"})
+    ch.queue_declare("plain", arguments={"x-dead-letter-exchange": "dlx",
+                                         "x-dead-letter-routing-key": "rk"})
+    ch.basic_publish("", "short", b"expires")
+    ch.basic_publish("", "plain", b"per-message", pika.BasicProperties(expiration="30"))
+    ch.basic_publish("", "plain", b"rejected")
+    time.sleep(0.3)
+    assert ch.basic_get("plain") is not None  # the expired one is skipped on the way
+    got = drain(ch, "dead", ack=True)
+    assert [b for _, _, b in got] == [b"expires", b"per-message"]
+    death = got[0][1].headers["x-death"][0]
+    assert death["reason"] == "expired" and death["queue"] == "short"
+    assert death["count"] == 1 and death["routing-keys"] == ["short"]
+    assert death["exchange"] == ""
+    assert got[0][0].routing_key == "short"
+    assert got[1][0].routing_key == "rk"
+    assert got[1][1].expiration is None
+    # reject without requeue dead-letters with reason 'rejected'
+    ch.basic_publish("", "plain", b"reject me")
+    method, _, _ = ch.basic_get("plain")
+    ch.basic_reject(method.delivery_tag, requeue=False)
+    got = drain(ch, "dead")
+    assert got[0][1].headers["x-death"][0]["reason"] == "rejected"
+    conn.close()
+
+
+def test_max_length_drop_head_and_reject_publish(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("capped", arguments={"x-max-length": 2})
+    for i in range(5):
+        ch.basic_publish("", "capped", str(i).encode())
+    time.sleep(0.2)
+    assert [b for _, _, b in drain(ch, "capped")] == [b"3", b"4"]
+    ch.queue_declare("strict", arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    ch.basic_publish("", "strict", b"fits")
+    with pytest.raises(NackError):
+        ch.basic_publish("", "strict", b"refused")
+    conn.close()
+
+
+def test_transactions(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.queue_declare("txq")
+    ch.tx_select()
+    ch.basic_publish("", "txq", b"rolled back")
+    ch.tx_rollback()
+    ch.basic_publish("", "txq", b"committed")
+    assert ch.queue_declare("txq", passive=True).method.message_count == 0
+    ch.tx_commit()
+    assert ch.queue_declare("txq", passive=True).method.message_count == 1
+    method, _, body = ch.basic_get("txq")
+    assert body == b"committed"
+    ch.basic_ack(method.delivery_tag)
+    ch.tx_commit()
+    assert ch.queue_declare("txq", passive=True).method.message_count == 0
+    with pytest.raises(ChannelClosedByBroker) as info:
+        ch.confirm_delivery()
+    assert info.value.reply_code == 406
+    conn.close()
+
+
+def test_large_body_split_across_frames(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw, frame_max=8192)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("big")
+    body = bytes(range(256)) * 4000  # ~1 MB, > frame_max
+    ch.basic_publish("", "big", body)
+    method, _, got = ch.basic_get("big", auto_ack=True)
+    assert got == body
+    conn.close()
+
+
+def test_queue_delete_cancels_consumers(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.queue_declare("doomed")
+    cancelled: list[object] = []
+    ch.add_on_cancel_callback(lambda frame: cancelled.append(frame))
+    ch.basic_consume("doomed", lambda *a: None)
+    other = conn.channel()
+    other.queue_delete("doomed")
+    conn.process_data_events(time_limit=0.3)
+    assert len(cancelled) == 1
+    conn.close()
+
+
+def test_single_active_consumer_and_auto_delete(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("sac", auto_delete=True, arguments={"x-single-active-consumer": True})
+    got: dict[str, int] = {"first": 0, "second": 0}
+    for tag in got:
+        ch.basic_consume("sac", lambda c, m, p, b, tag=tag: got.__setitem__(tag, got[tag] + 1),
+                         auto_ack=True, consumer_tag=tag)
+    for _ in range(5):
+        ch.basic_publish("", "sac", b"x")
+    conn.process_data_events(time_limit=0.3)
+    assert got == {"first": 5, "second": 0}
+    ch.basic_cancel("first")
+    ch.basic_cancel("second")
+    with pytest.raises(ChannelClosedByBroker):  # auto-deleted with its last consumer
+        ch.queue_declare("sac", passive=True)
+    conn.close()
