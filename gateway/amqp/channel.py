@@ -209,6 +209,9 @@ class AmqpChannel:
         h = self.handler
         queue = h.queue(m.queue or self.last_queue, m)
         h.check("read", queue.name, m)
+        # A channel's methods take effect in order: publishes queued earlier in this
+        # loop turn must be in the queue before the get looks at it.
+        self.front.gateway.publisher.flush()
         got = queue.get()
         if got is None:
             h.write(h.proto.send_method(self.id, B.GetEmpty()))
