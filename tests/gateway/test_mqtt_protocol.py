@@ -347,3 +347,19 @@ def test_metrics_count_mqtt_traffic(gateway):
     )
     line = next(ln for ln in body.splitlines() if ln.startswith("lmq_mqtt_messages_received_total"))
     assert float(line.split()[-1]) >= 1
+
+
+def test_shared_subscription_redelivers_unacked_to_another_member(gateway):
+    port = gateway.mqtt_port
+    a = connect(port, "member-a", V5, receive_maximum=1)
+    subscribe(a, "$share/grp/work/#", 1)
+    pub = Paho(port, "pub")
+    pub.publish("work/1", b"job-1", qos=1)
+    held = a.recv()
+    assert isinstance(held, Publish) and held.payload == b"job-1"
+    b = Paho(port, "member-b")
+    b.subscribe("$share/grp/work/#", qos=1)
+    assert b.nothing_more(0.5)  # a holds it, unacked
+    a.close()  # disconnect without PUBACK
+    got = b.get(timeout=5)
+    assert got.payload == b"job-1" and got.dup
