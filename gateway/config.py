@@ -94,6 +94,13 @@ class GatewayConfig:
     #: QoS 1/2 messages in flight to one MQTT client: the lower of this and the client's
     #: Receive Maximum.
     max_inflight: int = 1024
+    #: Messages one MQTT subscription may have waiting (its backlog in the LMQ); when a
+    #: session is further behind, the oldest are skipped. 0 = no limit (the backlog is
+    #: on disk, bounded by retention).
+    max_queued_messages: int = 0
+    #: PUBLISH packets per second one MQTT connection may send; faster publishers are
+    #: slowed down (reading pauses), not disconnected. 0 = no limit.
+    max_publish_rate: int = 0
     #: Log line format: ``text`` or ``json`` (one JSON object per line).
     log_format: str = "text"
     #: Least severe log level written: debug, info, warning, error.
@@ -209,6 +216,8 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "allow_anonymous": _bool,
     "max_subscriptions_per_session": _int(0),
     "max_inflight": _int(1, 65535),
+    "max_queued_messages": _int(0),
+    "max_publish_rate": _int(0),
     "log_format": _choice(*LOG_FORMATS),
     "log_level": _choice(*LOG_LEVELS),
 }

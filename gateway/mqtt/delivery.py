@@ -88,6 +88,14 @@ class Reader:
         """Send what is readable, up to ``window`` QoS 1/2 messages. Returns how many
         messages were consumed (sent or skipped)."""
         store = session.front.store
+        limit = session.front.gateway.config.max_queued_messages
+        if limit:
+            info = store.lmq(self.lmq)
+            if info is not None and info.max_offset - self.next_offset > limit:
+                # too far behind: skip the oldest (counted, like mosquitto's drops)
+                skipped = info.max_offset - limit - self.next_offset
+                session.front.dropped_queue_full += skipped
+                self.next_offset = info.max_offset - limit
         result = store.pull(self.lmq, self.next_offset, max_count=PULL_BATCH)
         if not result.messages:
             self.next_offset = max(self.next_offset, result.next_offset)

@@ -53,6 +53,7 @@ class MqttFrontEnd(FrontEnd):
         self.sessions: dict[str, Session] = {}
         self.handlers: dict[int, MqttHandler] = {}
         self.dropped_too_large = 0
+        self.dropped_queue_full = 0
         self._loop_thread = 0
 
     # -- life --------------------------------------------------------------------------

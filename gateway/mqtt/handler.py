@@ -67,7 +67,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: QoS 1/2 PUBLISHes a client may have waiting for their PUBACK/PUBREC (our Receive
-#: Maximum, sent in the MQTT 5 CONNACK).
+#: Maximum, sent in the MQTT 5 CONNACK). A client with more waiting is not disconnected
+#: (3.x has no Receive Maximum): its further packets wait, unprocessed, until the store
+#: catches up.
 RECEIVE_MAXIMUM = 1024
 #: Inbound topic aliases we accept (MQTT 5 Topic Alias Maximum).
 TOPIC_ALIAS_MAXIMUM = 1024
@@ -93,6 +95,10 @@ class MqttHandler(ConnectionHandler):
         self._keepalive_s = 0.0
         self._delivery: asyncio.Task[None] | None = None
         self.principal: Principal = ANONYMOUS_PRINCIPAL
+        self._rate = front.gateway.config.max_publish_rate
+        self._tokens = float(self._rate)
+        self._tokens_at = front.loop.time()
+        self._throttled = False
         #: QoS 2 packet ids whose append is under way (a resend then waits for it).
         self._qos2_storing: set[int] = set()
 
@@ -119,7 +125,7 @@ class MqttHandler(ConnectionHandler):
 
     def _process(self) -> None:
         proto = self.proto
-        while not self.closed:
+        while not self.closed and not self._throttled and not self._paused_for_store:
             event = proto.next_event()
             if event is NEED_DATA or event is PAUSED:
                 return
@@ -287,15 +293,14 @@ class MqttHandler(ConnectionHandler):
         assert session is not None
         front = self.front
         front.messages_received.inc()
+        if self._rate:
+            self._throttle()
         try:
             validate_topic_name(publish.topic)
         except InvalidTopic as exc:
             self._refuse(ReasonCode.TOPIC_NAME_INVALID, str(exc))
             return
         qos = publish.qos
-        if qos and self.inbound_waiting >= RECEIVE_MAXIMUM:
-            self._refuse(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
-            return
         if publish.topic.startswith("$SYS") or not front.can_publish(
             self.principal, session.client_id, publish.topic
         ):
@@ -324,6 +329,37 @@ class MqttHandler(ConnectionHandler):
             self._paused_for_store = True
             self.conn.pause_reading()
 
+    def _resume_processing(self) -> None:
+        """Handle packets that arrived while processing was paused (they wait, decoded
+        or not, in the machine's buffer)."""
+        if self.closed or self._throttled or self._paused_for_store:
+            return
+        try:
+            self._process()
+        except MQTTError as exc:
+            self._protocol_error(exc)
+
+    def _throttle(self) -> None:
+        """Token bucket of ``max_publish_rate``: a publisher ahead of its budget has its
+        reading paused until the bucket refills (backpressure, not a disconnect)."""
+        now = self.front.loop.time()
+        rate = self._rate
+        self._tokens = min(float(rate), self._tokens + (now - self._tokens_at) * rate)
+        self._tokens_at = now
+        self._tokens -= 1
+        if self._tokens < 0 and not self._throttled:
+            self._throttled = True
+            self.conn.pause_reading()
+            self.front.loop.call_later(-self._tokens / rate, self._unthrottle)
+
+    def _unthrottle(self) -> None:
+        self._throttled = False
+        if self.closed:
+            return
+        if not self._paused_for_store:
+            self.conn.resume_reading()
+        self._resume_processing()
+
     def _published(self, fut: asyncio.Future[AppendResult], publish: Publish, message) -> None:  # type: ignore[no-untyped-def]
         qos = publish.qos
         session = self.session
@@ -335,7 +371,10 @@ class MqttHandler(ConnectionHandler):
                 session.qos2_appending -= 1
         if self._paused_for_store and self.inbound_waiting < RECEIVE_MAXIMUM // 2:
             self._paused_for_store = False
-            self.conn.resume_reading()
+            if not self._throttled:
+                self.conn.resume_reading()
+                if not self.closed:
+                    self.front.loop.call_soon(self._resume_processing)
         exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
         if exc is not None:
             code = (

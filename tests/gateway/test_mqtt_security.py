@@ -25,7 +25,7 @@ from protocol.mqtt import (
 )
 
 from .gateway_process import GatewayProcess
-from .mqtt_clients import OPEN, RawClient
+from .mqtt_clients import OPEN, Paho, RawClient
 
 V5, V311 = MQTTVersion.V5, MQTTVersion.V3_1_1
 
@@ -281,5 +281,50 @@ def test_subscription_limit(tmp_path):
             Subscribe(packet_id=1, subscriptions=tuple(Subscription(f"t/{i}", 0) for i in range(3)))
         )
         assert c.recv().reason_codes == (0, 0, ReasonCode.QUOTA_EXCEEDED)
+    finally:
+        gw.stop()
+
+
+def _gateway_with(tmp_path: Path, **options: int) -> GatewayProcess:
+    config = tmp_path / "limits.toml"
+    config.write_text("".join(f"{k} = {v}\n" for k, v in options.items()))
+    return GatewayProcess(tmp_path / "d", "--config", str(config)).start()
+
+
+def test_publish_rate_limit_slows_a_publisher_down(tmp_path):
+    gw = _gateway_with(tmp_path, max_publish_rate=50)
+    try:
+        sub = Paho(gw.mqtt_port, "sub")
+        sub.subscribe("rate/#", qos=0)
+        c = RawClient(gw.mqtt_port, V311)
+        c.send(Connect(client_id="fast", protocol_version=V311))
+        assert isinstance(c.recv(), Connack)
+        import time
+
+        started = time.monotonic()
+        for i in range(150):
+            c.send(Publish(topic="rate/x", payload=b"%d" % i, qos=1, packet_id=i + 1))
+        acks = [c.recv(timeout=10) for _ in range(150)]
+        elapsed = time.monotonic() - started
+        assert all(isinstance(a, Puback) for a in acks)
+        assert elapsed >= 1.5  # 150 messages at 50/s with a burst of 50: about 2 s
+        assert len(sub.get_n(150, timeout=10)) == 150  # slowed down, nothing lost
+    finally:
+        gw.stop()
+
+
+def test_max_queued_messages_skips_the_oldest(tmp_path):
+    gw = _gateway_with(tmp_path, max_queued_messages=5)
+    try:
+        sub = Paho(gw.mqtt_port, "behind", clean=False)
+        sub.subscribe("q/#", qos=1)
+        sub.disconnect()
+        pub = Paho(gw.mqtt_port, "pub")
+        for i in range(20):
+            pub.publish("q/x", b"%d" % i, qos=1)
+        sub = Paho(gw.mqtt_port, "behind", clean=False)
+        got = [int(m.payload) for m in sub.get_n(5)]
+        assert got == [15, 16, 17, 18, 19]
+        assert sub.nothing_more()
     finally:
         gw.stop()
