@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m bench`` (peers) and standalone scripts (storage, topic trie)."""
