@@ -41,6 +41,8 @@ class _Metric:
             self._values[()] = 0.0
 
     def _key(self, labels: dict[str, str]) -> LabelValues:
+        if not labels and not self.labelnames:
+            return ()
         if set(labels) != set(self.labelnames):
             raise ValueError(f"{self.name} takes labels {self.labelnames}, got {tuple(labels)}")
         return tuple(str(labels[n]) for n in self.labelnames)

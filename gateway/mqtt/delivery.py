@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from broker_core import Protocol, Record
 from gateway.mqtt.messages import mqtt_topic, now_ms, publish_properties, remaining_expiry
 from gateway.mqtt.session_state import SubscriptionState
-from protocol.mqtt import OutgoingPacketTooLarge, Publish
+from protocol.mqtt import OutgoingPacketTooLarge
 
 if TYPE_CHECKING:
     from gateway.mqtt.handler import MqttHandler
@@ -208,22 +208,21 @@ def deliver(
     proto = handler.proto
     pid = session.allocate_packet_id() if qos else None
     retain = True if retained else (record.retain and sub.retain_as_published)
-    packet = Publish(
-        topic=mqtt_topic(record),
-        payload=record.body,
-        qos=qos,
-        retain=retain,
-        dup=dup and qos > 0,
-        packet_id=pid,
-        properties=publish_properties(record, proto.version, expiry, sub.subscription_id),
-    )
     try:
-        data = proto.send(packet)
+        data = proto.send_publish(
+            mqtt_topic(record),
+            record.body,
+            qos,
+            retain,
+            dup and qos > 0,
+            pid,
+            publish_properties(record, proto.version, expiry, sub.subscription_id),
+        )
     except OutgoingPacketTooLarge:
         handler.front.dropped_too_large += 1
         return None
-    handler.conn.write(data)
-    handler.front.messages_sent.inc()
+    handler.out.append(data)  # written with the rest of this round (handler.flush_out)
+    handler.front.sent += 1
     if pid is None:
         return 0
     session.inflight[pid] = Inflight(pid, qos, reader, offset, receipt)

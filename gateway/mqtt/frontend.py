@@ -72,6 +72,7 @@ class MqttFrontEnd(FrontEnd):
         self.messages_sent = m.counter(
             "lmq_mqtt_messages_sent_total", "PUBLISH packets sent to clients"
         )
+        self.sent = 0  # counted per delivery as a plain int, copied at scrape time
         self.protocol_errors = m.counter(
             "lmq_mqtt_protocol_errors_total", "Connections closed for a protocol error"
         )
@@ -80,6 +81,7 @@ class MqttFrontEnd(FrontEnd):
         filters = m.gauge("lmq_mqtt_filters", "Distinct subscription filters")
 
         def collect() -> None:
+            self.messages_sent.inc(self.sent - self.messages_sent.value())
             sessions.set(len(self.sessions))
             online.set(len(self.handlers))
             filters.set(self.topic_space.filter_count())
@@ -322,6 +324,7 @@ class MqttFrontEnd(FrontEnd):
         now = self.now_ms()
         for record in self.retained.matching(sub.topic_filter):
             deliver(session, handler, record, sub, min(qos, record.qos), now, retained=True)
+        handler.flush_out()
 
     # -- authentication and authorisation ----------------------------------------------
 
@@ -374,7 +377,7 @@ class MqttFrontEnd(FrontEnd):
                     sum(len(s.state.subscriptions) for s in self.sessions.values())
                 ),
                 "$SYS/broker/messages/received": str(int(self.messages_received.value())),
-                "$SYS/broker/messages/sent": str(int(self.messages_sent.value())),
+                "$SYS/broker/messages/sent": str(self.sent),
                 "$SYS/broker/store/log_bytes": str(self.store.log.size_bytes),
                 "$SYS/broker/retained messages/count": str(self.retained.count()),
             }

@@ -94,6 +94,8 @@ class MqttHandler(ConnectionHandler):
         self._last_rx = 0.0
         self._keepalive_s = 0.0
         self._delivery: asyncio.Task[None] | None = None
+        #: Encoded deliveries not yet written (see flush_out).
+        self.out: list[bytes] = []
         self.principal: Principal = ANONYMOUS_PRINCIPAL
         self._rate = front.gateway.config.max_publish_rate
         self._tokens = float(self._rate)
@@ -151,7 +153,16 @@ class MqttHandler(ConnectionHandler):
         self._close(f"protocol error: {exc}")
 
     def _send(self, packet: object) -> None:
+        self.flush_out()  # keep the order of everything written
         self.conn.write(self.proto.send(packet))  # type: ignore[arg-type]
+
+    def flush_out(self) -> None:
+        """Write the deliveries queued by :func:`gateway.mqtt.delivery.deliver` in one
+        call: one system call per round instead of one per message."""
+        if self.out:
+            data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
+            self.out.clear()
+            self.conn.write(data)
 
     # -- CONNECT -----------------------------------------------------------------------
 
@@ -626,6 +637,7 @@ class MqttHandler(ConnectionHandler):
                     window = self.receive_max - session.qos_inflight()
                     if reader.fill(session, self, window):
                         progress = True
+                    self.flush_out()
                 if progress:
                     await asyncio.sleep(0)  # let other connections run between batches
 

@@ -162,23 +162,39 @@ def encode_connack(p: Connack, buf: bytearray, version: MQTTVersion) -> None:
 
 
 def encode_publish(p: Publish, buf: bytearray, version: MQTTVersion) -> None:
-    topic = p._topic_bytes
-    payload = p.payload
-    qos = p.qos
+    encode_publish_fields(
+        buf, version, p._topic_bytes, p.payload, p.qos, p.retain, p.dup, p.packet_id,
+        p.properties._wire,
+    )
+
+
+def encode_publish_fields(
+    buf: bytearray,
+    version: MQTTVersion,
+    topic: bytes,
+    payload: bytes,
+    qos: int,
+    retain: bool,
+    dup: bool,
+    packet_id: int | None,
+    props: bytes,
+) -> None:
+    """The PUBLISH encoder on already-valid fields (``props`` = an encoded properties
+    section, ignored before MQTT 5): for a server forwarding stored messages, which
+    were validated when they were received, without building a :class:`Publish`."""
     length = 2 + len(topic) + len(payload)
     if qos:
         length += 2
     if version is V5:
-        props = p.properties._wire
         length += len(props)
     elif not topic:
         raise ProtocolError("empty topic name (a topic alias) needs MQTT 5")
-    buf.append(0x30 | (p.dup << 3) | (qos << 1) | p.retain)
+    buf.append(0x30 | (dup << 3) | (qos << 1) | retain)
     buf += varint_bytes(length)
     buf += pack_u16(len(topic))
     buf += topic
     if qos:
-        buf += pack_u16(p.packet_id)  # type: ignore[arg-type]
+        buf += pack_u16(packet_id)  # type: ignore[arg-type]
     if version is V5:
         buf += props
     buf += payload

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-from .codec import MAX_PACKET_SIZE, decode_packet, encode_packet
+from .codec import MAX_PACKET_SIZE, decode_packet, encode_packet, encode_publish_fields
 from .errors import (
     InsufficientData,
     LocalProtocolError,
@@ -67,6 +67,7 @@ from .errors import (
 )
 from .packet_types import MQTTVersion, PacketType
 from .packets import Connack, Connect, Disconnect, Packet, Publish
+from .properties import Properties
 from .reason_codes import (
     CONNACK_REASON_CODES,
     DISCONNECT_REASON_CODES,
@@ -401,6 +402,37 @@ class Connection:
             self._outbound_aliases[new_alias[0]] = new_alias[1]
         self.state = next_state
         return data
+
+    def send_publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        dup: bool,
+        packet_id: int | None,
+        properties: Properties,
+    ) -> bytes:
+        """:meth:`send` for a PUBLISH whose fields are known to be valid (a server
+        forwarding a stored message): same checks of state, Maximum Packet Size and topic
+        aliases, without building and validating a :class:`Publish` first."""
+        version = self.version
+        if (
+            self.state is not State.CONNECTED
+            or (self._outbound_aliases_enabled and self.peer_topic_alias_maximum)
+            or properties.topic_alias is not None
+        ):
+            return self.send(Publish(topic=topic, payload=payload, qos=qos, retain=retain,
+                                     dup=dup, packet_id=packet_id, properties=properties))
+        assert version is not None
+        buf = bytearray()
+        encode_publish_fields(buf, version, topic.encode(), payload, qos, retain, dup,
+                              packet_id, properties._wire)
+        if len(buf) > self.peer_max_packet_size:
+            packet = Publish(topic=topic, payload=payload, qos=qos, retain=retain, dup=dup,
+                             packet_id=packet_id, properties=properties)
+            return self._shrink(packet, version, len(buf))
+        return bytes(buf)
 
     def _encode(self, packet: Packet, version: MQTTVersion) -> bytes:
         buf = bytearray()
