@@ -13,6 +13,13 @@ spans two segments (a record that does not fit rolls a new segment; there is no 
 The file length of a segment is its content: nothing is preallocated, so any bytes past
 the last valid record are a torn write, cut off by :meth:`CommitLog.truncate`.
 
+Damage in the middle of the log (a flipped bit, a lost page) is told apart from a torn
+tail by what follows it: :meth:`CommitLog.find_next_record` looks for the next position
+where a record's magic, CRC32C and stored position all agree. A torn tail has none after
+it; damage has. ``scan(skip_damage=True)`` resynchronises there, so a caller (recovery,
+``verify``) can report the damaged bytes and go on. Every record is self-checking, so a
+resynchronisation never lands on bytes that merely look like a record.
+
 Thread safety: :meth:`CommitLog.write` and the methods that change the set of segments
 (:meth:`truncate`, :meth:`drop_before`) are called by one writer at a time (the store's
 append lock). :meth:`read` and :meth:`scan` may run concurrently with the writer from
@@ -22,6 +29,7 @@ any thread; a read of a segment removed concurrently by retention raises
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Iterator
@@ -29,10 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_core.errors import CorruptRecord, InsufficientData, StorageFull, StoreError
-from broker_core.record import Record, decode_record, peek_size
+from broker_core.record import MAGIC, Record, decode_record, peek_size
 
 SEGMENT_SUFFIX = ".log"
 _SCAN_CHUNK = 4 * 1024 * 1024
+_MAGIC_BYTES = MAGIC.to_bytes(4, "big")
+#: A full disk (ENOSPC), a quota (EDQUOT) or a file-size limit (EFBIG, RLIMIT_FSIZE).
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 class SegmentGone(StoreError):
@@ -85,11 +96,20 @@ class Segment:
 
 @dataclass(frozen=True, slots=True)
 class ScanStop:
-    """Why and where a scan of the log stopped before its end."""
+    """Why and where a scan of the log stopped before its end, or, with ``skip_damage``,
+    where it found damage and where it resumed."""
 
     position: int
     reason: str
     torn: bool  # True: an incomplete record at the very end (a torn write), not damage
+    #: With ``scan(skip_damage=True)``: the next valid record, where the scan goes on
+    #: (``None``: nothing valid follows, so the scan ends here).
+    resume: int | None = None
+
+    @property
+    def skipped(self) -> int:
+        """Bytes from the damage to the record the scan resumed at (0 if it did not)."""
+        return 0 if self.resume is None else self.resume - self.position
 
 
 class CommitLog:
@@ -185,8 +205,8 @@ class CommitLog:
         except OSError as exc:
             # Undo the partial write so the file ends at a record boundary again.
             os.ftruncate(seg.fd, seg.size)
-            if exc.errno in (28, 122):  # ENOSPC, EDQUOT
-                raise StorageFull(f"no space left writing {seg.path}") from exc
+            if exc.errno in _FULL_ERRNOS:
+                raise StorageFull(f"no space left writing {seg.path}: {exc.strerror}") from exc
             raise StoreError(f"writing {seg.path}: {exc}") from exc
         seg.size += written
         seg.dirty = True
@@ -272,12 +292,42 @@ class CommitLog:
             size -= len(part)
         return b"".join(parts)
 
-    def scan(self, start: int | None = None, end: int | None = None) -> Iterator[Record | ScanStop]:
+    def locate(self, position: int) -> str:
+        """Where ``position`` is, for messages: the segment file and the byte in it."""
+        for seg in reversed(self._segments):
+            if seg.base <= position:
+                return f"segment {seg.path.name}, byte {position - seg.base}"
+        return f"log position {position} (before the first segment)"
+
+    def scan(
+        self, start: int | None = None, end: int | None = None, *, skip_damage: bool = False
+    ) -> Iterator[Record | ScanStop]:
         """Yield every record from ``start`` (a record boundary; default the log start)
         up to ``end`` (default the log end), then a :class:`ScanStop` if the walk could
-        not reach ``end``. Reads segments in large chunks."""
+        not reach ``end``. Reads segments in large chunks.
+
+        With ``skip_damage``, a stop followed by a valid record is yielded with
+        ``resume`` set and the walk goes on from there; only a stop with nothing valid
+        after it (a torn tail) ends the walk."""
         position = self.min_position if start is None else start
         stop_at = self.end if end is None else end
+        while True:
+            stop = None
+            for item in self._scan_from(position, stop_at):
+                if isinstance(item, ScanStop):
+                    stop = item
+                    break
+                yield item
+            if stop is None:
+                return
+            resume = self.find_next_record(stop.position, stop_at) if skip_damage else None
+            if resume is None:
+                yield stop
+                return
+            yield ScanStop(stop.position, stop.reason, False, resume)
+            position = resume
+
+    def _scan_from(self, position: int, stop_at: int) -> Iterator[Record | ScanStop]:
         for seg in self.segments():
             if seg.end <= position or seg.base >= stop_at:
                 continue
@@ -308,13 +358,62 @@ class CommitLog:
                     off += record.size
                 if off == 0:
                     # one record larger than the chunk: read exactly that record
-                    size = peek_size(data)
-                    record = decode_record(seg.read(position, size), expected_position=position)
+                    try:
+                        size = peek_size(data)
+                        record = decode_record(seg.read(position, size), expected_position=position)
+                    except InsufficientData:
+                        yield ScanStop(position, "incomplete record at the end", True)
+                        return
+                    except CorruptRecord as exc:
+                        yield ScanStop(position, str(exc), False)
+                        return
                     yield record
                     off = record.size
                 position += off
         if position < stop_at:
             yield ScanStop(position, "log ends early", True)
+
+    def find_next_record(self, position: int, end: int | None = None) -> int | None:
+        """The first position after ``position`` (and before ``end``, default the log
+        end) where a valid record starts: its magic, CRC32C and stored position agree.
+        ``None`` if there is none, i.e. whatever is at ``position`` is a torn tail."""
+        stop_at = self.end if end is None else end
+        for seg in self.segments():
+            lo = max(position + 1, seg.base)
+            hi = min(seg.end, stop_at)
+            if lo < hi:
+                found = self._find_in_segment(seg, lo, hi)
+                if found is not None:
+                    return found
+        return None
+
+    @staticmethod
+    def _find_in_segment(seg: Segment, lo: int, hi: int) -> int | None:
+        pos = lo
+        while pos < hi:
+            span = min(_SCAN_CHUNK, hi - pos)
+            # 8 more bytes, so a magic straddling the chunk end is found in this chunk
+            data = seg.read(pos, min(span + 8, seg.end - pos))
+            at = 4
+            while True:
+                j = data.find(_MAGIC_BYTES, at)
+                if j < 0 or j - 4 >= span:
+                    break
+                candidate = pos + j - 4
+                at = j + 1
+                try:
+                    size = peek_size(data[j - 4 :])
+                    if candidate + size > seg.end:
+                        continue
+                    raw = data[j - 4 : j - 4 + size]
+                    if len(raw) < size:
+                        raw = seg.read(candidate, size)
+                    decode_record(raw, expected_position=candidate)
+                except (CorruptRecord, InsufficientData):
+                    continue
+                return candidate
+            pos += span
+        return None
 
     def close(self) -> None:
         for seg in self._segments:

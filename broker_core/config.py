@@ -54,6 +54,15 @@ class StoreConfig:
     dead_letter_prefix: str = "%DLQ%"
     #: Maximum length of an LMQ name in UTF-8 bytes.
     max_lmq_name_bytes: int = 4096
+    #: What opening the store does with damage in the commit log after the index
+    #: checkpoint that is not a torn tail (valid records follow it: a flipped bit, a lost
+    #: page). ``"refuse"``: the start fails with a StoreError naming the segment and
+    #: position, and the log is left as it is. ``"skip"``: the damaged bytes are skipped up to
+    #: the next valid record, reported in ``store.recovery`` and logged; the messages in
+    #: them are lost, those after them kept. A torn tail (nothing valid after it) is
+    #: always cut off; damage in an old record is never served (reads of it raise
+    #: CorruptRecord). The index rebuild (``lmq store rebuild-index``) follows it too.
+    on_corrupt: str = "refuse"
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 64 * 1024:
@@ -64,3 +73,5 @@ class StoreConfig:
             raise ValueError("flush_interval_ms must be positive")
         if self.max_deliveries < 1:
             raise ValueError("max_deliveries must be at least 1")
+        if self.on_corrupt not in ("refuse", "skip"):
+            raise ValueError(f"on_corrupt must be 'refuse' or 'skip', not {self.on_corrupt!r}")

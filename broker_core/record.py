@@ -79,6 +79,11 @@ class Protocol(enum.IntEnum):
     AMQP = 2
 
 
+# enum lookups by value without EnumType.__call__ (measurable per decoded record)
+_RECORD_TYPES = {int(t): t for t in RecordType}
+_PROTOCOLS = {int(p): p for p in Protocol}
+
+
 @dataclass(slots=True, eq=True)
 class Message:
     """What a front end hands to the store. ``born_ms`` 0 means "the store time".
@@ -273,11 +278,10 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
         raise CorruptRecord(f"CRC mismatch in record at {position}")
     if expected_position is not None and position != expected_position:
         raise CorruptRecord(f"record claims position {position}, found at {expected_position}")
-    try:
-        rtype = RecordType(rtype)
-        proto = Protocol(proto)
-    except ValueError as exc:
-        raise CorruptRecord(str(exc)) from None
+    rtype = _RECORD_TYPES.get(rtype)
+    proto = _PROTOCOLS.get(proto)
+    if rtype is None or proto is None:
+        raise CorruptRecord(f"unknown record type or protocol in record at {position}")
     pos = HEADER_SIZE
     end_fixed = pos + origin_len + topic_len + tag_len + props_len + body_len + 4
     if end_fixed > size:

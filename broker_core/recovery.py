@@ -8,9 +8,14 @@ Recovery runs in numbered passes:
    index (lost or never written) or an index *ahead* of the log (the log lost its
    unsynced tail in a power loss) means a full rebuild: the index is dropped and the
    whole log replayed.
-3. **Scan and truncate.** Records from the checkpoint to the end are validated (magic,
-   size, CRC32C, position). The first invalid one marks a torn tail: the log is cut
-   there, later segments included, and the cut is reported.
+3. **Scan, skip or truncate.** Records from the checkpoint to the end are validated
+   (magic, size, CRC32C, position). At an invalid one the scan looks for the next valid
+   record (magic, CRC and stored position agreeing). If there is none, this is a torn
+   tail: the log is cut there, later segments included, and the cut is reported. If
+   there is one, this is damage, not a torn write, and ``StoreConfig.on_corrupt``
+   decides: ``"refuse"`` fails the start with a :class:`StoreError` naming the segment,
+   the position and the reason, leaving the log as it is; ``"skip"`` steps over the
+   damaged bytes to that record, reports them (``RecoveryReport.skipped``) and logs them.
 4. **Redispatch.** Valid records after the checkpoint are dispatched again, in batches
    that carry the checkpoint. Dispatch is idempotent: a replayed record produces the
    same keys and values it produced live.
@@ -20,6 +25,7 @@ Recovery runs in numbered passes:
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -32,7 +38,24 @@ from broker_core.record import Record, RecordType
 if TYPE_CHECKING:
     from broker_core.store import MessageStore
 
+log = logging.getLogger(__name__)
+
 _REPLAY_BATCH = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedRange:
+    """Damaged bytes of the log that recovery (``on_corrupt = "skip"``) stepped over."""
+
+    position: int  #: where the damage starts
+    bytes: int  #: how many bytes up to the next valid record
+    where: str  #: segment file and byte in it
+    reason: str
+
+    def describe(self) -> str:
+        return (
+            f"skipped {self.bytes} damaged bytes at {self.position} ({self.where}): {self.reason}"
+        )
 
 
 @dataclass(slots=True)
@@ -47,7 +70,13 @@ class RecoveryReport:
     index_rebuilt: bool = False
     rebuild_reason: str = ""
     trimmed_entries: int = 0
+    #: Damage stepped over under ``on_corrupt = "skip"``, in log order.
+    skipped: list[SkippedRange] = field(default_factory=list)
     seconds: float = 0.0
+
+    @property
+    def skipped_bytes(self) -> int:
+        return sum(r.bytes for r in self.skipped)
 
     def summary(self) -> str:
         parts = [f"replayed {self.replayed_records} records ({self.replayed_entries} entries)"]
@@ -58,6 +87,8 @@ class RecoveryReport:
                 f"truncated {self.truncated_bytes} bytes at {self.truncated_at}"
                 f" ({self.truncate_reason})"
             )
+        for skipped in self.skipped:
+            parts.append(skipped.describe())
         if self.trimmed_entries:
             parts.append(f"trimmed {self.trimmed_entries} index entries below the log start")
         return "; ".join(parts) + f" in {self.seconds:.3f}s"
@@ -141,9 +172,9 @@ class _Replayer:
 def recover(store: MessageStore) -> RecoveryReport:
     started = time.perf_counter()
     report = RecoveryReport()
-    log = store.log
+    clog = store.log
     # Pass 1: segments.
-    gaps = log.gaps()
+    gaps = clog.gaps()
     if gaps:
         end, base = gaps[0]
         raise StoreError(
@@ -153,40 +184,79 @@ def recover(store: MessageStore) -> RecoveryReport:
     # Pass 2: checkpoint.
     cp = store.index.checkpoint()
     if cp is None:
-        if log.end > log.min_position:
+        if clog.end > clog.min_position:
             _reset_index(store, report, "no index checkpoint")
-        cp = Checkpoint(log.min_position, store._next_id, log.min_position)
-    elif cp.dispatched_to > log.end:
-        _reset_index(store, report, f"index ahead of the log ({cp.dispatched_to} > {log.end})")
-        cp = Checkpoint(log.min_position, store._next_id, log.min_position)
-    elif cp.dispatched_to < log.min_position:
+        cp = Checkpoint(clog.min_position, store._next_id, clog.min_position)
+    elif cp.dispatched_to > clog.end:
+        _reset_index(store, report, f"index ahead of the log ({cp.dispatched_to} > {clog.end})")
+        cp = Checkpoint(clog.min_position, store._next_id, clog.min_position)
+    elif cp.dispatched_to < clog.min_position:
         _reset_index(store, report, "index behind the log start")
-        cp = Checkpoint(log.min_position, store._next_id, log.min_position)
+        cp = Checkpoint(clog.min_position, store._next_id, clog.min_position)
     store._cleaned_to = max(cp.cleaned_to, store._cleaned_to)
     report.replay_from = cp.dispatched_to
-    # Passes 3 and 4: scan, truncate, redispatch.
+    # Passes 3 and 4: scan, skip or truncate, redispatch.
     replayer = _Replayer(store, remove_state=not report.index_rebuilt)
     position = cp.dispatched_to
-    for item in log.scan(cp.dispatched_to):
+    for item in clog.scan(cp.dispatched_to, skip_damage=True):
         if isinstance(item, ScanStop):
-            report.truncated_at = item.position
-            report.truncate_reason = item.reason
-            report.truncated_bytes = log.truncate(item.position)
-            break
+            if item.resume is None:  # nothing valid follows: a torn tail
+                where = clog.locate(item.position)
+                report.truncated_at = item.position
+                report.truncate_reason = item.reason
+                report.truncated_bytes = clog.truncate(item.position)
+                if report.truncated_bytes:
+                    log.warning(
+                        "commit log: cut a torn tail of %d bytes at %d (%s): %s",
+                        report.truncated_bytes,
+                        item.position,
+                        where,
+                        item.reason,
+                    )
+                break
+            _skip_or_refuse(store, report, item)
+            continue
         replayer.replay(item)
         position = item.next_position
     if replayer.pending or replayer.dirty or cp.dispatched_to != position:
         replayer.flush(position)
     report.replayed_records = replayer.records
     report.replayed_entries = replayer.entries
-    report.log_end = log.end
+    report.log_end = clog.end
     # Pass 5: trim.
-    if store._cleaned_to < log.min_position:
+    if store._cleaned_to < clog.min_position:
         from broker_core.cleanup import trim_index
 
-        report.trimmed_entries = trim_index(store, log.min_position)
+        report.trimmed_entries = trim_index(store, clog.min_position)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _skip_or_refuse(
+    store: MessageStore, report: RecoveryReport, stop: ScanStop, rebuilding: bool = False
+) -> None:
+    """Damage with a valid record (or, rebuilding, the log end) after it: record the skip
+    under ``on_corrupt = "skip"``, otherwise refuse, saying what and what to do."""
+    assert stop.resume is not None
+    where = store.log.locate(stop.position)
+    skipped = SkippedRange(stop.position, stop.skipped, where, stop.reason)
+    if store.config.on_corrupt != "skip":
+        damage = f"the commit log is damaged at {stop.position} ({where}): {stop.reason}"
+        if rebuilding:
+            raise StoreError(
+                f"rebuilding the index: {damage}. The index was rebuilt up to there. Run"
+                " `lmq store verify` to list the damage; to rebuild past it and lose the"
+                ' messages in the damaged bytes, rebuild with on_corrupt = "skip".'
+            )
+        raise StoreError(
+            f"opening the store: {damage}. Valid records follow {stop.skipped} bytes later"
+            f" (at {stop.resume}), so this is not a torn write and was not cut off; the log"
+            " is unchanged. Run `lmq store verify` to list the damage; to start anyway and"
+            ' lose the messages in the damaged bytes, set on_corrupt = "skip" (the'
+            " gateway's [store] on_corrupt)."
+        )
+    report.skipped.append(skipped)
+    log.warning("commit log: %s; the records after it are kept", skipped.describe())
 
 
 def _reset_index(store: MessageStore, report: RecoveryReport, reason: str) -> None:
@@ -211,12 +281,19 @@ def rebuild_index(store: MessageStore) -> RecoveryReport:
         replayer = _Replayer(store, remove_state=False)
         position = store.log.min_position
         report.replay_from = position
-        for item in store.log.scan():
+        for item in store.log.scan(skip_damage=True):
             if isinstance(item, ScanStop):
-                raise StoreError(
-                    f"the log is damaged at {item.position} ({item.reason}); the index was"
-                    " rebuilt up to there. Run `lmq store verify` for details."
-                )
+                if item.resume is None:
+                    # Damage with nothing valid after it. Not cut off here: the records
+                    # are old and acknowledged, and this is a repair command.
+                    item = ScanStop(item.position, item.reason, False, store.log.end)
+                try:
+                    _skip_or_refuse(store, report, item, rebuilding=True)
+                except StoreError:
+                    replayer.flush(position)
+                    raise
+                position = item.resume
+                continue
             replayer.replay(item)
             position = item.next_position
         replayer.flush(position)
@@ -252,10 +329,17 @@ def verify(store: MessageStore, check_index: bool = True, max_problems: int = 10
 
     removed_at: dict[str, int] = {}
     end = store.log.min_position
-    for item in store.log.scan():
+    for item in store.log.scan(skip_damage=True):
         if isinstance(item, ScanStop):
-            problem(f"log stops at {item.position}: {item.reason}")
-            break
+            where = store.log.locate(item.position)
+            if item.resume is None:
+                problem(f"log stops at {item.position} ({where}): {item.reason}")
+                break
+            problem(
+                f"damaged bytes at {item.position} ({where}): {item.reason};"
+                f" {item.skipped} bytes up to the next valid record at {item.resume}"
+            )
+            continue
         report.records += 1
         report.bytes += item.size
         end = item.next_position
@@ -269,7 +353,7 @@ def verify(store: MessageStore, check_index: bool = True, max_problems: int = 10
     if not check_index:
         return report
     ids: dict[str, int | None] = {}
-    for item in store.log.scan(end=min(end, dispatched_to)):
+    for item in store.log.scan(end=min(end, dispatched_to), skip_damage=True):
         if isinstance(item, ScanStop) or item.type != RecordType.MESSAGE:
             continue
         for name, offset in item.dispatch:

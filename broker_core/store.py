@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import itertools
 import logging
 import os
 import threading
@@ -62,6 +63,7 @@ from broker_core.errors import (
 from broker_core.group_commit import Flusher
 from broker_core.record import (
     Message,
+    Protocol,
     Record,
     RecordType,
     decode_record,
@@ -75,6 +77,8 @@ Listener = Callable[[str, int], None]
 _OFFSET = Struct(">Q")
 #: Decoded records kept for readers at the tail (see MessageStore._read_entries).
 _RECORD_CACHE = 4096
+#: Entries of the hot tail (see MessageStore.pull).
+_HOT_MAX = 16384
 
 
 def now_ms() -> int:
@@ -177,6 +181,9 @@ class MessageStore:
         self._closed = False
         self._cache: OrderedDict[str, LmqMeta] = OrderedDict()
         self._records: dict[int, Record] = {}  # position -> decoded record, FIFO-bounded
+        #: (lmq, offset) -> record, for LMQs somebody listens to: a reader at the tail
+        #: is served from memory, without the index, a read or a decode. FIFO-bounded.
+        self._hot: dict[tuple[str, int], Record] = {}
         self._listeners: dict[str, list[Listener]] = {}
         self._listeners_lock = threading.Lock()
         self._lock_fd = -1
@@ -372,6 +379,8 @@ class MessageStore:
         seg_room = self.config.segment_bytes
         room = seg_room - log_.active_size  # what fits in the active segment
         cache = self._cache
+        listened = self._listeners
+        hot: list[tuple[Message, int, int, list[LmqMeta], list[int]]] = []
         pack_entry = ENTRY.pack
         pack_offset = _OFFSET.pack
         try:
@@ -401,6 +410,8 @@ class MessageStore:
                     room = seg_room - log_.active_size
                 buf += record
                 if rtype == RecordType.MESSAGE:
+                    if listened and any(m.name in listened for m in metas):
+                        hot.append((message, pos, size, metas, offsets))
                     body = len(message.body)
                     thash = tag_hash(message.tag) if message.tag else 0
                     value = pack_entry(pos, size, body, thash, now)
@@ -428,7 +439,42 @@ class MessageStore:
             self._undo_locked(pending)
             raise
         self._trim_cache()
+        if hot:
+            self._remember_hot(hot, now)
         return results, list(touched.values())
+
+    def _remember_hot(
+        self, hot: list[tuple[Message, int, int, list[LmqMeta], list[int]]], now: int
+    ) -> None:
+        """Keep just-appended records of listened LMQs in memory for tail readers. The
+        record is built from the message (the same fields the encoder wrote), not
+        decoded again."""
+        table = self._hot
+        listened = self._listeners
+        for message, pos, size, metas, offsets in hot:
+            record = Record(
+                position=pos,
+                size=size,
+                type=RecordType.MESSAGE,
+                protocol=Protocol(message.protocol),
+                qos=message.qos,
+                retain=message.retain,
+                store_ms=now,
+                born_ms=message.born_ms or now,
+                origin=message.origin,
+                topic=message.topic,
+                tag=message.tag,
+                properties=dict(message.properties) if message.properties else {},
+                body=bytes(message.body),
+                dispatch=tuple((m.name, o) for m, o in zip(metas, offsets, strict=True)),
+            )
+            for meta, offset in zip(metas, offsets, strict=True):
+                if meta.name in listened:
+                    table[(meta.name, offset)] = record
+        excess = len(table) - _HOT_MAX
+        if excess > 0:
+            for key in list(itertools.islice(iter(table), excess)):
+                table.pop(key, None)
 
     def _undo_locked(self, pending: _Pending) -> None:
         """Forget in-memory changes of a failed batch and cut its records off the log."""
@@ -445,6 +491,8 @@ class MessageStore:
     def _drop_lmq_locked(self, meta: LmqMeta, batch: IndexBatch) -> None:
         batch.delete_lmq(meta)
         self._cache.pop(meta.name, None)
+        for key in [k for k in self._hot if k[0] == meta.name]:
+            self._hot.pop(key, None)
 
     def create_lmq(self, name: str) -> LmqInfo:
         """Make sure an LMQ exists (e.g. on subscribe) and return its info. An empty LMQ
@@ -549,6 +597,10 @@ class MessageStore:
         start = max(offset, min_offset)
         if start >= max_offset or max_count <= 0:
             return PullResult([], max(start, min(offset, max_offset)), min_offset, max_offset)
+        if tag is None and (lmq, start) in self._hot:
+            hot = self._pull_hot(lmq, start, max_count, max_bytes)
+            if hot:
+                return PullResult(hot, hot[-1].offset + 1, min_offset, max_offset)
         want_hash = tag_hash(tag) if tag else None
         # With a tag filter, look at more entries than we return, but bounded.
         scan_limit = max_count if want_hash is None else max(max_count * 16, 1024)
@@ -576,6 +628,27 @@ class MessageStore:
             budget -= entry.body_size
             messages.append(StoredMessage(lmq, entry.offset, record))
         return PullResult(messages, next_offset, min_offset, max_offset)
+
+    def _pull_hot(
+        self, lmq: str, start: int, max_count: int, max_bytes: int
+    ) -> list[StoredMessage]:
+        """Consecutive records from ``start`` found in the hot tail (none if the first
+        is missing: it was evicted meanwhile)."""
+        table = self._hot
+        out: list[StoredMessage] = []
+        budget = max_bytes
+        offset = start
+        while len(out) < max_count:
+            record = table.get((lmq, offset))
+            if record is None:
+                break
+            size = len(record.body)
+            if out and budget - size < 0:
+                break
+            budget -= size
+            out.append(StoredMessage(lmq, offset, record))
+            offset += 1
+        return out
 
     def _read_entries(self, entries: Sequence[IndexEntry]) -> list[Record | None]:
         """Read the records of index entries, coalescing adjacent ones into one read.

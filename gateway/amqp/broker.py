@@ -393,6 +393,9 @@ class Broker:
         vh = self.vhosts.get(DEFAULT_VHOST)
         if vh is None:
             return []
+        amq_topic = vh.exchanges.get("amq.topic")
+        if amq_topic is None or not amq_topic.bindings:
+            return []  # the common MQTT-only case: no per-publish routing work
         return [q.lmq for q in self.route(DEFAULT_VHOST, "amq.topic", routing_key, None)[0]]
 
     # -- persistence -------------------------------------------------------------------

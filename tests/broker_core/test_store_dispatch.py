@@ -198,3 +198,19 @@ def test_front_end_metadata(tmp_path):
         assert s.get_meta("mqtt/session/b") == b"2"
     with MessageStore.open(tmp_path, SMALL) as s:
         assert list(s.iter_meta("mqtt/")) == [("mqtt/session/b", b"2")]
+
+
+def test_tail_readers_get_the_same_records_from_memory(tmp_path):
+    """A listened LMQ's tail is served from memory; what it serves equals the log."""
+    with MessageStore.open(tmp_path, SMALL) as s:
+        s.add_listener("hot", lambda *_: None)
+        props = {"content_type": b"text/plain"}
+        for i in range(10):
+            s.append(Message(topic=f"t/{i}", body=b"b%d" % i, properties=props, origin="o",
+                             qos=1, retain=i % 2 == 0), ["hot", "cold"])
+        assert ("hot", 0) in s._hot and ("cold", 0) not in s._hot
+        from_memory = s.pull("hot", 3, max_count=5)
+    with MessageStore.open(tmp_path, SMALL) as s:
+        from_disk = s.pull("hot", 3, max_count=5)
+    assert from_memory == from_disk
+    assert [m.offset for m in from_memory.messages] == [3, 4, 5, 6, 7]
