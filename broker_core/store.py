@@ -410,8 +410,11 @@ class MessageStore:
                     room = seg_room - log_.active_size
                 buf += record
                 if rtype == RecordType.MESSAGE:
-                    if listened and any(m.name in listened for m in metas):
-                        hot.append((message, pos, size, metas, offsets))
+                    if listened:
+                        for m in metas:
+                            if m.name in listened:
+                                hot.append((message, pos, size, metas, offsets))
+                                break
                     body = len(message.body)
                     thash = tag_hash(message.tag) if message.tag else 0
                     value = pack_entry(pos, size, body, thash, now)

@@ -31,7 +31,7 @@ class Publisher:
         self.store = store
         self.loop = loop
         self._items: list[tuple[Message, Sequence[str]]] = []
-        self._futures: list[asyncio.Future[AppendResult]] = []
+        self._futures: list[asyncio.Future[AppendResult] | None] = []
         self._scheduled = False
         self._sync = store.config.durability == Durability.SYNC
         self._max_body = store.config.max_message_bytes
@@ -56,6 +56,21 @@ class Publisher:
             self.loop.call_soon(self._flush)
         return fut
 
+    def submit_nowait(self, message: Message, lmqs: Sequence[str]) -> bool:
+        """:meth:`submit` for a message nobody waits on (MQTT QoS 0): no future, no
+        callback. Returns False (nothing queued) if the message is too large; a failed
+        append is counted in ``failed`` and logged."""
+        if len(message.body) > self._max_body:
+            self.failed += 1
+            return False
+        self._items.append((message, lmqs))
+        self._futures.append(None)
+        self.pending += 1
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._flush)
+        return True
+
     def flush(self) -> None:
         """Append what is queued now (also called at the end of each loop turn)."""
         if self._items:
@@ -74,14 +89,14 @@ class Publisher:
             self.pending -= len(items)
             log.warning("append failed: %s", exc, extra={"messages": len(items)})
             for fut in futures:
-                if not fut.done():
+                if fut is not None and not fut.done():
                     fut.set_exception(exc)
             return
         self.appended += len(items)
         if not self._sync:
             self.pending -= len(items)
             for fut, result in zip(futures, results, strict=True):
-                if not fut.done():
+                if fut is not None and not fut.done():
                     fut.set_result(result)
             return
         durable = asyncio.wrap_future(self.store.acknowledged(results[-1].end), loop=self.loop)
@@ -90,7 +105,7 @@ class Publisher:
             self.pending -= len(futures)
             exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
             for fut, result in zip(futures, results, strict=True):
-                if fut.done():
+                if fut is None or fut.done():
                     continue
                 if exc is not None:
                     fut.set_exception(exc)

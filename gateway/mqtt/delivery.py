@@ -221,7 +221,7 @@ def deliver(
     except OutgoingPacketTooLarge:
         handler.front.dropped_too_large += 1
         return None
-    handler.out.append(data)  # written with the rest of this round (handler.flush_out)
+    handler.queue(data)  # written with the rest of this loop turn
     handler.front.sent += 1
     if pid is None:
         return 0

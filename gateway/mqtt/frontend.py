@@ -72,7 +72,9 @@ class MqttFrontEnd(FrontEnd):
         self.messages_sent = m.counter(
             "lmq_mqtt_messages_sent_total", "PUBLISH packets sent to clients"
         )
-        self.sent = 0  # counted per delivery as a plain int, copied at scrape time
+        # counted per message as plain ints, copied into the counters at scrape time
+        self.sent = 0
+        self.received = 0
         self.protocol_errors = m.counter(
             "lmq_mqtt_protocol_errors_total", "Connections closed for a protocol error"
         )
@@ -82,6 +84,7 @@ class MqttFrontEnd(FrontEnd):
 
         def collect() -> None:
             self.messages_sent.inc(self.sent - self.messages_sent.value())
+            self.messages_received.inc(self.received - self.messages_received.value())
             sessions.set(len(self.sessions))
             online.set(len(self.handlers))
             filters.set(self.topic_space.filter_count())
@@ -376,7 +379,7 @@ class MqttFrontEnd(FrontEnd):
                 "$SYS/broker/subscriptions/count": str(
                     sum(len(s.state.subscriptions) for s in self.sessions.values())
                 ),
-                "$SYS/broker/messages/received": str(int(self.messages_received.value())),
+                "$SYS/broker/messages/received": str(self.received),
                 "$SYS/broker/messages/sent": str(self.sent),
                 "$SYS/broker/store/log_bytes": str(self.store.log.size_bytes),
                 "$SYS/broker/retained messages/count": str(self.retained.count()),

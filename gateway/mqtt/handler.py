@@ -94,8 +94,9 @@ class MqttHandler(ConnectionHandler):
         self._last_rx = 0.0
         self._keepalive_s = 0.0
         self._delivery: asyncio.Task[None] | None = None
-        #: Encoded deliveries not yet written (see flush_out).
+        #: Encoded packets not yet written (see queue / flush_out).
         self.out: list[bytes] = []
+        self._flush_scheduled = False
         self.principal: Principal = ANONYMOUS_PRINCIPAL
         self._rate = front.gateway.config.max_publish_rate
         self._tokens = float(self._rate)
@@ -149,16 +150,23 @@ class MqttHandler(ConnectionHandler):
         except Exception:
             out = b""
         if out:
-            self.conn.write(out)
+            self.out.append(out)
         self._close(f"protocol error: {exc}")
 
     def _send(self, packet: object) -> None:
-        self.flush_out()  # keep the order of everything written
-        self.conn.write(self.proto.send(packet))  # type: ignore[arg-type]
+        self.queue(self.proto.send(packet))  # type: ignore[arg-type]
+
+    def queue(self, data: bytes) -> None:
+        """Queue bytes for the client; everything queued in one turn of the event loop
+        (acks of a batch of publishes, a round of deliveries) goes out in one write."""
+        out = self.out
+        out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.front.loop.call_soon(self.flush_out)
 
     def flush_out(self) -> None:
-        """Write the deliveries queued by :func:`gateway.mqtt.delivery.deliver` in one
-        call: one system call per round instead of one per message."""
+        self._flush_scheduled = False
         if self.out:
             data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
             self.out.clear()
@@ -303,7 +311,7 @@ class MqttHandler(ConnectionHandler):
         session = self.session
         assert session is not None
         front = self.front
-        front.messages_received.inc()
+        front.received += 1
         if self._rate:
             self._throttle()
         try:
@@ -330,6 +338,13 @@ class MqttHandler(ConnectionHandler):
             publish, session.client_id, front.now_ms(), pid if qos == 2 else None
         )
         lmqs = front.topic_space.route_mqtt(publish.topic)
+        if qos == 0 and not publish.retain:
+            front.gateway.publisher.submit_nowait(message, lmqs)  # nothing to acknowledge
+            if front.gateway.publisher.lagging:
+                self._paused_for_store = True
+                self.conn.pause_reading()
+                front.loop.call_later(0.05, self._store_caught_up)
+            return
         fut = front.gateway.publisher.submit(message, lmqs)
         if qos:
             self.inbound_waiting += 1
@@ -339,6 +354,19 @@ class MqttHandler(ConnectionHandler):
         if self.inbound_waiting >= RECEIVE_MAXIMUM or front.gateway.publisher.lagging:
             self._paused_for_store = True
             self.conn.pause_reading()
+
+    def _store_caught_up(self) -> None:
+        """A QoS 0 publisher paused while the store lagged (no ack will resume it)."""
+        if self.closed:
+            return
+        if self.front.gateway.publisher.lagging:
+            self.front.loop.call_later(0.05, self._store_caught_up)
+            return
+        if self._paused_for_store and self.inbound_waiting < RECEIVE_MAXIMUM // 2:
+            self._paused_for_store = False
+            if not self._throttled:
+                self.conn.resume_reading()
+                self._resume_processing()
 
     def _resume_processing(self) -> None:
         """Handle packets that arrived while processing was paused (they wait, decoded
@@ -669,6 +697,7 @@ class MqttHandler(ConnectionHandler):
     def _close(self, reason: str) -> None:
         if self.closed:
             return
+        self.flush_out()  # what was queued (a CONNACK, a DISCONNECT) goes before the close
         self.closed = True
         if self._keepalive is not None:
             self._keepalive.cancel()
