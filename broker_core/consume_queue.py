@@ -41,6 +41,7 @@ from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
+from broker_core.errors import StorageFull, is_disk_full
 from broker_core.record import dispatch_name
 
 ENTRY = struct.Struct(">QIIQQ")
@@ -143,6 +144,7 @@ class ConsumeQueueIndex:
 
     def __init__(self, path: Path, read_only: bool = False) -> None:
         self.path = path
+        self._failed = False
         if read_only:
             # A snapshot as of opening; takes no lock, so it works beside a running gateway.
             access = AccessType.read_only()
@@ -151,6 +153,33 @@ class ConsumeQueueIndex:
             path.mkdir(parents=True, exist_ok=True)
             self.db = Rdict(str(path), options=_db_options())
         self._write_opts = WriteOptions()
+
+    def write(self, wb: WriteBatch) -> None:
+        """Apply a batch. A full disk raises :class:`StorageFull` (nothing applied); as
+        RocksDB then refuses every write until it is reopened, the next write reopens it
+        first (and raises StorageFull again while there is still no space)."""
+        if self._failed:
+            self._reopen()
+        try:
+            self.db.write(wb, self._write_opts)
+        except Exception as exc:
+            if is_disk_full(exc):
+                self._failed = True
+                raise StorageFull(f"no space left writing the index: {exc}") from exc
+            raise
+
+    def _reopen(self) -> None:
+        try:
+            self.db.close()
+        except Exception:  # a DB in its error state may refuse a clean close
+            pass
+        try:
+            self.db = Rdict(str(self.path), options=_db_options())
+        except Exception as exc:
+            if is_disk_full(exc):
+                raise StorageFull(f"no space left reopening the index: {exc}") from exc
+            raise
+        self._failed = False
 
     @staticmethod
     def destroy(path: Path) -> None:
@@ -278,4 +307,4 @@ class IndexBatch:
         self.wb.delete(name_key(meta.name.encode()))
 
     def commit(self) -> None:
-        self.index.db.write(self.wb, self.index._write_opts)
+        self.index.write(self.wb)

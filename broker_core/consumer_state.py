@@ -34,6 +34,8 @@ from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
+from broker_core.errors import StorageFull, is_disk_full
+
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 _INFLIGHT_VALUE = struct.Struct(">IQ")
@@ -115,6 +117,9 @@ class ConsumerState:
             opts.set_max_open_files(128)
             opts.set_keep_log_file_num(2)
             self.db = Rdict(str(path), options=opts)
+        self._path = path
+        self._options = opts
+        self._failed = False
         self._write_opts = WriteOptions()
         self._write_opts.sync = sync
 
@@ -122,7 +127,27 @@ class ConsumerState:
         self.db.close()
 
     def write(self, batch: StateBatch) -> None:
-        self.db.write(batch.wb, self._write_opts)
+        """Apply a batch; a full disk raises StorageFull and the next write reopens the
+        DB first (RocksDB refuses writes after a failed WAL write until reopened)."""
+        if self._failed:
+            try:
+                self.db.close()
+            except Exception:
+                pass
+            try:
+                self.db = Rdict(str(self._path), options=self._options)
+            except Exception as exc:
+                if is_disk_full(exc):
+                    raise StorageFull(f"no space left reopening the state: {exc}") from exc
+                raise
+            self._failed = False
+        try:
+            self.db.write(batch.wb, self._write_opts)
+        except Exception as exc:
+            if is_disk_full(exc):
+                self._failed = True
+                raise StorageFull(f"no space left writing consumer state: {exc}") from exc
+            raise
 
     # -- offsets -----------------------------------------------------------------------
 

@@ -50,3 +50,14 @@ class StoreClosed(StoreError):
 
 class StorageFull(StoreError):
     """The disk refused a write (ENOSPC/EDQUOT). Nothing was acknowledged."""
+
+
+_DISK_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "File too large")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (an OSError, or RocksDB's plain ``Exception("IO error: ...")``)
+    says the disk or a quota is full."""
+    if isinstance(exc, OSError) and exc.errno in (28, 122, 27):  # ENOSPC, EDQUOT, EFBIG
+        return True
+    return any(text in str(exc) for text in _DISK_FULL_TEXTS)

@@ -259,15 +259,26 @@ class MessageStore:
             if self.flusher is not None:
                 self.flusher.close()
             if not self.read_only:
-                self.index.flush()
+                try:
+                    self.index.flush()
+                except Exception as exc:
+                    log.warning("flushing the index at close: %s", exc)
             self._close_files()
 
     def _close_files(self) -> None:
-        self.log.close()
-        self.index.close()
-        self.state.close()
+        """Close everything, even if one part refuses (a RocksDB in its error state
+        after a full disk), so the same process can open the store again."""
+        errors: list[BaseException] = []
+        for close in (self.log.close, self.index.close, self.state.close):
+            try:
+                close()
+            except Exception as exc:
+                errors.append(exc)
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
+            self._lock_fd = -1
+        if errors:
+            log.warning("closing the store: %s", errors[0])
 
     def _check_open(self) -> None:
         if self._closed:
