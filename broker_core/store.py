@@ -54,6 +54,7 @@ from broker_core.consume_queue import (
 )
 from broker_core.consumer_state import ConsumerState
 from broker_core.errors import (
+    CorruptRecord,
     InvalidLmqName,
     MessageTooLarge,
     StoreClosed,
@@ -184,6 +185,8 @@ class MessageStore:
         #: (lmq, offset) -> record, for LMQs somebody listens to: a reader at the tail
         #: is served from memory, without the index, a read or a decode. FIFO-bounded.
         self._hot: dict[tuple[str, int], Record] = {}
+        #: Records whose CRC failed on read and were skipped (``on_corrupt = "skip"``).
+        self.corrupt_reads = 0
         self._listeners: dict[str, list[Listener]] = {}
         self._listeners_lock = threading.Lock()
         self._lock_fd = -1
@@ -691,7 +694,17 @@ class MessageStore:
                 continue
             off = 0
             for entry in entries[i:j]:
-                record = decode_record(raw[off : off + entry.record_size], entry.position)
+                try:
+                    record = decode_record(raw[off : off + entry.record_size], entry.position)
+                except CorruptRecord as exc:
+                    if self.config.on_corrupt != "skip":
+                        raise
+                    # reported, counted and stepped over; never served
+                    self.corrupt_reads += 1
+                    log.error("corrupt record skipped: %s", exc, extra={"position": entry.position})
+                    out.append(None)
+                    off += entry.record_size
+                    continue
                 out.append(record)
                 cache[entry.position] = record
                 off += entry.record_size

@@ -72,15 +72,18 @@ def format_bytes(n: int) -> str:
 
 
 @contextmanager
-def open_store(data_dir: Path, *, read_only: bool = False) -> Iterator[MessageStore]:
+def open_store(
+    data_dir: Path, *, read_only: bool = False, config: StoreConfig | None = None
+) -> Iterator[MessageStore]:
     """Open the store for a command; any store error becomes a one-line message."""
+    config = config or StoreConfig()
     if not (data_dir / "commitlog").is_dir():
         raise click.ClickException(f"{data_dir} holds no LMQ store (no commitlog/ directory)")
     try:
         store = (
-            MessageStore.open_read_only(data_dir, StoreConfig())
+            MessageStore.open_read_only(data_dir, config)
             if read_only
-            else MessageStore.open(data_dir, StoreConfig())
+            else MessageStore.open(data_dir, config)
         )
     except StoreError as exc:
         hint = " (stop the gateway first)" if "in use" in str(exc) else ""

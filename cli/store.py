@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from broker_core import StoreConfig
 from broker_core.recovery import rebuild_index, verify
 from cli.context import data_dir_option, format_bytes, open_store
 
@@ -39,9 +40,16 @@ def verify_cmd(data_dir: Path, log_only: bool) -> None:
 
 @store.command("rebuild-index")
 @data_dir_option
-def rebuild_cmd(data_dir: Path) -> None:
+@click.option(
+    "--on-corrupt",
+    type=click.Choice(["refuse", "skip"]),
+    default="refuse",
+    show_default=True,
+    help="Damaged records: stop, or step over them (reported) and index the rest.",
+)
+def rebuild_cmd(data_dir: Path, on_corrupt: str) -> None:
     """Drop the consume-queue index and rebuild it from the commit log alone."""
-    with open_store(data_dir) as s:
+    with open_store(data_dir, config=StoreConfig(on_corrupt=on_corrupt)) as s:
         report = rebuild_index(s)
     click.echo(f"rebuilt: {report.summary()}")
 

@@ -112,10 +112,16 @@ def test_flipped_byte_in_an_old_record_is_never_served(tmp_path, cfg):
     with MessageStore.open(data, cfg) as s:
         # before the checkpoint: recovery does not re-read it, the start succeeds
         assert not s.recovery.skipped and not s.recovery.truncated_bytes
-        with pytest.raises(CorruptRecord, match="CRC mismatch"):
-            s.pull("lmq/1", 0, max_count=100)
-        with pytest.raises(CorruptRecord, match="CRC mismatch"):
-            s.pull("lmq/1", victim.offset, max_count=1)
+        if cfg.on_corrupt == "refuse":
+            with pytest.raises(CorruptRecord, match="CRC mismatch"):
+                s.pull("lmq/1", 0, max_count=100)
+            with pytest.raises(CorruptRecord, match="CRC mismatch"):
+                s.pull("lmq/1", victim.offset, max_count=1)
+        else:  # "skip": stepped over, counted and logged; everything else is served
+            served = s.pull("lmq/1", 0, max_count=100)
+            assert victim.offset not in [m.offset for m in served.messages]
+            assert len(served.messages) == victim.offset + len(later)
+            assert s.corrupt_reads == 1
         with pytest.raises(CorruptRecord):
             s.read_at("lmq/1", victim.offset)
         # the records after it are served, intact
