@@ -94,6 +94,10 @@ class GatewayConfig:
     #: QoS 1/2 messages in flight to one MQTT client: the lower of this and the client's
     #: Receive Maximum.
     max_inflight: int = 1024
+    #: Longest MQTT keep-alive accepted, in seconds (0 = whatever the client asks). An
+    #: MQTT 5 client asking for more (or for none) is told this one (Server Keep Alive);
+    #: a 3.x client's longer keep-alive is enforced at this value.
+    max_keep_alive: int = 0
     #: Messages one MQTT subscription may have waiting (its backlog in the LMQ); when a
     #: session is further behind, the oldest are skipped. 0 = no limit (the backlog is
     #: on disk, bounded by retention).
@@ -129,10 +133,17 @@ class GatewayConfig:
 # -- value checkers: each returns the converted value or raises ValueError(problem) -----
 
 
+#: No option needs more than a signed 64-bit integer (TOML's own integer range, which
+#: tomllib does not enforce).
+_INT_LIMIT = 2**63 - 1
+
+
 def _int(minimum: int, maximum: int | None = None) -> Callable[[object], int]:
     def check(value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected an integer, got {value!r}")
+        if not -_INT_LIMIT <= value <= _INT_LIMIT:
+            raise ValueError(f"must fit in 64 bits, got an integer of {value.bit_length()} bits")
         if value < minimum or (maximum is not None and value > maximum):
             bound = f"{minimum}-{maximum}" if maximum is not None else f">= {minimum}"
             raise ValueError(f"must be {bound}, got {value}")
@@ -158,6 +169,8 @@ def _bool(value: object) -> bool:
 def _str(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {value!r}")
+    if "\x00" in value:  # no file name, address or LMQ name can hold it
+        raise ValueError(f"must not contain U+0000, got {value!r}")
     return value
 
 
@@ -217,6 +230,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "max_subscriptions_per_session": _int(0),
     "max_inflight": _int(1, 65535),
     "max_queued_messages": _int(0),
+    "max_keep_alive": _int(0, 65535),
     "max_publish_rate": _int(0),
     "log_format": _choice(*LOG_FORMATS),
     "log_level": _choice(*LOG_LEVELS),
@@ -283,6 +297,12 @@ def read_toml(path: Path) -> dict[str, object]:
         raise ConfigError(f"config file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:  # tomllib decodes the whole file first
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8 at byte {exc.start}") from None
+    except ValueError as exc:  # tomllib's int() of a number over 4300 digits
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise ConfigError(f"{path}: invalid TOML: arrays or tables nested too deeply") from None
     return _check(_flatten(raw, str(path)), str(path))
 
 

@@ -98,6 +98,8 @@ class MqttHandler(ConnectionHandler):
         self.out: list[bytes] = []
         self._flush_scheduled = False
         self.principal: Principal = ANONYMOUS_PRINCIPAL
+        #: MQTT 5 Request Problem Information: reason strings on DISCONNECT.
+        self.problem_information = True
         self._rate = front.gateway.config.max_publish_rate
         self._tokens = float(self._rate)
         self._tokens_at = front.loop.time()
@@ -268,16 +270,25 @@ class MqttHandler(ConnectionHandler):
         session.online(self)
         session.save()
         connack_props = Properties()
+        max_keep_alive = front.gateway.config.max_keep_alive
+        server_keep_alive = None
+        if max_keep_alive and (connect.keep_alive == 0 or connect.keep_alive > max_keep_alive):
+            server_keep_alive = max_keep_alive
         if version == _V5:
             connack_props = Properties(
                 receive_maximum=RECEIVE_MAXIMUM,
                 topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
                 maximum_packet_size=front.gateway.config.max_packet_size,
                 assigned_client_identifier=assigned,
+                server_keep_alive=server_keep_alive,
             )
+        self.problem_information = props.request_problem_information != 0
         self._send(Connack(session_present=present, properties=connack_props))
         self.conn.established()
-        self._keepalive_s = (self.proto.keep_alive or 0) * 1.5
+        keep_alive = self.proto.keep_alive or 0
+        if server_keep_alive is not None and version != _V5:
+            keep_alive = server_keep_alive  # 3.x cannot be told: enforce the cap
+        self._keepalive_s = keep_alive * 1.5
         if self._keepalive_s:
             self._keepalive = front.loop.call_later(self._keepalive_s, self._check_keepalive)
         # Resume QoS 2 flows whose PUBREC came before the disconnect, then deliver.
@@ -463,7 +474,8 @@ class MqttHandler(ConnectionHandler):
         log.info("mqtt: %s", text, extra=self.conn.log_fields())
         self.front.protocol_errors.inc()
         if self.proto.version == _V5:
-            self._try_send(Disconnect(reason_code=code))
+            props = Properties(reason_string=text) if self.problem_information else Properties()
+            self._try_send(Disconnect(reason_code=code, properties=props))
         self._close(text)
 
     def _on_pubrel(self, packet: Pubrel) -> None:

@@ -503,7 +503,12 @@ class Connection:
             return self._encode_unchecked(packet, version or MQTTVersion.V3_1_1)
         if isinstance(packet, Disconnect) and version is MQTTVersion.V5 \
                 and self.connack_sent_or_received:
-            return self._encode_unchecked(packet, version)
+            data = self._encode_unchecked(packet, version)
+            if len(data) > self.peer_max_packet_size and packet.properties:
+                # MQTT-3.1.2-24: the properties (a reason string) are optional; the
+                # reason code alone (at most 3 bytes) is what the client must get.
+                data = self._encode_unchecked(Disconnect(packet.reason_code), version)
+            return data
         raise LocalProtocolError(f"cannot send {packet.packet_type.name} in state ERROR")
 
     @staticmethod
@@ -538,7 +543,12 @@ class Connection:
         if version is MQTTVersion.V5 and self.connack_sent_or_received:
             if code not in DISCONNECT_REASON_CODES:
                 code = ReasonCode.UNSPECIFIED_ERROR
-            return self.send(Disconnect(reason_code=code))
+            # A reason string says what was wrong (allowed on DISCONNECT whatever the
+            # client's Request Problem Information, MQTT 5 3.1.2.11.7); the machine
+            # drops it again if it would exceed the client's Maximum Packet Size.
+            reason = str(exc.__cause__ or exc)[:256]
+            return self.send(Disconnect(reason_code=code,
+                                        properties=Properties(reason_string=reason)))
         return b""
 
     def _sniff_version(self) -> MQTTVersion | None:

@@ -363,3 +363,29 @@ def test_shared_subscription_redelivers_unacked_to_another_member(gateway):
     a.close()  # disconnect without PUBACK
     got = b.get(timeout=5)
     assert got.payload == b"job-1" and got.dup
+
+
+def test_server_keep_alive_caps_the_clients(tmp_path):
+    from .gateway_process import GatewayProcess
+
+    config = tmp_path / "ka.toml"
+    config.write_text("max_keep_alive = 1\n")
+    gw = GatewayProcess(tmp_path / "d", "--config", str(config)).start()
+    try:
+        c = RawClient(gw.mqtt_port, V5)
+        c.send(Connect(client_id="lazy", keep_alive=600, protocol_version=V5))
+        ack = c.recv()
+        assert ack.properties.server_keep_alive == 1
+        started = time.monotonic()
+        assert c.closed_by_server(timeout=5)  # enforced at 1.5 x 1 s, not 600 s
+        assert time.monotonic() - started < 4.0
+    finally:
+        gw.stop()
+
+
+def test_disconnect_carries_a_reason_string(gateway):
+    c = connect(gateway.mqtt_port, "why", V5)
+    c.send_raw(b"\x32\x08\x00\x03a/+\x00\x01\x00")  # QoS 1 PUBLISH to "a/+"
+    reply = c.recv()
+    assert isinstance(reply, Disconnect) and reply.reason_code == ReasonCode.TOPIC_NAME_INVALID
+    assert "wildcard in topic name 'a/+'" in reply.properties.reason_string
