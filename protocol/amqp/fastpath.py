@@ -301,6 +301,8 @@ class ContentHeader:
                 self._headers = pamqp_decode.field_table(self.raw[start:end])[1]
             except (ValueError, struct.error, IndexError) as exc:
                 raise _syntax_error("headers table", exc) from exc
+            except RecursionError:  # pamqp recurses into nested tables and arrays
+                raise _syntax_error("headers table: nested too deeply") from None
         return self._headers
 
     def __repr__(self) -> str:

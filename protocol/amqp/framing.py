@@ -128,6 +128,12 @@ def decode_method(payload: bytes) -> Any:
         raise ConnectionLevelError(
             SYNTAX_ERROR, f"cannot decode {getattr(cls, 'name', index)}: {exc}",
             method=cls) from exc
+    except RecursionError:
+        # pamqp decodes field tables and arrays recursively: a few KB of nested 'A'/'F'
+        # values (e.g. in StartOk's client_properties) exhaust the stack.
+        raise ConnectionLevelError(
+            SYNTAX_ERROR, f"cannot decode {getattr(cls, 'name', index)}: "
+            "field table nested too deeply", method=cls) from None
     return method
 
 

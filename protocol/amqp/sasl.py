@@ -37,7 +37,7 @@ def parse_response(mechanism: str, response: str | bytes) -> tuple[str, str]:
     if mechanism == "AMQPLAIN":
         try:
             _, table = decode.field_table(struct.pack(">I", len(raw)) + raw)
-        except (ValueError, struct.error, IndexError) as exc:
+        except (ValueError, struct.error, IndexError, RecursionError) as exc:
             raise ConnectionLevelError(ACCESS_REFUSED, "malformed AMQPLAIN response") from exc
         if "LOGIN" not in table or "PASSWORD" not in table:
             raise ConnectionLevelError(ACCESS_REFUSED, "AMQPLAIN response lacks LOGIN/PASSWORD")
