@@ -309,3 +309,89 @@ def _child_main(data: str, mode: str) -> None:
 
 if __name__ == "__main__":
     _child_main(sys.argv[1], sys.argv[2])
+
+
+def test_mqtt_publishers_get_quota_exceeded_and_service_resumes(tmp_path):
+    """The gateway on a full disk: MQTT 5 publishers get PUBACK 0x97 (quota exceeded),
+    nothing acknowledged is lost, and publishing works again once there is space."""
+    from protocol.mqtt import (
+        Connack,
+        Connect,
+        MQTTVersion,
+        Puback,
+        Publish,
+        Subscribe,
+        Subscription,
+    )
+    from tests.gateway.gateway_process import GatewayProcess
+    from tests.gateway.mqtt_clients import RawClient, close_all
+
+    v5 = MQTTVersion.V5
+    with small_fs(tmp_path / "fs", "6m") as fs:
+        config = tmp_path / "gw.toml"
+        config.write_text("[store]\nsegment_bytes = 1048576\nmax_message_bytes = 65536\n")
+        gw = GatewayProcess(fs / "data", "--config", str(config)).start()
+        try:
+            sub = RawClient(gw.mqtt_port, v5)
+            sub.send(
+                Connect(
+                    client_id="keeper",
+                    protocol_version=v5,
+                    clean_start=False,
+                    properties=_props(session_expiry_interval=3600),
+                )
+            )
+            assert isinstance(sub.recv(), Connack)
+            sub.send(Subscribe(packet_id=1, subscriptions=(Subscription("fill/#", 1),)))
+            sub.recv()
+            sub.close()
+            pub = RawClient(gw.mqtt_port, v5)
+            pub.send(Connect(client_id="filler", protocol_version=v5))
+            assert isinstance(pub.recv(), Connack)
+            acked: list[bytes] = []
+            code = 0
+            for i in range(2000):
+                body = b"%06d" % i + bytes(16_000)
+                pub.send(Publish(topic="fill/x", payload=body, qos=1, packet_id=i % 60000 + 1))
+                ack = pub.recv(timeout=10)
+                assert isinstance(ack, Puback)
+                if ack.reason_code:
+                    code = ack.reason_code
+                    break
+                acked.append(body[:6])
+            assert code == 0x97, f"no quota-exceeded PUBACK after {len(acked)} messages"
+            assert len(acked) > 10
+            grow(fs, "64m")  # space returns
+            for attempt in range(20):
+                pub.send(Publish(topic="fill/x", payload=b"after", qos=1, packet_id=60001))
+                ack = pub.recv(timeout=10)
+                if ack.reason_code == 0:
+                    break
+                time.sleep(0.2)
+            assert ack.reason_code == 0, "publishing did not resume"
+            # every acknowledged message reaches the persistent subscriber
+            sub = RawClient(gw.mqtt_port, v5)
+            sub.send(
+                Connect(
+                    client_id="keeper",
+                    protocol_version=v5,
+                    clean_start=False,
+                    properties=_props(session_expiry_interval=3600),
+                )
+            )
+            assert sub.recv().session_present
+            got = []
+            while len(got) < len(acked) + 1:
+                p = sub.recv(timeout=10)
+                got.append(p.payload[:6])
+                sub.send(Puback(packet_id=p.packet_id))
+            assert got[: len(acked)] == acked and got[-1] == b"after"
+        finally:
+            close_all()
+            gw.stop()
+
+
+def _props(**kw):  # type: ignore[no-untyped-def]
+    from protocol.mqtt import Properties
+
+    return Properties(**kw)

@@ -328,3 +328,48 @@ def test_max_queued_messages_skips_the_oldest(tmp_path):
         assert sub.nothing_more()
     finally:
         gw.stop()
+
+
+def test_amqps_and_unified_tls_listeners(tmp_path, certs):
+    """AMQP over TLS (pika) and the unified TLS port sniffing HTTPS after the handshake."""
+    import json
+    import ssl
+    import urllib.request
+
+    import pika
+
+    gw = GatewayProcess(
+        tmp_path / "d",
+        "--tls-cert",
+        str(certs / "server.pem"),
+        "--tls-key",
+        str(certs / "server.key"),
+        "--mqtts-port",
+        "0",
+        "--amqps-port",
+        "auto",
+        "--unified-tls-port",
+        "auto",
+    ).start()
+    try:
+        ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        params = pika.ConnectionParameters(
+            "127.0.0.1",
+            gw.ports["amqps"],
+            ssl_options=pika.SSLOptions(ctx, "localhost"),
+            connection_attempts=1,
+            socket_timeout=5,
+        )
+        conn = pika.BlockingConnection(params)
+        try:
+            ch = conn.channel()
+            ch.queue_declare("over-tls")
+            ch.basic_publish("", "over-tls", b"secret")
+            assert ch.basic_get("over-tls", auto_ack=True)[2] == b"secret"
+        finally:
+            conn.close()
+        url = f"https://localhost:{gw.ports['unified_tls']}/health"
+        with urllib.request.urlopen(url, context=ctx, timeout=5) as resp:
+            assert json.loads(resp.read())["status"] == "ok"
+    finally:
+        gw.stop()
