@@ -362,7 +362,7 @@ def test_mqtt_publishers_get_quota_exceeded_and_service_resumes(tmp_path):
             assert code == 0x97, f"no quota-exceeded PUBACK after {len(acked)} messages"
             assert len(acked) > 10
             grow(fs, "64m")  # space returns
-            for attempt in range(20):
+            for _attempt in range(20):
                 pub.send(Publish(topic="fill/x", payload=b"after", qos=1, packet_id=60001))
                 ack = pub.recv(timeout=10)
                 if ack.reason_code == 0:
