@@ -32,7 +32,22 @@ def queue_rows(store) -> list[dict]:  # type: ignore[no-untyped-def]
             "ready": ready, "unacked": store.inflight_count(GROUP, info.name), "bytes": info.bytes,
             "lmq": info.name,
         })
-    return rows
+    return _fold_priority_levels(rows)
+
+
+def _fold_priority_levels(rows: list[dict]) -> list[dict]:
+    """A priority queue's levels are LMQs ``<queue>#p<n>``: count them in the queue."""
+    by_name = {(r["vhost"], r["queue"]): r for r in rows}
+    out = []
+    for row in rows:
+        base, sep, level = row["queue"].rpartition("#p")
+        parent = by_name.get((row["vhost"], base)) if sep and level.isdigit() else None
+        if parent is None:
+            out.append(row)
+            continue
+        for key in ("ready", "unacked", "bytes"):
+            parent[key] += row[key]
+    return out
 
 
 @click.group()

@@ -327,20 +327,21 @@ class Broker:
                 owned.discard(q)
         if q.defn.durable:
             self._delete(f"q/{q.vhost}\x00{q.name}")
-        remove_lmqs(self.store, [q.lmq])
+        remove_lmqs(self.store, q.lmqs)
 
     def purge(self, q: Queue) -> int:
         """Drop the ready messages (unacknowledged ones stay), as RabbitMQ does."""
         count = q.ready()
-        info = self.store.lmq(q.lmq)
-        if info is not None:
-            self.store.commit_offset(GROUP, q.lmq, info.max_offset)
-        while True:  # what is left to pop now is the requeued messages
-            popped = self.store.pop(GROUP, q.lmq, 256, 60_000)
-            if not popped:
-                break
-            for p in popped:
-                q.ack(p.receipt)
+        for lmq in q.lmqs:
+            info = self.store.lmq(lmq)
+            if info is not None:
+                self.store.commit_offset(GROUP, lmq, info.max_offset)
+            while True:  # what is left to pop now is the requeued messages
+                popped = self.store.pop(GROUP, lmq, 256, 60_000)
+                if not popped:
+                    break
+                for p in popped:
+                    q.ack(p.receipt)
         return count
 
     def connection_closed(self, conn_id: int) -> None:
@@ -431,7 +432,7 @@ class Broker:
                                                                        arguments):
                 vh.bound_to.setdefault((kind, dest), set()).add(
                     (source, key, args_key(arguments)))
-        live = {q.lmq for vh in self.vhosts.values() for q in vh.queues.values()}
+        live = {lmq for vh in self.vhosts.values() for q in vh.queues.values() for lmq in q.lmqs}
         stale = [i.name for i in self.store.lmqs(AMQP_PREFIX) if i.name not in live]
         if stale:
             remove_lmqs(self.store, stale)

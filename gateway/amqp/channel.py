@@ -209,9 +209,6 @@ class AmqpChannel:
         h = self.handler
         queue = h.queue(m.queue or self.last_queue, m)
         h.check("read", queue.name, m)
-        # A channel's methods take effect in order: publishes queued earlier in this
-        # loop turn must be in the queue before the get looks at it.
-        self.front.gateway.publisher.flush()
         got = queue.get()
         if got is None:
             h.write(h.proto.send_method(self.id, B.GetEmpty()))
@@ -278,7 +275,8 @@ class AmqpChannel:
         full = [q for q in queues if q.args.overflow != "drop-head" and q.is_full()]
         if full:  # x-overflow reject-publish(-dlx): not stored there, and nacked
             queues = [q for q in queues if q not in full]
-        lmqs = [q.lmq for q in queues]
+        priority = ev.header.priority
+        lmqs = [q.lmq_for(priority) for q in queues]
         if mqtt:
             lmqs += front.gateway.topic_space.route_amq_topic(m.routing_key)
         if not lmqs:

@@ -172,6 +172,10 @@ class AmqpHandler(ConnectionHandler):
                 self.write(self.proto.send_method(0, C.UpdateSecretOk()))
             else:
                 ch = self._channel(event.channel, event.method)
+                # A channel's methods take effect in order: publishes still queued for
+                # this loop turn's batch append must be in their queues before e.g. a
+                # passive declare counts messages or a get pops one.
+                self.front.gateway.publisher.flush()
                 self._method(ch, event.method, lambda: self._dispatch(ch, event.method))
         elif isinstance(event, ProtocolHeaderReceived):
             self.write(self.proto.send_start())

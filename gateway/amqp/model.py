@@ -206,6 +206,8 @@ class QueueArgs:
         out.max_length = non_negative("x-max-length")
         out.max_length_bytes = non_negative("x-max-length-bytes")
         out.max_priority = non_negative("x-max-priority")
+        if out.max_priority is not None and out.max_priority > 255:
+            raise bad("x-max-priority", f"{{value_too_large,{out.max_priority}}}")
         out.delivery_limit = non_negative("x-delivery-limit")
         overflow = _text(arguments.get("x-overflow"))
         if overflow is not None:

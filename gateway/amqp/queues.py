@@ -43,6 +43,8 @@ GROUP = "amqp-q"
 INVISIBLE_MS = 30 * 60 * 1000
 #: Messages popped per store call.
 POP_BATCH = 64
+#: RabbitMQ's ceiling for x-max-priority.
+MAX_PRIORITY = 255
 
 _ctags = itertools.count(1)
 
@@ -92,6 +94,11 @@ class Queue:
         self.vhost = defn.vhost
         self.name = defn.name
         self.lmq = amqp_queue_lmq(defn.vhost, defn.name)
+        #: x-max-priority: one LMQ per priority level, highest first; level 0 is
+        #: ``self.lmq``. A pop takes from the highest level that has messages, so a
+        #: priority queue delivers by priority, then FIFO within a priority.
+        self.levels = min(defn.args.max_priority or 0, MAX_PRIORITY)
+        self.lmqs = [self.lmq_for(p) for p in range(self.levels, -1, -1)]
         self.consumers: list[Consumer] = []
         #: Messages delivered in ack mode and not yet settled.
         self.unacked = 0
@@ -100,8 +107,10 @@ class Queue:
         self._scheduled = False
         self._rr = 0
         self._expiry_timer: Any = None
-        self.store.create_lmq(self.lmq)
-        self._remove_listener = self.store.add_listener(self.lmq, self._on_append)
+        self._listeners = []
+        for lmq in self.lmqs:
+            self.store.create_lmq(lmq)
+            self._listeners.append(self.store.add_listener(lmq, self._on_append))
         self.touch()
 
     # -- state -------------------------------------------------------------------------
@@ -110,26 +119,54 @@ class Queue:
     def args(self):  # type: ignore[no-untyped-def]
         return self.defn.args
 
+    def lmq_for(self, priority: int | None) -> str:
+        """The LMQ a message of ``priority`` goes to (priorities above the queue's
+        maximum count as the maximum, as RabbitMQ does)."""
+        level = min(priority or 0, self.levels)
+        return self.lmq if level == 0 else f"{self.lmq}#p{level}"
+
     def ready(self) -> int:
         """Messages ready for delivery (not counting unacknowledged ones)."""
-        info = self.store.lmq(self.lmq)
-        if info is None:
-            return 0
-        offset = self.store.get_offset(GROUP, self.lmq) or 0
-        start = max(offset, info.min_offset)
-        return max(0, info.max_offset - start) + self.store.count_retries(GROUP, self.lmq)
+        total = 0
+        for lmq in self.lmqs:
+            info = self.store.lmq(lmq)
+            if info is None:
+                continue
+            offset = self.store.get_offset(GROUP, lmq) or 0
+            start = max(offset, info.min_offset)
+            total += max(0, info.max_offset - start) + self.store.count_retries(GROUP, lmq)
+        return total
 
     def ready_bytes(self, limit: int) -> int:
         """Bytes of ready message bodies, counted up to ``limit`` (x-max-length-bytes)."""
-        offset = self.store.get_offset(GROUP, self.lmq) or 0
         total = 0
-        while total <= limit:
-            result = self.store.pull(self.lmq, offset, 256)
-            if not result.messages:
-                break
-            total += sum(len(m.record.body) for m in result.messages)
-            offset = result.next_offset
+        for lmq in self.lmqs:
+            offset = self.store.get_offset(GROUP, lmq) or 0
+            while total <= limit:
+                result = self.store.pull(lmq, offset, 256)
+                if not result.messages:
+                    break
+                total += sum(len(m.record.body) for m in result.messages)
+                offset = result.next_offset
         return total
+
+    def pop_oldest(self, want: int) -> list[PoppedMessage]:
+        """For drop-head: the messages to drop first, lowest priority first."""
+        out: list[PoppedMessage] = []
+        for lmq in reversed(self.lmqs):
+            if len(out) >= want:
+                break
+            out.extend(self.store.pop(GROUP, lmq, want - len(out), INVISIBLE_MS))
+        return out
+
+    def pop(self, want: int) -> list[PoppedMessage]:
+        """Pop up to ``want`` messages for delivery: the highest priority first."""
+        out: list[PoppedMessage] = []
+        for lmq in self.lmqs:
+            if len(out) >= want:
+                break
+            out.extend(self.store.pop(GROUP, lmq, want - len(out), INVISIBLE_MS))
+        return out
 
     def touch(self) -> None:
         """Restart the x-expires timer (declare, consume, get)."""
@@ -207,14 +244,13 @@ class Queue:
         return same[self._rr % len(same)]
 
     def _dispatch(self) -> None:
-        store = self.store
         requeue: list[str] = []
         while True:
             eligible = self._eligible()
             if not eligible:
                 break
             want = min(POP_BATCH, sum(c.credit() for c in eligible))
-            popped = store.pop(GROUP, self.lmq, want, INVISIBLE_MS)
+            popped = self.pop(want)
             if not popped:
                 break
             now = self.front.now_ms()
@@ -246,7 +282,7 @@ class Queue:
         self.touch()
         now = self.front.now_ms()
         while True:
-            popped = self.store.pop(GROUP, self.lmq, 1, INVISIBLE_MS)
+            popped = self.pop(1)
             if not popped:
                 return None
             if not self._drop_if_dead(popped[0], now):
@@ -286,7 +322,7 @@ class Queue:
         if a.max_length is not None:
             excess = self.ready() - a.max_length
             while excess > 0:
-                popped = self.store.pop(GROUP, self.lmq, min(excess, POP_BATCH), INVISIBLE_MS)
+                popped = self.pop_oldest(min(excess, POP_BATCH))
                 if not popped:
                     break
                 for p in popped:
@@ -294,7 +330,7 @@ class Queue:
                 excess -= len(popped)
         if a.max_length_bytes is not None:
             while self.ready_bytes(a.max_length_bytes) > a.max_length_bytes:
-                popped = self.store.pop(GROUP, self.lmq, 1, INVISIBLE_MS)
+                popped = self.pop_oldest(1)
                 if not popped:
                     break
                 self.discard(popped[0].receipt, popped[0].message.record, "maxlen")
@@ -313,22 +349,23 @@ class Queue:
         if ttl is None or self.deleted:
             return
         now = self.front.now_ms()
-        offset = self.store.get_offset(GROUP, self.lmq) or 0
-        result = self.store.pull(self.lmq, offset, POP_BATCH)
-        count = 0
-        for m in result.messages:
-            if not expired(m.record, ttl, now):
-                break
-            count += 1
-        if not count:
-            return
-        keep: list[str] = []
-        for p in self.store.pop(GROUP, self.lmq, count, INVISIBLE_MS):
-            if expired(p.message.record, ttl, now):
-                self.discard(p.receipt, p.message.record, "expired")
-            else:  # a requeued message came first; it stays
-                keep.append(p.receipt)
-        self.requeue(keep)
+        for lmq in self.lmqs:
+            offset = self.store.get_offset(GROUP, lmq) or 0
+            result = self.store.pull(lmq, offset, POP_BATCH)
+            count = 0
+            for m in result.messages:
+                if not expired(m.record, ttl, now):
+                    break
+                count += 1
+            if not count:
+                continue
+            keep: list[str] = []
+            for p in self.store.pop(GROUP, lmq, count, INVISIBLE_MS):
+                if expired(p.message.record, ttl, now):
+                    self.discard(p.receipt, p.message.record, "expired")
+                else:  # a requeued message came first; it stays
+                    keep.append(p.receipt)
+            self.requeue(keep)
 
     # -- end ----------------------------------------------------------------------------
 
@@ -338,4 +375,5 @@ class Queue:
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
             self._expiry_timer = None
-        self._remove_listener()  # type: ignore[operator]
+        for remove in self._listeners:
+            remove()

@@ -225,3 +225,28 @@ def test_single_active_consumer_and_auto_delete(gw: ThreadGateway) -> None:
     with pytest.raises(ChannelClosedByBroker):  # auto-deleted with its last consumer
         ch.queue_declare("sac", passive=True)
     conn.close()
+
+
+def test_priority_queue_delivers_highest_priority_first(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    try:
+        ch = conn.channel()
+        ch.queue_declare("prio", arguments={"x-max-priority": 5})
+        for body, priority in [(b"low-1", 0), (b"mid", 3), (b"low-2", None), (b"high", 5),
+                               (b"above-max", 9), (b"mid-2", 3)]:
+            props = pika.BasicProperties(priority=priority)
+            ch.basic_publish("", "prio", body, properties=props)
+        assert ch.queue_declare("prio", passive=True).method.message_count == 6
+        got = []
+        while True:
+            method, _, body = ch.basic_get("prio", auto_ack=True)
+            if method is None:
+                break
+            got.append(body)
+        # by priority (above the maximum counts as the maximum), FIFO within one
+        assert got == [b"high", b"above-max", b"mid", b"mid-2", b"low-1", b"low-2"]
+        with pytest.raises(ChannelClosedByBroker) as exc:
+            ch.queue_declare("too-many", arguments={"x-max-priority": 256})
+        assert exc.value.reply_code == 406
+    finally:
+        conn.close()
