@@ -130,6 +130,36 @@ class Record:
     def next_position(self) -> int:
         return self.position + self.size
 
+    @classmethod
+    def of_message(
+        cls,
+        message: Message,
+        *,
+        position: int = 0,
+        size: int = 0,
+        store_ms: int,
+        dispatch: tuple[tuple[str, int], ...] = (),
+    ) -> Record:
+        """The record ``message`` is (or would be) stored as, built from its fields
+        rather than decoded: for a reader served from memory, or a message that never
+        reaches the log (e.g. dead-lettered at publish)."""
+        return cls(
+            position=position,
+            size=size,
+            type=RecordType.MESSAGE,
+            protocol=_PROTOCOLS.get(int(message.protocol), Protocol.INTERNAL),
+            qos=message.qos,
+            retain=message.retain,
+            store_ms=store_ms,
+            born_ms=message.born_ms or store_ms,
+            origin=message.origin,
+            topic=message.topic,
+            tag=message.tag,
+            properties=dict(message.properties) if message.properties else {},
+            body=bytes(message.body),
+            dispatch=dispatch,
+        )
+
 
 _HEAD_REST = struct.Struct(">BBHQQQHHHHII")  # the header after size, magic and crc
 _SIZE_MAGIC_CRC = struct.Struct(">III")

@@ -64,7 +64,6 @@ from broker_core.errors import (
 from broker_core.group_commit import Flusher
 from broker_core.record import (
     Message,
-    Protocol,
     Record,
     RecordType,
     decode_record,
@@ -469,20 +468,11 @@ class MessageStore:
         table = self._hot
         listened = self._listeners
         for message, pos, size, metas, offsets in hot:
-            record = Record(
+            record = Record.of_message(
+                message,
                 position=pos,
                 size=size,
-                type=RecordType.MESSAGE,
-                protocol=Protocol(message.protocol),
-                qos=message.qos,
-                retain=message.retain,
                 store_ms=now,
-                born_ms=message.born_ms or now,
-                origin=message.origin,
-                topic=message.topic,
-                tag=message.tag,
-                properties=dict(message.properties) if message.properties else {},
-                body=bytes(message.body),
                 dispatch=tuple((m.name, o) for m, o in zip(metas, offsets, strict=True)),
             )
             for meta, offset in zip(metas, offsets, strict=True):

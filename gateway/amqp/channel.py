@@ -275,6 +275,17 @@ class AmqpChannel:
         full = [q for q in queues if q.args.overflow != "drop-head" and q.is_full()]
         if full:  # x-overflow reject-publish(-dlx): not stored there, and nacked
             queues = [q for q in queues if q not in full]
+            dlx = [q for q in full
+                   if q.args.overflow == "reject-publish-dlx" and q.args.dlx is not None]
+            if dlx:  # ... and with -dlx, dead-lettered as "maxlen" (RabbitMQ 3.8+)
+                now = front.now_ms()
+                refused = Record.of_message(
+                    to_store_message(m.exchange, m.routing_key, ev.header, ev.body,
+                                     h.origin, now),
+                    store_ms=now,
+                )
+                for q in dlx:
+                    front.dead_letter(q, refused, "maxlen")
         priority = ev.header.priority
         lmqs = [q.lmq_for(priority) for q in queues]
         if mqtt:

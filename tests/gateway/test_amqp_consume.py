@@ -156,6 +156,18 @@ def test_max_length_drop_head_and_reject_publish(gw: ThreadGateway) -> None:
     ch.basic_publish("", "strict", b"fits")
     with pytest.raises(NackError):
         ch.basic_publish("", "strict", b"refused")
+    # reject-publish-dlx: refused (nacked) and dead-lettered as maxlen
+    ch.queue_declare("dead")
+    ch.queue_declare("strict-dlx", arguments={
+        "x-max-length": 1, "x-overflow": "reject-publish-dlx",
+        "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "dead"})
+    ch.basic_publish("", "strict-dlx", b"fits")
+    with pytest.raises(NackError):
+        ch.basic_publish("", "strict-dlx", b"over")
+    time.sleep(0.2)
+    dead = drain(ch, "dead")
+    assert [b for _, _, b in dead] == [b"over"]
+    assert dead[0][1].headers["x-death"][0]["reason"] == "maxlen"
     conn.close()
 
 
