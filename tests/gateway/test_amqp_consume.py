@@ -262,3 +262,48 @@ def test_priority_queue_delivers_highest_priority_first(gw: ThreadGateway) -> No
         assert exc.value.reply_code == 406
     finally:
         conn.close()
+
+
+def test_delivery_limit_dead_letters(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.queue_declare("limbo")
+    ch.queue_declare("flaky", arguments={
+        "x-delivery-limit": 2, "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": "limbo"})
+    ch.basic_publish("", "flaky", b"poison")
+    time.sleep(0.1)
+    deliveries = 0
+    for _ in range(6):
+        method, _, body = ch.basic_get("flaky")
+        if method is None:
+            time.sleep(0.1)
+            continue
+        deliveries += 1
+        ch.basic_nack(method.delivery_tag, requeue=True)
+    # delivered once plus two redeliveries, then dead-lettered
+    assert deliveries == 3
+    dead = drain(ch, "limbo")
+    assert [b for _, _, b in dead] == [b"poison"]
+    assert dead[0][1].headers["x-death"][0]["reason"] == "delivery_limit"
+    conn.close()
+
+
+def test_consumer_priorities(gw: ThreadGateway) -> None:
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.queue_declare("work")
+    low: list[bytes] = []
+    high: list[bytes] = []
+    ch.basic_consume("work", lambda c, m, p, b: (low.append(b), c.basic_ack(m.delivery_tag)),
+                     arguments={"x-priority": 1})
+    ch.basic_consume("work", lambda c, m, p, b: (high.append(b), c.basic_ack(m.delivery_tag)),
+                     arguments={"x-priority": 10})
+    for i in range(5):
+        ch.basic_publish("", "work", b"%d" % i)
+    deadline = time.monotonic() + 5
+    while len(low) + len(high) < 5 and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.1)
+    # the high-priority consumer has credit (no prefetch limit): it gets everything
+    assert len(high) == 5 and low == []
+    conn.close()
