@@ -167,6 +167,7 @@ def _remove_chunk(store: MessageStore, infos: list[LmqInfo], report: RemovalRepo
         for item in store.state.all_inflight():
             if item.key.lmq in doomed:
                 batch.delete_inflight(item.key)
+                store.pop_consumer.forget(item.key)
         store.state.write(batch)
     report.lmqs += len(infos)
     report.entries += sum(i.messages for i in infos)

@@ -26,6 +26,8 @@ import binascii
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sortedcontainers import SortedList
+
 from broker_core.consumer_state import Inflight, InflightKey
 from broker_core.errors import UnknownLmq, UnknownReceipt
 from broker_core.record import Message
@@ -61,6 +63,22 @@ class PopConsumer:
         self.store = store
         self.dead_lettered = 0
         self._max_deliveries: dict[str, int] = {}
+        # The in-flight records' (visible_at, key) in memory, loaded on first use: whether
+        # anything is due is then a lookup, not a RocksDB scan (which also has to step
+        # over the tombstones every ack leaves in the pop table).
+        self._times: SortedList | None = None
+
+    def _schedule(self) -> SortedList:
+        if self._times is None:
+            self._times = SortedList(
+                (item.key.visible_at, item.key.encode()) for item in self.store.state.all_inflight()
+            )
+        return self._times
+
+    def forget(self, key: InflightKey) -> None:
+        """An in-flight record was deleted outside this class (LMQ removal)."""
+        if self._times is not None:
+            self._times.discard((key.visible_at, key.encode()))
 
     def set_max_deliveries(self, group: str, limit: int | None) -> None:
         if limit is None:
@@ -77,10 +95,12 @@ class PopConsumer:
             store._check_open()
             batch = store.state.new_batch()
             released = 0
+            times = self._schedule()
             for item in store.state.all_inflight():
                 if item.key.group != group:
                     continue
                 batch.delete_inflight(item.key)
+                times.discard((item.key.visible_at, item.key.encode()))
                 if store.lmq(item.key.lmq) is not None:
                     batch.put_retry(item.key.lmq, group, item.key.offset, item.deliveries)
                     released += 1
@@ -108,6 +128,8 @@ class PopConsumer:
             visible_at = now + invisible_ms
             state = store.state
             batch = state.new_batch()
+            added: list[InflightKey] = []
+            times = self._schedule()  # loaded before this batch is written
             out: list[PoppedMessage] = []
             for offset, deliveries in state.retries(lmq, group, max_messages):
                 batch.delete_retry(lmq, group, offset)
@@ -116,6 +138,7 @@ class PopConsumer:
                     continue
                 key = InflightKey(visible_at, group, lmq, offset)
                 batch.put_inflight(key, deliveries + 1, now)
+                added.append(key)
                 out.append(PoppedMessage(msg, encode_receipt(key), deliveries + 1))
             remaining = max_messages - len(out)
             if remaining > 0:
@@ -124,11 +147,14 @@ class PopConsumer:
                 for msg in result.messages:
                     key = InflightKey(visible_at, group, lmq, msg.offset)
                     batch.put_inflight(key, 1, now)
+                    added.append(key)
                     out.append(PoppedMessage(msg, encode_receipt(key), 1))
                 if result.next_offset != start:
                     batch.set_offset(lmq, group, result.next_offset)
             if not batch.empty:
                 state.write(batch)
+                for key in added:
+                    times.add((key.visible_at, key.encode()))
             return out
 
     def ack(self, receipt: str) -> None:
@@ -143,6 +169,7 @@ class PopConsumer:
             batch = store.state.new_batch()
             batch.delete_inflight(key)
             store.state.write(batch)
+            self._schedule().discard((key.visible_at, key.encode()))
 
     def change_invisible_time(self, receipt: str, invisible_ms: int) -> str:
         from broker_core.store import now_ms
@@ -158,11 +185,14 @@ class PopConsumer:
                 raise UnknownReceipt(
                     "receipt is not in flight (already acked, or its invisible time ran out)"
                 )
+            times = self._schedule()  # loaded before the write below
             new_key = InflightKey(now_ms() + invisible_ms, key.group, key.lmq, key.offset)
             batch = store.state.new_batch()
             batch.delete_inflight(key)
             batch.put_inflight(new_key, current.deliveries, current.popped_ms)
             store.state.write(batch)
+            times.discard((key.visible_at, key.encode()))
+            times.add((new_key.visible_at, new_key.encode()))
         return encode_receipt(new_key)
 
     def revive(self, now: int | None = None) -> int:
@@ -176,10 +206,15 @@ class PopConsumer:
 
     def next_revive_at(self) -> int | None:
         """When the next in-flight message becomes due (ms), or None."""
-        return self.store.state.next_visible_at()
+        with self.store._pop_lock:
+            times = self._schedule()
+            return times[0][0] if times else None
 
     def _revive_locked(self, now: int) -> int:
         store = self.store
+        times = self._schedule()
+        if not times or times[0][0] > now:
+            return 0  # nothing due: no RocksDB scan
         total = 0
         woken: set[str] = set()
         while True:
@@ -189,6 +224,7 @@ class PopConsumer:
             batch = store.state.new_batch()
             for item in due:
                 batch.delete_inflight(item.key)
+                times.discard((item.key.visible_at, item.key.encode()))
                 if store.lmq(item.key.lmq) is None:
                     continue  # the LMQ was removed
                 limit = self._max_deliveries.get(item.key.group, store.config.max_deliveries)
@@ -201,6 +237,8 @@ class PopConsumer:
             store.state.write(batch)
             if len(due) < _REVIVE_BATCH:
                 break
+        while times and times[0][0] <= now:  # stale: deleted without our knowing
+            del times[0]
         for lmq in woken:
             store.notify(lmq)
         return total

@@ -123,3 +123,20 @@ def test_group_without_delivery_limit(tmp_path):
             assert p.deliveries == attempt
             s.revive(now_ms() + 10)
         assert s.lmq("%DLQ%forever") is None
+
+
+def test_due_times_are_tracked_in_memory(store):
+    fill(store, 3)
+    assert store.pop_consumer.next_revive_at() is None
+    popped = store.pop("g", "q", 3, 60_000)
+    due = store.pop_consumer.next_revive_at()
+    assert due is not None and due > now_ms() + 50_000
+    store.ack(popped[0].receipt)
+    store.change_invisible_time(popped[1].receipt, 0)
+    assert store.pop_consumer.next_revive_at() <= now_ms()
+    assert store.revive() == 1  # only the one made visible
+    assert store.pop_consumer.next_revive_at() > now_ms() + 50_000  # popped[2] remains
+    from broker_core.cleanup import remove_lmqs
+
+    remove_lmqs(store, ["q"])
+    assert store.pop_consumer.next_revive_at() is None
