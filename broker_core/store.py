@@ -184,6 +184,7 @@ class MessageStore:
         #: (lmq, offset) -> record, for LMQs somebody listens to: a reader at the tail
         #: is served from memory, without the index, a read or a decode. FIFO-bounded.
         self._hot: dict[tuple[str, int], Record] = {}
+        self._lmq_count_cache: tuple[float, int] | None = None
         #: Records whose CRC failed on read and were skipped (``on_corrupt = "skip"``).
         self.corrupt_reads = 0
         self._listeners: dict[str, list[Listener]] = {}
@@ -836,6 +837,15 @@ class MessageStore:
 
     # -- housekeeping (see broker_core.cleanup and broker_core.recovery) ---------------
 
+    def _lmq_count(self) -> int:
+        """The number of LMQs, counted at most once a minute: counting is a scan of one
+        key per LMQ, too slow to repeat on every /metrics scrape with millions."""
+        now = time.monotonic()
+        cached = self._lmq_count_cache
+        if cached is None or now - cached[0] > 60.0:
+            cached = self._lmq_count_cache = (now, self.index.count_lmqs())
+        return cached[1]
+
     def stats(self) -> dict[str, int | float | str]:
         index_keys = self.index.db.property_int_value("rocksdb.estimate-num-keys") or 0
         return {
@@ -845,7 +855,7 @@ class MessageStore:
             "log_end_position": self.log.end,
             "log_bytes": self.log.size_bytes,
             "segments": len(self.log.segments()),
-            "lmqs": self.index.count_lmqs(),
+            "lmqs": self._lmq_count(),
             "index_keys_estimate": int(index_keys),
             "index_disk_bytes": _du(self.data_dir / "index"),
             "state_disk_bytes": _du(self.data_dir / "state"),
