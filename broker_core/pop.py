@@ -171,6 +171,29 @@ class PopConsumer:
             store.state.write(batch)
             self._schedule().discard((key.visible_at, key.encode()))
 
+    def ack_many(self, receipts: list[str]) -> None:
+        """Ack several receipts in one write. Unlike :meth:`ack`, receipts that are no
+        longer in flight are ignored (for consumers that settle in bulk and do not care
+        which were already revived)."""
+        keys = []
+        for receipt in receipts:
+            try:
+                keys.append(decode_receipt(receipt))
+            except UnknownReceipt:
+                continue
+        store = self.store
+        with store._pop_lock:
+            store._check_open()
+            batch = store.state.new_batch()
+            for key in keys:
+                batch.delete_inflight(key)
+            if not batch.empty:
+                store.state.write(batch)
+            times = self._times
+            if times is not None:
+                for key in keys:
+                    times.discard((key.visible_at, key.encode()))
+
     def change_invisible_time(self, receipt: str, invisible_ms: int) -> str:
         from broker_core.store import now_ms
 

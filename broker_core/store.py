@@ -806,6 +806,10 @@ class MessageStore:
     def ack(self, receipt: str) -> None:
         self.pop_consumer.ack(receipt)
 
+    def ack_many(self, receipts: list[str]) -> None:
+        """Ack receipts in one write; receipts no longer in flight are ignored."""
+        self.pop_consumer.ack_many(receipts)
+
     def change_invisible_time(self, receipt: str, invisible_ms: int) -> str:
         return self.pop_consumer.change_invisible_time(receipt, invisible_ms)
 

@@ -47,6 +47,8 @@ class AmqpFrontEnd(FrontEnd):
         self._blocked: set[AmqpHandler] = set()
         self._blocked_timer: asyncio.TimerHandle | None = None
         self.loop_thread = 0
+        self._acks: list[str] = []
+        self._acks_scheduled = False
 
     async def start(self) -> None:
         gw = self.gateway
@@ -63,6 +65,24 @@ class AmqpFrontEnd(FrontEnd):
         gw.topic_space.set_amq_topic_router(self.broker.amq_topic_lmqs)
         gw.spawn(self._ttl_loop(), "amqp-ttl")
         gw.spawn(self._revive_loop(), "amqp-revive")
+
+    def ack_soon(self, receipt: str) -> None:
+        """Queue an ack for the batch written at the end of this loop turn. A crash
+        before it is written redelivers the message (at least once, as for any unacked
+        delivery)."""
+        self._acks.append(receipt)
+        if not self._acks_scheduled:
+            self._acks_scheduled = True
+            self.loop.call_soon(self.flush_acks)
+
+    def flush_acks(self) -> None:
+        self._acks_scheduled = False
+        acks, self._acks = self._acks, []
+        if acks:
+            try:
+                self.store.ack_many(acks)
+            except StoreError as exc:
+                log.warning("acks not recorded: %s", exc, extra={"acks": len(acks)})
 
     def _requeue_interrupted(self) -> None:
         """Deliveries unacked when the gateway stopped go back to their queues."""
@@ -123,6 +143,7 @@ class AmqpFrontEnd(FrontEnd):
             handler.goodbye()
 
     async def stop(self) -> None:
+        self.flush_acks()
         self.gateway.topic_space.set_amq_topic_router(None)
         if self._blocked_timer is not None:
             self._blocked_timer.cancel()

@@ -291,10 +291,9 @@ class Queue:
     # -- settlement --------------------------------------------------------------------
 
     def ack(self, receipt: str) -> None:
-        try:
-            self.store.ack(receipt)
-        except StoreError:
-            pass  # invisible time ran out, or the queue was deleted: nothing to do
+        """Settle for good. The store is told at the end of this loop turn, with every
+        other ack of the turn in one write (see AmqpFrontEnd.ack_soon)."""
+        self.front.ack_soon(receipt)
 
     def requeue(self, receipts: list[str]) -> None:
         for receipt in receipts:

@@ -140,3 +140,11 @@ def test_due_times_are_tracked_in_memory(store):
 
     remove_lmqs(store, ["q"])
     assert store.pop_consumer.next_revive_at() is None
+
+
+def test_ack_many_in_one_write(store):
+    fill(store, 4)
+    popped = store.pop("g", "q", 4, 1)
+    store.ack_many([p.receipt for p in popped[:3]] + ["garbage", popped[0].receipt])
+    assert store.inflight_count("g") == 1
+    assert store.revive(now_ms() + 10) == 1  # only the unacked one comes back
