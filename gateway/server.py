@@ -317,6 +317,8 @@ class Gateway:
         )
         uptime = m.gauge("lmq_uptime_seconds", "Seconds since the gateway started")
         m.on_collect(lambda: uptime.set(round(self.uptime(), 3)))
+        tasks = m.gauge("lmq_asyncio_tasks", "Tasks alive on the gateway's event loop")
+        m.on_collect(lambda: tasks.set(len(asyncio.all_tasks(self.loop)) if self.loop else 0))
         self._store_gauges = {
             key: m.gauge(f"lmq_store_{key}", text)
             for key, text in (
