@@ -16,14 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 from collections.abc import Sequence
 
-from broker_core import AppendResult, Durability, Message, MessageStore, MessageTooLarge
+from broker_core import (
+    AppendResult,
+    Durability,
+    Message,
+    MessageStore,
+    MessageTooLarge,
+    StorageFull,
+)
 
 log = logging.getLogger(__name__)
 
 #: More unacknowledged messages than this and the store is "lagging".
 LAG_LIMIT = 50_000
+#: After a full disk, this much free space lets publishers go on.
+FREE_TO_RESUME = 16 * 1024 * 1024
 
 
 class Publisher:
@@ -38,10 +48,31 @@ class Publisher:
         self.pending = 0
         self.appended = 0
         self.failed = 0
+        #: The last append failed for a full disk (see lagging).
+        self.disk_full = False
+        self._disk_checked = 0.0
 
     @property
     def lagging(self) -> bool:
-        return self.pending > LAG_LIMIT
+        """The store cannot keep up, or its disk is full: front ends slow publishers
+        down (MQTT pauses reading; AMQP sends connection.blocked)."""
+        if self.disk_full:
+            self._check_disk()
+        return self.pending > LAG_LIMIT or self.disk_full
+
+    def _check_disk(self) -> None:
+        """After a full disk: free space again (checked at most once a second) ends the
+        condition; so does the next append that succeeds."""
+        now = self.loop.time()
+        if now - self._disk_checked < 1.0:
+            return
+        self._disk_checked = now
+        try:
+            free = shutil.disk_usage(self.store.data_dir).free
+        except OSError:
+            return
+        if free >= FREE_TO_RESUME:
+            self.disk_full = False
 
     def submit(self, message: Message, lmqs: Sequence[str]) -> asyncio.Future[AppendResult]:
         fut: asyncio.Future[AppendResult] = self.loop.create_future()
@@ -85,6 +116,9 @@ class Publisher:
         try:
             results = self.store.append_batch(items, wait=False)
         except Exception as exc:
+            if isinstance(exc, StorageFull):
+                self.disk_full = True
+                self._disk_checked = self.loop.time()
             self.failed += len(items)
             self.pending -= len(items)
             log.warning("append failed: %s", exc, extra={"messages": len(items)})
@@ -93,6 +127,7 @@ class Publisher:
                     fut.set_exception(exc)
             return
         self.appended += len(items)
+        self.disk_full = False
         if not self._sync:
             self.pending -= len(items)
             for fut, result in zip(futures, results, strict=True):

@@ -17,6 +17,7 @@ files open in the process that opened it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -395,3 +396,66 @@ def _props(**kw):  # type: ignore[no-untyped-def]
     from protocol.mqtt import Properties
 
     return Properties(**kw)
+
+
+def test_amqp_publishers_are_nacked_then_blocked_and_resume(tmp_path):
+    """AMQP on a full disk: the publish that fails is nacked (never confirmed), then the
+    connection gets connection.blocked; when space returns, connection.unblocked, and
+    confirmed publishing goes on. Nothing confirmed is lost."""
+    import pika
+    from pika.exceptions import NackError
+
+    from tests.gateway.gateway_process import GatewayProcess
+
+    with small_fs(tmp_path / "fs", "6m") as fs:
+        config = tmp_path / "gw.toml"
+        config.write_text("[store]\nsegment_bytes = 1048576\nmax_message_bytes = 65536\n")
+        gw = GatewayProcess(fs / "data", "--config", str(config)).start()
+        conn = None
+        try:
+            events: list[str] = []
+            conn = pika.BlockingConnection(pika.ConnectionParameters(
+                "127.0.0.1", gw.ports["amqp"], connection_attempts=1, socket_timeout=5,
+                blocked_connection_timeout=30))
+            conn.add_on_connection_blocked_callback(lambda *_: events.append("blocked"))
+            conn.add_on_connection_unblocked_callback(lambda *_: events.append("unblocked"))
+            ch = conn.channel()
+            ch.confirm_delivery()
+            ch.queue_declare("keep", durable=True)
+            confirmed: list[bytes] = []
+            nacked = False
+            for i in range(2000):
+                body = b"%06d" % i + bytes(16_000)
+                try:
+                    ch.basic_publish("", "keep", body,
+                                     pika.BasicProperties(delivery_mode=2))
+                except NackError:
+                    nacked = True
+                    break
+                confirmed.append(body[:6])
+            assert nacked and len(confirmed) > 10
+            # the next publish while the disk is full blocks the connection
+            with contextlib.suppress(NackError):
+                ch.basic_publish("", "keep", b"probe", pika.BasicProperties(delivery_mode=2))
+            deadline = time.monotonic() + 10
+            while "blocked" not in events and time.monotonic() < deadline:
+                conn.process_data_events(time_limit=0.2)
+            assert "blocked" in events
+            grow(fs, "64m")
+            deadline = time.monotonic() + 15
+            while "unblocked" not in events and time.monotonic() < deadline:
+                conn.process_data_events(time_limit=0.2)
+            assert "unblocked" in events
+            ch.basic_publish("", "keep", b"after", pika.BasicProperties(delivery_mode=2))
+            got = []
+            while True:
+                method, _, body = ch.basic_get("keep", auto_ack=True)
+                if method is None:
+                    break
+                got.append(body[:6])
+            # every confirmed message is there; the probe may or may not have been stored
+            assert got[: len(confirmed)] == confirmed and got[-1] == b"after"
+        finally:
+            if conn is not None and conn.is_open:
+                conn.close()
+            gw.stop()
