@@ -78,14 +78,6 @@ def test_sessions_and_redeliveries_survive_the_kills(figures) -> None:  # type: 
     assert figures.amqp_unflagged_again == 0, "an AMQP message came again without redelivered"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway bug (docs/reliability.md): a QoS 2 delivery completed (PUBCOMP) less "
-    "than a second before a kill is sent again after the restart, because the session's "
-    "offset is committed lazily and pubrel_pending forgets the flow at PUBCOMP; and an "
-    "unfinished outbound flow is resent under a new packet id (MQTT-4.4.0-1), which also "
-    "reuses ids the subscriber still holds",
-)
 def test_qos2_delivered_exactly_once(figures) -> None:  # type: ignore[no-untyped-def]
     # the subscriber is a "method B" QoS 2 receiver (MQTT 3.1.1 4.3.3): it delivers at
     # the first PUBLISH of a packet id and holds the id until the PUBREL

@@ -327,6 +327,9 @@ class Broker:
                 owned.discard(q)
         if q.defn.durable:
             self._delete(f"q/{q.vhost}\x00{q.name}")
+        # Publishes routed here earlier in this loop turn are appended first: appended
+        # after the removal, they would create the queue's LMQ again, orphaned.
+        self.front.gateway.publisher.flush()
         remove_lmqs(self.store, q.lmqs)
 
     def purge(self, q: Queue) -> int:

@@ -69,16 +69,21 @@ class Reader:
         self.unacked: dict[int, int] = {}
         #: Offsets below this were sent at least once: a resend carries DUP.
         self.sent_upto = offset
-        #: Offsets whose PUBREC came (PUBREL pending): never send their PUBLISH again.
+        #: Offsets whose QoS 2 flow reached PUBREC or PUBCOMP: never send them again.
         self.skip: set[int] = set()
+        #: offset -> packet id of messages sent before a reconnect and not acknowledged:
+        #: they go out again with the same packet id and DUP (MQTT-4.4.0-1).
+        self.resend: dict[int, int] = {}
         self.remove_listener: object = None
 
     def commit_point(self) -> int:
         return next(iter(self.unacked)) if self.unacked else self.next_offset
 
     def rewind(self) -> None:
-        """After a disconnect: read again from the first unacknowledged message."""
+        """After a disconnect: read again from the first unacknowledged message; the
+        unacknowledged ones keep their packet ids."""
         self.next_offset = self.commit_point()
+        self.resend.update(self.unacked)
         self.unacked.clear()
 
     def acked(self, offset: int) -> None:
@@ -110,6 +115,7 @@ class Reader:
                 qos = min(msg.record.qos, self.sub.qos)
                 if qos and window <= 0:
                     break
+                again = self.resend.pop(offset, None)
                 sent = deliver(
                     session,
                     handler,
@@ -117,13 +123,16 @@ class Reader:
                     self.sub,
                     qos,
                     now,
-                    dup=offset < self.sent_upto,
+                    dup=again is not None or offset < self.sent_upto,
                     reader=self,
                     offset=offset,
+                    packet_id=again,
                 )
                 if sent is not None and qos:
                     self.unacked[offset] = sent
                     window -= 1
+                    if qos == 2 and again is None:
+                        session.qos2_sent(sent, self.lmq, offset)
             self.next_offset = offset + 1
             consumed += 1
         if self.next_offset > self.sent_upto:
@@ -192,6 +201,7 @@ def deliver(
     offset: int = -1,
     receipt: str | None = None,
     retained: bool = False,
+    packet_id: int | None = None,
 ) -> int | None:
     """Send one message to the client. Returns its packet id (0 for QoS 0), or None if
     it was not sent (no-local, expired, or too large for the client)."""
@@ -206,7 +216,7 @@ def deliver(
     if expiry is not None and expiry <= 0:
         return None
     proto = handler.proto
-    pid = session.allocate_packet_id() if qos else None
+    pid = (packet_id or session.allocate_packet_id()) if qos else None
     retain = True if retained else (record.retain and sub.retain_as_published)
     try:
         data = proto.send_publish(

@@ -200,7 +200,9 @@ class MqttHandler(ConnectionHandler):
                     subject, client_id=connect.client_id, peer_host=conn.peer_host
                 )
                 if isinstance(by_cert, Principal) and connect.username in (
-                    None, "", by_cert.username
+                    None,
+                    "",
+                    by_cert.username,
                 ):
                     result = by_cert
         if result is None:
@@ -521,6 +523,7 @@ class MqttHandler(ConnectionHandler):
             if inf.receipt is not None:
                 self._ack_receipt(inf.receipt)
                 inf.receipt = None
+            session.state.qos2_out.pop(packet.packet_id, None)
             session.state.pubrel_pending[packet.packet_id] = [lmq, inf.offset]
             session.save()
         self._send(Pubrel(packet_id=packet.packet_id))
@@ -528,7 +531,14 @@ class MqttHandler(ConnectionHandler):
     def _on_pubcomp(self, packet: Pubcomp) -> None:
         session = self.session
         assert session is not None
-        if session.state.pubrel_pending.pop(packet.packet_id, None) is not None:
+        flow = session.state.pubrel_pending.pop(packet.packet_id, None)
+        if flow is not None:
+            lmq, offset = flow
+            if lmq and offset >= 0:
+                # never sent again, even before the offset commit passes it
+                done = session.state.qos2_done.setdefault(lmq, [])
+                done.append(offset)
+                done.sort()
             session.save()
         self._complete(packet.packet_id)
 
@@ -577,8 +587,10 @@ class MqttHandler(ConnectionHandler):
                 continue
             key = f"$share/{shared.group}/{topic_filter}" if shared else topic_filter
             limit = front.gateway.config.max_subscriptions_per_session
-            if limit and key not in session.state.subscriptions and (
-                len(session.state.subscriptions) >= limit
+            if (
+                limit
+                and key not in session.state.subscriptions
+                and (len(session.state.subscriptions) >= limit)
             ):
                 codes.append(ReasonCode.QUOTA_EXCEEDED if v5 else 0x80)
                 continue

@@ -69,6 +69,12 @@ class SessionState:
     #: Outbound QoS 2 messages whose PUBREC came: PUBREL must be (re)sent, not PUBLISH.
     #: packet id -> [lmq, offset]
     pubrel_pending: dict[int, list[Any]] = field(default_factory=dict)
+    #: Outbound QoS 2 PUBLISHes sent and not yet PUBREC'd: packet id -> [lmq, offset].
+    #: After a reconnect or restart they are sent again with the same packet id (DUP).
+    qos2_out: dict[int, list[Any]] = field(default_factory=dict)
+    #: Outbound QoS 2 flows completed (PUBCOMP) above the committed offset: lmq ->
+    #: offsets, never delivered again; pruned as the committed offset passes them.
+    qos2_done: dict[str, list[int]] = field(default_factory=dict)
     connected: bool = False
     disconnected_ms: int = 0
     #: The user that owns the session (None = anonymous); no other user may take it over.
@@ -86,6 +92,7 @@ class SessionState:
         if self.will is not None:
             doc["will"]["payload"] = self.will.payload.hex()
         doc["pubrel_pending"] = {str(k): v for k, v in self.pubrel_pending.items()}
+        doc["qos2_out"] = {str(k): v for k, v in self.qos2_out.items()}
         return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
@@ -94,7 +101,8 @@ class SessionState:
         subs = {k: SubscriptionState(**v) for k, v in doc.pop("subscriptions").items()}
         will = doc.pop("will")
         pubrel = {int(k): v for k, v in doc.pop("pubrel_pending").items()}
-        state = cls(**doc, subscriptions=subs, pubrel_pending=pubrel)
+        qos2_out = {int(k): v for k, v in doc.pop("qos2_out", {}).items()}
+        state = cls(**doc, subscriptions=subs, pubrel_pending=pubrel, qos2_out=qos2_out)
         if will is not None:
             will["payload"] = bytes.fromhex(will["payload"])
             state.will = WillState(**will)

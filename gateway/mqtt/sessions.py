@@ -66,14 +66,26 @@ class Session:
     # -- packet identifiers ------------------------------------------------------------
 
     def allocate_packet_id(self) -> int:
+        """A packet id in use by no flow: in flight now, PUBREL-pending, or held for a
+        resend after a reconnect."""
         used = self.inflight
         pending = self.state.pubrel_pending
+        held = self.state.qos2_out
+        reserved = {
+            pid for r in self.readers.values() if isinstance(r, Reader) for pid in r.resend.values()
+        }
         for _ in range(65535):
             pid = self._next_pid
             self._next_pid = pid % 65535 + 1
-            if pid not in used and pid not in pending:
+            if pid not in used and pid not in pending and pid not in held and pid not in reserved:
                 return pid
         raise RuntimeError("no free packet identifier")  # the window is far smaller
+
+    def qos2_sent(self, pid: int, lmq: str, offset: int) -> None:
+        """A QoS 2 PUBLISH goes out: its packet id is remembered durably first, so that
+        after a crash it is sent again with the same id, not as a new message."""
+        self.state.qos2_out[pid] = [lmq, offset]
+        self.save()
 
     def qos_inflight(self) -> int:
         return len(self.inflight)
@@ -100,10 +112,23 @@ class Session:
                 info = front.store.lmq(lmq)
                 offset = info.max_offset if info else 0
             reader = Reader(sub, lmq, offset)
-            for lmq_name, off in self.state.pubrel_pending.values():
-                if lmq_name == lmq and off >= offset:
-                    reader.skip.add(off)
         self.readers[sub.key] = reader
+
+    def _restore_qos2(self) -> None:
+        """Before delivering after a (re)connect: messages whose QoS 2 flow got past
+        PUBREC are not sent again; those sent and not PUBREC'd go again, same id."""
+        state = self.state
+        for reader in self.readers.values():
+            if not isinstance(reader, Reader):
+                continue
+            lmq, start = reader.lmq, reader.next_offset
+            reader.skip = {
+                off for name, off in state.pubrel_pending.values() if name == lmq and off >= start
+            }
+            reader.skip.update(off for off in state.qos2_done.get(lmq, ()) if off >= start)
+            for pid, (name, off) in state.qos2_out.items():
+                if name == lmq and off >= start:
+                    reader.resend[off] = pid
 
     def listen(self) -> None:
         """Wake the delivery loop whenever a subscribed LMQ gains messages."""
@@ -168,6 +193,7 @@ class Session:
         self.handler = handler
         self.cancel_timers()
         self.state.connected = True
+        self._restore_qos2()
         self.listen()
 
     def offline(self) -> None:
@@ -195,12 +221,24 @@ class Session:
             return
         self.offsets_dirty = False
         store = self.front.store
+        pruned = False
+        done = self.state.qos2_done
         for reader in self.readers.values():
             if isinstance(reader, Reader):
                 point = reader.commit_point()
                 if point != reader.committed and store.lmq(reader.lmq) is not None:
                     store.commit_offset(self.group, reader.lmq, point)
                     reader.committed = point
+                offsets = done.get(reader.lmq)
+                if offsets and offsets[0] < reader.committed:
+                    kept = [o for o in offsets if o >= reader.committed]
+                    if kept:
+                        done[reader.lmq] = kept
+                    else:
+                        del done[reader.lmq]
+                    pruned = True
+        if pruned:
+            self.save()
 
     def save(self, qos2_upto: int | None = None) -> None:
         """Persist the durable state (persistent sessions only)."""

@@ -389,3 +389,27 @@ def test_disconnect_carries_a_reason_string(gateway):
     reply = c.recv()
     assert isinstance(reply, Disconnect) and reply.reason_code == ReasonCode.TOPIC_NAME_INVALID
     assert "wildcard in topic name 'a/+'" in reply.properties.reason_string
+
+
+def test_outbound_qos2_keeps_its_packet_id_and_is_not_repeated_after_pubcomp(gateway):
+    """MQTT-4.4.0-1: an unacknowledged QoS 2 PUBLISH goes again with the same packet id;
+    a completed flow is not sent again after a restart, even right after its PUBCOMP."""
+    port = gateway.mqtt_port
+    c = connect(port, "q2rcv", clean=False)
+    subscribe(c, "o2/#", 2)
+    pub = Paho(port, "pub")
+    pub.publish("o2/a", b"first", qos=2)
+    first = c.recv()
+    c.close()  # no PUBREC: the flow is unfinished
+    c = connect(port, "q2rcv", clean=False)
+    again = c.recv()
+    assert (again.payload, again.packet_id, again.dup) == (b"first", first.packet_id, True)
+    c.send(Pubrec(packet_id=again.packet_id))
+    assert c.recv() == Pubrel(packet_id=again.packet_id)
+    c.send(Pubcomp(packet_id=again.packet_id))
+    time.sleep(0.1)
+    gateway.kill()  # within the offset-commit interval
+    gateway.start()
+    c = connect(gateway.mqtt_port, "q2rcv", clean=False)
+    with pytest.raises(TimeoutError):
+        c.recv(timeout=1.0)  # completed: not delivered again
