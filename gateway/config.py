@@ -94,6 +94,9 @@ class GatewayConfig:
     #: QoS 1/2 messages in flight to one MQTT client: the lower of this and the client's
     #: Receive Maximum.
     max_inflight: int = 1024
+    #: Queues one AMQP connection may have created and not yet deleted (its LMQs);
+    #: more declares get 406 PRECONDITION_FAILED. 0 = no limit.
+    max_queues_per_connection: int = 0
     #: Longest MQTT keep-alive accepted, in seconds (0 = whatever the client asks). An
     #: MQTT 5 client asking for more (or for none) is told this one (Server Keep Alive);
     #: a 3.x client's longer keep-alive is enforced at this value.
@@ -231,6 +234,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "max_inflight": _int(1, 65535),
     "max_queued_messages": _int(0),
     "max_keep_alive": _int(0, 65535),
+    "max_queues_per_connection": _int(0),
     "max_publish_rate": _int(0),
     "log_format": _choice(*LOG_FORMATS),
     "log_level": _choice(*LOG_LEVELS),

@@ -275,10 +275,18 @@ class Broker:
                         f" received '{describe(theirs)}' but current is '{describe(ours)}'")
             existing.touch()
             return existing
+        limit = self.front.gateway.config.max_queues_per_connection
+        if limit and conn_id and sum(
+            1 for v in self.vhosts.values() for q in v.queues.values() if q.creator == conn_id
+        ) >= limit:
+            raise ChannelError(
+                PRECONDITION_FAILED,
+                f"cannot declare queue '{name}': queue limit per connection ({limit}) is reached")
         qargs = QueueArgs.parse(vhost, name, arguments)
         defn = QueueDef(vhost, name, durable, exclusive, auto_delete, dict(arguments), qargs,
                         owner=conn_id if exclusive else 0)
         q = self._add_queue(vh, defn)
+        q.creator = conn_id
         if durable and not exclusive:
             self._put(f"q/{vhost}\x00{name}", defn.to_json())
         return q

@@ -104,6 +104,9 @@ class Queue:
         self.unacked = 0
         self.deleted = False
         self.ever_consumed = False
+        #: The connection that declared it (0: loaded at start), for the per-connection
+        #: queue limit.
+        self.creator = 0
         self._scheduled = False
         self._rr = 0
         self._expiry_timer: Any = None

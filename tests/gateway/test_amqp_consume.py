@@ -307,3 +307,24 @@ def test_consumer_priorities(gw: ThreadGateway) -> None:
     # the high-priority consumer has credit (no prefetch limit): it gets everything
     assert len(high) == 5 and low == []
     conn.close()
+
+
+def test_queue_limit_per_connection(tmp_path) -> None:
+    from .test_amqp_support import ThreadGateway as TG
+
+    g = TG(tmp_path / "d", max_queues_per_connection=2).start()
+    try:
+        conn = pika_connect(g)
+        ch = conn.channel()
+        ch.queue_declare("one")
+        ch.queue_declare("two")
+        ch.queue_declare("one")  # redeclaring is not creating
+        with pytest.raises(ChannelClosedByBroker) as exc:
+            ch.queue_declare("three")
+        assert exc.value.reply_code == 406 and "queue limit" in exc.value.reply_text
+        ch = conn.channel()
+        ch.queue_delete("two")
+        ch.queue_declare("three")  # room again
+        conn.close()
+    finally:
+        g.stop()
