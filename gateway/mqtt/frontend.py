@@ -23,7 +23,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from broker_core import Message, Protocol, StoreError
+from broker_core import StoreError
 from gateway.auth import Principal
 from gateway.frontend import FrontEnd
 from gateway.mqtt.delivery import deliver
@@ -400,13 +400,3 @@ class MqttFrontEnd(FrontEnd):
     def now_ms() -> int:
         return time.time_ns() // 1_000_000
 
-
-def _message_for(packet: Publish, origin: str) -> Message:
-    return Message(
-        topic=packet.topic,
-        body=packet.payload,
-        qos=packet.qos,
-        retain=packet.retain,
-        origin=origin,
-        protocol=Protocol.MQTT,
-    )

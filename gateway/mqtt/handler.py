@@ -25,7 +25,7 @@ from gateway.auth.authenticator import LoginResult
 from gateway.auth.subjects import subject_from_peercert
 from gateway.frontend import ConnectionHandler
 from gateway.mqtt.messages import to_store_message
-from gateway.mqtt.session_state import NEVER, SessionState, SubscriptionState, WillState
+from gateway.mqtt.session_state import NEVER, SubscriptionState, WillState
 from lmq.names import (
     InvalidTopic,
     parse_shared_subscription,
@@ -740,4 +740,4 @@ def raise_unexpected(event: object) -> None:
     raise RuntimeError(f"unexpected MQTT event {event!r}")
 
 
-__all__ = ["MqttHandler", "SessionState"]
+__all__ = ["MqttHandler"]
