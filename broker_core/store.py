@@ -183,7 +183,9 @@ class MessageStore:
         self._records: dict[int, Record] = {}  # position -> decoded record, FIFO-bounded
         #: (lmq, offset) -> record, for LMQs somebody listens to: a reader at the tail
         #: is served from memory, without the index, a read or a decode. FIFO-bounded.
-        self._hot: dict[tuple[str, int], Record] = {}
+        #: Keyed by the LMQ's id, never reused for another LMQ in this process, so a
+        #: removed LMQ's entries can simply age out (no scan at removal).
+        self._hot: dict[tuple[int, int], Record] = {}
         self._lmq_count_cache: tuple[float, int] | None = None
         #: Records whose CRC failed on read and were skipped (``on_corrupt = "skip"``).
         self.corrupt_reads = 0
@@ -478,7 +480,7 @@ class MessageStore:
             )
             for meta, offset in zip(metas, offsets, strict=True):
                 if meta.name in listened:
-                    table[(meta.name, offset)] = record
+                    table[(meta.id, offset)] = record
         excess = len(table) - _HOT_MAX
         if excess > 0:
             for key in list(itertools.islice(iter(table), excess)):
@@ -499,8 +501,6 @@ class MessageStore:
     def _drop_lmq_locked(self, meta: LmqMeta, batch: IndexBatch) -> None:
         batch.delete_lmq(meta)
         self._cache.pop(meta.name, None)
-        for key in [k for k in self._hot if k[0] == meta.name]:
-            self._hot.pop(key, None)
 
     def create_lmq(self, name: str) -> LmqInfo:
         """Make sure an LMQ exists (e.g. on subscribe) and return its info. An empty LMQ
@@ -605,8 +605,8 @@ class MessageStore:
         start = max(offset, min_offset)
         if start >= max_offset or max_count <= 0:
             return PullResult([], max(start, min(offset, max_offset)), min_offset, max_offset)
-        if tag is None and (lmq, start) in self._hot:
-            hot = self._pull_hot(lmq, start, max_count, max_bytes)
+        if tag is None and (lmq_id, start) in self._hot:
+            hot = self._pull_hot(lmq, lmq_id, start, max_count, max_bytes)
             if hot:
                 return PullResult(hot, hot[-1].offset + 1, min_offset, max_offset)
         want_hash = tag_hash(tag) if tag else None
@@ -638,7 +638,7 @@ class MessageStore:
         return PullResult(messages, next_offset, min_offset, max_offset)
 
     def _pull_hot(
-        self, lmq: str, start: int, max_count: int, max_bytes: int
+        self, lmq: str, lmq_id: int, start: int, max_count: int, max_bytes: int
     ) -> list[StoredMessage]:
         """Consecutive records from ``start`` found in the hot tail (none if the first
         is missing: it was evicted meanwhile)."""
@@ -647,7 +647,7 @@ class MessageStore:
         budget = max_bytes
         offset = start
         while len(out) < max_count:
-            record = table.get((lmq, offset))
+            record = table.get((lmq_id, offset))
             if record is None:
                 break
             size = len(record.body)

@@ -208,9 +208,20 @@ def test_tail_readers_get_the_same_records_from_memory(tmp_path):
         for i in range(10):
             s.append(Message(topic=f"t/{i}", body=b"b%d" % i, properties=props, origin="o",
                              qos=1, retain=i % 2 == 0), ["hot", "cold"])
-        assert ("hot", 0) in s._hot and ("cold", 0) not in s._hot
+        hot_id, cold_id = s.lmq("hot").id, s.lmq("cold").id
+        assert (hot_id, 0) in s._hot and (cold_id, 0) not in s._hot
         from_memory = s.pull("hot", 3, max_count=5)
     with MessageStore.open(tmp_path, SMALL) as s:
         from_disk = s.pull("hot", 3, max_count=5)
     assert from_memory == from_disk
     assert [m.offset for m in from_memory.messages] == [3, 4, 5, 6, 7]
+
+
+def test_a_removed_then_recreated_lmq_is_not_served_old_tail_records(store):
+    from broker_core.cleanup import remove_lmqs
+
+    store.add_listener("again", lambda *_: None)
+    store.append(Message(topic="t", body=b"old"), ["again"])
+    remove_lmqs(store, ["again"])
+    store.append(Message(topic="t", body=b"new"), ["again"])
+    assert [m.body for m in store.pull("again", 0).messages] == [b"new"]
