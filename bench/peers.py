@@ -238,8 +238,10 @@ class Gateway(Broker):
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
         py = str(VENV_PY if VENV_PY.exists() else sys.executable)
+        prof = os.environ.get("LMQ_BENCH_CPROFILE")
         return [
             py,
+            *(["-m", "cProfile", "-o", prof] if prof else []),
             "-m",
             "cli.serve",
             "--data-dir",

@@ -50,6 +50,7 @@ CHECKPOINT = struct.Struct(">QQQ")
 _ID = struct.Struct(">Q")
 _ENTRY_KEY = struct.Struct(">cQQ")
 _META_KEY = struct.Struct(">cQ")
+_DISPATCH_ONE = struct.pack(">I", 1)  # the count of a one-LMQ dispatch list (record.py)
 _CHECKPOINT_KEY = b"C"
 
 
@@ -92,10 +93,13 @@ class LmqMeta:
     #: computed once per cached LMQ so the append path does not redo them per message.
     key_prefix: bytes = field(default=b"", compare=False, repr=False)
     wire: bytes = field(default=b"", compare=False, repr=False)
+    #: A dispatch list naming only this LMQ, up to its offset (count 1 + ``wire``).
+    wire1: bytes = field(default=b"", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.key_prefix = _META_KEY.pack(b"E", self.id)
         self.wire = dispatch_name(self.name.encode())
+        self.wire1 = _DISPATCH_ONE + self.wire
 
     @property
     def count(self) -> int:

@@ -106,9 +106,10 @@ class AppendResult(NamedTuple):
         return self.position + self.size
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=True)
 class StoredMessage:
-    """A message read from one LMQ, at one offset."""
+    """A message read from one LMQ, at one offset. Treat it as immutable (not ``frozen``
+    only because that makes one per delivery slower to build)."""
 
     lmq: str
     offset: int
@@ -399,8 +400,38 @@ class MessageStore:
         hot: list[tuple[Message, int, int, list[LmqMeta], list[int]]] = []
         pack_entry = ENTRY.pack
         pack_offset = _OFFSET.pack
+        encode = encode_record_with_tail
+        message_type = RecordType.MESSAGE
         try:
             for message, lmqs, rtype in items:
+                if len(lmqs) == 1 and rtype == message_type:
+                    # The common case (one subscription filter, one queue): no lists,
+                    # one key. Same steps as the general path below.
+                    name = lmqs[0]
+                    meta = cache.get(name)
+                    if meta is None:
+                        meta = self._meta_for_write(name, now, batch, pending)
+                    offset = meta.next_offset
+                    record = encode(pos, now, message, meta.wire1 + pack_offset(offset), rtype)
+                    size = len(record)
+                    if len(buf) + size > room:
+                        buf, room = self._room_for(buf, size, seg_room)
+                    buf += record
+                    if listened and name in listened:
+                        hot.append((message, pos, size, [meta], [offset]))
+                    body = len(message.body)
+                    put(
+                        meta.key_prefix + pack_offset(offset),
+                        pack_entry(pos, size, body, tag_hash(message.tag) if message.tag else 0, now),
+                    )
+                    if offset == meta.min_offset:
+                        meta.min_position = pos
+                    meta.next_offset = offset + 1
+                    meta.bytes += body
+                    touched[meta.id] = meta
+                    results.append(AppendResult(pos, size, now, (offset,)))
+                    pos += size
+                    continue
                 if len(lmqs) > 1 and len(set(lmqs)) != len(lmqs):
                     lmqs = list(dict.fromkeys(lmqs))
                 metas = []
@@ -408,24 +439,15 @@ class MessageStore:
                     meta = cache.get(name)
                     if meta is None:
                         meta = self._meta_for_write(name, now, batch, pending)
-                    else:
-                        cache.move_to_end(name)
                     metas.append(meta)
                 offsets = [meta.next_offset for meta in metas]
                 tail = encode_dispatch_wire([meta.wire for meta in metas], offsets)
-                record = encode_record_with_tail(pos, now, message, tail, rtype)
+                record = encode(pos, now, message, tail, rtype)
                 size = len(record)
                 if len(buf) + size > room:
-                    if size > seg_room:
-                        raise MessageTooLarge(size, seg_room)
-                    if buf:
-                        log_.write(buf)
-                        buf = bytearray()
-                    if not log_.fits(size):
-                        log_.roll()
-                    room = seg_room - log_.active_size
+                    buf, room = self._room_for(buf, size, seg_room)
                 buf += record
-                if rtype == RecordType.MESSAGE:
+                if rtype == message_type:
                     if listened:
                         for m in metas:
                             if m.name in listened:
@@ -440,7 +462,6 @@ class MessageStore:
                             meta.min_position = pos
                         meta.next_offset = offset + 1
                         meta.bytes += body
-                        meta.last_write_ms = now
                         touched[meta.id] = meta
                 else:
                     for meta in metas:
@@ -450,7 +471,12 @@ class MessageStore:
                 pos += size
             if buf:
                 log_.write(buf)
+            move_to_end = cache.move_to_end
             for meta in touched.values():
+                # LRU order and the write time, once per LMQ of the batch (not per message)
+                meta.last_write_ms = now
+                if meta.name in cache:
+                    move_to_end(meta.name)
                 batch.put_meta(meta)
             batch.put_checkpoint(Checkpoint(pos, self._next_id, self._cleaned_to))
             batch.commit()
@@ -462,6 +488,19 @@ class MessageStore:
             self._remember_hot(hot, now)
         return results, list(touched.values())
 
+    def _room_for(self, buf: bytearray, size: int, seg_room: int) -> tuple[bytearray, int]:
+        """A record of ``size`` bytes does not fit behind ``buf`` in the active segment:
+        write ``buf`` out, roll if need be; the new (empty) buffer and the room left."""
+        if size > seg_room:
+            raise MessageTooLarge(size, seg_room)
+        log_ = self.log
+        if buf:
+            log_.write(buf)
+            buf = bytearray()
+        if not log_.fits(size):
+            log_.roll()
+        return buf, seg_room - log_.active_size
+
     def _remember_hot(
         self, hot: list[tuple[Message, int, int, list[LmqMeta], list[int]]], now: int
     ) -> None:
@@ -470,15 +509,21 @@ class MessageStore:
         decoded again."""
         table = self._hot
         listened = self._listeners
+        of_message = Record.of_message
         for message, pos, size, metas, offsets in hot:
-            record = Record.of_message(
-                message,
-                position=pos,
-                size=size,
-                store_ms=now,
-                dispatch=tuple((m.name, o) for m, o in zip(metas, offsets, strict=True)),
+            if len(metas) == 1:
+                meta = metas[0]
+                offset = offsets[0]
+                table[(meta.id, offset)] = of_message(
+                    message, position=pos, size=size, store_ms=now,
+                    dispatch=((meta.name, offset),),
+                )
+                continue
+            record = of_message(
+                message, position=pos, size=size, store_ms=now,
+                dispatch=tuple(zip([m.name for m in metas], offsets)),
             )
-            for meta, offset in zip(metas, offsets, strict=True):
+            for meta, offset in zip(metas, offsets):
                 if meta.name in listened:
                     table[(meta.id, offset)] = record
         excess = len(table) - _HOT_MAX
@@ -813,6 +858,16 @@ class MessageStore:
     def change_invisible_time(self, receipt: str, invisible_ms: int) -> str:
         return self.pop_consumer.change_invisible_time(receipt, invisible_ms)
 
+    def requeue_many(self, receipts: list[str]) -> int:
+        """Make the receipts' messages visible again now, in one write (receipts no
+        longer in flight are ignored); listeners are notified."""
+        return self.pop_consumer.requeue_many(receipts)
+
+    def set_memory_inflight(self, group: str, enabled: bool = True) -> None:
+        """Keep ``group``'s first deliveries in memory with one compact durable record
+        per pop (see broker_core.pop). In memory: a front end sets it at start."""
+        self.pop_consumer.set_memory_inflight(group, enabled)
+
     def revive(self, now: int | None = None) -> int:
         return self.pop_consumer.revive(now)
 
@@ -827,6 +882,10 @@ class MessageStore:
             1
             for item in self.state.all_inflight()
             if item.key.group == group and (lmq is None or item.key.lmq == lmq)
+        ) + sum(
+            bin(bits).count("1")
+            for name, g, _first, _count, _popped, _visible, bits in self.state.all_fresh()
+            if g == group and (lmq is None or name == lmq)
         )
 
     def release_group(self, group: str) -> int:

@@ -5,6 +5,9 @@ one turn of the event loop is appended with one ``append_batch`` (one log write,
 RocksDB write) at the end of that turn. The returned future completes when the message
 may be acknowledged to its publisher: at once in async durability, after the covering
 fsync (group commit, on the store's flusher thread) in sync durability.
+:meth:`submit_callback` is the same with a plain callback instead of a future (no
+future and no extra loop callback per message: MQTT QoS 1 / 2 publishes use it), and
+:meth:`submit_nowait` has nothing to call back (QoS 0).
 
 ``pending`` counts submitted messages not yet acknowledged; front ends pause reading a
 publisher while the store lags (see :attr:`lagging`).
@@ -17,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from broker_core import (
     AppendResult,
@@ -30,6 +33,9 @@ from broker_core import (
 
 log = logging.getLogger(__name__)
 
+#: Called with the append's result, or with None and the exception that failed it.
+Done = Callable[[AppendResult | None, BaseException | None], None]
+
 #: More unacknowledged messages than this and the store is "lagging".
 LAG_LIMIT = 50_000
 #: After a full disk, this much free space lets publishers go on.
@@ -41,7 +47,8 @@ class Publisher:
         self.store = store
         self.loop = loop
         self._items: list[tuple[Message, Sequence[str]]] = []
-        self._futures: list[asyncio.Future[AppendResult] | None] = []
+        # per item: a future, a Done callback, or None (nobody waits)
+        self._futures: list[asyncio.Future[AppendResult] | Done | None] = []
         self._scheduled = False
         self._sync = store.config.durability == Durability.SYNC
         self._max_body = store.config.max_message_bytes
@@ -87,6 +94,20 @@ class Publisher:
             self.loop.call_soon(self._flush)
         return fut
 
+    def submit_callback(self, message: Message, lmqs: Sequence[str], done: Done) -> None:
+        """:meth:`submit` with ``done(result, None)`` / ``done(None, exc)`` called on the
+        event loop when the message may be acknowledged (or has failed), instead of a
+        future. ``done`` may run inside this call (a message that is too large)."""
+        if len(message.body) > self._max_body:
+            done(None, MessageTooLarge(len(message.body), self._max_body))
+            return
+        self._items.append((message, lmqs))
+        self._futures.append(done)
+        self.pending += 1
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_soon(self._flush)
+
     def submit_nowait(self, message: Message, lmqs: Sequence[str]) -> bool:
         """:meth:`submit` for a message nobody waits on (MQTT QoS 0): no future, no
         callback. Returns False (nothing queued) if the message is too large; a failed
@@ -123,16 +144,15 @@ class Publisher:
             self.pending -= len(items)
             log.warning("append failed: %s", exc, extra={"messages": len(items)})
             for fut in futures:
-                if fut is not None and not fut.done():
-                    fut.set_exception(exc)
+                _settle(fut, None, exc)
             return
         self.appended += len(items)
         self.disk_full = False
         if not self._sync:
             self.pending -= len(items)
             for fut, result in zip(futures, results, strict=True):
-                if fut is not None and not fut.done():
-                    fut.set_result(result)
+                if fut is not None:
+                    _settle(fut, result, None)
             return
         durable = asyncio.wrap_future(self.store.acknowledged(results[-1].end), loop=self.loop)
 
@@ -140,11 +160,29 @@ class Publisher:
             self.pending -= len(futures)
             exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
             for fut, result in zip(futures, results, strict=True):
-                if fut is None or fut.done():
-                    continue
-                if exc is not None:
-                    fut.set_exception(exc)
-                else:
-                    fut.set_result(result)
+                if fut is not None:
+                    _settle(fut, None if exc is not None else result, exc)
 
         durable.add_done_callback(done)
+
+
+def _settle(
+    waiter: asyncio.Future[AppendResult] | Done | None,
+    result: AppendResult | None,
+    exc: BaseException | None,
+) -> None:
+    """Complete one submitted message's future or call its callback (a callback that
+    raises is logged; the others still run)."""
+    if waiter is None:
+        return
+    if isinstance(waiter, asyncio.Future):
+        if not waiter.done():
+            if exc is not None:
+                waiter.set_exception(exc)
+            else:
+                waiter.set_result(result)  # type: ignore[arg-type]
+        return
+    try:
+        waiter(result, exc)
+    except Exception:
+        log.exception("publish callback failed")

@@ -19,6 +19,12 @@ until cleanup removes it (idle TTL).
 LMQ names are namespaced per protocol so that an MQTT filter can never collide with an
 AMQP queue name: ``mqtt:<filter>`` and ``amqp:<vhost>:<queue>``.
 
+Which MQTT filters match a topic is remembered per topic (at most
+``ROUTE_CACHE_SIZE`` topics; the whole memo is dropped when a filter enters or leaves the
+trie, or when it is full): a device fleet publishes to the same topics over and over, and
+the trie walk is the costliest step of routing. The AMQP router is asked every time (its
+bindings change without telling this object).
+
 Event-loop thread only.
 """
 
@@ -30,6 +36,7 @@ from lmq.topic_space import amqp_to_mqtt, mqtt_to_amqp
 from lmq.topic_trie import TopicTrie
 
 MQTT_PREFIX = "mqtt:"
+ROUTE_CACHE_SIZE = 65536
 AMQP_PREFIX = "amqp:"
 
 
@@ -47,6 +54,7 @@ class TopicSpace:
         self._filters = TopicTrie()
         self._refs: dict[str, int] = {}
         self._amq_topic: Callable[[str], list[str]] | None = None
+        self._routes: dict[str, tuple[str, ...]] = {}
 
     # -- MQTT filters --------------------------------------------------------------------
 
@@ -55,6 +63,7 @@ class TopicSpace:
         count = self._refs.get(topic_filter, 0)
         if count == 0:
             self._filters.add(topic_filter, mqtt_lmq(topic_filter))
+            self._routes.clear()
         self._refs[topic_filter] = count + 1
         return mqtt_lmq(topic_filter)
 
@@ -63,6 +72,7 @@ class TopicSpace:
         if count <= 1:
             self._refs.pop(topic_filter, None)
             self._filters.remove(topic_filter, mqtt_lmq(topic_filter))
+            self._routes.clear()
         else:
             self._refs[topic_filter] = count - 1
 
@@ -82,10 +92,20 @@ class TopicSpace:
     # -- routing ----------------------------------------------------------------------
 
     def mqtt_matches(self, topic: str) -> list[str]:
-        return list(self._filters.matches(topic))
+        return list(self._filter_lmqs(topic))
+
+    def _filter_lmqs(self, topic: str) -> tuple[str, ...]:
+        routes = self._routes
+        lmqs = routes.get(topic)
+        if lmqs is None:
+            lmqs = tuple(self._filters.matches(topic))
+            if len(routes) >= ROUTE_CACHE_SIZE:
+                routes.clear()
+            routes[topic] = lmqs
+        return lmqs
 
     def route_mqtt(self, topic: str) -> list[str]:
-        lmqs = list(self._filters.matches(topic))
+        lmqs = list(self._filter_lmqs(topic))
         if self._amq_topic is not None:
             lmqs.extend(self._amq_topic(mqtt_to_amqp(topic)))
         return lmqs
@@ -96,4 +116,4 @@ class TopicSpace:
         topic = amqp_to_mqtt(routing_key)
         if not topic or "+" in topic or "#" in topic or "\x00" in topic:
             return []
-        return list(self._filters.matches(topic))
+        return list(self._filter_lmqs(topic))

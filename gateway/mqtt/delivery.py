@@ -28,13 +28,15 @@ from typing import TYPE_CHECKING
 from broker_core import Protocol, Record
 from gateway.mqtt.messages import mqtt_topic, now_ms, publish_properties, remaining_expiry
 from gateway.mqtt.session_state import SubscriptionState
-from protocol.mqtt import OutgoingPacketTooLarge
+from protocol.mqtt import EMPTY_PROPERTIES, MQTTVersion, OutgoingPacketTooLarge
 
 if TYPE_CHECKING:
     from gateway.mqtt.handler import MqttHandler
     from gateway.mqtt.sessions import Session
 
-PULL_BATCH = 64
+PULL_BATCH = 256  # messages a reader takes per round (one store pull, one socket write)
+_AMQP = Protocol.AMQP
+_V5 = MQTTVersion.V5
 SHARE_INVISIBLE_MS = 60_000
 
 
@@ -212,7 +214,8 @@ def deliver(
         and not retained
     ):
         return None
-    expiry = remaining_expiry(record, now)
+    props = record.properties
+    expiry = remaining_expiry(record, now) if props else None
     if expiry is not None and expiry <= 0:
         return None
     proto = handler.proto
@@ -220,13 +223,15 @@ def deliver(
     retain = True if retained else (record.retain and sub.retain_as_published)
     try:
         data = proto.send_publish(
-            mqtt_topic(record),
+            record.topic if record.protocol != _AMQP else mqtt_topic(record),
             record.body,
             qos,
             retain,
             dup and qos > 0,
             pid,
-            publish_properties(record, proto.version, expiry, sub.subscription_id),
+            publish_properties(record, proto.version, expiry, sub.subscription_id)
+            if proto.version == _V5
+            else EMPTY_PROPERTIES,
         )
     except OutgoingPacketTooLarge:
         handler.front.dropped_too_large += 1

@@ -44,6 +44,7 @@ from protocol.mqtt import (
     MQTTError,
     MQTTVersion,
     Pingreq,
+    PacketType,
     Pingresp,
     Properties,
     Puback,
@@ -74,6 +75,8 @@ RECEIVE_MAXIMUM = 1024
 #: Inbound topic aliases we accept (MQTT 5 Topic Alias Maximum).
 TOPIC_ALIAS_MAXIMUM = 1024
 _V5 = MQTTVersion.V5
+_PUBACK = PacketType.PUBACK
+_PUBREC = PacketType.PUBREC
 
 
 class MqttHandler(ConnectionHandler):
@@ -327,14 +330,19 @@ class MqttHandler(ConnectionHandler):
         front.received += 1
         if self._rate:
             self._throttle()
-        try:
-            validate_topic_name(publish.topic)
-        except InvalidTopic as exc:
-            self._refuse(ReasonCode.TOPIC_NAME_INVALID, str(exc))
-            return
+        topic = publish.topic
+        if not topic:
+            # The codec validated the name (UTF-8, no U+0000, no wildcards, length); an
+            # alias resolves to a non-empty one, so this is a safeguard only.
+            try:
+                validate_topic_name(topic)
+            except InvalidTopic as exc:
+                self._refuse(ReasonCode.TOPIC_NAME_INVALID, str(exc))
+                return
         qos = publish.qos
-        if publish.topic.startswith("$SYS") or not front.can_publish(
-            self.principal, session.client_id, publish.topic
+        if topic.startswith("$SYS") or (
+            front.gateway.authenticator is not None
+            and not front.can_publish(self.principal, session.client_id, topic)
         ):
             log.info("publish denied", extra={**self.conn.log_fields(), "topic": publish.topic})
             self._ack_publish(publish, ReasonCode.NOT_AUTHORIZED)
@@ -350,21 +358,23 @@ class MqttHandler(ConnectionHandler):
         message = to_store_message(
             publish, session.client_id, front.now_ms(), pid if qos == 2 else None
         )
-        lmqs = front.topic_space.route_mqtt(publish.topic)
+        lmqs = front.topic_space.route_mqtt(topic)
+        publisher = front.gateway.publisher
         if qos == 0 and not publish.retain:
-            front.gateway.publisher.submit_nowait(message, lmqs)  # nothing to acknowledge
-            if front.gateway.publisher.lagging:
+            publisher.submit_nowait(message, lmqs)  # nothing to acknowledge
+            if publisher.lagging:
                 self._paused_for_store = True
                 self.conn.pause_reading()
                 front.loop.call_later(0.05, self._store_caught_up)
             return
-        fut = front.gateway.publisher.submit(message, lmqs)
         if qos:
             self.inbound_waiting += 1
             if qos == 2:
                 session.qos2_appending += 1
-        fut.add_done_callback(lambda f: self._published(f, publish, message))
-        if self.inbound_waiting >= RECEIVE_MAXIMUM or front.gateway.publisher.lagging:
+        publisher.submit_callback(
+            message, lmqs, lambda result, exc: self._published(result, exc, publish, message)
+        )
+        if self.inbound_waiting >= RECEIVE_MAXIMUM or publisher.lagging:
             self._paused_for_store = True
             self.conn.pause_reading()
 
@@ -412,7 +422,13 @@ class MqttHandler(ConnectionHandler):
             self.conn.resume_reading()
         self._resume_processing()
 
-    def _published(self, fut: asyncio.Future[AppendResult], publish: Publish, message) -> None:  # type: ignore[no-untyped-def]
+    def _published(  # type: ignore[no-untyped-def]
+        self,
+        result: AppendResult | None,
+        exc: BaseException | None,
+        publish: Publish,
+        message,
+    ) -> None:
         qos = publish.qos
         session = self.session
         if qos == 2:
@@ -427,8 +443,7 @@ class MqttHandler(ConnectionHandler):
                 self.conn.resume_reading()
                 if not self.closed:
                     self.front.loop.call_soon(self._resume_processing)
-        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
-        if exc is not None:
+        if exc is not None or result is None:
             code = (
                 ReasonCode.QUOTA_EXCEEDED
                 if isinstance(exc, StorageFull)
@@ -442,7 +457,6 @@ class MqttHandler(ConnectionHandler):
             if not self.closed:
                 self._ack_publish(publish, code)
             return
-        result = fut.result()
         if publish.retain:
             self.front.retained.set(message, result.store_ms)
         if self.closed:
@@ -465,6 +479,11 @@ class MqttHandler(ConnectionHandler):
                 return
         pid = publish.packet_id
         assert pid is not None
+        if code == ReasonCode.SUCCESS:
+            self.queue(self.proto.send_ack_success(
+                _PUBACK if publish.qos == 1 else _PUBREC, pid
+            ))
+            return
         self._send(
             Puback(packet_id=pid, reason_code=code)
             if publish.qos == 1

@@ -419,6 +419,8 @@ def _packet_id_ack_decoder(cls: type[_PacketIdAck]) -> Callable[..., _PacketIdAc
     ptype = cls.packet_type
 
     def decode(flags: int, body: memoryview, version: MQTTVersion) -> _PacketIdAck:
+        if len(body) == 2:  # the common case: a packet identifier, nothing else
+            return cls((body[0] << 8) | body[1])
         r = Reader(body)
         packet_id = r.u16()
         if version is not V5 or r.pos == r.end:

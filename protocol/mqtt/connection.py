@@ -66,7 +66,7 @@ from .errors import (
     TopicAliasInvalid,
 )
 from .packet_types import MQTTVersion, PacketType
-from .packets import Connack, Connect, Disconnect, Packet, Publish
+from .packets import Connack, Connect, Disconnect, Packet, Puback, Pubcomp, Publish, Pubrec
 from .properties import Properties
 from .reason_codes import (
     CONNACK_REASON_CODES,
@@ -80,6 +80,10 @@ class Role(Enum):
     CLIENT = "client"
     SERVER = "server"
 
+    # Members are singletons compared by identity: hash them in C, not with Enum's
+    # Python-level __hash__ (the transition table is consulted on every packet).
+    __hash__ = object.__hash__
+
 
 class State(Enum):
     CONNECTING = "connecting"  # no CONNECT yet
@@ -87,6 +91,8 @@ class State(Enum):
     CONNECTED = "connected"
     CLOSED = "closed"  # DISCONNECT, refused CONNACK, or EOF
     ERROR = "error"
+
+    __hash__ = object.__hash__  # as Role's
 
 
 class _Sentinel:
@@ -117,6 +123,13 @@ _FROM_CLIENT = (_P.PUBLISH, _P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP, _P.SUBS
                 _P.UNSUBSCRIBE, _P.PINGREQ, _P.AUTH)
 _FROM_SERVER = (_P.PUBLISH, _P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP, _P.SUBACK,
                 _P.UNSUBACK, _P.PINGRESP, _P.AUTH)
+# Fixed header of a PUBACK / PUBREC / PUBCOMP with remaining length 2 (see send_ack_success).
+_ACK_HEADS: Final[dict[PacketType, bytes]] = {
+    PacketType.PUBACK: b"\x40\x02",
+    PacketType.PUBREC: b"\x50\x02",
+    PacketType.PUBCOMP: b"\x70\x02",
+}
+
 _TRANSITIONS: Final[dict[State, dict[tuple[Role, PacketType], State]]] = {
     State.CONNECTING: {(_C, _P.CONNECT): State.AWAITING_CONNACK},
     State.AWAITING_CONNACK: {
@@ -433,6 +446,17 @@ class Connection:
                              packet_id=packet_id, properties=properties)
             return self._shrink(packet, version, len(buf))
         return bytes(buf)
+
+    def send_ack_success(self, ptype: PacketType, packet_id: int) -> bytes:
+        """:meth:`send` for a successful PUBACK / PUBREC / PUBCOMP (reason code 0, no
+        properties) in the CONNECTED state: the same four bytes ``send`` would encode
+        (MQTT 5 omits a zero reason code with no properties, 3.1.2 / 3.2.2 / 3.4.2),
+        without building the packet object."""
+        if self.state is not State.CONNECTED or not 0 < packet_id <= 0xFFFF:
+            cls = {PacketType.PUBACK: Puback, PacketType.PUBREC: Pubrec,
+                   PacketType.PUBCOMP: Pubcomp}[ptype]
+            return self.send(cls(packet_id=packet_id))
+        return _ACK_HEADS[ptype] + packet_id.to_bytes(2, "big")
 
     def _encode(self, packet: Packet, version: MQTTVersion) -> bytes:
         buf = bytearray()
