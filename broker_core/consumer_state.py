@@ -12,6 +12,9 @@ Keys and values (integers big-endian; ``s16`` = u16 length + UTF-8 bytes)::
     inflight b"P" | visible_at_ms u64 | s16 group | s16 lmq | offset u64
                                                        ->  deliveries u32 | popped_ms u64
     retry    b"R" | s16 lmq | s16 group | offset u64   ->  deliveries u32
+    fresh    b"F" | s16 lmq | s16 group | first offset u64
+                                  ->  count u32 | popped_ms u64 | visible_at_ms u64 |
+                                      unsettled bitmap (little-endian, count bits)
     meta     b"X" | key (UTF-8)                        ->  front-end owned value (bytes)
 
 - ``offset`` keys start with the LMQ, so removing an LMQ removes all its offsets with
@@ -21,6 +24,12 @@ Keys and values (integers big-endian; ``s16`` = u16 length + UTF-8 bytes)::
   handle a consumer gets is this key, so an ack needs no lookup.
 - ``retry`` holds popped messages whose invisible time ran out unacked: visible again
   to the same group, with the delivery count they reached.
+- ``fresh`` is the compact in-flight state of the groups that keep it in memory
+  (:meth:`broker_core.pop.PopConsumer.set_memory_inflight`): ONE record per pop call
+  for the messages popped for the first time (offsets ``first .. first+count-1``),
+  with a bit per message still unsettled; acking rewrites the bitmap (or deletes the
+  record once every bit is clear). After a crash each set bit is a message delivered
+  once and never settled: it becomes a retry with one delivery.
 - ``meta`` is a small namespace for front ends (sessions, retained messages, broker
   topology) that want the same durability as offsets.
 """
@@ -63,6 +72,13 @@ def inflight_key(visible_at: int, group: str, lmq: str, offset: int) -> bytes:
 
 def retry_prefix(lmq: str, group: str) -> bytes:
     return b"R" + _s16(lmq) + _s16(group)
+
+
+def fresh_prefix(lmq: str, group: str) -> bytes:
+    return b"F" + _s16(lmq) + _s16(group)
+
+
+_FRESH_HEAD = struct.Struct(">IQQ")
 
 
 def _prefix_end(prefix: bytes) -> bytes:
@@ -213,6 +229,18 @@ class ConsumerState:
     def count_retries(self, lmq: str, group: str) -> int:
         return sum(1 for _ in self._prefix_items(retry_prefix(lmq, group)))
 
+    def all_fresh(self) -> Iterator[tuple[str, str, int, int, int, int, int]]:
+        """(lmq, group, first offset, count, popped_ms, visible_at, unsettled bitmap) of
+        every ``fresh`` record."""
+        size = _FRESH_HEAD.size
+        for key, value in self._prefix_items(b"F"):
+            lmq, pos = _read_s16(key, 1)
+            group, pos = _read_s16(key, pos)
+            (first,) = _U64.unpack_from(key, pos)
+            count, popped, visible_at = _FRESH_HEAD.unpack_from(value)
+            yield (lmq, group, first, count, popped, visible_at,
+                   int.from_bytes(value[size:], "little"))
+
     # -- front-end metadata ------------------------------------------------------------
 
     def get_meta(self, key: str) -> bytes | None:
@@ -263,10 +291,22 @@ class StateBatch:
         self.wb.delete(retry_prefix(lmq, group) + _U64.pack(offset))
         self.empty = False
 
+    def put_fresh(self, prefix: bytes, first: int, count: int, popped_ms: int,
+                  visible_at: int, bits: int) -> None:
+        """``prefix`` = :func:`fresh_prefix` (lmq, group)."""
+        self.wb.put(prefix + _U64.pack(first),
+                    _FRESH_HEAD.pack(count, popped_ms, visible_at)
+                    + bits.to_bytes((count + 7) >> 3, "little"))
+        self.empty = False
+
+    def delete_fresh(self, prefix: bytes, first: int) -> None:
+        self.wb.delete(prefix + _U64.pack(first))
+        self.empty = False
+
     def delete_lmq(self, lmq: str) -> None:
-        """Every offset and retry record of one LMQ (in-flight records are time-ordered:
-        the caller deletes those one by one)."""
-        for tag in (b"O", b"R"):
+        """Every offset, retry and fresh record of one LMQ (in-flight records are
+        time-ordered: the caller deletes those one by one)."""
+        for tag in (b"O", b"R", b"F"):
             prefix = tag + _s16(lmq)
             self.wb.delete_range(prefix, _prefix_end(prefix))
         self.empty = False

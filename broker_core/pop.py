@@ -15,6 +15,16 @@ in the time-ordered pop table (:mod:`broker_core.consumer_state`). Then:
 All of it is in the state RocksDB, so it survives restarts. A receipt is the in-flight
 key, base64url encoded: an ack is a point delete with no search.
 
+Memory in-flight groups (:meth:`PopConsumer.set_memory_inflight`, the AMQP queues):
+a message popped for the FIRST time is tracked in memory, and durably as part of ONE
+``fresh`` record per pop call (first offset, count, a bit per unsettled message); an
+ack clears bits (one rewrite or delete per touched pop call, not one RocksDB write per
+message). Receipts are ``~<table>.<offset>``. After a crash every set bit becomes a
+retry with one delivery (:meth:`PopConsumer.release_group`), so it is popped again
+with ``deliveries`` = 2; a cleared bit (acked) never comes back. Retries popped again,
+and fresh messages whose invisible time is changed, use the durable in-flight table
+above as before. The invisible time of a fresh message still runs out (revive).
+
 Thread safety: every method takes the pop lock; the dead-letter append takes the
 store's append lock inside it (the lock order is always pop lock, then append lock).
 """
@@ -23,12 +33,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedList
 
-from broker_core.consumer_state import Inflight, InflightKey
+from broker_core.consumer_state import Inflight, InflightKey, fresh_prefix
 from broker_core.errors import UnknownLmq, UnknownReceipt
 from broker_core.record import Message
 
@@ -38,12 +50,41 @@ if TYPE_CHECKING:
 _REVIVE_BATCH = 1024
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built once per delivery, frozen init is slower
 class PoppedMessage:
     message: StoredMessage
     receipt: str
     #: 1 on the first delivery, then one more each time it comes back unacked.
     deliveries: int
+
+
+class _FreshBatch:
+    """The first-time deliveries of one pop call (one ``fresh`` record)."""
+
+    __slots__ = ("first", "count", "bits", "visible_at", "popped_ms")
+
+    def __init__(self, first: int, count: int, bits: int, visible_at: int,
+                 popped_ms: int) -> None:
+        self.first = first
+        self.count = count
+        self.bits = bits  # bit i set: offset first + i popped and not settled
+        self.visible_at = visible_at
+        self.popped_ms = popped_ms
+
+
+class _FreshTable:
+    """Memory in-flight state of one (group, LMQ)."""
+
+    __slots__ = ("id", "group", "lmq", "lmq_id", "prefix", "batches", "where")
+
+    def __init__(self, tid: int, group: str, lmq: str, lmq_id: int) -> None:
+        self.id = tid
+        self.group = group
+        self.lmq = lmq
+        self.lmq_id = lmq_id
+        self.prefix = fresh_prefix(lmq, group)
+        self.batches: dict[int, _FreshBatch] = {}
+        self.where: dict[int, _FreshBatch] = {}  # offset -> its batch, while unsettled
 
 
 def encode_receipt(key: InflightKey) -> str:
@@ -67,13 +108,86 @@ class PopConsumer:
         # anything is due is then a lookup, not a RocksDB scan (which also has to step
         # over the tombstones every ack leaves in the pop table).
         self._times: SortedList | None = None
+        self._memory_groups: set[str] = set()
+        self._tables: dict[int, _FreshTable] = {}
+        self._table_of: dict[tuple[str, str], _FreshTable] = {}
+        # Random start: a receipt of a previous run never names a table of this one.
+        self._table_ids = itertools.count(int.from_bytes(os.urandom(4), "big") << 16)
+        #: Never later than the earliest visible_at of a fresh batch (may be earlier:
+        #: then a revive scans the tables for nothing and sets it right).
+        self._fresh_due: int | None = None
+
+    def set_memory_inflight(self, group: str, enabled: bool = True) -> None:
+        """Track first-time deliveries of ``group`` in memory with one compact durable
+        record per pop call (see the module docstring). Same guarantees; cheaper."""
+        if enabled:
+            self._memory_groups.add(group)
+        else:
+            self._memory_groups.discard(group)
+
+    def _table(self, group: str, lmq: str, lmq_id: int) -> _FreshTable:
+        table = self._table_of.get((group, lmq))
+        if table is not None and table.lmq_id == lmq_id:
+            return table
+        if table is not None:  # the LMQ was removed and created again
+            self._drop_table(table)
+        table = _FreshTable(next(self._table_ids), group, lmq, lmq_id)
+        self._tables[table.id] = table
+        self._table_of[(group, lmq)] = table
+        return table
+
+    def _drop_table(self, table: _FreshTable) -> None:
+        self._tables.pop(table.id, None)
+        if self._table_of.get((table.group, table.lmq)) is table:
+            del self._table_of[(table.group, table.lmq)]
+
+    def _live(self, table: _FreshTable) -> bool:
+        """False (and the table dropped) if its LMQ was removed since: its fresh
+        records went with it (``StateBatch.delete_lmq``) and must not be written again."""
+        meta = self.store._meta_for_read(table.lmq)
+        if meta is not None and meta.id == table.lmq_id:
+            return True
+        self._drop_table(table)
+        return False
+
+    def _fresh_lookup(self, receipt: str) -> tuple[_FreshTable, int, _FreshBatch] | None:
+        tid, _, off = receipt[1:].partition(".")
+        try:
+            table = self._tables.get(int(tid))
+            offset = int(off)
+        except ValueError:
+            return None
+        if table is None:
+            return None
+        fb = table.where.get(offset)
+        return None if fb is None else (table, offset, fb)
 
     def _schedule(self) -> SortedList:
         if self._times is None:
             self._times = SortedList(
                 (item.key.visible_at, item.key.encode()) for item in self.store.state.all_inflight()
             )
+            self._load_fresh()
         return self._times
+
+    def _load_fresh(self) -> None:
+        """The fresh records a previous run left (their receipts died with it): tracked
+        again so that their invisible time runs out as before."""
+        store = self.store
+        for lmq, group, first, count, popped, visible_at, bits in store.state.all_fresh():
+            meta = store._meta_for_read(lmq)
+            if meta is None or not bits:
+                continue
+            table = self._table(group, lmq, meta.id)
+            fb = _FreshBatch(first, count, bits, visible_at, popped)
+            table.batches[first] = fb
+            rest = bits
+            while rest:
+                low = rest & -rest
+                table.where[first + low.bit_length() - 1] = fb
+                rest ^= low
+            if self._fresh_due is None or visible_at < self._fresh_due:
+                self._fresh_due = visible_at
 
     def forget(self, key: InflightKey) -> None:
         """An in-flight record was deleted outside this class (LMQ removal)."""
@@ -104,8 +218,22 @@ class PopConsumer:
                 if store.lmq(item.key.lmq) is not None:
                     batch.put_retry(item.key.lmq, group, item.key.offset, item.deliveries)
                     released += 1
+            # fresh records (on disk; the memory tables mirror them)
+            for lmq, g, first, _count, _popped, _visible, bits in store.state.all_fresh():
+                if g != group:
+                    continue
+                batch.delete_fresh(fresh_prefix(lmq, g), first)
+                if store.lmq(lmq) is None:
+                    continue
+                while bits:
+                    low = bits & -bits
+                    batch.put_retry(lmq, group, first + low.bit_length() - 1, 1)
+                    bits ^= low
+                    released += 1
             if not batch.empty:
                 store.state.write(batch)
+            for table in [t for t in self._tables.values() if t.group == group]:
+                self._drop_table(table)
         return released
 
     def pop(
@@ -123,7 +251,8 @@ class PopConsumer:
             store._check_open()
             now = now_ms()
             self._revive_locked(now)
-            if store.lmq(lmq) is None:
+            info = store.lmq(lmq)
+            if info is None:
                 raise UnknownLmq(f"no LMQ named {lmq!r}")
             visible_at = now + invisible_ms
             state = store.state
@@ -144,6 +273,9 @@ class PopConsumer:
             if remaining > 0:
                 start = state.get_offset(lmq, group) or 0
                 result = store.pull(lmq, start, remaining)
+                if result.messages and group in self._memory_groups:
+                    return self._pop_fresh(group, lmq, info.id, result, start, visible_at,
+                                           now, batch, added, out)
                 for msg in result.messages:
                     key = InflightKey(visible_at, group, lmq, msg.offset)
                     batch.put_inflight(key, 1, now)
@@ -157,7 +289,90 @@ class PopConsumer:
                     times.add((key.visible_at, key.encode()))
             return out
 
+    def _pop_fresh(self, group, lmq, lmq_id, result, start, visible_at, now, batch, added,
+                   out):  # type: ignore[no-untyped-def]
+        """The end of :meth:`pop` for a memory in-flight group: the new messages go to
+        one fresh record (in the same write as the retries taken and the offset)."""
+        table = self._table(group, lmq, lmq_id)
+        messages = result.messages
+        first = messages[0].offset
+        count = messages[-1].offset - first + 1
+        if count == len(messages):
+            bits = (1 << count) - 1
+        else:  # holes (never with the current index; cheap to allow)
+            bits = 0
+            for msg in messages:
+                bits |= 1 << (msg.offset - first)
+        state = self.store.state
+        batch.put_fresh(table.prefix, first, count, now, visible_at, bits)
+        batch.set_offset(lmq, group, result.next_offset)
+        state.write(batch)
+        if added:
+            times = self._schedule()
+            for key in added:
+                times.add((key.visible_at, key.encode()))
+        fb = _FreshBatch(first, count, bits, visible_at, now)
+        table.batches[first] = fb
+        where = table.where
+        prefix = f"~{table.id}."
+        for msg in messages:
+            o = msg.offset
+            where[o] = fb
+            out.append(PoppedMessage(msg, prefix + str(o), 1))
+        if self._fresh_due is None or visible_at < self._fresh_due:
+            self._fresh_due = visible_at
+        return out
+
+    def _settle_fresh(self, found: list[tuple[_FreshTable, int, _FreshBatch]], batch) -> dict:  # type: ignore[no-untyped-def]
+        """Clear the bits of ``found`` in ``batch``; returns {batch: new bits} to apply
+        once the write succeeded (:meth:`_apply_fresh`). Entries of removed LMQs are
+        left out."""
+        new_bits: dict[_FreshBatch, int] = {}
+        owner: dict[_FreshBatch, _FreshTable] = {}
+        live: dict[_FreshTable, bool] = {}
+        for table, offset, fb in found:
+            ok = live.get(table)
+            if ok is None:
+                ok = live[table] = self._live(table)
+            if not ok:
+                continue
+            bits = new_bits.get(fb, fb.bits)
+            new_bits[fb] = bits & ~(1 << (offset - fb.first))
+            owner[fb] = table
+        for fb, bits in new_bits.items():
+            prefix = owner[fb].prefix
+            if bits:
+                batch.put_fresh(prefix, fb.first, fb.count, fb.popped_ms, fb.visible_at, bits)
+            else:
+                batch.delete_fresh(prefix, fb.first)
+        return {fb: (bits, owner[fb]) for fb, bits in new_bits.items()}
+
+    @staticmethod
+    def _apply_fresh(found: list[tuple[_FreshTable, int, _FreshBatch]],
+                     settled: dict) -> None:  # type: ignore[type-arg]
+        for table, offset, fb in found:
+            if fb in settled:
+                table.where.pop(offset, None)
+        for fb, (bits, table) in settled.items():
+            fb.bits = bits
+            if not bits:
+                table.batches.pop(fb.first, None)
+
     def ack(self, receipt: str) -> None:
+        if receipt[:1] == "~":
+            with self.store._pop_lock:
+                self.store._check_open()
+                hit = self._fresh_lookup(receipt)
+                found = [hit] if hit is not None else []
+                batch = self.store.state.new_batch()
+                settled = self._settle_fresh(found, batch)
+                if not settled:
+                    raise UnknownReceipt(
+                        "receipt is not in flight (already acked, or its invisible time ran out)"
+                    )
+                self.store.state.write(batch)
+                self._apply_fresh(found, settled)
+            return
         key = decode_receipt(receipt)
         store = self.store
         with store._pop_lock:
@@ -176,7 +391,11 @@ class PopConsumer:
         longer in flight are ignored (for consumers that settle in bulk and do not care
         which were already revived)."""
         keys = []
+        fresh = []
         for receipt in receipts:
+            if receipt[:1] == "~":
+                fresh.append(receipt)
+                continue
             try:
                 keys.append(decode_receipt(receipt))
             except UnknownReceipt:
@@ -185,10 +404,17 @@ class PopConsumer:
         with store._pop_lock:
             store._check_open()
             batch = store.state.new_batch()
+            settled = None
+            if fresh:
+                lookup = self._fresh_lookup
+                found = [hit for hit in map(lookup, fresh) if hit is not None]
+                settled = self._settle_fresh(found, batch)
             for key in keys:
                 batch.delete_inflight(key)
             if not batch.empty:
                 store.state.write(batch)
+            if settled:
+                self._apply_fresh(found, settled)
             times = self._times
             if times is not None:
                 for key in keys:
@@ -199,6 +425,8 @@ class PopConsumer:
 
         if invisible_ms < 0:
             raise ValueError("invisible_ms cannot be negative")
+        if receipt[:1] == "~":
+            return self._change_fresh(receipt, invisible_ms)
         key = decode_receipt(receipt)
         store = self.store
         with store._pop_lock:
@@ -218,6 +446,95 @@ class PopConsumer:
             times.add((new_key.visible_at, new_key.encode()))
         return encode_receipt(new_key)
 
+    def _change_fresh(self, receipt: str, invisible_ms: int) -> str:
+        """A fresh delivery gets a new invisible time: it leaves its fresh record and
+        becomes a durable in-flight record (one delivery), in one write."""
+        from broker_core.store import now_ms
+
+        store = self.store
+        with store._pop_lock:
+            store._check_open()
+            hit = self._fresh_lookup(receipt)
+            found = [hit] if hit is not None else []
+            batch = store.state.new_batch()
+            settled = self._settle_fresh(found, batch)
+            if not settled:
+                raise UnknownReceipt(
+                    "receipt is not in flight (already acked, or its invisible time ran out)"
+                )
+            table, offset, fb = found[0]
+            times = self._schedule()  # loaded before the write below
+            new_key = InflightKey(now_ms() + invisible_ms, table.group, table.lmq, offset)
+            batch.put_inflight(new_key, 1, fb.popped_ms)
+            store.state.write(batch)
+            self._apply_fresh(found, settled)
+            times.add((new_key.visible_at, new_key.encode()))
+        return encode_receipt(new_key)
+
+    def requeue_many(self, receipts: list[str]) -> int:
+        """Make each receipt's message visible again now (as ``change_invisible_time(r,
+        0)`` then ``revive()`` would), in one write; receipts no longer in flight are
+        ignored. Returns how many came back (or were dead-lettered)."""
+
+        keys = []
+        fresh = []
+        for receipt in dict.fromkeys(receipts):
+            if receipt[:1] == "~":
+                fresh.append(receipt)
+                continue
+            try:
+                keys.append(decode_receipt(receipt))
+            except UnknownReceipt:
+                continue
+        store = self.store
+        state = store.state
+        with store._pop_lock:
+            store._check_open()
+            batch = state.new_batch()
+            found = []
+            settled = None
+            back: list[Inflight] = []
+            if fresh:
+                found = [hit for hit in map(self._fresh_lookup, fresh) if hit is not None]
+                settled = self._settle_fresh(found, batch)
+                for table, offset, fb in found:
+                    if fb in settled:
+                        back.append(Inflight(InflightKey(0, table.group, table.lmq, offset),
+                                             1, fb.popped_ms))
+            times = self._schedule() if keys else None
+            gone = []
+            for key in keys:
+                current = state.get_inflight(key)
+                if current is None:
+                    continue
+                batch.delete_inflight(key)
+                gone.append(key)
+                back.append(current)
+            woken: set[str] = set()
+            dead: list[Inflight] = []
+            for item in back:
+                k = item.key
+                if store.lmq(k.lmq) is None:
+                    continue
+                limit = self._max_deliveries.get(k.group, store.config.max_deliveries)
+                if limit and item.deliveries >= limit:
+                    dead.append(item)
+                else:
+                    batch.put_retry(k.lmq, k.group, k.offset, item.deliveries)
+                    woken.add(k.lmq)
+            if not batch.empty:
+                state.write(batch)
+            if settled:
+                self._apply_fresh(found, settled)
+            if times is not None:
+                for key in gone:
+                    times.discard((key.visible_at, key.encode()))
+            for item in dead:
+                self._dead_letter(item)
+        for lmq in woken:
+            store.notify(lmq)
+        return len(back)
+
     def revive(self, now: int | None = None) -> int:
         """Make every message whose invisible time ran out visible again (or dead-letter
         it). Returns how many were revived or dead-lettered."""
@@ -231,14 +548,29 @@ class PopConsumer:
         """When the next in-flight message becomes due (ms), or None."""
         with self.store._pop_lock:
             times = self._schedule()
-            return times[0][0] if times else None
+            due = times[0][0] if times else None
+            if self._fresh_due is not None:  # exact: few batches are in flight at once
+                fresh = None
+                for table in list(self._tables.values()):
+                    if not self._live(table):
+                        continue
+                    for fb in table.batches.values():
+                        if fresh is None or fb.visible_at < fresh:
+                            fresh = fb.visible_at
+                self._fresh_due = fresh
+                if fresh is not None and (due is None or fresh < due):
+                    return fresh
+            return due
 
     def _revive_locked(self, now: int) -> int:
+        self._schedule()  # loads the state left by a previous run on first use
+        total = 0
+        if self._fresh_due is not None and self._fresh_due <= now:
+            total = self._revive_fresh(now)
         store = self.store
         times = self._schedule()
         if not times or times[0][0] > now:
-            return 0  # nothing due: no RocksDB scan
-        total = 0
+            return total  # nothing due: no RocksDB scan
         woken: set[str] = set()
         while True:
             due = store.state.due_inflight(now, _REVIVE_BATCH)
@@ -262,6 +594,47 @@ class PopConsumer:
                 break
         while times and times[0][0] <= now:  # stale: deleted without our knowing
             del times[0]
+        for lmq in woken:
+            store.notify(lmq)
+        return total
+
+    def _revive_fresh(self, now: int) -> int:
+        """Fresh deliveries past their invisible time: retries (or dead letters)."""
+        store = self.store
+        batch = store.state.new_batch()
+        total = 0
+        woken: set[str] = set()
+        dead: list[Inflight] = []
+        next_due: int | None = None
+        for table in list(self._tables.values()):
+            if not self._live(table):
+                continue
+            limit = self._max_deliveries.get(table.group, store.config.max_deliveries)
+            for fb in list(table.batches.values()):
+                if fb.visible_at > now:
+                    if next_due is None or fb.visible_at < next_due:
+                        next_due = fb.visible_at
+                    continue
+                batch.delete_fresh(table.prefix, fb.first)
+                del table.batches[fb.first]
+                bits = fb.bits
+                while bits:
+                    low = bits & -bits
+                    offset = fb.first + low.bit_length() - 1
+                    bits ^= low
+                    table.where.pop(offset, None)
+                    if limit and limit <= 1:
+                        dead.append(Inflight(InflightKey(fb.visible_at, table.group,
+                                                         table.lmq, offset), 1, fb.popped_ms))
+                    else:
+                        batch.put_retry(table.lmq, table.group, offset, 1)
+                        woken.add(table.lmq)
+                    total += 1
+        if not batch.empty:
+            store.state.write(batch)
+        self._fresh_due = next_due
+        for item in dead:
+            self._dead_letter(item)
         for lmq in woken:
             store.notify(lmq)
         return total

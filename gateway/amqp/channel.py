@@ -20,6 +20,7 @@ Event-loop thread only.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import deque
 from dataclasses import dataclass
@@ -70,7 +71,8 @@ class AmqpChannel:
         self.last_queue = ""
         self.confirm = False
         self.publish_seq = 0
-        self._confirms: deque[tuple[int, asyncio.Future[Any], bool]] = deque()
+        self._confirms: deque[_Confirm] = deque()
+        self._confirms_scheduled = False
         self.tx = False
         self._tx_publishes: list[ContentReceived] = []
         #: Deliveries settled inside the transaction: applied at commit.
@@ -102,7 +104,7 @@ class AmqpChannel:
         self.handler.write(self.handler.proto.send_deliver(
             self.id, consumer.tag, tag, p.deliveries > 1, exchange, routing_key, raw,
             record.body))
-        self.front.delivered.inc()
+        self.front.n_delivered += 1
         if consumer.no_ack:
             queue.ack(p.receipt)
         else:
@@ -116,7 +118,8 @@ class AmqpChannel:
         if multiple:
             if delivery_tag == 0:
                 return list(self.unacked)
-            tags = [t for t in self.unacked if t <= delivery_tag]
+            # tags are in delivery order: stop at the first one past delivery_tag
+            tags = list(itertools.takewhile(delivery_tag.__ge__, self.unacked))
             if tags:
                 return tags
         elif delivery_tag in self.unacked:
@@ -137,6 +140,24 @@ class AmqpChannel:
                detached: bool = False) -> None:
         touched: set[Queue] = set()
         requeue: dict[Queue, list[str]] = {}
+        if action == "ack" and not detached:  # the common case, in bulk
+            acks: dict[Queue, list[str]] = {}
+            for _tag, u in entries:
+                if u.consumer is not None:
+                    u.consumer.unacked -= 1
+                q = u.queue
+                q.unacked -= 1
+                if not q.deleted:
+                    receipts = acks.get(q)
+                    if receipts is None:
+                        receipts = acks[q] = []
+                    receipts.append(u.receipt)
+                touched.add(q)
+            for q, receipts in acks.items():
+                q.ack_all(receipts)
+            for q in touched:
+                q.schedule()
+            return
         for _tag, u in entries:
             if u.consumer is not None:
                 u.consumer.unacked -= 1
@@ -220,7 +241,7 @@ class AmqpChannel:
         exchange, routing_key, raw = delivery_fields(record)
         h.write(h.proto.send_get_ok(self.id, tag, p.deliveries > 1, exchange, routing_key,
                                     remaining, raw, record.body))
-        self.front.delivered.inc()
+        self.front.n_delivered += 1
         if m.no_ack:
             queue.ack(p.receipt)
         else:
@@ -253,26 +274,34 @@ class AmqpChannel:
                     f"cannot publish to internal exchange '{m.exchange}' in vhost '{h.vhost}'",
                     method=m)
         h.check("write", m.exchange, m, exchange=True)
-        self.front.published.inc()
+        self.front.n_published += 1
         if self.tx:
             self._tx_publishes.append(ev)
             return
-        fut, nack = self._route_and_submit(ev)
         if self.confirm:
             self.publish_seq += 1
-            self._confirms.append((self.publish_seq, fut, nack))
-            fut.add_done_callback(self._confirmed)
+            entry = _Confirm(self, self.publish_seq)
+            self._confirms.append(entry)
+            try:
+                entry.nack = self._route_and_submit(ev, entry.done)[1]
+            except BaseException:
+                self._confirms.pop()  # not published (e.g. 404): no sequence number
+                self.publish_seq -= 1
+                raise
         else:
-            fut.add_done_callback(_log_failure)
-        h.check_blocked()
+            self._route_and_submit(ev, _log_failure_cb)
+        h.published = True  # check_blocked() once the received bytes are processed
 
-    def _route_and_submit(self, ev: ContentReceived) -> tuple[asyncio.Future[Any], bool]:
-        """Route and append; returns the append's future and whether to nack anyway."""
+    def _route_and_submit(self, ev: ContentReceived, done: Any = None,
+                          ) -> tuple[asyncio.Future[Any] | None, bool]:
+        """Route and append; returns the append's future and whether to nack anyway.
+        With ``done``, it is called ``done(result, exc)`` when the append is settled
+        (no future: None is returned in its place)."""
         h, m = self.handler, ev.method
         front = self.front
         headers = ev.header.headers if ev.header._headers_span is not None else None
         queues, mqtt = front.broker.route(h.vhost, m.exchange, m.routing_key, headers)
-        full = [q for q in queues if q.args.overflow != "drop-head" and q.is_full()]
+        full = [q for q in queues if q.rejects_when_full and q.is_full()]
         if full:  # x-overflow reject-publish(-dlx): not stored there, and nacked
             queues = [q for q in queues if q not in full]
             dlx = [q for q in full
@@ -295,20 +324,36 @@ class AmqpChannel:
                 h.write(h.proto.send_return(
                     self.id, 312, "NO_ROUTE", m.exchange, m.routing_key,
                     ev.header.properties_raw, ev.body))
+            if done is not None:
+                done(None, None)
+                return None, bool(full)
             fut: asyncio.Future[Any] = front.loop.create_future()
             fut.set_result(None)
             return fut, bool(full)
         message = to_store_message(m.exchange, m.routing_key, ev.header, ev.body,
                                    h.origin, front.now_ms())
+        if done is not None:
+            front.gateway.publisher.submit_callback(message, lmqs, done)
+            return None, bool(full)
         return front.gateway.publisher.submit(message, lmqs), bool(full)
 
-    def _confirmed(self, _fut: asyncio.Future[Any]) -> None:
+    def confirm_soon(self) -> None:
+        """An append was settled: the confirms go out once, after every settle of this
+        loop turn (so consecutive ones coalesce into one ``multiple`` ack)."""
+        if not self._confirms_scheduled:
+            self._confirms_scheduled = True
+            self.front.loop.call_soon(self._confirmed)
+
+    def _confirmed(self) -> None:
+        self._confirms_scheduled = False
         h = self.handler
         out: list[bytes] = []
         last_ok = 0
-        while self._confirms and self._confirms[0][1].done():
-            seq, fut, nack = self._confirms.popleft()
-            failed = nack or fut.cancelled() or fut.exception() is not None
+        confirms = self._confirms
+        while confirms and confirms[0].ok is not None:
+            entry = confirms.popleft()
+            seq = entry.seq
+            failed = entry.nack or not entry.ok
             if not failed:
                 last_ok = seq
                 continue
@@ -395,6 +440,23 @@ class AmqpChannel:
             self._tx_pending = []
 
 
-def _log_failure(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        log.warning("amqp publish failed: %s", fut.exception())
+class _Confirm:
+    """One publish awaiting its confirm."""
+
+    __slots__ = ("channel", "seq", "nack", "ok")
+
+    def __init__(self, channel: AmqpChannel, seq: int) -> None:
+        self.channel = channel
+        self.seq = seq
+        self.nack = False  # refused by a full reject-publish queue: nacked anyway
+        self.ok: bool | None = None  # None while the append is pending
+
+    def done(self, _result: Any, exc: BaseException | None) -> None:
+        self.ok = exc is None
+        self.channel.confirm_soon()
+
+
+def _log_failure_cb(_result: Any, exc: BaseException | None) -> None:
+    if exc is not None:
+        log.warning("amqp publish failed: %s", exc)
+

@@ -84,6 +84,8 @@ class AmqpHandler(ConnectionHandler):
         self.blocked = False
         self.closed = False
         self._busy = False
+        #: A publish was submitted since the last check_blocked().
+        self.published = False
         self._out: list[bytes] = []
         self._out_size = 0
         self._flush_scheduled = False
@@ -147,6 +149,9 @@ class AmqpHandler(ConnectionHandler):
                 self._handle(event)
             except AMQPError as exc:
                 self._error(exc)
+        if self.published and not self.closed:
+            self.published = False
+            self.check_blocked()
         self.flush()
 
     def _error(self, exc: AMQPError) -> None:

@@ -3,9 +3,11 @@
 Every AMQP queue is one LMQ (``gateway.topic_space.amqp_queue_lmq(vhost, name)``) and
 all its consumers compete through ONE pop group, :data:`GROUP`: a delivery is a pop
 (the message becomes invisible to the group for :data:`INVISIBLE_MS`), an ack is the
-pop receipt's ack, a requeue is ``change_invisible_time(receipt, 0)`` then ``revive()``
-(the pop table counts deliveries, so ``redelivered`` = deliveries > 1). Ready messages
-= the LMQ's entries past the group's offset plus the group's retries.
+pop receipt's ack, a requeue is ``requeue_many`` (``change_invisible_time(receipt, 0)``
+then ``revive()`` in one write; the pop table counts deliveries, so ``redelivered`` =
+deliveries > 1). Ready messages = the LMQ's entries past the group's offset plus the
+group's retries. The group keeps its in-flight deliveries in memory with one compact
+durable record per pop (``set_memory_inflight``, see broker_core.pop).
 
 Wake-ups: one store listener per queue, registered for the queue's whole life (it also
 keeps the LMQ out of idle cleanup), schedules :meth:`Queue.run` on the event loop;
@@ -99,6 +101,10 @@ class Queue:
         #: priority queue delivers by priority, then FIFO within a priority.
         self.levels = min(defn.args.max_priority or 0, MAX_PRIORITY)
         self.lmqs = [self.lmq_for(p) for p in range(self.levels, -1, -1)]
+        a = defn.args
+        #: x-overflow reject-publish(-dlx) with a length limit: checked at each publish.
+        self.rejects_when_full = a.overflow != "drop-head" and (
+            a.max_length is not None or a.max_length_bytes is not None)
         self.consumers: list[Consumer] = []
         #: Messages delivered in ack mode and not yet settled.
         self.unacked = 0
@@ -252,6 +258,17 @@ class Queue:
             eligible = self._eligible()
             if not eligible:
                 break
+            if len(eligible) == 1:  # one consumer with credit: all of the pop is its
+                consumer = eligible[0]
+                popped = self.pop(consumer.credit())
+                if not popped:
+                    break
+                now = self.front.now_ms()
+                deliver = consumer.channel.deliver
+                for p in popped:
+                    if not self._drop_if_dead(p, now):
+                        deliver(consumer, self, p)
+                continue
             want = min(POP_BATCH, sum(c.credit() for c in eligible))
             popped = self.pop(want)
             if not popped:
@@ -298,14 +315,15 @@ class Queue:
         other ack of the turn in one write (see AmqpFrontEnd.ack_soon)."""
         self.front.ack_soon(receipt)
 
+    def ack_all(self, receipts: list[str]) -> None:
+        self.front.ack_soon_many(receipts)
+
     def requeue(self, receipts: list[str]) -> None:
-        for receipt in receipts:
+        if receipts:  # one write; notifies the listener: run() delivers them again
             try:
-                self.store.change_invisible_time(receipt, 0)
-            except StoreError:
-                pass
-        if receipts:
-            self.store.revive()  # notifies the listener: run() delivers them again
+                self.store.requeue_many(receipts)
+            except StoreError as exc:
+                log.warning("requeue not recorded: %s", exc, extra={"queue": self.name})
 
     def discard(self, receipt: str, record: Any, reason: str) -> None:
         """Settle a message for good and dead-letter it if the queue has a DLX."""
