@@ -73,7 +73,7 @@ def to_store_message(
 ) -> Message:
     props: dict[str, bytes] | None = None
     p = publish.properties
-    if p:
+    if p is not EMPTY_PROPERTIES and p:
         props = {}
         if p.payload_format_indicator:
             props["payload_format"] = b"1"

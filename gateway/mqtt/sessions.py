@@ -47,6 +47,9 @@ class Session:
         self.readers: dict[str, Reader | SharedReader] = {}
         self.inflight: dict[int, Inflight] = {}
         self._next_pid = 1
+        #: Readers may hold packet ids for resends (set when they are rewound, cleared
+        #: by allocate_packet_id once none does): spares a scan on every delivery.
+        self._resends_held = False
         self.handler: MqttHandler | None = None
         self.wakeup = asyncio.Event()
         self.offsets_dirty = False
@@ -78,6 +81,8 @@ class Session:
             self._next_pid = pid % 65535 + 1
             if pid in used or pid in pending or pid in held:
                 continue
+            if not self._resends_held:
+                return pid
             if reserved is None:
                 reserved = {
                     p
@@ -85,6 +90,8 @@ class Session:
                     if isinstance(r, Reader) and r.resend
                     for p in r.resend.values()
                 }
+                if not reserved:
+                    self._resends_held = False
             if pid not in reserved:
                 return pid
         raise RuntimeError("no free packet identifier")  # the window is far smaller
@@ -219,6 +226,7 @@ class Session:
         self.inflight = {}
         for reader in self.readers.values():
             reader.rewind()
+        self._resends_held = True
         self.commit_offsets(force=True)
         self.state.connected = False
         self.state.disconnected_ms = self.front.now_ms()

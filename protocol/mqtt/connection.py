@@ -67,7 +67,7 @@ from .errors import (
 )
 from .packet_types import MQTTVersion, PacketType
 from .packets import Connack, Connect, Disconnect, Packet, Puback, Pubcomp, Publish, Pubrec
-from .properties import Properties
+from .properties import EMPTY_PROPERTIES, Properties
 from .reason_codes import (
     CONNACK_REASON_CODES,
     DISCONNECT_REASON_CODES,
@@ -337,7 +337,7 @@ class Connection:
 
     def _received_publish(self, packet: Publish) -> Publish:
         props = packet.properties
-        if not props:
+        if props is EMPTY_PROPERTIES or not props:
             return packet
         if props.subscription_identifiers and self.our_role is Role.SERVER:
             raise ProtocolError("PUBLISH from a client with a subscription identifier")
