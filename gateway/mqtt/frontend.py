@@ -55,6 +55,8 @@ class MqttFrontEnd(FrontEnd):
         self.dropped_too_large = 0
         self.dropped_queue_full = 0
         self._loop_thread = 0
+        #: Sessions woken during this loop turn (an ordered set), delivered to at its end.
+        self._woken: dict[Session, None] = {}
 
     # -- life --------------------------------------------------------------------------
 
@@ -299,10 +301,26 @@ class MqttFrontEnd(FrontEnd):
         self._end_session(session)
 
     def wake(self, session: Session) -> None:
-        if threading.get_ident() == self._loop_thread:
-            session.wakeup.set()
-        else:
-            self.loop.call_soon_threadsafe(session.wakeup.set)
+        """A subscribed LMQ gained messages, or a QoS 1/2 window opened: deliver.
+
+        The sessions woken during one loop turn are served by ONE callback at its end,
+        which fills them directly (no task switch per session, the common case when a
+        publish reaches many sessions); a session with more to send than one round, or
+        a connection that is not writable, is left to its delivery task."""
+        if threading.get_ident() != self._loop_thread:
+            self.loop.call_soon_threadsafe(self.wake, session)
+            return
+        woken = self._woken
+        if not woken:
+            self.loop.call_soon(self._deliver_woken)
+        woken[session] = None
+
+    def _deliver_woken(self) -> None:
+        woken, self._woken = self._woken, {}
+        for session in woken:
+            handler = session.handler
+            if handler is None or not handler.deliver_now():
+                session.wakeup.set()
 
     def subscriptions_changed(self) -> None:
         """Hook for metrics; the topic space is already up to date."""

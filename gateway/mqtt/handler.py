@@ -24,6 +24,7 @@ from gateway.auth import ANONYMOUS_PRINCIPAL, Authenticator, Principal
 from gateway.auth.authenticator import LoginResult
 from gateway.auth.subjects import subject_from_peercert
 from gateway.frontend import ConnectionHandler
+from gateway.mqtt.delivery import PULL_BATCH
 from gateway.mqtt.messages import to_store_message
 from gateway.mqtt.session_state import NEVER, SubscriptionState, WillState
 from lmq.names import (
@@ -689,6 +690,27 @@ class MqttHandler(ConnectionHandler):
     }
 
     # -- delivery ----------------------------------------------------------------------
+
+    def deliver_now(self) -> bool:
+        """One round of delivery from every reader, right now (see MqttFrontEnd.wake).
+        False if the delivery task must go on: the connection is not writable, or a
+        reader filled a whole round (there may be more)."""
+        session = self.session
+        if self.closed or session is None or session.handler is not self:
+            return False
+        conn = self.conn
+        if not conn.writable:
+            return False
+        done = True
+        for reader in list(session.readers.values()):
+            window = self.receive_max - session.qos_inflight()
+            if reader.fill(session, self, window) >= PULL_BATCH:
+                done = False
+            if not conn.writable:
+                done = False
+                break
+        self.flush_out()
+        return done
 
     async def _deliver_loop(self) -> None:
         session = self.session
