@@ -132,6 +132,10 @@ class Checkpoint:
     cleaned_to: int = 0
 
 
+#: RocksDB memtable size of the index and state databases.
+WRITE_BUFFER_BYTES = 16 * 1024 * 1024
+
+
 def _db_options() -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
@@ -140,6 +144,11 @@ def _db_options() -> Options:
     # the number of LMQs (which never map to files at all).
     opts.set_max_open_files(256)
     opts.set_keep_log_file_num(2)
+    # The memtable is the one part of RocksDB's memory that grows with writes (an index
+    # entry is ~80 bytes there): RocksDB's 64 MiB default (x2 while one flushes) let a
+    # 1M-message backlog add ~70 MB of RSS. 16 MiB bounds that at a few more, smaller
+    # flushes (docs/benchmarks-peers.md, backlog).
+    opts.set_write_buffer_size(WRITE_BUFFER_BYTES)
     return opts
 
 

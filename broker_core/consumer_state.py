@@ -45,6 +45,10 @@ from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, Write
 
 from broker_core.errors import StorageFull, is_disk_full
 
+#: RocksDB memtable size of the state database (offsets and pop state are rewritten
+#: often: every version sits in the memtable until it is flushed).
+STATE_WRITE_BUFFER_BYTES = 16 * 1024 * 1024
+
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 _INFLIGHT_VALUE = struct.Struct(">IQ")
@@ -132,6 +136,7 @@ class ConsumerState:
             opts.create_if_missing(True)
             opts.set_max_open_files(128)
             opts.set_keep_log_file_num(2)
+            opts.set_write_buffer_size(STATE_WRITE_BUFFER_BYTES)  # see consume_queue
             self.db = Rdict(str(path), options=opts)
         self._path = path
         self._options = opts
