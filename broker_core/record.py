@@ -170,6 +170,11 @@ class Record:
 
 
 _HEAD_REST = struct.Struct(">BBHQQQHHHHII")  # the header after size, magic and crc
+_HEADER_UNPACK = HEADER.unpack_from
+_SIZE_MAGIC_UNPACK = _SIZE_MAGIC.unpack_from
+_U16_UNPACK = _U16.unpack_from
+_U32_UNPACK = _U32.unpack_from
+_U64_UNPACK = _U64.unpack_from
 _SIZE_MAGIC_CRC = struct.Struct(">III")
 
 
@@ -180,14 +185,25 @@ def _utf8(value: str, what: str) -> bytes:
     return raw
 
 
+# Encoded property names (length prefix + UTF-8): front ends use a handful of names.
+_PROP_KEYS: dict[str, bytes] = {}
+_PROP_KEYS_MAX = 4096
+
+
 def encode_properties(properties: Mapping[str, bytes]) -> bytes:
     parts: list[bytes] = []
+    keys = _PROP_KEYS
+    pack_len = _PROP_VAL.pack
     for key, value in properties.items():
-        raw_key = _utf8(key, "property name")
-        parts.append(_PROP_KEY.pack(len(raw_key)))
-        parts.append(raw_key)
-        parts.append(_PROP_VAL.pack(len(value)))
-        parts.append(bytes(value))
+        head = keys.get(key)
+        if head is None:
+            raw_key = _utf8(key, "property name")
+            head = _PROP_KEY.pack(len(raw_key)) + raw_key
+            if len(keys) < _PROP_KEYS_MAX:
+                keys[key] = head
+        parts.append(head)
+        parts.append(pack_len(len(value)))
+        parts.append(value if type(value) is bytes else bytes(value))
     return b"".join(parts)
 
 
@@ -292,9 +308,17 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
     lengths, or a position other than ``expected_position``.
     """
     view = memoryview(view)
-    size = peek_size(view)
-    if len(view) < size:
-        raise InsufficientData(size - len(view))
+    have = len(view)
+    # peek_size, inlined (one call less per record read)
+    if have < 8:
+        raise InsufficientData(8 - have)
+    size, magic = _SIZE_MAGIC_UNPACK(view, 0)
+    if magic != MAGIC:
+        raise CorruptRecord(f"bad magic 0x{magic:08x}")
+    if size < HEADER_SIZE + 4 or size > MAX_RECORD_SIZE:
+        raise CorruptRecord(f"impossible record size {size}")
+    if have < size:
+        raise InsufficientData(size - have)
     (
         _,
         _,
@@ -311,7 +335,7 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
         _pad,
         props_len,
         body_len,
-    ) = HEADER.unpack_from(view, 0)
+    ) = _HEADER_UNPACK(view, 0)
     if crc32c(view[12:size]) != crc:
         raise CorruptRecord(f"CRC mismatch in record at {position}")
     if expected_position is not None and position != expected_position:
@@ -324,37 +348,57 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
     end_fixed = pos + origin_len + topic_len + tag_len + props_len + body_len + 4
     if end_fixed > size:
         raise CorruptRecord(f"field lengths overrun the record at {position}")
+    # Empty origin, tag and properties (the common case) cost no slice and no decode.
     try:
-        origin = str(view[pos : pos + origin_len], "utf-8")
-        pos += origin_len
+        if origin_len:
+            origin = str(view[pos : pos + origin_len], "utf-8")
+            pos += origin_len
+        else:
+            origin = ""
         topic = str(view[pos : pos + topic_len], "utf-8")
         pos += topic_len
-        tag = str(view[pos : pos + tag_len], "utf-8")
-        pos += tag_len
-        properties = decode_properties(view[pos : pos + props_len])
-        pos += props_len
-        body = bytes(view[pos : pos + body_len])
+        if tag_len:
+            tag = str(view[pos : pos + tag_len], "utf-8")
+            pos += tag_len
+        else:
+            tag = ""
+        if props_len:
+            properties = decode_properties(view[pos : pos + props_len])
+            pos += props_len
+        else:
+            properties = {}
+        body = view[pos : pos + body_len].tobytes()
         pos += body_len
-        dispatch, used = decode_dispatch(view[pos:size])
+        # the dispatch list; one LMQ (the common case) inline, else decode_dispatch
+        (count,) = _U32_UNPACK(view, pos)
+        if count == 1:
+            (nlen,) = _U16_UNPACK(view, pos + 4)
+            at = pos + 6
+            if at + nlen + 8 > size:
+                raise CorruptRecord("dispatch entry overruns the record")
+            dispatch = ((str(view[at : at + nlen], "utf-8"), _U64_UNPACK(view, at + nlen)[0]),)
+            used = 14 + nlen
+        else:
+            dispatch, used = decode_dispatch(view[pos:size])
     except (UnicodeDecodeError, struct.error) as exc:
         raise CorruptRecord(f"undecodable field in record at {position}: {exc}") from None
     if pos + used != size:
         raise CorruptRecord(f"trailing bytes in record at {position}")
     return Record(
-        position=position,
-        size=size,
-        type=rtype,
-        protocol=proto,
-        qos=flags & FLAG_QOS_MASK,
-        retain=bool(flags & FLAG_RETAIN),
-        store_ms=store_ms,
-        born_ms=born_ms,
-        origin=origin,
-        topic=topic,
-        tag=tag,
-        properties=properties,
-        body=body,
-        dispatch=dispatch,
+        position,
+        size,
+        rtype,
+        proto,
+        flags & FLAG_QOS_MASK,
+        bool(flags & FLAG_RETAIN),
+        store_ms,
+        born_ms,
+        origin,
+        topic,
+        tag,
+        properties,
+        body,
+        dispatch,
     )
 
 
