@@ -36,6 +36,7 @@ import binascii
 import itertools
 import os
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedList
@@ -85,6 +86,21 @@ class _FreshTable:
         self.prefix = fresh_prefix(lmq, group)
         self.batches: dict[int, _FreshBatch] = {}
         self.where: dict[int, _FreshBatch] = {}  # offset -> its batch, while unsettled
+
+
+def _split_receipts(receipts: Iterable[str]) -> tuple[list[InflightKey], list[str]]:
+    """(durable in-flight keys, memory receipts ``~...``); undecodable receipts dropped."""
+    keys: list[InflightKey] = []
+    fresh: list[str] = []
+    for receipt in receipts:
+        if receipt[:1] == "~":
+            fresh.append(receipt)
+            continue
+        try:
+            keys.append(decode_receipt(receipt))
+        except UnknownReceipt:
+            continue
+    return keys, fresh
 
 
 def encode_receipt(key: InflightKey) -> str:
@@ -390,16 +406,7 @@ class PopConsumer:
         """Ack several receipts in one write. Unlike :meth:`ack`, receipts that are no
         longer in flight are ignored (for consumers that settle in bulk and do not care
         which were already revived)."""
-        keys = []
-        fresh = []
-        for receipt in receipts:
-            if receipt[:1] == "~":
-                fresh.append(receipt)
-                continue
-            try:
-                keys.append(decode_receipt(receipt))
-            except UnknownReceipt:
-                continue
+        keys, fresh = _split_receipts(receipts)
         store = self.store
         with store._pop_lock:
             store._check_open()
@@ -476,16 +483,7 @@ class PopConsumer:
         0)`` then ``revive()`` would), in one write; receipts no longer in flight are
         ignored. Returns how many came back (or were dead-lettered)."""
 
-        keys = []
-        fresh = []
-        for receipt in dict.fromkeys(receipts):
-            if receipt[:1] == "~":
-                fresh.append(receipt)
-                continue
-            try:
-                keys.append(decode_receipt(receipt))
-            except UnknownReceipt:
-                continue
+        keys, fresh = _split_receipts(dict.fromkeys(receipts))
         store = self.store
         state = store.state
         with store._pop_lock:
