@@ -17,7 +17,7 @@ import itertools
 import logging
 import time
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gateway.flow_control import FlowControl
 from gateway.sniff import classify
@@ -163,8 +163,8 @@ class GatewayProtocol(asyncio.Protocol):
         self._prefix = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.conn = self.gateway._admit(self.listener.name, transport)
+        # A stream transport (uvloop's is not an asyncio.Transport subclass, hence the cast)
+        self.conn = self.gateway._admit(self.listener.name, cast(asyncio.Transport, transport))
         if self.conn is not None and self.listener.protocol is not None:
             self._attach(self.listener.protocol, b"")
 
