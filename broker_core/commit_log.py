@@ -120,6 +120,8 @@ class CommitLog:
             directory.mkdir(parents=True, exist_ok=True)
         self._segments: list[Segment] = []
         self._sync_lock = threading.Lock()
+        #: The segment the last read_raw was in (any thread may replace it).
+        self._last_read: Segment | None = None
         names = sorted(p for p in directory.iterdir() if p.suffix == SEGMENT_SUFFIX)
         for path in names:
             try:
@@ -280,7 +282,10 @@ class CommitLog:
 
     def read_raw(self, position: int, size: int) -> bytes:
         """Bytes ``[position, position + size)``, across segment boundaries if needed."""
-        seg = self._segment_for(position)
+        seg = self._last_read
+        if seg is None or seg.closed or not seg.base <= position < seg.end:
+            # readers mostly stay in one segment: skip the search then
+            seg = self._last_read = self._segment_for(position)
         if position + size <= seg.end:
             return seg.read(position, size)
         parts = []

@@ -34,7 +34,7 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -182,11 +182,15 @@ class MessageStore:
         self._closed = False
         self._cache: OrderedDict[str, LmqMeta] = OrderedDict()
         self._records: dict[int, Record] = {}  # position -> decoded record, FIFO-bounded
+        self._record_order: deque[int] = deque()  # its keys, oldest first
         #: (lmq, offset) -> record, for LMQs somebody listens to: a reader at the tail
         #: is served from memory, without the index, a read or a decode. FIFO-bounded.
         #: Keyed by the LMQ's id, never reused for another LMQ in this process, so a
         #: removed LMQ's entries can simply age out (no scan at removal).
         self._hot: dict[tuple[int, int], Record] = {}
+        # The hot table's keys in insertion order, to evict the oldest in O(1): popping
+        # from the front of a dict leaves dummies that every later iter() walks over.
+        self._hot_order: deque[tuple[int, int]] = deque()
         self._lmq_count_cache: tuple[float, int] | None = None
         #: Records whose CRC failed on read and were skipped (``on_corrupt = "skip"``).
         self.corrupt_reads = 0
@@ -401,6 +405,7 @@ class MessageStore:
         pack_entry = ENTRY.pack
         pack_offset = _OFFSET.pack
         encode = encode_record_with_tail
+        new_result = tuple.__new__  # a NamedTuple's own __new__ is a Python lambda
         message_type = RecordType.MESSAGE
         try:
             for message, lmqs, rtype in items:
@@ -429,7 +434,7 @@ class MessageStore:
                     meta.next_offset = offset + 1
                     meta.bytes += body
                     touched[meta.id] = meta
-                    results.append(AppendResult(pos, size, now, (offset,)))
+                    results.append(new_result(AppendResult, (pos, size, now, (offset,))))
                     pos += size
                     continue
                 if len(lmqs) > 1 and len(set(lmqs)) != len(lmqs):
@@ -467,7 +472,7 @@ class MessageStore:
                     for meta in metas:
                         self._drop_lmq_locked(meta, batch)
                         touched.pop(meta.id, None)
-                results.append(AppendResult(pos, size, now, tuple(offsets)))
+                results.append(new_result(AppendResult, (pos, size, now, tuple(offsets))))
                 pos += size
             if buf:
                 log_.write(buf)
@@ -508,16 +513,19 @@ class MessageStore:
         record is built from the message (the same fields the encoder wrote), not
         decoded again."""
         table = self._hot
+        order = self._hot_order
         listened = self._listeners
         of_message = Record.of_message
         for message, pos, size, metas, offsets in hot:
             if len(metas) == 1:
                 meta = metas[0]
                 offset = offsets[0]
-                table[(meta.id, offset)] = of_message(
+                key = (meta.id, offset)
+                table[key] = of_message(
                     message, position=pos, size=size, store_ms=now,
                     dispatch=((meta.name, offset),),
                 )
+                order.append(key)
                 continue
             record = of_message(
                 message, position=pos, size=size, store_ms=now,
@@ -525,11 +533,13 @@ class MessageStore:
             )
             for meta, offset in zip(metas, offsets):
                 if meta.name in listened:
-                    table[(meta.id, offset)] = record
-        excess = len(table) - _HOT_MAX
-        if excess > 0:
-            for key in list(itertools.islice(iter(table), excess)):
-                table.pop(key, None)
+                    key = (meta.id, offset)
+                    table[key] = record
+                    order.append(key)
+        pop = table.pop
+        popleft = order.popleft
+        while len(order) > _HOT_MAX:
+            pop(popleft(), None)
 
     def _undo_locked(self, pending: _Pending) -> None:
         """Forget in-memory changes of a failed batch and cut its records off the log."""
@@ -537,6 +547,7 @@ class MessageStore:
             self._cache.pop(meta.name, None)
         self._next_id = pending.next_id
         self._records.clear()  # positions past pending.start will be reused
+        self._record_order.clear()
         if self.log.end > pending.start:
             try:
                 self.log.truncate(pending.start)
@@ -657,17 +668,22 @@ class MessageStore:
         want_hash = tag_hash(tag) if tag else None
         # With a tag filter, look at more entries than we return, but bounded.
         scan_limit = max_count if want_hash is None else max(max_count * 16, 1024)
-        entries: list[IndexEntry] = []
         next_offset = start
-        for entry in self.index.entries(lmq_id, start, max_offset):
-            next_offset = entry.offset + 1
-            if want_hash is None or entry.tag_hash == want_hash:
-                entries.append(entry)
-                if len(entries) >= max_count:
+        if want_hash is None:  # the first max_count entries, without a loop in Python
+            entries = list(itertools.islice(self.index.entries(lmq_id, start, max_offset), max_count))
+            if entries:
+                next_offset = entries[-1].offset + 1
+        else:
+            entries = []
+            for entry in self.index.entries(lmq_id, start, max_offset):
+                next_offset = entry.offset + 1
+                if entry.tag_hash == want_hash:
+                    entries.append(entry)
+                    if len(entries) >= max_count:
+                        break
+                scan_limit -= 1
+                if scan_limit <= 0:
                     break
-            scan_limit -= 1
-            if scan_limit <= 0:
-                break
         messages: list[StoredMessage] = []
         budget = max_bytes
         for entry, record in zip(entries, self._read_entries(entries), strict=True):
@@ -710,6 +726,8 @@ class MessageStore:
         record once."""
         out: list[Record | None] = []
         cache = self._records
+        order = self._record_order
+        read_raw = self.log.read_raw
         i, n = 0, len(entries)
         while i < n:
             first = entries[i]
@@ -723,15 +741,20 @@ class MessageStore:
                 end += entries[j].record_size
                 j += 1
             try:
-                raw = memoryview(self.log.read_raw(first.position, end - first.position))
+                raw = read_raw(first.position, end - first.position)
             except SegmentGone:
                 out.extend([None] * (j - i))
                 i = j
                 continue
+            if j - i > 1:
+                raw = memoryview(raw)
             off = 0
             for entry in entries[i:j]:
                 try:
-                    record = decode_record(raw[off : off + entry.record_size], entry.position)
+                    record = decode_record(
+                        raw if j - i == 1 else raw[off : off + entry.record_size],
+                        entry.position,
+                    )
                 except CorruptRecord as exc:
                     if self.config.on_corrupt != "skip":
                         raise
@@ -743,10 +766,13 @@ class MessageStore:
                     continue
                 out.append(record)
                 cache[entry.position] = record
+                order.append(entry.position)
                 off += entry.record_size
             i = j
-        while len(cache) > _RECORD_CACHE:
-            del cache[next(iter(cache))]
+        # oldest first, O(1) each: any iteration from the front of the dict would walk
+        # over the slots every earlier eviction left there (as for the hot table)
+        while len(order) > _RECORD_CACHE:
+            cache.pop(order.popleft(), None)
         return out
 
     def read_at(self, lmq: str, offset: int) -> StoredMessage | None:

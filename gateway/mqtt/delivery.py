@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from gateway.mqtt.sessions import Session
 
 PULL_BATCH = 256  # messages a reader takes per round (one store pull, one socket write)
+#: Records a reader pulls while its QoS 1/2 window is shut (only QoS 0 ones can go).
+_PEEK = 16
 _AMQP = Protocol.AMQP
 _V5 = MQTTVersion.V5
 SHARE_INVISIBLE_MS = 60_000
@@ -103,43 +105,60 @@ class Reader:
                 skipped = info.max_offset - limit - self.next_offset
                 session.front.dropped_queue_full += skipped
                 self.next_offset = info.max_offset - limit
-        result = store.pull(self.lmq, self.next_offset, max_count=PULL_BATCH)
-        if not result.messages:
-            self.next_offset = max(self.next_offset, result.next_offset)
-            return 0
+        # Pull no more than the window lets go out: a round that read PULL_BATCH records
+        # and sent a few (the window opened by a few PUBACKs) decoded the rest for
+        # nothing, and read them again next round. While the window is shut only QoS 0
+        # (and skipped) messages can go, so peek a few at a time for them.
+        sub_qos = self.sub.qos
         consumed = 0
         now = now_ms()
-        for msg in result.messages:
-            offset = msg.offset
-            if offset in self.skip:
-                self.skip.discard(offset)
+        while consumed < PULL_BATCH:
+            room = PULL_BATCH - consumed
+            if not sub_qos:
+                want = room
+            elif window > 0:
+                want = min(window, room)
             else:
-                qos = min(msg.record.qos, self.sub.qos)
-                if qos and window <= 0:
-                    break
-                again = self.resend.pop(offset, None)
-                sent = deliver(
-                    session,
-                    handler,
-                    msg.record,
-                    self.sub,
-                    qos,
-                    now,
-                    dup=again is not None or offset < self.sent_upto,
-                    reader=self,
-                    offset=offset,
-                    packet_id=again,
-                )
-                if sent is not None and qos:
-                    self.unacked[offset] = sent
-                    window -= 1
-                    if qos == 2 and again is None:
-                        session.qos2_sent(sent, self.lmq, offset)
-            self.next_offset = offset + 1
-            consumed += 1
-        if self.next_offset > self.sent_upto:
-            self.sent_upto = self.next_offset
-        session.offsets_dirty = True
+                want = min(_PEEK, room)
+            result = store.pull(self.lmq, self.next_offset, max_count=want)
+            if not result.messages:
+                self.next_offset = max(self.next_offset, result.next_offset)
+                break
+            blocked = False
+            for msg in result.messages:
+                offset = msg.offset
+                if offset in self.skip:
+                    self.skip.discard(offset)
+                else:
+                    qos = min(msg.record.qos, sub_qos)
+                    if qos and window <= 0:
+                        blocked = True
+                        break
+                    again = self.resend.pop(offset, None)
+                    sent = deliver(
+                        session,
+                        handler,
+                        msg.record,
+                        self.sub,
+                        qos,
+                        now,
+                        dup=again is not None or offset < self.sent_upto,
+                        reader=self,
+                        offset=offset,
+                        packet_id=again,
+                    )
+                    if sent is not None and qos:
+                        self.unacked[offset] = sent
+                        window -= 1
+                        if qos == 2 and again is None:
+                            session.qos2_sent(sent, self.lmq, offset)
+                self.next_offset = offset + 1
+                consumed += 1
+            if self.next_offset > self.sent_upto:
+                self.sent_upto = self.next_offset
+            session.offsets_dirty = True
+            if blocked or self.next_offset >= result.max_offset:
+                break
         return consumed
 
 

@@ -1,0 +1,138 @@
+"""Reader.fill against a real store, with ``deliver`` stubbed: it pulls no more records
+than the QoS 1/2 window lets go out, still lets QoS 0 messages through a shut window,
+stops at the first QoS 1/2 message the window cannot take, and says "maybe more" (a
+whole PULL_BATCH consumed) exactly as before."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from broker_core import MessageStore
+from broker_core.record import Message, Protocol
+from gateway.mqtt import delivery
+from gateway.mqtt.delivery import PULL_BATCH, Reader
+
+LMQ = "t/x"
+
+
+class CountingStore:
+    """The store, counting the records each pull asks for."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self.asked: list[int] = []
+
+    def pull(self, lmq, offset, max_count=32, **kw):
+        self.asked.append(max_count)
+        return self.store.pull(lmq, offset, max_count=max_count, **kw)
+
+    def lmq(self, name):
+        return self.store.lmq(name)
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = MessageStore.open(tmp_path / "data")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    out: list[tuple[int, int]] = []  # (offset, qos)
+    pid = iter(range(1, 1 << 20))
+
+    def fake_deliver(session, handler, record, sub, qos, now, *, offset=-1, **kw):
+        out.append((offset, qos))
+        return (kw.get("packet_id") or next(pid)) if qos else 0
+
+    monkeypatch.setattr(delivery, "deliver", fake_deliver)
+    return out
+
+
+def _append(store: MessageStore, qoses: list[int]) -> None:
+    store.append_batch(
+        [(Message(LMQ, b"m%d" % i, qos=q, protocol=Protocol.MQTT), [LMQ]) for i, q in enumerate(qoses)]
+    )
+
+
+def _session(store: CountingStore):
+    front = SimpleNamespace(
+        store=store,
+        gateway=SimpleNamespace(config=SimpleNamespace(max_queued_messages=0)),
+        dropped_queue_full=0,
+    )
+    return SimpleNamespace(front=front, offsets_dirty=False, qos2_sent=lambda *a: None)
+
+
+def _reader(qos: int = 1) -> Reader:
+    return Reader(SimpleNamespace(qos=qos), LMQ, 0)
+
+
+def test_pulls_no_more_than_the_window(store, sent):
+    _append(store, [1] * 1000)
+    counting = CountingStore(store)
+    reader = _reader()
+    assert reader.fill(_session(counting), None, 10) == 10
+    assert [o for o, _ in sent] == list(range(10))
+    # the window's worth, then one small peek for QoS 0 messages behind it
+    assert counting.asked == [10, delivery._PEEK]
+    assert reader.next_offset == 10 and len(reader.unacked) == 10
+
+
+def test_a_wide_window_takes_a_whole_batch_and_says_maybe_more(store, sent):
+    _append(store, [1] * 1000)
+    counting = CountingStore(store)
+    reader = _reader()
+    assert reader.fill(_session(counting), None, 1024) == PULL_BATCH
+    assert counting.asked == [PULL_BATCH]
+    assert reader.next_offset == PULL_BATCH
+
+
+def test_a_shut_window_still_lets_qos0_through(store, sent):
+    _append(store, [0, 0, 1, 0])
+    reader = _reader()
+    assert reader.fill(_session(CountingStore(store)), None, 0) == 2
+    assert sent == [(0, 0), (1, 0)]
+    assert reader.next_offset == 2  # the QoS 1 one waits for the window
+
+
+def test_qos0_behind_a_filled_window_goes_out_in_the_same_round(store, sent):
+    _append(store, [1, 1, 1, 0, 0, 1, 0])
+    reader = _reader()
+    assert reader.fill(_session(CountingStore(store)), None, 3) == 5
+    assert sent == [(0, 1), (1, 1), (2, 1), (3, 0), (4, 0)]
+    assert reader.next_offset == 5
+
+
+def test_qos0_subscription_ignores_the_window(store, sent):
+    _append(store, [1] * (PULL_BATCH + 10))
+    counting = CountingStore(store)
+    reader = _reader(qos=0)
+    assert reader.fill(_session(counting), None, 0) == PULL_BATCH
+    assert counting.asked == [PULL_BATCH]
+    assert all(q == 0 for _, q in sent)
+    assert reader.fill(_session(counting), None, 0) == 10
+    assert reader.next_offset == PULL_BATCH + 10
+
+
+def test_many_qos0_messages_under_a_small_window_fill_a_whole_round(store, sent):
+    _append(store, [0] * (PULL_BATCH * 2))
+    reader = _reader()
+    assert reader.fill(_session(CountingStore(store)), None, 5) == PULL_BATCH
+    assert [o for o, _ in sent] == list(range(PULL_BATCH))
+
+
+def test_skipped_and_resent_offsets(store, sent):
+    _append(store, [1] * 6)
+    reader = _reader()
+    reader.skip = {1}
+    reader.resend = {2: 77}
+    reader.sent_upto = 3
+    session = _session(CountingStore(store))
+    assert reader.fill(session, None, 2) == 3  # 0 sent, 1 skipped, 2 resent; 3 waits
+    assert [o for o, _ in sent] == [0, 2]
+    assert list(reader.unacked) == [0, 2] and reader.unacked[2] == 77
+    assert reader.next_offset == 3 and reader.skip == set()
