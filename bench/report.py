@@ -160,13 +160,23 @@ def chart(path: Path, results: dict[str, dict[str, dict[str, Any]]], brokers: li
         return False
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(scen) + 2), 4.5))
     width = 0.8 / max(1, len(brokers))
+    lowest = None
     for j, b in enumerate(brokers):
-        vals = [results[s].get(b, {}).get("del_rate") or 0 for s in scen]
-        xs = [i + (j - (len(brokers) - 1) / 2) * width for i in range(len(scen))]
-        ax.bar(xs, [max(v, 0.1) for v in vals], width, label=b)
+        # a broker skipped in (or failing) a scenario gets no bar there, not a tiny one
+        points = [
+            (i + (j - (len(brokers) - 1) / 2) * width, v)
+            for i, s in enumerate(scen)
+            if (v := results[s].get(b, {}).get("del_rate") or 0) > 0
+        ]
+        if points:
+            ax.bar([x for x, _ in points], [v for _, v in points], width, label=b)
+            low = min(v for _, v in points)
+            lowest = low if lowest is None else min(lowest, low)
     ax.set_xticks(range(len(scen)))
     ax.set_xticklabels(scen, rotation=20, ha="right", fontsize=8)
     ax.set_yscale("log")
+    if lowest is not None:
+        ax.set_ylim(bottom=lowest / 3)
     ax.set_ylabel("deliveries/s (log)")
     ax.set_title("LMQ gateway vs peers, same machine, same load generator")
     ax.legend(fontsize=8)
