@@ -57,6 +57,9 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
+TOPIC_MEMO_SIZE = 65536
+
+
 def args_key(arguments: dict[str, Any] | None) -> str:
     """A canonical text for an arguments table (bindings are keyed by it)."""
     return json.dumps(plain(arguments or {}), sort_keys=True, separators=(",", ":"))
@@ -78,6 +81,9 @@ class Exchange:
     headers: list[tuple[dict[str, Any], Destination]] = field(default_factory=list)
     #: Bindings with this exchange as source: (destination, key, args_key) -> arguments.
     bindings: dict[tuple[Destination, str, str], dict[str, Any]] = field(default_factory=dict)
+    #: Topic exchanges: routing key -> the destinations the trie matched, until the next
+    #: binding change (producers reuse a small set of keys; the trie walk is the cost).
+    _memo: dict[str, frozenset[Destination]] = field(default_factory=dict, repr=False)
 
     @property
     def alternate(self) -> str | None:
@@ -91,6 +97,7 @@ class Exchange:
         if bkey in self.bindings:
             return False
         self.bindings[bkey] = dict(arguments)
+        self._memo.clear()
         if self.type == "direct":
             self.direct.setdefault(key, set()).add(dest)
         elif self.type == "fanout":
@@ -105,6 +112,7 @@ class Exchange:
         bkey = (dest, key, args_key(arguments))
         if self.bindings.pop(bkey, None) is None:
             return False
+        self._memo.clear()
         still = any(d == dest and k == key for d, k, _ in self.bindings)
         if self.type == "direct" and not still:
             dests = self.direct.get(key)
@@ -131,14 +139,24 @@ class Exchange:
             self.remove_binding(d, key, self.bindings[(d, key, _)])
         return len(doomed)
 
-    def match(self, routing_key: str, headers: dict[str, Any] | None) -> set[Destination]:
+    def match(
+        self, routing_key: str, headers: dict[str, Any] | None
+    ) -> set[Destination] | frozenset[Destination]:
+        """The destinations bound for this message. Read-only: do not modify it."""
         t = self.type
         if t == "direct":
             return set(self.direct.get(routing_key, ()))
         if t == "fanout":
             return set(self.fanout)
         if t == "topic":
-            return self.topic.matches(routing_key)
+            memo = self._memo
+            found = memo.get(routing_key)
+            if found is None:
+                found = frozenset(self.topic.matches(routing_key))
+                if len(memo) >= TOPIC_MEMO_SIZE:
+                    memo.clear()
+                memo[routing_key] = found
+            return found
         return {dest for hargs, dest in self.headers if headers_match(hargs, headers or {})}
 
     def to_json(self) -> dict[str, Any]:

@@ -218,3 +218,32 @@ def test_lmq_queues_list(gw: ThreadGateway) -> None:
     rows = [json.loads(line) for line in result.output.splitlines()]
     assert [(r["queue"], r["durable"], r["ready"] + r["unacked"]) for r in rows] == [
         ("listed", True, 3)]
+
+
+def test_topic_routes_follow_binding_changes(gw: ThreadGateway) -> None:
+    """A topic exchange remembers which queues a routing key reached; every bind and
+    unbind (and a deleted queue) must be seen by the next publish with that key."""
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.exchange_declare("tm", "topic")
+    for q in ("tm1", "tm2"):
+        ch.queue_declare(q)
+    ch.queue_bind("tm1", "tm", "k.*")
+
+    def publish(body: bytes) -> None:
+        ch.basic_publish("tm", "k.x", body)
+
+    publish(b"1")  # only tm1 bound
+    ch.queue_bind("tm2", "tm", "#.x")
+    publish(b"2")  # both
+    ch.queue_unbind("tm1", "tm", "k.*")
+    publish(b"3")  # tm2 only
+    ch.queue_delete("tm2")
+    ch.queue_declare("tm2")  # re-created, not bound
+    publish(b"4")  # nobody
+    ch.queue_bind("tm1", "tm", "k.x")
+    publish(b"5")  # tm1 again
+    assert bodies(ch, "tm1") == [b"1", b"2", b"5"]
+    assert bodies(ch, "tm2") == []
+    conn.close()
