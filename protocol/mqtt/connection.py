@@ -249,6 +249,14 @@ class Connection:
             raise self._remote_error(exc) from exc
         self._pos = pos + used
         try:
+            if type(packet) is Publish and self.state is State.CONNECTED:
+                # the hot path: PUBLISH is allowed from either side in CONNECTED and
+                # leaves the state as it is (see _TRANSITIONS); only aliases and the
+                # subscription-identifier rule remain to check
+                props = packet.properties
+                if props is EMPTY_PROPERTIES:
+                    return packet
+                return self._received_publish(packet)
             return self._process_received(packet)
         except MQTTError as exc:
             raise self._remote_error(exc) from exc

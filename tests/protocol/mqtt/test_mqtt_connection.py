@@ -390,3 +390,13 @@ def test_replacing_properties_re_encodes() -> None:
     stripped = dataclasses.replace(decoded.properties, topic_alias=None)
     assert stripped == Properties(content_type="x")
     assert stripped.wire() == Properties(content_type="x").wire()
+
+
+def test_publish_fast_path_matches_the_transition_table() -> None:
+    """next_event skips the transition lookup for a PUBLISH in CONNECTED: that is only
+    right while the table says PUBLISH keeps CONNECTED for both roles."""
+    from protocol.mqtt.connection import _TRANSITIONS, Role, State
+    from protocol.mqtt.packet_types import PacketType
+
+    for role in Role:
+        assert _TRANSITIONS[State.CONNECTED][(role, PacketType.PUBLISH)] is State.CONNECTED
