@@ -35,8 +35,8 @@ import base64
 import binascii
 import itertools
 import os
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedList

@@ -155,7 +155,9 @@ class Record:
             position,
             size,
             RecordType.MESSAGE,
-            protocol if type(protocol) is Protocol else _PROTOCOLS.get(int(protocol), Protocol.INTERNAL),
+            protocol
+            if type(protocol) is Protocol
+            else _PROTOCOLS.get(int(protocol), Protocol.INTERNAL),
             message.qos,
             message.retain,
             store_ms,

@@ -427,7 +427,9 @@ class MessageStore:
                     body = len(message.body)
                     put(
                         meta.key_prefix + pack_offset(offset),
-                        pack_entry(pos, size, body, tag_hash(message.tag) if message.tag else 0, now),
+                        pack_entry(
+                            pos, size, body, tag_hash(message.tag) if message.tag else 0, now
+                        ),
                     )
                     if offset == meta.min_offset:
                         meta.min_position = pos
@@ -529,9 +531,9 @@ class MessageStore:
                 continue
             record = of_message(
                 message, position=pos, size=size, store_ms=now,
-                dispatch=tuple(zip([m.name for m in metas], offsets)),
+                dispatch=tuple(zip([m.name for m in metas], offsets, strict=True)),
             )
-            for meta, offset in zip(metas, offsets):
+            for meta, offset in zip(metas, offsets, strict=True):
                 if meta.name in listened:
                     key = (meta.id, offset)
                     table[key] = record
@@ -670,7 +672,9 @@ class MessageStore:
         scan_limit = max_count if want_hash is None else max(max_count * 16, 1024)
         next_offset = start
         if want_hash is None:  # the first max_count entries, without a loop in Python
-            entries = list(itertools.islice(self.index.entries(lmq_id, start, max_offset), max_count))
+            entries = list(
+                itertools.islice(self.index.entries(lmq_id, start, max_offset), max_count)
+            )
             if entries:
                 next_offset = entries[-1].offset + 1
         else:

@@ -27,7 +27,8 @@ def _fill(s: MessageStore) -> None:
     items = []
     for j in range(N_LMQS * PER_LMQ):
         i = j % N_LMQS
-        items.append((Message(f"bl/{i}", b"%d:%d" % (i, j // N_LMQS) + bytes(80), qos=1), [f"bl/{i}"]))
+        body = b"%d:%d" % (i, j // N_LMQS) + bytes(80)
+        items.append((Message(f"bl/{i}", body, qos=1), [f"bl/{i}"]))
         if len(items) == 500:
             s.append_batch(items)
             items = []
@@ -56,7 +57,9 @@ def test_backlog_of_interleaved_lmqs_is_read_exactly(tmp_path):
             assert [m.body[: m.body.index(b"\0")] for m in got] == [
                 b"%d:%d" % (i, k) for k in range(PER_LMQ)
             ]
-            assert all(m.record.qos == 1 and m.record.dispatch == ((f"bl/{i}", m.offset),) for m in got)
+            assert all(
+                m.record.qos == 1 and m.record.dispatch == ((f"bl/{i}", m.offset),) for m in got
+            )
         assert [m.body for m in _drain(s, "run", 100)] == [b"r%d" % k for k in range(PER_LMQ)]
         assert len(s._records) <= store_mod._RECORD_CACHE
 

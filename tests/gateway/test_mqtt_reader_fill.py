@@ -54,7 +54,10 @@ def sent(monkeypatch):
 
 def _append(store: MessageStore, qoses: list[int]) -> None:
     store.append_batch(
-        [(Message(LMQ, b"m%d" % i, qos=q, protocol=Protocol.MQTT), [LMQ]) for i, q in enumerate(qoses)]
+        [
+            (Message(LMQ, b"m%d" % i, qos=q, protocol=Protocol.MQTT), [LMQ])
+            for i, q in enumerate(qoses)
+        ]
     )
 
 
