@@ -177,6 +177,7 @@ _SIZE_MAGIC_UNPACK = _SIZE_MAGIC.unpack_from
 _U16_UNPACK = _U16.unpack_from
 _U32_UNPACK = _U32.unpack_from
 _U64_UNPACK = _U64.unpack_from
+_COUNT_NLEN_UNPACK = struct.Struct(">IH").unpack_from  # a dispatch count and 1st name length
 _SIZE_MAGIC_CRC = struct.Struct(">III")
 
 
@@ -308,8 +309,12 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
     valid so far (a torn tail or a reader ahead of the writer) and :class:`CorruptRecord`
     when the bytes cannot be a record: bad magic, bad size, CRC mismatch, inconsistent
     lengths, or a position other than ``expected_position``.
+
+    The fields are cut from a ``bytes`` object holding exactly the record (the input
+    itself when it is one, the common case of a pull; else a copy of the record's
+    bytes): slicing and decoding ``bytes`` costs about a quarter less per record than
+    the same on a ``memoryview``, and the body is a copy either way.
     """
-    view = memoryview(view)
     have = len(view)
     # peek_size, inlined (one call less per record read)
     if have < 8:
@@ -321,6 +326,7 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
         raise CorruptRecord(f"impossible record size {size}")
     if have < size:
         raise InsufficientData(size - have)
+    data = view if have == size and type(view) is bytes else bytes(memoryview(view)[:size])
     (
         _,
         _,
@@ -337,8 +343,8 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
         _pad,
         props_len,
         body_len,
-    ) = _HEADER_UNPACK(view, 0)
-    if crc32c(view[12:size]) != crc:
+    ) = _HEADER_UNPACK(data, 0)
+    if crc32c(data[12:]) != crc:
         raise CorruptRecord(f"CRC mismatch in record at {position}")
     if expected_position is not None and position != expected_position:
         raise CorruptRecord(f"record claims position {position}, found at {expected_position}")
@@ -351,37 +357,38 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
     if end_fixed > size:
         raise CorruptRecord(f"field lengths overrun the record at {position}")
     # Empty origin, tag and properties (the common case) cost no slice and no decode.
+    dispatch: tuple[tuple[str, int], ...]
     try:
         if origin_len:
-            origin = str(view[pos : pos + origin_len], "utf-8")
+            origin = data[pos : pos + origin_len].decode()
             pos += origin_len
         else:
             origin = ""
-        topic = str(view[pos : pos + topic_len], "utf-8")
+        topic = data[pos : pos + topic_len].decode()
         pos += topic_len
         if tag_len:
-            tag = str(view[pos : pos + tag_len], "utf-8")
+            tag = data[pos : pos + tag_len].decode()
             pos += tag_len
         else:
             tag = ""
         if props_len:
-            properties = decode_properties(view[pos : pos + props_len])
+            properties = decode_properties(memoryview(data)[pos : pos + props_len])
             pos += props_len
         else:
             properties = {}
-        body = view[pos : pos + body_len].tobytes()
+        body = data[pos : pos + body_len]
         pos += body_len
         # the dispatch list; one LMQ (the common case) inline, else decode_dispatch
-        (count,) = _U32_UNPACK(view, pos)
+        # (an empty list, count 0, is 4 bytes: too short for the pair)
+        count, nlen = _COUNT_NLEN_UNPACK(data, pos) if pos + 6 <= size else (0, 0)
         if count == 1:
-            (nlen,) = _U16_UNPACK(view, pos + 4)
             at = pos + 6
             if at + nlen + 8 > size:
                 raise CorruptRecord("dispatch entry overruns the record")
-            dispatch = ((str(view[at : at + nlen], "utf-8"), _U64_UNPACK(view, at + nlen)[0]),)
+            dispatch = ((data[at : at + nlen].decode(), _U64_UNPACK(data, at + nlen)[0]),)
             used = 14 + nlen
         else:
-            dispatch, used = decode_dispatch(view[pos:size])
+            dispatch, used = decode_dispatch(memoryview(data)[pos:])
     except (UnicodeDecodeError, struct.error) as exc:
         raise CorruptRecord(f"undecodable field in record at {position}: {exc}") from None
     if pos + used != size:

@@ -524,13 +524,19 @@ class MessageStore:
                 offset = offsets[0]
                 key = (meta.id, offset)
                 table[key] = of_message(
-                    message, position=pos, size=size, store_ms=now,
+                    message,
+                    position=pos,
+                    size=size,
+                    store_ms=now,
                     dispatch=((meta.name, offset),),
                 )
                 order.append(key)
                 continue
             record = of_message(
-                message, position=pos, size=size, store_ms=now,
+                message,
+                position=pos,
+                size=size,
+                store_ms=now,
                 dispatch=tuple(zip([m.name for m in metas], offsets, strict=True)),
             )
             for meta, offset in zip(metas, offsets, strict=True):
@@ -750,12 +756,11 @@ class MessageStore:
                 out.extend([None] * (j - i))
                 i = j
                 continue
-            if j - i > 1:
-                raw = memoryview(raw)
             off = 0
             for entry in entries[i:j]:
                 try:
                     record = decode_record(
+                        # a bytes copy of exactly the record: decode_record's fast case
                         raw if j - i == 1 else raw[off : off + entry.record_size],
                         entry.position,
                     )
