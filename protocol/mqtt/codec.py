@@ -71,6 +71,7 @@ from .packets import (
     Unsubscribe,
     Will,
     _PacketIdAck,
+    publish_from_wire,
 )
 from .primitives import (
     Reader,
@@ -410,9 +411,7 @@ def _decode_publish(flags: int, body: memoryview, version: MQTTVersion) -> Publi
             r = Reader(body, pos)
             props = read_properties(r, _PT.PUBLISH)
             pos = r.pos
-    return Publish(
-        topic, bytes(body[pos:]), qos, bool(flags & 1), bool(flags & 8), packet_id, props
-    )
+    return publish_from_wire(topic, bytes(body[pos:]), qos, flags, packet_id, props)
 
 
 def _packet_id_ack_decoder(cls: type[_PacketIdAck]) -> Callable[..., _PacketIdAck]:
