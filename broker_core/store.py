@@ -69,6 +69,7 @@ from broker_core.record import (
     decode_record,
     encode_dispatch_wire,
     encode_record_with_tail,
+    record_of_message,
 )
 
 log = logging.getLogger(__name__)
@@ -517,27 +518,17 @@ class MessageStore:
         table = self._hot
         order = self._hot_order
         listened = self._listeners
-        of_message = Record.of_message
+        of_message = record_of_message
         for message, pos, size, metas, offsets in hot:
             if len(metas) == 1:
                 meta = metas[0]
                 offset = offsets[0]
                 key = (meta.id, offset)
-                table[key] = of_message(
-                    message,
-                    position=pos,
-                    size=size,
-                    store_ms=now,
-                    dispatch=((meta.name, offset),),
-                )
+                table[key] = of_message(message, pos, size, now, ((meta.name, offset),))
                 order.append(key)
                 continue
             record = of_message(
-                message,
-                position=pos,
-                size=size,
-                store_ms=now,
-                dispatch=tuple(zip([m.name for m in metas], offsets, strict=True)),
+                message, pos, size, now, tuple(zip([m.name for m in metas], offsets, strict=True))
             )
             for meta, offset in zip(metas, offsets, strict=True):
                 if meta.name in listened:

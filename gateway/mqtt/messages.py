@@ -90,15 +90,17 @@ def to_store_message(
     if qos2_packet_id is not None:
         props = props or {}
         props[QOS2_KEY] = f"{client_id}\x00{qos2_packet_id}".encode()
+    # positional: keywords double the cost of building it (0.9 -> 0.4 us), once per publish
     return Message(
-        topic=publish.topic,
-        body=publish.payload,
-        properties=props,
-        origin=client_id,
-        qos=publish.qos,
-        retain=publish.retain,
-        protocol=Protocol.MQTT,
-        born_ms=now,
+        publish.topic,  # topic
+        publish.payload,  # body
+        props,  # properties
+        client_id,  # origin
+        "",  # tag
+        publish.qos,
+        publish.retain,
+        Protocol.MQTT,
+        now,  # born_ms
     )
 
 
