@@ -366,7 +366,9 @@ class Broker:
         """The queues a message reaches, through exchange-to-exchange bindings and
         alternate exchanges; and whether it passed through ``amq.topic`` of the default
         vhost (then MQTT subscribers get it too)."""
-        vh = self.vhost(vhost)
+        vh = self.vhosts.get(vhost)
+        if vh is None:
+            vh = self.vhost(vhost)
         if exchange == "":
             q = vh.queues.get(routing_key)
             return ([q] if q is not None else []), False

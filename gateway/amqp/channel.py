@@ -29,7 +29,14 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from broker_core import Record
-from gateway.amqp.messages import delivery_fields, to_store_message
+from gateway.amqp.messages import (
+    EXCHANGE,
+    EXPIRES_AT,
+    HEADER,
+    ROUTING_KEY,
+    delivery_fields,
+    to_store_message,
+)
 from gateway.amqp.queues import Consumer, Queue, new_consumer_tag
 from protocol.amqp.errors import (
     ACCESS_REFUSED,
@@ -111,6 +118,55 @@ class AmqpChannel:
             self.unacked[tag] = Unacked(queue, p.receipt, consumer, record)
             consumer.unacked += 1
             queue.unacked += 1
+
+    def deliver_many(self, consumer: Consumer, queue: Queue, popped: list[PoppedMessage],
+                     now: int) -> None:
+        """:meth:`deliver` of one pop's messages to one consumer, in order, written as one
+        chunk; a message that is dead (expired, or over the delivery limit) is settled
+        and dead-lettered by the queue instead (``Queue.drop_if_dead``)."""
+        h = self.handler
+        send = h.proto.send_deliver
+        channel = self.id
+        ctag = consumer.tag
+        no_ack = consumer.no_ack
+        args = queue.args
+        check_all = args.message_ttl is not None or args.delivery_limit is not None
+        unacked = self.unacked
+        first = tag = self.next_tag
+        out: list[bytes] = []
+        settled: list[str] = []
+        try:
+            for p in popped:
+                record = p.message.record
+                rp = record.properties
+                if (check_all or EXPIRES_AT in rp) and queue.drop_if_dead(p, now):
+                    continue
+                raw = rp.get(HEADER)
+                if raw is not None:
+                    exchange = rp.get(EXCHANGE, b"")
+                    routing_key = rp.get(ROUTING_KEY)
+                    if routing_key is None:
+                        routing_key = record.topic.encode()
+                else:
+                    exchange, routing_key, raw = delivery_fields(record)
+                out.append(send(channel, ctag, tag, p.deliveries > 1, exchange, routing_key,
+                                raw, record.body))
+                if no_ack:
+                    settled.append(p.receipt)
+                else:
+                    unacked[tag] = Unacked(queue, p.receipt, consumer, record)
+                tag += 1
+        finally:
+            n = tag - first
+            if n:
+                self.next_tag = tag
+                self.front.n_delivered += n
+                if no_ack:
+                    queue.ack_all(settled)
+                else:
+                    consumer.unacked += n
+                    queue.unacked += n
+                h.write(out[0] if n == 1 else b"".join(out))
 
     # -- settlement --------------------------------------------------------------------
 
@@ -299,9 +355,13 @@ class AmqpChannel:
         (no future: None is returned in its place)."""
         h, m = self.handler, ev.method
         front = self.front
-        headers = ev.header.headers if ev.header._headers_span is not None else None
+        header = ev.header
+        headers = header.headers if header._headers_span is not None else None
         queues, mqtt = front.broker.route(h.vhost, m.exchange, m.routing_key, headers)
-        full = [q for q in queues if q.rejects_when_full and q.is_full()]
+        full: list[Queue] = []
+        for q in queues:
+            if q.rejects_when_full and q.is_full():
+                full.append(q)
         if full:  # x-overflow reject-publish(-dlx): not stored there, and nacked
             queues = [q for q in queues if q not in full]
             dlx = [q for q in full
@@ -315,22 +375,25 @@ class AmqpChannel:
                 )
                 for q in dlx:
                     front.dead_letter(q, refused, "maxlen")
-        priority = ev.header.priority
-        lmqs = [q.lmq_for(priority) for q in queues]
+        priority = header.priority
+        if len(queues) == 1 and not priority:  # the common case: one queue, level 0
+            lmqs = [queues[0].lmq]
+        else:
+            lmqs = [q.lmq_for(priority) for q in queues]
         if mqtt:
             lmqs += front.gateway.topic_space.route_amq_topic(m.routing_key)
         if not lmqs:
             if m.mandatory and not full:
                 h.write(h.proto.send_return(
                     self.id, 312, "NO_ROUTE", m.exchange, m.routing_key,
-                    ev.header.properties_raw, ev.body))
+                    header.properties_raw, ev.body))
             if done is not None:
                 done(None, None)
                 return None, bool(full)
             fut: asyncio.Future[Any] = front.loop.create_future()
             fut.set_result(None)
             return fut, bool(full)
-        message = to_store_message(m.exchange, m.routing_key, ev.header, ev.body,
+        message = to_store_message(m.exchange, m.routing_key, header, ev.body,
                                    h.origin, front.now_ms())
         if done is not None:
             front.gateway.publisher.submit_callback(message, lmqs, done)

@@ -146,7 +146,10 @@ class AmqpHandler(ConnectionHandler):
                 event = proto.next_event()
                 if event is NEED_DATA:
                     break
-                self._handle(event)
+                if type(event) is ContentReceived:  # the per-message event, first
+                    self._publish(event)
+                else:
+                    self._handle(event)
             except AMQPError as exc:
                 self._error(exc)
         if self.published and not self.closed:
@@ -168,10 +171,23 @@ class AmqpHandler(ConnectionHandler):
             ch.close()
         self.write(self.proto.send_error(exc))
 
+    def _publish(self, event: ContentReceived) -> None:
+        """A complete Basic.Publish: :meth:`_method` inlined (this runs per message)."""
+        ch = self.channels.get(event.channel)
+        assert ch is not None, "the protocol machine only reports open channels"
+        try:
+            ch.publish(event)
+        except AMQPError as exc:
+            if not exc.class_id:
+                index = event.method.index
+                exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
+            if not exc.connection_level and not exc.channel:
+                exc.channel = ch.id
+            raise
+
     def _handle(self, event: Any) -> None:
         if isinstance(event, ContentReceived):
-            ch = self._channel(event.channel, event.method)
-            self._method(ch, event.method, lambda: ch.publish(event))
+            self._publish(event)
         elif isinstance(event, MethodReceived):
             if event.channel == 0:  # Connection.UpdateSecret
                 self.write(self.proto.send_method(0, C.UpdateSecretOk()))

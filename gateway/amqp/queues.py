@@ -263,11 +263,7 @@ class Queue:
                 popped = self.pop(consumer.credit())
                 if not popped:
                     break
-                now = self.front.now_ms()
-                deliver = consumer.channel.deliver
-                for p in popped:
-                    if not self._drop_if_dead(p, now):
-                        deliver(consumer, self, p)
+                consumer.channel.deliver_many(consumer, self, popped, self.front.now_ms())
                 continue
             want = min(POP_BATCH, sum(c.credit() for c in eligible))
             popped = self.pop(want)
@@ -275,7 +271,7 @@ class Queue:
                 break
             now = self.front.now_ms()
             for p in popped:
-                if self._drop_if_dead(p, now):
+                if self.drop_if_dead(p, now):
                     continue
                 consumer = self._pick(eligible)
                 if consumer is None:
@@ -285,7 +281,7 @@ class Queue:
         if requeue:
             self.requeue(requeue)
 
-    def _drop_if_dead(self, p: PoppedMessage, now: int) -> bool:
+    def drop_if_dead(self, p: PoppedMessage, now: int) -> bool:
         """Expired or over the delivery limit: settle and dead-letter it. True if so."""
         record = p.message.record
         if expired(record, self.args.message_ttl, now):
@@ -305,7 +301,7 @@ class Queue:
             popped = self.pop(1)
             if not popped:
                 return None
-            if not self._drop_if_dead(popped[0], now):
+            if not self.drop_if_dead(popped[0], now):
                 return popped[0], self.ready()
 
     # -- settlement --------------------------------------------------------------------

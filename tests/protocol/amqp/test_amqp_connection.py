@@ -437,3 +437,114 @@ def test_amqp_error_helper_levels() -> None:
     assert errors.amqp_error(541, "x", channel=1).connection_level
     e = errors.ChannelError(406, "PRECONDITION_FAILED - already named", channel=1)
     assert e.reply_text == "PRECONDITION_FAILED - already named"
+
+
+# ---------------------------------------------------------------- the publish fast path
+
+
+def _normalised(seen: list[Any]) -> list[Any]:
+    """Events as comparable values; errors by class, code, text, channel and method."""
+    out: list[Any] = []
+    for e in seen:
+        if isinstance(e, errors.AMQPError):
+            out.append((type(e).__name__, e.reply_code, e.reply_text, e.channel,
+                        e.class_id, e.method_id))
+        elif isinstance(e, events.ContentReceived):
+            out.append(("content", e.channel, e.method, e.header.raw, e.body,
+                        e.header.headers))
+        else:
+            out.append(e)
+    return out
+
+
+def _fast_path_pieces() -> list[bytes]:
+    """Frames after a first valid publish (which primes the fast path's last method and
+    header): repeats, near-misses and faults the general path must answer instead."""
+    pub = m(B.Publish(exchange="amq.topic", routing_key="a.b"), 1)
+    hdr3 = m(header.ContentHeader(0, 3), 1)
+    hdr0 = m(header.ContentHeader(0, 0), 1)
+    bad_utf8 = struct.pack(">BHIHHHB", 1, 1, 11, 60, 40, 0, 0) + b"\x02\xff\xfe\x00\xce"
+    return [
+        pub + hdr3 + m(body.ContentBody(b"xyz"), 1),  # the same message again
+        pub + hdr3 + m(body.ContentBody(b"abc"), 1),  # same frames, other body
+        pub + hdr0,  # empty body: no body frame
+        m(B.Publish(exchange="", routing_key="q", mandatory=True), 1) + hdr3
+        + m(body.ContentBody(b"123"), 1),
+        pub + m(header.ContentHeader(0, 3, B.Properties(headers={"k": "v"},
+                                                         delivery_mode=2)), 1)
+        + m(body.ContentBody(b"xyz"), 1),
+        pub + hdr3 + m(body.ContentBody(b"x"), 1) + m(body.ContentBody(b"yz"), 1),  # 2 frames
+        pub + hdr3 + heartbeat.Heartbeat.marshal() + m(body.ContentBody(b"xyz"), 1),
+        pub + m(B.Publish(exchange="", routing_key="q"), 2) + hdr3
+        + m(body.ContentBody(b"xyz"), 1),  # another channel's method mid-content
+        pub + m(header.ContentHeader(0, 3), 2) + m(body.ContentBody(b"xyz"), 1),
+        m(B.Publish(exchange="amq.topic", routing_key="a.b"), 2)
+        + m(header.ContentHeader(0, 3), 2) + m(body.ContentBody(b"xyz"), 2),  # channel 2
+        m(B.Publish(exchange="amq.topic", routing_key="a.b"), 2) + hdr3
+        + m(body.ContentBody(b"xyz"), 2),  # the cached header, but on channel 1
+        m(B.Publish(exchange="amq.topic", routing_key="a.b"), 3) + hdr3,  # channel not open
+        pub + hdr3 + m(body.ContentBody(b"wxyz"), 1),  # body past body_size
+        pub + hdr3 + m(body.ContentBody(b"xyz"), 2),  # body on another channel
+        pub + hdr3 + m(body.ContentBody(b"xyz"), 1)[:-1] + b"\x00",  # bad end octet
+        pub + hdr3[:-1] + b"\x00" + m(body.ContentBody(b"xyz"), 1),  # bad end octet
+        pub[:-1] + b"\x00" + hdr3,
+        pub + pub + hdr3 + m(body.ContentBody(b"xyz"), 1),  # a method mid-content
+        pub + m(header.ContentHeader(0, 99), 1)
+        + m(body.ContentBody(b"z" * 99), 1),  # above max_message_size (50): 406
+        pub + struct.pack(">BHIHHQH", 2, 1, 14, 50, 0, 3, 0) + b"\xce",  # wrong class
+        struct.pack(">BHIHHB", 1, 1, 5, 60, 40, 0) + b"\xce",  # truncated publish
+        bad_utf8 + hdr3,
+        m(B.Ack(1), 1),
+        m(Ch.Close(200, "", 0, 0), 2),
+        # frames above a frame_max of 4096: method (junk after the arguments), header
+        # (a large headers table), body
+        struct.pack(">BHI", 1, 1, len(pub) - 8 + 5000) + pub[7:-1] + bytes(5000) + b"\xce"
+        + hdr3 + m(body.ContentBody(b"xyz"), 1),
+        pub + m(header.ContentHeader(0, 3, B.Properties(headers={"k": "v" * 5000})), 1)
+        + m(body.ContentBody(b"xyz"), 1),
+        pub + m(header.ContentHeader(0, 5000), 1) + m(body.ContentBody(b"z" * 5000), 1),
+    ]
+
+
+@pytest.mark.parametrize("limits", [{"max_message_size": 50}, {"frame_max": 4096}])
+def test_publish_fast_path_answers_like_the_general_path(limits: dict[str, int]) -> None:
+    """Whole buffers go through AMQPConnection._publish_fast (and its reuse of the last
+    method and header), so do frame-by-frame ones at every frame; one byte at a time
+    never can. All must see the same events, errors and output for every sequence."""
+    import random
+
+    rnd = random.Random(7)
+    pieces = _fast_path_pieces()
+    prime = publish_bytes(1, b"xyz")
+    sequences = [[p] for p in pieces] + [
+        rnd.sample(pieces, rnd.randint(2, 4)) for _ in range(40)]
+    for seq in sequences:
+        data = m(Ch.Open(), 2) + prime + b"".join(seq) + prime
+        bounds, i = [], 0
+        while i < len(data):  # frame boundaries
+            i += 8 + struct.unpack_from(">I", data, i + 3)[0] if len(data) - i >= 7 else 1
+            bounds.append(i)
+        # whole; in two at each frame boundary (the next read starts the fast path there,
+        # whatever state the first left); one byte at a time (never the fast path)
+        feeds = [[data]] + [[data[:k], data[k:]] for k in bounds[:-1]]
+        results = []
+        for chunks in [*feeds, [data[i:i + 1] for i in range(len(data))]]:
+            conn = opened(**limits)
+            seen: list[Any] = []
+            out = b""
+            for chunk in chunks:
+                s, o = pump(conn, chunk)
+                seen += s
+                out += o
+            results.append((_normalised(seen), out))
+        for result in results[:-1]:
+            assert result == results[-1], seq
+
+
+def test_publish_fast_path_reuses_decoded_frames() -> None:
+    conn = opened()
+    seen, _ = pump(conn, publish_bytes(1, b"abc") * 3 + publish_bytes(1, b"abcd"))
+    assert [e.body for e in seen] == [b"abc", b"abc", b"abc", b"abcd"]
+    assert seen[0].method is seen[2].method and seen[0].header is seen[2].header
+    assert seen[3].method is seen[0].method and seen[3].header is not seen[0].header
+    assert seen[3].header.body_size == 4

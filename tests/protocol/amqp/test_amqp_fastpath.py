@@ -193,3 +193,40 @@ def test_encode_message_is_deliver_header_body_in_one_chunk() -> None:
 def test_short_string_too_long_is_refused() -> None:
     with pytest.raises(ValueError):
         fastpath.encode_deliver(1, "x" * 256, 1, False, "", "")
+
+
+deliveries = st.tuples(
+    st.sampled_from([1, 2, 65535]), st.sampled_from(["ct", b"ct", "other", "ü" * 5]),
+    tags, st.booleans(), st.sampled_from(["", b"", "amq.topic", b"amq.topic", "x" * 255]),
+    st.sampled_from(["", "a.b", b"a.b", "r" * 255]),
+    st.sampled_from([b"\x00\x00", b"\x10\x00\x02", b"\x90\x00\x03a/b\x02"]),
+    st.sampled_from([b"", b"x", b"y" * 100, b"z" * 5000]),
+    st.sampled_from([0, 4096, 131072]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(deliveries, min_size=1, max_size=12))
+def test_delivery_encoder_equals_deliver_plus_message(runs: list[tuple]) -> None:
+    """The encoder keeps the last delivery's fixed pieces: every delivery of a sequence
+    (repeats, a new tag or body only, any field changing) is the general path's bytes."""
+    enc = fastpath.DeliveryEncoder()
+    for ch, ct, tag, redel, ex, rk, props, data, frame_max in runs + runs:
+        general = fastpath.encode_message(
+            fastpath.encode_deliver(ch, ct, tag, redel, ex, rk), ch, props, data, frame_max)
+        assert enc.encode(ch, ct, tag, redel, ex, rk, props, data, frame_max) == general
+        assert fastpath.encode_delivery(ch, ct, tag, redel, ex, rk, props, data,
+                                        frame_max) == general
+        again = enc.encode(ch, ct, tag ^ 1, not redel, ex, rk, props, data[::-1], frame_max)
+        assert again == fastpath.encode_message(
+            fastpath.encode_deliver(ch, ct, tag ^ 1, not redel, ex, rk), ch, props,
+            data[::-1], frame_max)
+
+
+def test_delivery_encoder_refuses_long_short_strings() -> None:
+    enc = fastpath.DeliveryEncoder()
+    for args in (("x" * 256, "", ""), ("", "x" * 256, ""), ("", "", b"x" * 256)):
+        with pytest.raises(ValueError):
+            enc.encode(1, args[0], 1, False, args[1], args[2], b"\x00\x00", b"", 0)
+        with pytest.raises(ValueError):
+            fastpath.encode_delivery(1, args[0], 1, False, args[1], args[2], b"\x00\x00",
+                                     b"", 0)
