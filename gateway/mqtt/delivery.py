@@ -38,6 +38,7 @@ PULL_BATCH = 256  # messages a reader takes per round (one store pull, one socke
 #: Records a reader pulls while its QoS 1/2 window is shut (only QoS 0 ones can go).
 _PEEK = 16
 _AMQP = Protocol.AMQP
+_MQTT = Protocol.MQTT
 _V5 = MQTTVersion.V5
 SHARE_INVISIBLE_MS = 60_000
 
@@ -109,9 +110,18 @@ class Reader:
         # and sent a few (the window opened by a few PUBACKs) decoded the rest for
         # nothing, and read them again next round. While the window is shut only QoS 0
         # (and skipped) messages can go, so peek a few at a time for them.
-        sub_qos = self.sub.qos
+        sub = self.sub
+        sub_qos = sub.qos
         consumed = 0
         now = now_ms()
+        # QoS 0 messages without properties (most of a fleet's telemetry) are encoded
+        # in a run by the protocol's plain encoder, one join per round; anything else
+        # goes through deliver(), after the run so far (wire order is offset order).
+        plain = handler.proto.plain_publish_encoder()
+        no_local_id = session.state.client_id if sub.no_local else None
+        retain_as_published = sub.retain_as_published
+        parts: list[bytes] = []
+        n_plain = 0
         while consumed < PULL_BATCH:
             room = PULL_BATCH - consumed
             if not sub_qos:
@@ -125,21 +135,41 @@ class Reader:
                 self.next_offset = max(self.next_offset, result.next_offset)
                 break
             blocked = False
+            skip = self.skip
+            resend = self.resend
             for msg in result.messages:
                 offset = msg.offset
-                if offset in self.skip:
-                    self.skip.discard(offset)
+                if skip and offset in skip:
+                    skip.discard(offset)
                 else:
-                    qos = min(msg.record.qos, sub_qos)
+                    record = msg.record
+                    qos = record.qos if record.qos < sub_qos else sub_qos
+                    if (
+                        not qos
+                        and plain is not None
+                        and not record.properties
+                        and record.protocol is _MQTT
+                        and record.origin != no_local_id
+                        and not resend
+                        and plain.add(parts, record.topic, record.body,
+                                      record.retain and retain_as_published)
+                    ):
+                        n_plain += 1
+                        self.next_offset = offset + 1
+                        consumed += 1
+                        continue
+                    if parts:
+                        handler.queue(b"".join(parts))
+                        parts.clear()
                     if qos and window <= 0:
                         blocked = True
                         break
-                    again = self.resend.pop(offset, None)
+                    again = resend.pop(offset, None)
                     sent = deliver(
                         session,
                         handler,
-                        msg.record,
-                        self.sub,
+                        record,
+                        sub,
                         qos,
                         now,
                         dup=again is not None or offset < self.sent_upto,
@@ -154,11 +184,16 @@ class Reader:
                             session.qos2_sent(sent, self.lmq, offset)
                 self.next_offset = offset + 1
                 consumed += 1
+            if parts:
+                handler.queue(b"".join(parts))
+                parts.clear()
             if self.next_offset > self.sent_upto:
                 self.sent_upto = self.next_offset
             session.offsets_dirty = True
             if blocked or self.next_offset >= result.max_offset:
                 break
+        if n_plain:
+            handler.front.sent += n_plain
         return consumed
 
 

@@ -201,6 +201,61 @@ def encode_publish_fields(
     buf += payload
 
 
+class PlainPublishEncoder:
+    """PUBLISH packets of QoS 0 with no properties, for a server forwarding a run of
+    stored messages to one connection: byte for byte what :func:`encode_publish_fields`
+    writes for them (``qos=0``, ``dup=False``, an empty properties section on MQTT 5),
+    appended to a list of pieces for one join per run.
+
+    The topic's length prefix and encoding (and MQTT 5's empty properties octet) are
+    kept per topic: a fleet's topics repeat, and building them is most of the cost of
+    such a packet. At most ``MAX_TOPICS`` are kept (all dropped when full).
+    """
+
+    MAX_TOPICS = 16384
+    __slots__ = ("_tail", "_topics", "max_packet_size")
+
+    def __init__(self, version: MQTTVersion, max_packet_size: int) -> None:
+        self._tail = b"\x00" if version is V5 else b""  # the empty properties section
+        self._topics: dict[str, bytes] = {}
+        #: Packets larger than this are refused (the peer's Maximum Packet Size).
+        self.max_packet_size = max_packet_size
+
+    def add(self, parts: list[bytes], topic: str, payload: bytes, retain: bool) -> bool:
+        """Append the pieces of one PUBLISH to ``parts``; False (nothing appended) if
+        the packet would exceed ``max_packet_size`` or the topic is empty (an alias:
+        the general path decides)."""
+        prefix = self._topics.get(topic)
+        if prefix is None:
+            if not topic:
+                return False
+            raw = topic.encode()
+            prefix = pack_u16(len(raw)) + raw + self._tail
+            if len(self._topics) >= self.MAX_TOPICS:
+                self._topics.clear()
+            self._topics[topic] = prefix
+        length = len(prefix) + len(payload)
+        if length < 128:
+            if length + 2 > self.max_packet_size:
+                return False
+            parts.append(_PLAIN_HEADS[retain][length])
+        else:
+            head = bytes((0x31 if retain else 0x30,)) + varint_bytes(length)
+            if length + len(head) > self.max_packet_size:
+                return False
+            parts.append(head)
+        parts.append(prefix)
+        parts.append(payload)
+        return True
+
+
+# fixed headers of QoS 0 PUBLISH packets with a one-octet remaining length, by retain
+_PLAIN_HEADS = (
+    [bytes((0x30, n)) for n in range(128)],
+    [bytes((0x31, n)) for n in range(128)],
+)
+
+
 def encode_packet_id_ack(p: _PacketIdAck, buf: bytearray, version: MQTTVersion) -> None:
     """PUBACK, PUBREC, PUBREL, PUBCOMP."""
     first = (p.packet_type << 4) | (2 if p.packet_type is _PT.PUBREL else 0)

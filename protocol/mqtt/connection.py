@@ -55,7 +55,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-from .codec import MAX_PACKET_SIZE, decode_packet, encode_packet, encode_publish_fields
+from .codec import (
+    MAX_PACKET_SIZE,
+    PlainPublishEncoder,
+    decode_packet,
+    encode_packet,
+    encode_publish_fields,
+)
 from .errors import (
     InsufficientData,
     LocalProtocolError,
@@ -194,6 +200,7 @@ class Connection:
         self._buf = bytearray()
         self._pos = 0
         self._eof = False
+        self._plain: PlainPublishEncoder | None = None
 
     # -- input ----------------------------------------------------------------------------
 
@@ -454,6 +461,23 @@ class Connection:
                              packet_id=packet_id, properties=properties)
             return self._shrink(packet, version, len(buf))
         return bytes(buf)
+
+    def plain_publish_encoder(self) -> PlainPublishEncoder | None:
+        """An encoder of QoS 0 PUBLISH packets without properties whose bytes are what
+        :meth:`send_publish` would return for them (same Maximum Packet Size rule: a
+        packet it refuses goes the general way), or None when they need more than an
+        encoder: not CONNECTED, or outbound topic aliases in use. Valid until the next
+        call that changes the state: ask again for each run of packets."""
+        if self.state is not State.CONNECTED or (
+            self._outbound_aliases_enabled and self.peer_topic_alias_maximum
+        ):
+            return None
+        plain = self._plain
+        if plain is None:
+            # version and the peer's limits are fixed from CONNECT / CONNACK on
+            assert self.version is not None
+            plain = self._plain = PlainPublishEncoder(self.version, self.peer_max_packet_size)
+        return plain
 
     def send_ack_success(self, ptype: PacketType, packet_id: int) -> bytes:
         """:meth:`send` for a successful PUBACK / PUBREC / PUBCOMP (reason code 0, no

@@ -1,7 +1,8 @@
 """Reader.fill against a real store, with ``deliver`` stubbed: it pulls no more records
 than the QoS 1/2 window lets go out, still lets QoS 0 messages through a shut window,
 stops at the first QoS 1/2 message the window cannot take, and says "maybe more" (a
-whole PULL_BATCH consumed) exactly as before."""
+whole PULL_BATCH consumed) exactly as before. The last tests use a real protocol
+machine's plain QoS 0 encoder instead, with a client machine decoding what is sent."""
 
 from __future__ import annotations
 
@@ -67,18 +68,23 @@ def _session(store: CountingStore):
         gateway=SimpleNamespace(config=SimpleNamespace(max_queued_messages=0)),
         dropped_queue_full=0,
     )
-    return SimpleNamespace(front=front, offsets_dirty=False, qos2_sent=lambda *a: None)
+    return SimpleNamespace(front=front, offsets_dirty=False, qos2_sent=lambda *a: None,
+                           state=SimpleNamespace(client_id="me"))
 
 
 def _reader(qos: int = 1) -> Reader:
-    return Reader(SimpleNamespace(qos=qos), LMQ, 0)
+    return Reader(SimpleNamespace(qos=qos, no_local=False, retain_as_published=False), LMQ, 0)
+
+
+#: A handler whose protocol machine has no plain encoder (every message to ``deliver``).
+NO_PLAIN = SimpleNamespace(proto=SimpleNamespace(plain_publish_encoder=lambda: None))
 
 
 def test_pulls_no_more_than_the_window(store, sent):
     _append(store, [1] * 1000)
     counting = CountingStore(store)
     reader = _reader()
-    assert reader.fill(_session(counting), None, 10) == 10
+    assert reader.fill(_session(counting), NO_PLAIN, 10) == 10
     assert [o for o, _ in sent] == list(range(10))
     # the window's worth, then one small peek for QoS 0 messages behind it
     assert counting.asked == [10, delivery._PEEK]
@@ -89,7 +95,7 @@ def test_a_wide_window_takes_a_whole_batch_and_says_maybe_more(store, sent):
     _append(store, [1] * 1000)
     counting = CountingStore(store)
     reader = _reader()
-    assert reader.fill(_session(counting), None, 1024) == PULL_BATCH
+    assert reader.fill(_session(counting), NO_PLAIN, 1024) == PULL_BATCH
     assert counting.asked == [PULL_BATCH]
     assert reader.next_offset == PULL_BATCH
 
@@ -97,7 +103,7 @@ def test_a_wide_window_takes_a_whole_batch_and_says_maybe_more(store, sent):
 def test_a_shut_window_still_lets_qos0_through(store, sent):
     _append(store, [0, 0, 1, 0])
     reader = _reader()
-    assert reader.fill(_session(CountingStore(store)), None, 0) == 2
+    assert reader.fill(_session(CountingStore(store)), NO_PLAIN, 0) == 2
     assert sent == [(0, 0), (1, 0)]
     assert reader.next_offset == 2  # the QoS 1 one waits for the window
 
@@ -105,7 +111,7 @@ def test_a_shut_window_still_lets_qos0_through(store, sent):
 def test_qos0_behind_a_filled_window_goes_out_in_the_same_round(store, sent):
     _append(store, [1, 1, 1, 0, 0, 1, 0])
     reader = _reader()
-    assert reader.fill(_session(CountingStore(store)), None, 3) == 5
+    assert reader.fill(_session(CountingStore(store)), NO_PLAIN, 3) == 5
     assert sent == [(0, 1), (1, 1), (2, 1), (3, 0), (4, 0)]
     assert reader.next_offset == 5
 
@@ -114,17 +120,17 @@ def test_qos0_subscription_ignores_the_window(store, sent):
     _append(store, [1] * (PULL_BATCH + 10))
     counting = CountingStore(store)
     reader = _reader(qos=0)
-    assert reader.fill(_session(counting), None, 0) == PULL_BATCH
+    assert reader.fill(_session(counting), NO_PLAIN, 0) == PULL_BATCH
     assert counting.asked == [PULL_BATCH]
     assert all(q == 0 for _, q in sent)
-    assert reader.fill(_session(counting), None, 0) == 10
+    assert reader.fill(_session(counting), NO_PLAIN, 0) == 10
     assert reader.next_offset == PULL_BATCH + 10
 
 
 def test_many_qos0_messages_under_a_small_window_fill_a_whole_round(store, sent):
     _append(store, [0] * (PULL_BATCH * 2))
     reader = _reader()
-    assert reader.fill(_session(CountingStore(store)), None, 5) == PULL_BATCH
+    assert reader.fill(_session(CountingStore(store)), NO_PLAIN, 5) == PULL_BATCH
     assert [o for o, _ in sent] == list(range(PULL_BATCH))
 
 
@@ -135,7 +141,65 @@ def test_skipped_and_resent_offsets(store, sent):
     reader.resend = {2: 77}
     reader.sent_upto = 3
     session = _session(CountingStore(store))
-    assert reader.fill(session, None, 2) == 3  # 0 sent, 1 skipped, 2 resent; 3 waits
+    assert reader.fill(session, NO_PLAIN, 2) == 3  # 0 sent, 1 skipped, 2 resent; 3 waits
     assert [o for o, _ in sent] == [0, 2]
     assert list(reader.unacked) == [0, 2] and reader.unacked[2] == 77
     assert reader.next_offset == 3 and reader.skip == set()
+
+
+def _connected_server(version):
+    from protocol.mqtt import Connack, Connect, Connection, Role
+
+    client, server = Connection(Role.CLIENT), Connection(Role.SERVER)
+    server.receive_data(client.send(Connect("me", version)))
+    server.next_event()
+    client.receive_data(server.send(Connack()))
+    client.next_event()
+    return client, server
+
+
+@pytest.mark.parametrize("version", [4, 5])
+@pytest.mark.parametrize("no_local", [False, True])
+def test_plain_runs_and_other_messages_keep_offset_order(store, version, no_local):
+    """Plain QoS 0 messages (encoded in runs) between messages with properties, QoS 1,
+    retained and own messages (through deliver): the client decodes them all, in offset
+    order, each as deliver would have sent it."""
+    from protocol.mqtt import MQTTVersion, Publish
+
+    ver = MQTTVersion(version)
+    client, server = _connected_server(ver)
+    specs = [  # (qos, retain, properties, origin)
+        (0, False, None, "dev"), (0, False, None, "dev"), (0, False, {"content_type": b"t"}, "dev"),
+        (0, True, None, "dev"), (1, False, None, "dev"), (0, False, None, "me"),
+        (0, False, None, "dev"), (0, False, None, "dev"),
+    ]
+    store.append_batch([
+        (Message(f"t/{i}", b"m%d" % i, props, origin, qos=q, retain=r, protocol=Protocol.MQTT),
+         [LMQ])
+        for i, (q, r, props, origin) in enumerate(specs)
+    ])
+    out: list[bytes] = []
+    pids = iter(range(1, 100))
+    front = SimpleNamespace(
+        store=store, gateway=SimpleNamespace(config=SimpleNamespace(max_queued_messages=0)),
+        dropped_queue_full=0, dropped_too_large=0, sent=0)
+    session = SimpleNamespace(
+        front=front, offsets_dirty=False, qos2_sent=lambda *a: None, inflight={},
+        state=SimpleNamespace(client_id="me"), allocate_packet_id=lambda: next(pids))
+    handler = SimpleNamespace(proto=server, queue=out.append, front=front)
+    sub = SimpleNamespace(qos=1, no_local=no_local, retain_as_published=True,
+                          subscription_id=None)
+    reader = Reader(sub, LMQ, 0)
+    assert reader.fill(session, handler, 10) == len(specs)
+    client.receive_data(b"".join(out))
+    got = []
+    while isinstance(event := client.next_event(), Publish):
+        got.append(event)
+    expected = [i for i, s in enumerate(specs) if not (no_local and s[3] == "me")]
+    assert [p.topic for p in got] == [f"t/{i}" for i in expected]
+    assert [p.payload for p in got] == [b"m%d" % i for i in expected]
+    assert [(p.qos, p.retain) for p in got] == [specs[i][:2] for i in expected]
+    has_ct = [p.properties.content_type == "t" for p in got]
+    assert has_ct == [version == 5 and specs[i][2] is not None for i in expected]
+    assert front.sent == len(expected)
+    assert reader.next_offset == len(specs) and list(reader.unacked) == [4]

@@ -400,3 +400,80 @@ def test_publish_fast_path_matches_the_transition_table() -> None:
 
     for role in Role:
         assert _TRANSITIONS[State.CONNECTED][(role, PacketType.PUBLISH)] is State.CONNECTED
+
+
+# ------------------------------------------------------- plain QoS 0 PUBLISH encoder
+
+PLAIN_TOPICS = ["t", "a/b/c", "ü/°/x", "x" * 200, "sensors/kitchen/temp"]
+PLAIN_PAYLOADS = [b"", b"p", b"y" * 100, b"z" * 130, b"w" * 20000]
+
+
+@VERSIONS
+def test_plain_publish_encoder_is_send_publish_byte_for_byte(version: MQTTVersion) -> None:
+    """Every topic and payload size (one- and multi-octet remaining lengths), retain set
+    or not, repeated (the kept topic prefixes) and interleaved: the pieces joined are
+    what send_publish returns, and the client decodes each to the same PUBLISH."""
+    client, server = connected_pair(version)
+    plain = server.plain_publish_encoder()
+    assert plain is not None and server.plain_publish_encoder() is plain
+    for _ in range(2):
+        for topic in PLAIN_TOPICS:
+            for payload in PLAIN_PAYLOADS:
+                for retain in (False, True):
+                    parts: list[bytes] = []
+                    assert plain.add(parts, topic, payload, retain)
+                    data = b"".join(parts)
+                    assert data == server.send_publish(
+                        topic, payload, 0, retain, False, None, EMPTY_PROPERTIES)
+                    client.receive_data(data)
+                    assert client.next_event() == Publish(topic, payload, retain=retain)
+
+
+def test_plain_publish_encoder_refuses_what_send_publish_refuses() -> None:
+    """The peer's Maximum Packet Size, at the boundary; an empty topic (an alias)."""
+    for limit in (20, 128, 131, 200):
+        client, server = connected_pair(
+            V5, connect_props=Properties(maximum_packet_size=limit))
+        plain = server.plain_publish_encoder()
+        assert plain is not None
+        for n in range(limit - 12, limit + 3):
+            parts: list[bytes] = []
+            try:
+                expected: bytes | None = server.send_publish(
+                    "t/x", b"p" * n, 0, False, False, None, EMPTY_PROPERTIES)
+            except OutgoingPacketTooLarge:
+                expected = None
+            ok = plain.add(parts, "t/x", b"p" * n, False)
+            assert ok is (expected is not None), (limit, n)
+            assert (b"".join(parts) if ok else None) == expected
+            assert ok or parts == []
+    assert not plain.add([], "", b"x", False)
+
+
+def test_plain_publish_encoder_only_when_connected_without_outbound_aliases() -> None:
+    server = Connection(Role.SERVER)
+    assert server.plain_publish_encoder() is None  # not connected
+    client, server = connected_pair(V5)
+    assert server.plain_publish_encoder() is not None
+    server.receive_data(client.send(Disconnect()))
+    assert isinstance(server.next_event(), Disconnect)
+    assert server.plain_publish_encoder() is None
+    # the client side with aliases in use: the encoder would skip the alias table
+    client, server = connected_pair(
+        V5, connack_props=Properties(topic_alias_maximum=4), outbound_topic_aliases=True)
+    assert client.plain_publish_encoder() is None
+    client, server = connected_pair(V5, outbound_topic_aliases=True)  # no peer maximum
+    assert client.plain_publish_encoder() is not None
+
+
+def test_plain_publish_encoder_bounds_its_topics() -> None:
+    client, server = connected_pair(V311)
+    plain = server.plain_publish_encoder()
+    assert plain is not None
+    for i in range(plain.MAX_TOPICS + 10):
+        plain.add([], f"t/{i}", b"", False)
+    assert 0 < len(plain._topics) <= plain.MAX_TOPICS
+    parts: list[bytes] = []
+    assert plain.add(parts, "t/3", b"x", False)
+    assert b"".join(parts) == server.send_publish(
+        "t/3", b"x", 0, False, False, None, EMPTY_PROPERTIES)
