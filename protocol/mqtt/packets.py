@@ -231,6 +231,25 @@ def publish_from_wire(
     return p
 
 
+def publish_checked(
+    topic: str, raw: bytes, payload: bytes, qos: int, flags: int, packet_id: int | None
+) -> Publish:
+    """A decoded PUBLISH without properties whose every rule the caller has checked
+    (the connection's one-step decoder): QoS 0-2, no DUP on QoS 0, a non-zero packet id
+    exactly when the QoS has one, ``raw`` the topic's UTF-8, a non-empty topic without
+    U+0000 or wildcards."""
+    p: Publish = _new(Publish)
+    p.topic = topic
+    p.payload = payload
+    p.qos = qos
+    p.retain = bool(flags & 1)
+    p.dup = bool(flags & 8)
+    p.packet_id = packet_id
+    p.properties = EMPTY_PROPERTIES
+    p._topic_bytes = raw
+    return p
+
+
 @dataclass(frozen=True, slots=True)
 class _PacketIdAck:
     """PUBACK, PUBREC, PUBREL, PUBCOMP: a packet identifier and a reason code."""

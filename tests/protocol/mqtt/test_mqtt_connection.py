@@ -477,3 +477,114 @@ def test_plain_publish_encoder_bounds_its_topics() -> None:
     assert plain.add(parts, "t/3", b"x", False)
     assert b"".join(parts) == server.send_publish(
         "t/3", b"x", 0, False, False, None, EMPTY_PROPERTIES)
+
+
+# ------------------------------------------------------------- one-step PUBLISH decode
+
+
+def _raw_publish(first: int, topic: bytes, rest: bytes = b"", length: bytes | None = None,
+                 topic_len: int | None = None) -> bytes:
+    """A PUBLISH built by hand, right or wrong: fixed header byte, remaining length
+    (encoded shortest unless given), topic length (the topic's unless given), rest."""
+    body = (len(topic) if topic_len is None else topic_len).to_bytes(2, "big") + topic + rest
+    if length is None:
+        n, out = len(body), bytearray()
+        while True:
+            byte, n = n & 0x7F, n >> 7
+            out.append(byte | (0x80 if n else 0))
+            if not n:
+                break
+        length = bytes(out)
+    return bytes((first,)) + length + body
+
+
+def _fast_path_pieces(version: MQTTVersion) -> list[bytes]:
+    v5 = version is V5
+    e = b"\x00" if v5 else b""  # the empty properties section
+    pid = b"\x00\x07"
+    return [
+        _raw_publish(0x30, b"a/b", e + b"x" * 100),  # QoS 0
+        _raw_publish(0x31, b"a/b", e + b"retained"),
+        _raw_publish(0x32, b"a/b", pid + e + b"q1"),
+        _raw_publish(0x3C, b"a/b", pid + e + b"q2 dup"),
+        _raw_publish(0x30, b"\xc3\xbc/t", e + b"y" * 300),  # two-octet length
+        _raw_publish(0x30, b"big", e + b"z" * 20000),  # three-octet length
+        _raw_publish(0x30, b"a/b", e),  # empty payload
+        _raw_publish(0x30, b"a/b", e + b"p", length=b"\x85\x00"),  # not shortest form
+        _raw_publish(0x36, b"a/b", pid + e + b"q3"),  # QoS 3
+        _raw_publish(0x38, b"a/b", e + b"dup0"),  # DUP on QoS 0
+        _raw_publish(0x32, b"a/b", b"\x00\x00" + e + b"pid0"),
+        _raw_publish(0x32, b"a/b"),  # QoS 1 without its packet id
+        _raw_publish(0x30, b"", e + b"no topic"),
+        _raw_publish(0x30, b"a/+", e + b"wild"),
+        _raw_publish(0x30, b"a/#", e + b"wild"),
+        _raw_publish(0x30, b"a\x00b", e + b"nul"),
+        _raw_publish(0x30, b"\xff\xfe", e + b"not utf-8"),
+        _raw_publish(0x30, b"a/b", e + b"short", topic_len=200),  # topic past the end
+        bytes((0x30, 1, 0)),  # shorter than a topic length
+        bytes((0x30, 0)),
+        _raw_publish(0x30, b"a/b", b"\x03\x01\x01\x00" + b"with props" if v5 else b"p"),
+        _raw_publish(0x30, b"a/b", b"\x02\x23\x00" if v5 else b"p"),  # alias 0: error
+        _raw_publish(0x30, b"a/b", b"\x05" if v5 else b"p"),  # properties past the end
+        _raw_publish(0x30, b"a/b", b"x" * 500),  # above max_packet_size (300)
+        b"\xc0\x00",  # PINGREQ
+        b"\x40\x02\x00\x07",  # PUBACK
+        b"\x30",  # a lone first byte
+    ]
+
+
+@VERSIONS
+def test_publish_fast_path_answers_like_the_general_path(
+    version: MQTTVersion, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every sequence fed whole, split at each packet boundary and one byte at a time,
+    through the one-step decoder, gives the events, errors and error responses of a
+    machine that only has the general path."""
+    import random
+
+    pieces = _fast_path_pieces(version)
+    rnd = random.Random(11)
+    sequences = [[p] for p in pieces] + [rnd.sample(pieces, rnd.randint(2, 5))
+                                         for _ in range(60)]
+
+    def run(chunks: list[bytes], fast: bool) -> list[object]:
+        client, server = connected_pair(version)
+        server.max_packet_size = 300
+        if not fast:
+            monkeypatch.setattr(server, "_publish_fast", lambda: None)
+        seen: list[object] = []
+        try:
+            for chunk in chunks:
+                server.receive_data(chunk)
+                while (event := server.next_event()) is not NEED_DATA:
+                    seen.append(event)
+        except RemoteProtocolError as exc:
+            seen.append((type(exc).__name__, exc.reason_code, str(exc),
+                         server.error_response()))
+        monkeypatch.undo()
+        return seen
+
+    for seq in sequences:
+        data = b"".join(seq)
+        bounds = [sum(len(p) for p in seq[:i]) for i in range(1, len(seq))]
+        expected = run([data], fast=False)
+        assert expected == run([data[i:i + 1] for i in range(len(data))], fast=False)
+        assert run([data], fast=True) == expected, seq
+        for k in bounds:
+            assert run([data[:k], data[k:]], fast=True) == expected, (seq, k)
+        assert run([data[i:i + 1] for i in range(len(data))], fast=True) == expected
+
+
+def test_publish_fast_path_takes_the_common_packets() -> None:
+    """Not vacuous: valid QoS 0/1/2 PUBLISHes without properties go the one-step way."""
+    for version in (V311, V5):
+        client, server = connected_pair(version)
+        data = b"".join(client.send(p) for p in (
+            Publish("a/b", b"x" * 100), Publish("c", b"y" * 300, qos=1, packet_id=9),
+            Publish("d/e", b"", qos=2, packet_id=1, retain=True)))
+        server.receive_data(data)
+        taken = [server._publish_fast() for _ in range(3)]
+        assert [p.topic for p in taken] == ["a/b", "c", "d/e"]
+        assert taken[1] == Publish("c", b"y" * 300, qos=1, packet_id=9)
+        assert taken[2] == Publish("d/e", b"", qos=2, packet_id=1, retain=True)
+        assert server.next_event() is NEED_DATA
