@@ -7,7 +7,8 @@ An MQTT publish that also matches AMQP bindings is still one append."
 This object answers "which LMQs does a message go to" for both front ends:
 
 - ``route_mqtt(topic)``: the LMQ of every MQTT filter matching ``topic`` plus whatever
-  the AMQP front end's ``amq.topic`` router returns for ``mqtt_to_amqp(topic)``;
+  the AMQP front end's ``amq.topic`` router returns for it (the router is given the MQTT
+  topic and translates it with ``mqtt_to_amqp`` only when ``amq.topic`` has bindings);
 - ``route_amq_topic(routing_key)``: the MQTT filter LMQs matching ``amqp_to_mqtt(key)``
   (the AMQP front end adds its own bound queues).
 
@@ -23,16 +24,17 @@ Which MQTT filters match a topic is remembered per topic (at most
 ``ROUTE_CACHE_SIZE`` topics; the whole memo is dropped when a filter enters or leaves the
 trie, or when it is full): a device fleet publishes to the same topics over and over, and
 the trie walk is the costliest step of routing. The AMQP router is asked every time (its
-bindings change without telling this object).
+bindings change without telling this object). ``route_mqtt`` returns the memo's tuple
+itself when the router adds nothing: callers treat the result as read-only.
 
 Event-loop thread only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from lmq.topic_space import amqp_to_mqtt, mqtt_to_amqp
+from lmq.topic_space import amqp_to_mqtt
 from lmq.topic_trie import TopicTrie
 
 MQTT_PREFIX = "mqtt:"
@@ -86,7 +88,8 @@ class TopicSpace:
 
     def set_amq_topic_router(self, router: Callable[[str], list[str]] | None) -> None:
         """The AMQP front end's answer to "which queue LMQs does ``amq.topic`` route this
-        routing key to" (its bindings, exchange-to-exchange bindings included)."""
+        MQTT topic to" (its bindings, exchange-to-exchange bindings included, for the
+        routing key ``mqtt_to_amqp(topic)``)."""
         self._amq_topic = router
 
     # -- routing ----------------------------------------------------------------------
@@ -104,10 +107,17 @@ class TopicSpace:
             routes[topic] = lmqs
         return lmqs
 
-    def route_mqtt(self, topic: str) -> list[str]:
-        lmqs = list(self._filter_lmqs(topic))
-        if self._amq_topic is not None:
-            lmqs.extend(self._amq_topic(mqtt_to_amqp(topic)))
+    def route_mqtt(self, topic: str) -> Sequence[str]:
+        """The LMQs an MQTT publish on ``topic`` goes to (read-only: see the module doc)."""
+        routes = self._routes
+        lmqs = routes.get(topic)
+        if lmqs is None:
+            lmqs = self._filter_lmqs(topic)
+        router = self._amq_topic
+        if router is not None:
+            queues = router(topic)
+            if queues:
+                return [*lmqs, *queues]
         return lmqs
 
     def route_amq_topic(self, routing_key: str) -> list[str]:

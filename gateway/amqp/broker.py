@@ -40,6 +40,7 @@ from gateway.amqp.model import (
 )
 from gateway.amqp.queues import GROUP, Queue
 from gateway.topic_space import AMQP_PREFIX
+from lmq.topic_space import mqtt_to_amqp
 from protocol.amqp.errors import (
     ACCESS_REFUSED,
     COMMAND_INVALID,
@@ -401,16 +402,17 @@ class Broker:
         queues = [q for q in (vh.queues.get(n) for n in names) if q is not None]
         return queues, mqtt
 
-    def amq_topic_lmqs(self, routing_key: str) -> list[str]:
-        """For the shared topic space: queue LMQs ``amq.topic`` of vhost ``/`` routes
-        ``routing_key`` to (an MQTT publish)."""
+    def amq_topic_lmqs(self, mqtt_topic: str) -> list[str]:
+        """For the shared topic space: queue LMQs ``amq.topic`` of vhost ``/`` routes an
+        MQTT publish on ``mqtt_topic`` to (routing key ``mqtt_to_amqp(mqtt_topic)``)."""
         vh = self.vhosts.get(DEFAULT_VHOST)
         if vh is None:
             return []
         amq_topic = vh.exchanges.get("amq.topic")
         if amq_topic is None or not amq_topic.bindings:
             return []  # the common MQTT-only case: no per-publish routing work
-        return [q.lmq for q in self.route(DEFAULT_VHOST, "amq.topic", routing_key, None)[0]]
+        return [q.lmq for q in self.route(
+            DEFAULT_VHOST, "amq.topic", mqtt_to_amqp(mqtt_topic), None)[0]]
 
     # -- persistence -------------------------------------------------------------------
 
