@@ -159,7 +159,7 @@ def _remove_chunk(store: MessageStore, infos: list[LmqInfo], report: RemovalRepo
         with store._lock:
             store._check_open()
             offsets = sum(1 for n in names for _ in store.state.offsets_of_lmq(n))
-            store._write_locked([(Message(topic="", body=b""), names, RecordType.LMQ_REMOVAL)])
+            store._write_locked([(Message(topic="", body=b""), names)], RecordType.LMQ_REMOVAL)
         doomed = set(names)
         batch = store.state.new_batch()
         for name in names:

@@ -265,6 +265,7 @@ def _reset_index(store: MessageStore, report: RecoveryReport, reason: str) -> No
     store.index = ConsumeQueueIndex(store.index.path)
     store._cache.clear()
     store._hot.clear()  # keyed by LMQ ids, which the rebuild assigns anew
+    store._hot_old.clear()
     store._next_id = 1
     store._cleaned_to = store.log.min_position
     report.index_rebuilt = True

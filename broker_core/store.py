@@ -78,8 +78,9 @@ Listener = Callable[[str, int], None]
 _OFFSET = Struct(">Q")
 #: Decoded records kept for readers at the tail (see MessageStore._read_entries).
 _RECORD_CACHE = 4096
-#: Entries of the hot tail (see MessageStore.pull).
-_HOT_MAX = 16384
+#: Entries of one generation of the hot tail (see MessageStore.pull): it holds between
+#: this many and twice this many (plus one append batch) of the latest records.
+_HOT_GENERATION = 8192
 
 
 def now_ms() -> int:
@@ -185,13 +186,14 @@ class MessageStore:
         self._records: dict[int, Record] = {}  # position -> decoded record, FIFO-bounded
         self._record_order: deque[int] = deque()  # its keys, oldest first
         #: (lmq, offset) -> record, for LMQs somebody listens to: a reader at the tail
-        #: is served from memory, without the index, a read or a decode. FIFO-bounded.
-        #: Keyed by the LMQ's id, never reused for another LMQ in this process, so a
-        #: removed LMQ's entries can simply age out (no scan at removal).
+        #: is served from memory, without the index, a read or a decode. Keyed by the
+        #: LMQ's id, never reused for another LMQ in this process, so a removed LMQ's
+        #: entries can simply age out (no scan at removal). Two generations: new
+        #: records go to ``_hot``; when it holds ``_HOT_GENERATION`` it becomes
+        #: ``_hot_old`` and the previous old one is dropped whole (one C-level free
+        #: instead of an eviction per append).
         self._hot: dict[tuple[int, int], Record] = {}
-        # The hot table's keys in insertion order, to evict the oldest in O(1): popping
-        # from the front of a dict leaves dummies that every later iter() walks over.
-        self._hot_order: deque[tuple[int, int]] = deque()
+        self._hot_old: dict[tuple[int, int], Record] = {}
         self._lmq_count_cache: tuple[float, int] | None = None
         #: Records whose CRC failed on read and were skipped (``on_corrupt = "skip"``).
         self.corrupt_reads = 0
@@ -358,18 +360,17 @@ class MessageStore:
         the batch may be acknowledged. Raises :class:`MessageTooLarge`,
         :class:`InvalidLmqName` or :class:`StorageFull` with nothing stored."""
         cfg = self.config
+        max_body, max_fanout = cfg.max_message_bytes, cfg.max_fanout
         for message, lmqs in items:
-            if len(message.body) > cfg.max_message_bytes:
-                raise MessageTooLarge(len(message.body), cfg.max_message_bytes)
-            if len(lmqs) > cfg.max_fanout:
+            if len(message.body) > max_body or len(lmqs) > max_fanout:
+                if len(message.body) > max_body:
+                    raise MessageTooLarge(len(message.body), max_body)
                 raise StoreError(
-                    f"fan-out of {len(lmqs)} LMQs exceeds the maximum of {cfg.max_fanout}"
+                    f"fan-out of {len(lmqs)} LMQs exceeds the maximum of {max_fanout}"
                 )
         with self._lock:
             self._check_open()
-            results, touched = self._write_locked(
-                [(m, lmqs, RecordType.MESSAGE) for m, lmqs in items]
-            )
+            results, touched = self._write_locked(items)
         self._notify(touched)
         if wait and results and cfg.durability == Durability.SYNC:
             self.acknowledged(results[-1].end).result()
@@ -384,11 +385,13 @@ class MessageStore:
         return self.flusher.request(position)
 
     def _write_locked(
-        self, items: Sequence[tuple[Message, Sequence[str], RecordType]]
+        self,
+        items: Sequence[tuple[Message, Sequence[str]]],
+        rtype: RecordType = RecordType.MESSAGE,
     ) -> tuple[list[AppendResult], list[LmqMeta]]:
-        """Encode, write and index ``items``. Append lock held. This is the hot path:
-        per message one encode, one log buffer append and one index value; per target
-        LMQ one key and one WriteBatch put."""
+        """Encode, write and index ``items``, records of type ``rtype``. Append lock held.
+        This is the hot path: per message one encode, one log buffer append and one index
+        value; per target LMQ one key and one WriteBatch put."""
         now = now_ms()
         log_ = self.log
         batch = self.index.new_batch()
@@ -402,15 +405,18 @@ class MessageStore:
         room = seg_room - log_.active_size  # what fits in the active segment
         cache = self._cache
         listened = self._listeners
-        hot: list[tuple[Message, int, int, list[LmqMeta], list[int]]] = []
+        # records for the hot tail, built here and kept only once the batch is committed
+        hot: list[tuple[tuple[int, int], Record]] = []
+        of_message = record_of_message
         pack_entry = ENTRY.pack
         pack_offset = _OFFSET.pack
         encode = encode_record_with_tail
         new_result = tuple.__new__  # a NamedTuple's own __new__ is a Python lambda
         message_type = RecordType.MESSAGE
+        single_ok = rtype == message_type
         try:
-            for message, lmqs, rtype in items:
-                if len(lmqs) == 1 and rtype == message_type:
+            for message, lmqs in items:
+                if single_ok and len(lmqs) == 1:
                     # The common case (one subscription filter, one queue): no lists,
                     # one key. Same steps as the general path below.
                     name = lmqs[0]
@@ -424,7 +430,8 @@ class MessageStore:
                         buf, room = self._room_for(buf, size, seg_room)
                     buf += record
                     if listened and name in listened:
-                        hot.append((message, pos, size, [meta], [offset]))
+                        hot.append(((meta.id, offset),
+                                    of_message(message, pos, size, now, ((name, offset),))))
                     body = len(message.body)
                     put(
                         meta.key_prefix + pack_offset(offset),
@@ -457,10 +464,13 @@ class MessageStore:
                 buf += record
                 if rtype == message_type:
                     if listened:
-                        for m in metas:
+                        shared: Record | None = None  # one record for all its LMQs
+                        for m, o in zip(metas, offsets, strict=True):
                             if m.name in listened:
-                                hot.append((message, pos, size, metas, offsets))
-                                break
+                                if shared is None:
+                                    shared = of_message(message, pos, size, now, tuple(
+                                        zip([m.name for m in metas], offsets, strict=True)))
+                                hot.append(((m.id, o), shared))
                     body = len(message.body)
                     thash = tag_hash(message.tag) if message.tag else 0
                     value = pack_entry(pos, size, body, thash, now)
@@ -493,7 +503,11 @@ class MessageStore:
             raise
         self._trim_cache()
         if hot:
-            self._remember_hot(hot, now)
+            table = self._hot
+            table.update(hot)
+            if len(table) >= _HOT_GENERATION:
+                self._hot_old = table
+                self._hot = {}
         return results, list(touched.values())
 
     def _room_for(self, buf: bytearray, size: int, seg_room: int) -> tuple[bytearray, int]:
@@ -508,37 +522,6 @@ class MessageStore:
         if not log_.fits(size):
             log_.roll()
         return buf, seg_room - log_.active_size
-
-    def _remember_hot(
-        self, hot: list[tuple[Message, int, int, list[LmqMeta], list[int]]], now: int
-    ) -> None:
-        """Keep just-appended records of listened LMQs in memory for tail readers. The
-        record is built from the message (the same fields the encoder wrote), not
-        decoded again."""
-        table = self._hot
-        order = self._hot_order
-        listened = self._listeners
-        of_message = record_of_message
-        for message, pos, size, metas, offsets in hot:
-            if len(metas) == 1:
-                meta = metas[0]
-                offset = offsets[0]
-                key = (meta.id, offset)
-                table[key] = of_message(message, pos, size, now, ((meta.name, offset),))
-                order.append(key)
-                continue
-            record = of_message(
-                message, pos, size, now, tuple(zip([m.name for m in metas], offsets, strict=True))
-            )
-            for meta, offset in zip(metas, offsets, strict=True):
-                if meta.name in listened:
-                    key = (meta.id, offset)
-                    table[key] = record
-                    order.append(key)
-        pop = table.pop
-        popleft = order.popleft
-        while len(order) > _HOT_MAX:
-            pop(popleft(), None)
 
     def _undo_locked(self, pending: _Pending) -> None:
         """Forget in-memory changes of a failed batch and cut its records off the log."""
@@ -660,7 +643,7 @@ class MessageStore:
         start = max(offset, min_offset)
         if start >= max_offset or max_count <= 0:
             return PullResult([], max(start, min(offset, max_offset)), min_offset, max_offset)
-        if tag is None and (lmq_id, start) in self._hot:
+        if tag is None and ((lmq_id, start) in self._hot or (lmq_id, start) in self._hot_old):
             hot = self._pull_hot(lmq, lmq_id, start, max_count, max_bytes)
             if hot:
                 return PullResult(hot, hot[-1].offset + 1, min_offset, max_offset)
@@ -704,14 +687,18 @@ class MessageStore:
     ) -> list[StoredMessage]:
         """Consecutive records from ``start`` found in the hot tail (none if the first
         is missing: it was evicted meanwhile)."""
-        table = self._hot
+        young = self._hot
+        old = self._hot_old
         out: list[StoredMessage] = []
         budget = max_bytes
         offset = start
         while len(out) < max_count:
-            record = table.get((lmq_id, offset))
+            key = (lmq_id, offset)
+            record = young.get(key)
             if record is None:
-                break
+                record = old.get(key)
+                if record is None:
+                    break
             size = len(record.body)
             if out and budget - size < 0:
                 break

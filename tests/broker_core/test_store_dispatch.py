@@ -217,6 +217,31 @@ def test_tail_readers_get_the_same_records_from_memory(tmp_path):
     assert [m.offset for m in from_memory.messages] == [3, 4, 5, 6, 7]
 
 
+def test_hot_tail_is_bounded_and_serves_across_its_generations(tmp_path, monkeypatch):
+    """The hot tail keeps the latest records in two generations: it stays bounded, a
+    read reaching back into the older generation is served from memory, one past it
+    from the log, and both equal what the log holds."""
+    from broker_core import store as store_module
+
+    monkeypatch.setattr(store_module, "_HOT_GENERATION", 8)
+    with MessageStore.open(tmp_path, SMALL) as s:
+        s.add_listener("hot", lambda *_: None)
+        for i in range(30):  # batches of 3: generations switch mid-stream
+            s.append_batch([(Message(topic="t", body=b"m%d" % (3 * i + j)), ["hot", "x"])
+                            for j in range(3)])
+        lmq_id = s.lmq("hot").id
+        held = sorted(o for (i, o) in [*s._hot, *s._hot_old] if i == lmq_id)
+        assert 8 <= len(held) <= 2 * 8 + 3 and held == list(range(90 - len(held), 90))
+        oldest = held[0]
+        assert (lmq_id, oldest) in s._hot_old
+        from_memory = [s.pull("hot", o, max_count=4) for o in (oldest, oldest - 2, 86)]
+    with MessageStore.open(tmp_path, SMALL) as s:
+        from_disk = [s.pull("hot", o, max_count=4) for o in (oldest, oldest - 2, 86)]
+    assert from_memory == from_disk
+    assert [m.body for m in from_memory[0].messages] == [b"m%d" % o for o in
+                                                         range(oldest, oldest + 4)]
+
+
 def test_a_removed_then_recreated_lmq_is_not_served_old_tail_records(store):
     from broker_core.cleanup import remove_lmqs
 
