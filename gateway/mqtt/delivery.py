@@ -13,6 +13,10 @@ Each subscription of a session reads its filter's LMQ:
   PUBREC) acks the pop receipt; receipts still held when a member disconnects are made
   visible again at once and go to another member.
 
+A reader pulls with ``pull_plain``: plain stored messages (no properties) are sent from
+their stored topic and body bytes by :func:`deliver_plain`, the others decoded in full
+and sent by :func:`deliver`; the two give the same PUBLISH and the same bookkeeping.
+
 The window is the client's Receive Maximum: QoS 1/2 messages in flight never exceed it
 (QoS 0 ones do not count). Delivery stops while the socket's write buffer is above its
 high-water mark; the backlog stays in the LMQ on disk.
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker_core import Protocol, Record
+from broker_core.record import PlainMessage
 from gateway.mqtt.messages import mqtt_topic, now_ms, publish_properties, remaining_expiry
 from gateway.mqtt.session_state import SubscriptionState
 from protocol.mqtt import EMPTY_PROPERTIES, MQTTVersion, OutgoingPacketTooLarge
@@ -38,6 +43,7 @@ PULL_BATCH = 256  # messages a reader takes per round (one store pull, one socke
 #: Records a reader pulls while its QoS 1/2 window is shut (only QoS 0 ones can go).
 _PEEK = 16
 _AMQP = Protocol.AMQP
+_MQTT = Protocol.MQTT
 _V5 = MQTTVersion.V5
 SHARE_INVISIBLE_MS = 60_000
 
@@ -109,9 +115,18 @@ class Reader:
         # and sent a few (the window opened by a few PUBACKs) decoded the rest for
         # nothing, and read them again next round. While the window is shut only QoS 0
         # (and skipped) messages can go, so peek a few at a time for them.
-        sub_qos = self.sub.qos
+        sub = self.sub
+        sub_qos = sub.qos
         consumed = 0
         now = now_ms()
+        # Plain records (no properties: no expiry, nothing for an MQTT 5 PUBLISH to
+        # carry) go out from their stored bytes, without a full decode (pull_plain,
+        # deliver_plain); with a subscription identifier to add, every one is decoded.
+        pull = (
+            store.pull_plain
+            if handler.proto.version != _V5 or sub.subscription_id is None
+            else store.pull
+        )
         while consumed < PULL_BATCH:
             room = PULL_BATCH - consumed
             if not sub_qos:
@@ -120,7 +135,7 @@ class Reader:
                 want = min(window, room)
             else:
                 want = min(_PEEK, room)
-            result = store.pull(self.lmq, self.next_offset, max_count=want)
+            result = pull(self.lmq, self.next_offset, max_count=want)
             if not result.messages:
                 self.next_offset = max(self.next_offset, result.next_offset)
                 break
@@ -130,23 +145,30 @@ class Reader:
                 if offset in self.skip:
                     self.skip.discard(offset)
                 else:
-                    qos = min(msg.record.qos, sub_qos)
+                    plain = type(msg) is PlainMessage
+                    qos = msg.qos if plain else msg.record.qos  # type: ignore[union-attr]
+                    if qos > sub_qos:
+                        qos = sub_qos
                     if qos and window <= 0:
                         blocked = True
                         break
                     again = self.resend.pop(offset, None)
-                    sent = deliver(
-                        session,
-                        handler,
-                        msg.record,
-                        self.sub,
-                        qos,
-                        now,
-                        dup=again is not None or offset < self.sent_upto,
-                        reader=self,
-                        offset=offset,
-                        packet_id=again,
-                    )
+                    dup = again is not None or offset < self.sent_upto
+                    if plain:
+                        sent = deliver_plain(session, handler, msg, sub, qos, dup, self, again)
+                    else:
+                        sent = deliver(
+                            session,
+                            handler,
+                            msg.record,  # type: ignore[union-attr]
+                            sub,
+                            qos,
+                            now,
+                            dup=dup,
+                            reader=self,
+                            offset=offset,
+                            packet_id=again,
+                        )
                     if sent is not None and qos:
                         self.unacked[offset] = sent
                         window -= 1
@@ -207,6 +229,42 @@ class SharedReader:
             if pid is None or qos == 0:
                 store.ack(p.receipt)
         return len(popped)
+
+
+def deliver_plain(
+    session: Session,
+    handler: MqttHandler,
+    msg: PlainMessage,
+    sub: SubscriptionState,
+    qos: int,
+    dup: bool,
+    reader: Reader,
+    packet_id: int | None,
+) -> int | None:
+    """:func:`deliver` for a plain stored message (see ``Reader.fill``): the PUBLISH is
+    encoded from the stored topic and body bytes. No properties means no expiry and
+    nothing to carry in an MQTT 5 PUBLISH (the caller rules out a subscription
+    identifier). Same result and bookkeeping as :func:`deliver`."""
+    if (
+        sub.no_local
+        and msg.protocol == _MQTT
+        and msg.origin == session.state.client_id.encode()
+    ):
+        return None
+    pid = (packet_id or session.allocate_packet_id()) if qos else None
+    try:
+        data = handler.proto.send_plain_publish(
+            msg.topic, msg.body, qos, msg.retain and sub.retain_as_published, dup and qos > 0, pid
+        )
+    except OutgoingPacketTooLarge:
+        handler.front.dropped_too_large += 1
+        return None
+    handler.queue(data)  # written with the rest of this loop turn
+    handler.front.sent += 1
+    if pid is None:
+        return 0
+    session.inflight[pid] = Inflight(pid, qos, reader, msg.offset)
+    return pid
 
 
 def deliver(

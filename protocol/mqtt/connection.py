@@ -147,6 +147,8 @@ _ACK_HEADS: Final[dict[PacketType, bytes]] = {
     PacketType.PUBCOMP: b"\x70\x02",
 }
 
+_EMPTY_WIRE: Final = EMPTY_PROPERTIES._wire
+
 _TRANSITIONS: Final[dict[State, dict[tuple[Role, PacketType], State]]] = {
     State.CONNECTING: {(_C, _P.CONNECT): State.AWAITING_CONNACK},
     State.AWAITING_CONNACK: {
@@ -497,6 +499,34 @@ class Connection:
             packet = Publish(topic=topic, payload=payload, qos=qos, retain=retain, dup=dup,
                              packet_id=packet_id, properties=properties)
             return self._shrink(packet, version, len(buf))
+        return bytes(buf)
+
+    def send_plain_publish(
+        self,
+        topic: bytes,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        dup: bool,
+        packet_id: int | None,
+    ) -> bytes:
+        """:meth:`send_publish` with no properties and the topic as UTF-8 bytes (a
+        server forwarding a stored message as it was stored): the same bytes and
+        checks; the topic is decoded only when an outbound alias may apply or the
+        packet is too large for the peer (the cases :meth:`send_publish` handles)."""
+        version = self.version
+        if self.state is not State.CONNECTED or (
+            self._outbound_aliases_enabled and self.peer_topic_alias_maximum
+        ):
+            return self.send_publish(topic.decode(), payload, qos, retain, dup, packet_id,
+                                     EMPTY_PROPERTIES)
+        assert version is not None
+        buf = bytearray()
+        encode_publish_fields(buf, version, topic, payload, qos, retain, dup, packet_id,
+                              _EMPTY_WIRE)
+        if len(buf) > self.peer_max_packet_size:
+            return self.send_publish(topic.decode(), payload, qos, retain, dup, packet_id,
+                                     EMPTY_PROPERTIES)
         return bytes(buf)
 
     def send_ack_success(self, ptype: PacketType, packet_id: int) -> bytes:

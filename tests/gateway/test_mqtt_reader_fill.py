@@ -13,8 +13,11 @@ from broker_core import MessageStore
 from broker_core.record import Message, Protocol
 from gateway.mqtt import delivery
 from gateway.mqtt.delivery import PULL_BATCH, Reader
+from protocol.mqtt import MQTTVersion
 
 LMQ = "t/x"
+#: fill only asks the handler which MQTT version the client speaks
+HANDLER = SimpleNamespace(proto=SimpleNamespace(version=MQTTVersion.V3_1_1))
 
 
 class CountingStore:
@@ -27,6 +30,10 @@ class CountingStore:
     def pull(self, lmq, offset, max_count=32, **kw):
         self.asked.append(max_count)
         return self.store.pull(lmq, offset, max_count=max_count, **kw)
+
+    def pull_plain(self, lmq, offset, max_count=32, **kw):
+        self.asked.append(max_count)
+        return self.store.pull_plain(lmq, offset, max_count=max_count, **kw)
 
     def lmq(self, name):
         return self.store.lmq(name)
@@ -48,7 +55,12 @@ def sent(monkeypatch):
         out.append((offset, qos))
         return (kw.get("packet_id") or next(pid)) if qos else 0
 
+    def fake_deliver_plain(session, handler, msg, sub, qos, dup, reader, packet_id):
+        return fake_deliver(session, handler, msg, sub, qos, 0, offset=msg.offset,
+                            packet_id=packet_id)
+
     monkeypatch.setattr(delivery, "deliver", fake_deliver)
+    monkeypatch.setattr(delivery, "deliver_plain", fake_deliver_plain)
     return out
 
 
@@ -78,7 +90,7 @@ def test_pulls_no_more_than_the_window(store, sent):
     _append(store, [1] * 1000)
     counting = CountingStore(store)
     reader = _reader()
-    assert reader.fill(_session(counting), None, 10) == 10
+    assert reader.fill(_session(counting), HANDLER, 10) == 10
     assert [o for o, _ in sent] == list(range(10))
     # the window's worth, then one small peek for QoS 0 messages behind it
     assert counting.asked == [10, delivery._PEEK]
@@ -89,7 +101,7 @@ def test_a_wide_window_takes_a_whole_batch_and_says_maybe_more(store, sent):
     _append(store, [1] * 1000)
     counting = CountingStore(store)
     reader = _reader()
-    assert reader.fill(_session(counting), None, 1024) == PULL_BATCH
+    assert reader.fill(_session(counting), HANDLER, 1024) == PULL_BATCH
     assert counting.asked == [PULL_BATCH]
     assert reader.next_offset == PULL_BATCH
 
@@ -97,7 +109,7 @@ def test_a_wide_window_takes_a_whole_batch_and_says_maybe_more(store, sent):
 def test_a_shut_window_still_lets_qos0_through(store, sent):
     _append(store, [0, 0, 1, 0])
     reader = _reader()
-    assert reader.fill(_session(CountingStore(store)), None, 0) == 2
+    assert reader.fill(_session(CountingStore(store)), HANDLER, 0) == 2
     assert sent == [(0, 0), (1, 0)]
     assert reader.next_offset == 2  # the QoS 1 one waits for the window
 
@@ -105,7 +117,7 @@ def test_a_shut_window_still_lets_qos0_through(store, sent):
 def test_qos0_behind_a_filled_window_goes_out_in_the_same_round(store, sent):
     _append(store, [1, 1, 1, 0, 0, 1, 0])
     reader = _reader()
-    assert reader.fill(_session(CountingStore(store)), None, 3) == 5
+    assert reader.fill(_session(CountingStore(store)), HANDLER, 3) == 5
     assert sent == [(0, 1), (1, 1), (2, 1), (3, 0), (4, 0)]
     assert reader.next_offset == 5
 
@@ -114,17 +126,17 @@ def test_qos0_subscription_ignores_the_window(store, sent):
     _append(store, [1] * (PULL_BATCH + 10))
     counting = CountingStore(store)
     reader = _reader(qos=0)
-    assert reader.fill(_session(counting), None, 0) == PULL_BATCH
+    assert reader.fill(_session(counting), HANDLER, 0) == PULL_BATCH
     assert counting.asked == [PULL_BATCH]
     assert all(q == 0 for _, q in sent)
-    assert reader.fill(_session(counting), None, 0) == 10
+    assert reader.fill(_session(counting), HANDLER, 0) == 10
     assert reader.next_offset == PULL_BATCH + 10
 
 
 def test_many_qos0_messages_under_a_small_window_fill_a_whole_round(store, sent):
     _append(store, [0] * (PULL_BATCH * 2))
     reader = _reader()
-    assert reader.fill(_session(CountingStore(store)), None, 5) == PULL_BATCH
+    assert reader.fill(_session(CountingStore(store)), HANDLER, 5) == PULL_BATCH
     assert [o for o, _ in sent] == list(range(PULL_BATCH))
 
 
@@ -135,7 +147,7 @@ def test_skipped_and_resent_offsets(store, sent):
     reader.resend = {2: 77}
     reader.sent_upto = 3
     session = _session(CountingStore(store))
-    assert reader.fill(session, None, 2) == 3  # 0 sent, 1 skipped, 2 resent; 3 waits
+    assert reader.fill(session, HANDLER, 2) == 3  # 0 sent, 1 skipped, 2 resent; 3 waits
     assert [o for o, _ in sent] == [0, 2]
     assert list(reader.unacked) == [0, 2] and reader.unacked[2] == 77
     assert reader.next_offset == 3 and reader.skip == set()

@@ -470,3 +470,34 @@ def test_pubacks_not_batched_before_connack_or_by_default() -> None:
     client2, server2 = connected_pair(V311)
     server2.receive_data(b"\x40\x02\x00\x05\x40\x02\x00\x06")
     assert events(server2) == [Puback(5), Puback(6)]
+
+
+@VERSIONS
+@pytest.mark.parametrize("qos, dup, retain", [(0, False, False), (1, True, True), (2, False, True)])
+def test_send_plain_publish_is_send_publish(
+    version: MQTTVersion, qos: int, dup: bool, retain: bool
+) -> None:
+    _, server = connected_pair(version)
+    pid = 77 if qos else None
+    topic = "a/\u00e9t\u00e9/b"
+    plain = server.send_plain_publish(topic.encode(), b"body", qos, retain, dup, pid)
+    assert plain == server.send_publish(topic, b"body", qos, retain, dup, pid, EMPTY_PROPERTIES)
+    assert plain == server.send(
+        Publish(topic, b"body", qos, retain=retain, dup=dup, packet_id=pid))
+
+
+def test_send_plain_publish_too_large_and_with_aliases() -> None:
+    _, server = connected_pair(V5, connect_props=Properties(maximum_packet_size=40))
+    with pytest.raises(OutgoingPacketTooLarge):
+        server.send_plain_publish(b"t", b"x" * 100, 1, False, False, 5)
+    assert server.state is State.CONNECTED
+    client = Connection(Role.CLIENT)
+    server = Connection(Role.SERVER, outbound_topic_aliases=True)
+    transfer(client, server, Connect("dev-1", V5, properties=Properties(topic_alias_maximum=2)))
+    transfer(server, client, Connack())
+    first = server.send_plain_publish(b"a/long/topic/name", b"1", 0, False, False, None)
+    second = server.send_plain_publish(b"a/long/topic/name", b"2", 0, False, False, None)
+    assert len(second) < len(first)  # the alias applies as with send_publish
+    client.receive_data(first + second)
+    assert client.next_event() == Publish("a/long/topic/name", b"1")
+    assert client.next_event() == Publish("a/long/topic/name", b"2")
