@@ -32,7 +32,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -297,9 +297,10 @@ class CommitLog:
             size -= len(part)
         return b"".join(parts)
 
-    def read_each(self, spans: Iterable[tuple[int, int]]) -> list[bytes | None]:
-        """The bytes of each ``(position, size)`` span, each within one segment (as a
-        record is); None for a span whose segment was removed (retention). For a pull
+    def read_each(self, positions: list[int], sizes: list[int]) -> list[bytes | None]:
+        """The bytes of each span ``[positions[i], positions[i] + sizes[i])``, each within
+        one segment (as a record is); None for a span whose segment was removed
+        (retention). For a pull
         of records scattered over the log (a backlog of interleaved LMQs): one call for
         all of them, ``os.pread`` called directly, the segment of one span tried first
         for the next. A span past its segment's end comes back short."""
@@ -307,7 +308,7 @@ class CommitLog:
         append = out.append
         pread = os.pread
         seg = self._last_read
-        for position, size in spans:
+        for position, size in zip(positions, sizes, strict=True):
             if seg is None or seg.closed or not seg.base <= position < seg.base + seg.size:
                 try:
                     seg = self._segment_for(position)

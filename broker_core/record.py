@@ -440,6 +440,9 @@ class PlainMessage(NamedTuple):
     body: bytes
 
 
+_new_tuple = tuple.__new__
+
+
 def decode_plain(data: bytes, expected_position: int, offset: int) -> PlainMessage | None:
     """:func:`decode_record` for a subscriber's read of a plain message (see
     :class:`PlainMessage`), or None if the record is not one (the caller decodes it in
@@ -485,14 +488,17 @@ def decode_plain(data: bytes, expected_position: int, offset: int) -> PlainMessa
     end = body + body_len
     if end + 4 > size:
         raise CorruptRecord(f"field lengths overrun the record at {position}")
-    return PlainMessage(
-        offset,
-        proto,
-        flags & FLAG_QOS_MASK,
-        bool(flags & FLAG_RETAIN),
-        data[HEADER_SIZE:topic],
-        data[topic:body],
-        data[body:end],
+    return _new_tuple(  # PlainMessage(...) without the NamedTuple's Python __new__
+        PlainMessage,
+        (
+            offset,
+            proto,
+            flags & FLAG_QOS_MASK,
+            bool(flags & FLAG_RETAIN),
+            data[HEADER_SIZE:topic],
+            data[topic:body],
+            data[body:end],
+        ),
     )
 
 

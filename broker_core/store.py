@@ -723,23 +723,24 @@ class MessageStore:
             hot = self._pull_hot(lmq, lmq_id, start, max_count, max_bytes)
             if hot:
                 return PullResult(hot, hot[-1].offset + 1, min_offset, max_offset)
-        entries = list(itertools.islice(self.index.entries(lmq_id, start, max_offset), max_count))
-        if not entries:
+        offsets, positions, sizes, bodies = self.index.spans(lmq_id, start, max_offset, max_count)
+        if not offsets:
             return PullResult([], start, min_offset, max_offset)
-        next_offset = entries[-1].offset + 1
-        raws = self.log.read_each([(e.position, e.record_size) for e in entries])
+        next_offset = offsets[-1] + 1
+        raws = self.log.read_each(positions, sizes)
         messages: list[StoredMessage | PlainMessage] = []
         append = messages.append
         budget = max_bytes
-        for entry, raw in zip(entries, raws, strict=True):
+        for i, raw in enumerate(raws):
             if raw is None:  # its segment was removed by retention meanwhile
                 continue
-            if messages and budget - entry.body_size < 0:
-                next_offset = entry.offset
+            body_size = bodies[i]
+            if messages and budget - body_size < 0:
+                next_offset = offsets[i]
                 break
-            position = entry.position
+            position = positions[i]
             try:
-                plain = decode_plain(raw, position, entry.offset)
+                plain = decode_plain(raw, position, offsets[i])
                 if plain is None:
                     record = decode_record(raw, position)
             except CorruptRecord as exc:
@@ -749,8 +750,8 @@ class MessageStore:
                 self.corrupt_reads += 1
                 log.error("corrupt record skipped: %s", exc, extra={"position": position})
                 continue
-            budget -= entry.body_size
-            append(plain if plain is not None else StoredMessage(lmq, entry.offset, record))
+            budget -= body_size
+            append(plain if plain is not None else StoredMessage(lmq, offsets[i], record))
         return PullResult(messages, next_offset, min_offset, max_offset)  # type: ignore[arg-type]
 
     def _pull_hot(

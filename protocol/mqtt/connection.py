@@ -55,7 +55,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
-from .codec import MAX_PACKET_SIZE, decode_packet, encode_packet, encode_publish_fields
+from .codec import (
+    MAX_PACKET_SIZE,
+    decode_packet,
+    encode_packet,
+    encode_plain_publish,
+    encode_publish_fields,
+)
 from .errors import (
     InsufficientData,
     LocalProtocolError,
@@ -146,8 +152,6 @@ _ACK_HEADS: Final[dict[PacketType, bytes]] = {
     PacketType.PUBREC: b"\x50\x02",
     PacketType.PUBCOMP: b"\x70\x02",
 }
-
-_EMPTY_WIRE: Final = EMPTY_PROPERTIES._wire
 
 _TRANSITIONS: Final[dict[State, dict[tuple[Role, PacketType], State]]] = {
     State.CONNECTING: {(_C, _P.CONNECT): State.AWAITING_CONNACK},
@@ -521,13 +525,11 @@ class Connection:
             return self.send_publish(topic.decode(), payload, qos, retain, dup, packet_id,
                                      EMPTY_PROPERTIES)
         assert version is not None
-        buf = bytearray()
-        encode_publish_fields(buf, version, topic, payload, qos, retain, dup, packet_id,
-                              _EMPTY_WIRE)
-        if len(buf) > self.peer_max_packet_size:
+        data = encode_plain_publish(version, topic, payload, qos, retain, dup, packet_id)
+        if len(data) > self.peer_max_packet_size:
             return self.send_publish(topic.decode(), payload, qos, retain, dup, packet_id,
                                      EMPTY_PROPERTIES)
-        return bytes(buf)
+        return data
 
     def send_ack_success(self, ptype: PacketType, packet_id: int) -> bytes:
         """:meth:`send` for a successful PUBACK / PUBREC / PUBCOMP (reason code 0, no

@@ -179,3 +179,17 @@ def test_a_damaged_record_is_never_served_by_pull_plain(tmp_path, cfg):
                 offset = r.next_offset
             assert offsets == [k for k in range(PER_LMQ) if k != 300]
             assert s.corrupt_reads == 1
+
+
+def test_index_spans_are_the_entries(tmp_path):
+    with MessageStore.open(tmp_path / "data", SMALL) as s:
+        _fill(s)
+        meta = s.index.meta_by_name("bl/4")
+        for start, stop, count in [(0, PER_LMQ, 50), (390, PER_LMQ, 50), (5, 9, 50), (3, 300, 0)]:
+            want = list(s.index.entries(meta.id, start, stop))[:count]
+            assert s.index.spans(meta.id, start, stop, count) == (
+                [e.offset for e in want],
+                [e.position for e in want],
+                [e.record_size for e in want],
+                [e.body_size for e in want],
+            )

@@ -474,16 +474,18 @@ def test_pubacks_not_batched_before_connack_or_by_default() -> None:
 
 @VERSIONS
 @pytest.mark.parametrize("qos, dup, retain", [(0, False, False), (1, True, True), (2, False, True)])
+@pytest.mark.parametrize("size", [0, 100, 117, 118, 200, 20000, 3_000_000])
 def test_send_plain_publish_is_send_publish(
-    version: MQTTVersion, qos: int, dup: bool, retain: bool
+    version: MQTTVersion, qos: int, dup: bool, retain: bool, size: int
 ) -> None:
     _, server = connected_pair(version)
-    pid = 77 if qos else None
+    pid = 0xFFFE if qos else None
     topic = "a/\u00e9t\u00e9/b"
-    plain = server.send_plain_publish(topic.encode(), b"body", qos, retain, dup, pid)
-    assert plain == server.send_publish(topic, b"body", qos, retain, dup, pid, EMPTY_PROPERTIES)
+    body = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    plain = server.send_plain_publish(topic.encode(), body, qos, retain, dup, pid)
+    assert plain == server.send_publish(topic, body, qos, retain, dup, pid, EMPTY_PROPERTIES)
     assert plain == server.send(
-        Publish(topic, b"body", qos, retain=retain, dup=dup, packet_id=pid))
+        Publish(topic, body, qos, retain=retain, dup=dup, packet_id=pid))
 
 
 def test_send_plain_publish_too_large_and_with_aliases() -> None:
