@@ -297,6 +297,36 @@ class CommitLog:
             size -= len(part)
         return b"".join(parts)
 
+    def read_each(self, positions: list[int], sizes: list[int]) -> list[bytes | None]:
+        """The bytes of each span ``[positions[i], positions[i] + sizes[i])``, each within
+        one segment (as a record is); None for a span whose segment was removed
+        (retention). For a pull
+        of records scattered over the log (a backlog of interleaved LMQs): one call for
+        all of them, ``os.pread`` called directly, the segment of one span tried first
+        for the next. A span past its segment's end comes back short."""
+        out: list[bytes | None] = []
+        append = out.append
+        pread = os.pread
+        seg = self._last_read
+        for position, size in zip(positions, sizes, strict=True):
+            if seg is None or seg.closed or not seg.base <= position < seg.base + seg.size:
+                try:
+                    seg = self._segment_for(position)
+                except SegmentGone:
+                    append(None)
+                    seg = None
+                    continue
+            try:
+                append(pread(seg.fd, size, position - seg.base))
+            except OSError as exc:
+                if not seg.closed:
+                    raise StoreError(f"reading {seg.path}: {exc}") from exc
+                append(None)  # removed meanwhile
+                seg = None
+        if seg is not None:
+            self._last_read = seg
+        return out
+
     def locate(self, position: int) -> str:
         """Where ``position`` is, for messages: the segment file and the byte in it."""
         for seg in reversed(self._segments):

@@ -46,6 +46,7 @@ from broker_core.errors import StorageFull, is_disk_full
 from broker_core.record import dispatch_name
 
 ENTRY = struct.Struct(">QIIQQ")
+_ENTRY_SPAN = struct.Struct(">QII")  # an entry's position, record size and body size
 META = struct.Struct(">QQQQQQQ")
 CHECKPOINT = struct.Struct(">QQQ")
 _ID = struct.Struct(">Q")
@@ -261,6 +262,31 @@ class ConsumeQueueIndex:
         for key, value in self.db.items(from_key=entry_key(lmq_id, start), read_opt=opts):
             # the offset is the key's last 8 bytes (b"E" | lmq_id | offset)
             yield make((_OFFSET_UNPACK(key, 9)[0], *unpack_value(value)))
+
+    def spans(
+        self, lmq_id: int, start: int, stop: int, max_count: int
+    ) -> tuple[list[int], list[int], list[int], list[int]]:
+        """The first ``max_count`` entries of :meth:`entries` as four lists: offsets,
+        positions, record sizes, body sizes. For a pull that reads every record: one
+        loop, no generator step and no IndexEntry per entry."""
+        offsets: list[int] = []
+        positions: list[int] = []
+        sizes: list[int] = []
+        bodies: list[int] = []
+        if max_count <= 0:
+            return offsets, positions, sizes, bodies
+        opts = ReadOptions()
+        opts.set_iterate_upper_bound(entry_key(lmq_id, stop))
+        unpack_span = _ENTRY_SPAN.unpack_from
+        for key, value in self.db.items(from_key=entry_key(lmq_id, start), read_opt=opts):
+            offsets.append(_OFFSET_UNPACK(key, 9)[0])
+            position, size, body = unpack_span(value)
+            positions.append(position)
+            sizes.append(size)
+            bodies.append(body)
+            if len(offsets) >= max_count:
+                break
+        return offsets, positions, sizes, bodies
 
     def entry(self, lmq_id: int, offset: int) -> IndexEntry | None:
         raw = self.db.get(entry_key(lmq_id, offset))

@@ -43,6 +43,7 @@ import enum
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -420,6 +421,84 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
         properties,
         body,
         dispatch,
+    )
+
+
+class PlainMessage(NamedTuple):
+    """What a subscriber needs of a *plain* message record: a message (type 1) of the
+    internal or MQTT protocol with no tag and no properties, the common MQTT case. The
+    topic and origin stay UTF-8 bytes (what an MQTT PUBLISH carries). Built by
+    :func:`decode_plain`; ``offset`` is the message's offset in the LMQ it was read from.
+    A NamedTuple: one is built per message read (a Record costs more to build)."""
+
+    offset: int
+    protocol: int
+    qos: int
+    retain: bool
+    origin: bytes
+    topic: bytes
+    body: bytes
+
+
+_new_tuple = tuple.__new__
+
+
+def decode_plain(data: bytes, expected_position: int, offset: int) -> PlainMessage | None:
+    """:func:`decode_record` for a subscriber's read of a plain message (see
+    :class:`PlainMessage`), or None if the record is not one (the caller decodes it in
+    full). ``data`` is exactly the record's bytes (as the index gives its size).
+
+    The same checks protect it: magic, size, CRC32C over ``[12, size)``, the stored
+    position, and field lengths within the record (:class:`CorruptRecord` otherwise).
+    Not done, for speed: decoding the topic and origin (written from ``str``, and the
+    CRC covers them) and walking the dispatch list, which a subscriber does not use.
+    """
+    have = len(data)
+    if have < HEADER_SIZE + 4:
+        raise CorruptRecord(f"record of {have} bytes at {expected_position} is too short")
+    (
+        size,
+        magic,
+        crc,
+        rtype,
+        proto,
+        flags,
+        position,
+        _store_ms,
+        _born_ms,
+        origin_len,
+        topic_len,
+        tag_len,
+        _pad,
+        props_len,
+        body_len,
+    ) = _HEADER_UNPACK(data, 0)
+    if magic != MAGIC:
+        raise CorruptRecord(f"bad magic 0x{magic:08x}")
+    if size != have:
+        raise CorruptRecord(f"record at {expected_position} claims {size} bytes, not {have}")
+    if crc32c(data[12:]) != crc:
+        raise CorruptRecord(f"CRC mismatch in record at {position}")
+    if position != expected_position:
+        raise CorruptRecord(f"record claims position {position}, found at {expected_position}")
+    if rtype != 1 or proto > 1 or props_len or tag_len:
+        return None  # not plain (or an unknown type / protocol: decode_record says which)
+    topic = HEADER_SIZE + origin_len
+    body = topic + topic_len
+    end = body + body_len
+    if end + 4 > size:
+        raise CorruptRecord(f"field lengths overrun the record at {position}")
+    return _new_tuple(  # PlainMessage(...) without the NamedTuple's Python __new__
+        PlainMessage,
+        (
+            offset,
+            proto,
+            flags & FLAG_QOS_MASK,
+            bool(flags & FLAG_RETAIN),
+            data[HEADER_SIZE:topic],
+            data[topic:body],
+            data[body:end],
+        ),
     )
 
 

@@ -64,8 +64,10 @@ from broker_core.errors import (
 from broker_core.group_commit import Flusher
 from broker_core.record import (
     Message,
+    PlainMessage,
     Record,
     RecordType,
+    decode_plain,
     decode_record,
     encode_dispatch_wire,
     encode_record_with_tail,
@@ -681,6 +683,59 @@ class MessageStore:
             budget -= entry.body_size
             messages.append(StoredMessage(lmq, entry.offset, record))
         return PullResult(messages, next_offset, min_offset, max_offset)
+
+    def pull_plain(
+        self, lmq: str, offset: int, max_count: int = 32, max_bytes: int = 4 * 1024 * 1024
+    ) -> PullResult:
+        """:meth:`pull` (no tag filter) for a reader that passes messages on as they are
+        stored (an MQTT subscriber): a *plain* record read from the log comes as a
+        :class:`~broker_core.record.PlainMessage` (see
+        :func:`~broker_core.record.decode_plain`: checked, not decoded in full), any
+        other as a :class:`StoredMessage`, as do records found in the hot tail. Meant
+        for backlogs, where each record is read once: the decoded-record cache is
+        neither consulted nor filled. Corrupt records are handled as by :meth:`pull`
+        (``on_corrupt``)."""
+        meta = self._meta_for_read(lmq)
+        if meta is None:
+            raise UnknownLmq(f"no LMQ named {lmq!r}")
+        lmq_id, min_offset, max_offset = meta.id, meta.min_offset, meta.next_offset
+        start = max(offset, min_offset)
+        if start >= max_offset or max_count <= 0:
+            return PullResult([], max(start, min(offset, max_offset)), min_offset, max_offset)
+        if (lmq_id, start) in self._hot or (lmq_id, start) in self._hot_old:
+            hot = self._pull_hot(lmq, lmq_id, start, max_count, max_bytes)
+            if hot:
+                return PullResult(hot, hot[-1].offset + 1, min_offset, max_offset)
+        offsets, positions, sizes, bodies = self.index.spans(lmq_id, start, max_offset, max_count)
+        if not offsets:
+            return PullResult([], start, min_offset, max_offset)
+        next_offset = offsets[-1] + 1
+        raws = self.log.read_each(positions, sizes)
+        messages: list[StoredMessage | PlainMessage] = []
+        append = messages.append
+        budget = max_bytes
+        for i, raw in enumerate(raws):
+            if raw is None:  # its segment was removed by retention meanwhile
+                continue
+            body_size = bodies[i]
+            if messages and budget - body_size < 0:
+                next_offset = offsets[i]
+                break
+            position = positions[i]
+            try:
+                plain = decode_plain(raw, position, offsets[i])
+                if plain is None:
+                    record = decode_record(raw, position)
+            except CorruptRecord as exc:
+                if self.config.on_corrupt != "skip":
+                    raise
+                # reported, counted and stepped over; never served (as in _read_entries)
+                self.corrupt_reads += 1
+                log.error("corrupt record skipped: %s", exc, extra={"position": position})
+                continue
+            budget -= body_size
+            append(plain if plain is not None else StoredMessage(lmq, offsets[i], record))
+        return PullResult(messages, next_offset, min_offset, max_offset)  # type: ignore[arg-type]
 
     def _pull_hot(
         self, lmq: str, lmq_id: int, start: int, max_count: int, max_bytes: int

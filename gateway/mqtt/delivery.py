@@ -13,6 +13,10 @@ Each subscription of a session reads its filter's LMQ:
   PUBREC) acks the pop receipt; receipts still held when a member disconnects are made
   visible again at once and go to another member.
 
+A reader pulls with ``pull_plain``: plain stored messages (no properties) are sent from
+their stored topic and body bytes by :func:`deliver_plain`, the others decoded in full
+and sent by :func:`deliver`; the two give the same PUBLISH and the same bookkeeping.
+
 The window is the client's Receive Maximum: QoS 1/2 messages in flight never exceed it
 (QoS 0 ones do not count). Delivery stops while the socket's write buffer is above its
 high-water mark; the backlog stays in the LMQ on disk.
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker_core import Protocol, Record
+from broker_core.record import PlainMessage
 from gateway.mqtt.messages import mqtt_topic, now_ms, publish_properties, remaining_expiry
 from gateway.mqtt.session_state import SubscriptionState
 from protocol.mqtt import EMPTY_PROPERTIES, MQTTVersion, OutgoingPacketTooLarge
@@ -114,10 +119,16 @@ class Reader:
         sub_qos = sub.qos
         consumed = 0
         now = now_ms()
-        # QoS 0 messages without properties (most of a fleet's telemetry) are encoded
-        # in a run by the protocol's plain encoder, one join per round; anything else
-        # goes through deliver(), after the run so far (wire order is offset order).
-        plain = handler.proto.plain_publish_encoder()
+        # Plain records (no properties: no expiry, nothing for an MQTT 5 PUBLISH to
+        # carry) go out from their stored bytes, without a full decode (pull_plain,
+        # deliver_plain); with a subscription identifier to add, every one is decoded.
+        sub_id = handler.proto.version == _V5 and sub.subscription_id is not None
+        pull = store.pull if sub_id else store.pull_plain
+        # Records at the tail (from memory) that are QoS 0 without properties (most of a
+        # fleet's telemetry) are encoded in a run by the protocol's plain encoder, one
+        # join per round; anything else goes out after the run so far (wire order is
+        # offset order).
+        plain = None if sub_id else handler.proto.plain_publish_encoder()
         no_local_id = session.state.client_id if sub.no_local else None
         retain_as_published = sub.retain_as_published
         parts: list[bytes] = []
@@ -130,7 +141,7 @@ class Reader:
                 want = min(window, room)
             else:
                 want = min(_PEEK, room)
-            result = store.pull(self.lmq, self.next_offset, max_count=want)
+            result = pull(self.lmq, self.next_offset, max_count=want)
             if not result.messages:
                 self.next_offset = max(self.next_offset, result.next_offset)
                 break
@@ -142,22 +153,26 @@ class Reader:
                 if skip and offset in skip:
                     skip.discard(offset)
                 else:
-                    record = msg.record
-                    qos = record.qos if record.qos < sub_qos else sub_qos
-                    if (
-                        not qos
-                        and plain is not None
-                        and not record.properties
-                        and record.protocol is _MQTT
-                        and record.origin != no_local_id
-                        and not resend
-                        and plain.add(parts, record.topic, record.body,
-                                      record.retain and retain_as_published)
-                    ):
-                        n_plain += 1
-                        self.next_offset = offset + 1
-                        consumed += 1
-                        continue
+                    if type(msg) is PlainMessage:
+                        record = None
+                        qos = msg.qos if msg.qos < sub_qos else sub_qos
+                    else:
+                        record = msg.record  # type: ignore[union-attr]
+                        qos = record.qos if record.qos < sub_qos else sub_qos
+                        if (
+                            not qos
+                            and plain is not None
+                            and not record.properties
+                            and record.protocol is _MQTT
+                            and record.origin != no_local_id
+                            and not resend
+                            and plain.add(parts, record.topic, record.body,
+                                          record.retain and retain_as_published)
+                        ):
+                            n_plain += 1
+                            self.next_offset = offset + 1
+                            consumed += 1
+                            continue
                     if parts:
                         handler.queue(b"".join(parts))
                         parts.clear()
@@ -165,18 +180,24 @@ class Reader:
                         blocked = True
                         break
                     again = resend.pop(offset, None)
-                    sent = deliver(
-                        session,
-                        handler,
-                        record,
-                        sub,
-                        qos,
-                        now,
-                        dup=again is not None or offset < self.sent_upto,
-                        reader=self,
-                        offset=offset,
-                        packet_id=again,
-                    )
+                    dup = again is not None or offset < self.sent_upto
+                    if record is None:
+                        sent = deliver_plain(
+                            session, handler, msg, sub, qos, dup, self, again  # type: ignore[arg-type]
+                        )
+                    else:
+                        sent = deliver(
+                            session,
+                            handler,
+                            record,
+                            sub,
+                            qos,
+                            now,
+                            dup=dup,
+                            reader=self,
+                            offset=offset,
+                            packet_id=again,
+                        )
                     if sent is not None and qos:
                         self.unacked[offset] = sent
                         window -= 1
@@ -242,6 +263,42 @@ class SharedReader:
             if pid is None or qos == 0:
                 store.ack(p.receipt)
         return len(popped)
+
+
+def deliver_plain(
+    session: Session,
+    handler: MqttHandler,
+    msg: PlainMessage,
+    sub: SubscriptionState,
+    qos: int,
+    dup: bool,
+    reader: Reader,
+    packet_id: int | None,
+) -> int | None:
+    """:func:`deliver` for a plain stored message (see ``Reader.fill``): the PUBLISH is
+    encoded from the stored topic and body bytes. No properties means no expiry and
+    nothing to carry in an MQTT 5 PUBLISH (the caller rules out a subscription
+    identifier). Same result and bookkeeping as :func:`deliver`."""
+    if (
+        sub.no_local
+        and msg.protocol == _MQTT
+        and msg.origin == session.state.client_id.encode()
+    ):
+        return None
+    pid = (packet_id or session.allocate_packet_id()) if qos else None
+    try:
+        data = handler.proto.send_plain_publish(
+            msg.topic, msg.body, qos, msg.retain and sub.retain_as_published, dup and qos > 0, pid
+        )
+    except OutgoingPacketTooLarge:
+        handler.front.dropped_too_large += 1
+        return None
+    handler.queue(data)  # written with the rest of this loop turn
+    handler.front.sent += 1
+    if pid is None:
+        return 0
+    session.inflight[pid] = Inflight(pid, qos, reader, msg.offset)
+    return pid
 
 
 def deliver(

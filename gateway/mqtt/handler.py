@@ -49,6 +49,7 @@ from protocol.mqtt import (
     Pingresp,
     Properties,
     Puback,
+    Pubacks,
     Pubcomp,
     Publish,
     Pubrec,
@@ -85,7 +86,9 @@ class MqttHandler(ConnectionHandler):
         super().__init__(conn)
         self.front = front
         self.proto = Connection(
-            max_packet_size=front.gateway.config.max_packet_size, outbound_topic_aliases=True
+            max_packet_size=front.gateway.config.max_packet_size,
+            outbound_topic_aliases=True,
+            batch_pubacks=True,
         )
         self.session: Session | None = None
         self.closed = False
@@ -518,6 +521,26 @@ class MqttHandler(ConnectionHandler):
     def _on_puback(self, packet: Puback) -> None:
         self._complete(packet.packet_id)
 
+    def _on_pubacks(self, acks: Pubacks) -> None:
+        """Plain PUBACKs received back to back (a draining client acks every message):
+        each completes its flow as :meth:`_complete` would, with one wake-up for all."""
+        session = self.session
+        assert session is not None
+        inflight = session.inflight
+        done = False
+        for pid in acks.packet_ids:
+            inf = inflight.pop(pid, None)
+            if inf is None:
+                continue
+            done = True
+            if inf.reader is not None and not inf.released:
+                inf.reader.acked(inf.offset)
+            if inf.receipt is not None:
+                self._ack_receipt(inf.receipt)
+        if done:
+            session.offsets_dirty = True
+            self.front.wake(session)
+
     def _on_pubrec(self, packet: Pubrec) -> None:
         session = self.session
         assert session is not None
@@ -678,6 +701,7 @@ class MqttHandler(ConnectionHandler):
         Connect: _on_connect,
         Publish: _on_publish,
         Puback: _on_puback,
+        Pubacks: _on_pubacks,
         Pubrec: _on_pubrec,
         Pubrel: _on_pubrel,
         Pubcomp: _on_pubcomp,

@@ -10,7 +10,16 @@
 """
 
 from .codec import MAX_PACKET_SIZE, decode_packet, encode_packet, packet_bytes
-from .connection import NEED_DATA, PAUSED, Connection, ConnectionClosed, Event, Role, State
+from .connection import (
+    NEED_DATA,
+    PAUSED,
+    Connection,
+    ConnectionClosed,
+    Event,
+    Pubacks,
+    Role,
+    State,
+)
 from .errors import (
     InsufficientData,
     LocalProtocolError,
@@ -53,7 +62,7 @@ __all__ = [
     "Disconnect", "Event", "InsufficientData", "LocalProtocolError", "MQTTError",
     "MQTTVersion", "MalformedPacket", "OutgoingPacketTooLarge", "Packet", "PacketTooLarge",
     "PacketType", "Pingreq", "Pingresp", "Properties", "PropertyId", "PropertyType",
-    "ProtocolError", "Puback", "Pubcomp", "Publish", "Pubrec", "Pubrel", "ReasonCode",
+    "ProtocolError", "Puback", "Pubacks", "Pubcomp", "Publish", "Pubrec", "Pubrel", "ReasonCode",
     "RemoteProtocolError", "Role", "State", "Suback", "Subscribe", "Subscription",
     "TopicAliasInvalid", "Unsuback", "Unsubscribe", "UnsupportedProtocolVersion", "Will",
     "connack_return_code", "decode_packet", "encode_packet", "packet_bytes",

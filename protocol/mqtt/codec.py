@@ -41,6 +41,7 @@ properties a 27-field ``Properties`` ~4 µs plus ~1.5 µs per property read.
 from __future__ import annotations
 
 from collections.abc import Callable
+from struct import Struct
 from typing import Any
 
 from .errors import (
@@ -254,6 +255,41 @@ _PLAIN_HEADS = (
     [bytes((0x30, n)) for n in range(128)],
     [bytes((0x31, n)) for n in range(128)],
 )
+
+
+#: A PUBLISH's first byte, a one-byte remaining length, and the topic length.
+_SHORT_PUBLISH_HEAD = Struct(">BBH")
+
+
+def encode_plain_publish(
+    version: MQTTVersion,
+    topic: bytes,
+    payload: bytes,
+    qos: int,
+    retain: bool,
+    dup: bool,
+    packet_id: int | None,
+) -> bytes:
+    """:func:`encode_publish_fields` with no properties, as one ``bytes.join`` (about a
+    third of its time on a 100-byte message: one per message of a backlog drain)."""
+    tlen = len(topic)
+    length = 2 + tlen + len(payload)
+    v5 = version is V5
+    if qos:
+        length += 2
+        mid = pack_u16(packet_id) + b"\x00" if v5 else pack_u16(packet_id)  # type: ignore[arg-type]
+    else:
+        mid = b"\x00" if v5 else b""
+    if v5:
+        length += 1
+    elif not tlen:
+        raise ProtocolError("empty topic name (a topic alias) needs MQTT 5")
+    first = 0x30 | (dup << 3) | (qos << 1) | retain
+    if length < 0x80:
+        head = _SHORT_PUBLISH_HEAD.pack(first, length, tlen)
+    else:
+        head = bytes((first,)) + varint_bytes(length) + pack_u16(tlen)
+    return b"".join((head, topic, mid, payload))
 
 
 def encode_packet_id_ack(p: _PacketIdAck, buf: bytearray, version: MQTTVersion) -> None:

@@ -60,6 +60,7 @@ from .codec import (
     PlainPublishEncoder,
     decode_packet,
     encode_packet,
+    encode_plain_publish,
     encode_publish_fields,
 )
 from .errors import (
@@ -131,7 +132,24 @@ class ConnectionClosed:
     buffer is discarded. A DISCONNECT before it, if any, was its own event."""
 
 
-Event = Packet | ConnectionClosed
+class Pubacks:
+    """Several plain PUBACKs received back to back (``batch_pubacks=True`` only): the
+    packet identifiers, in order. Each stands for ``Puback(packet_id)`` (reason code 0,
+    no properties, the four bytes ``40 02 id id``); anything else, a PUBACK with a
+    reason code or properties included, comes as a :class:`~.packets.Puback` event.
+    Spares a packet object and a dispatch per acknowledgement while a server drains a
+    backlog (every QoS 1 message comes back as one of these)."""
+
+    __slots__ = ("packet_ids",)
+
+    def __init__(self, packet_ids: list[int]) -> None:
+        self.packet_ids = packet_ids
+
+    def __repr__(self) -> str:
+        return f"Pubacks({self.packet_ids!r})"
+
+
+Event = Packet | ConnectionClosed | Pubacks
 
 _C, _S = Role.CLIENT, Role.SERVER
 _P = PacketType
@@ -176,7 +194,9 @@ class Connection:
     CONNECT (client) or CONNACK (server) carrying Maximum Packet Size, that value
     replaces it. ``outbound_topic_aliases`` makes ``send`` assign MQTT 5 topic aliases
     to outgoing PUBLISH packets, up to the peer's Topic Alias Maximum (first come, first
-    served; a topic that finds the table full goes out in full).
+    served; a topic that finds the table full goes out in full). ``batch_pubacks``
+    makes ``next_event`` return consecutive plain PUBACKs received in CONNECTED as one
+    :class:`Pubacks` event.
     """
 
     def __init__(
@@ -185,6 +205,7 @@ class Connection:
         *,
         max_packet_size: int = MAX_PACKET_SIZE,
         outbound_topic_aliases: bool = False,
+        batch_pubacks: bool = False,
     ) -> None:
         self.our_role = our_role
         self.their_role = Role.SERVER if our_role is Role.CLIENT else Role.CLIENT
@@ -211,6 +232,7 @@ class Connection:
         self._pos = 0
         self._eof = False
         self._plain: PlainPublishEncoder | None = None
+        self._batch_pubacks = batch_pubacks
 
     # -- input ----------------------------------------------------------------------------
 
@@ -261,6 +283,10 @@ class Connection:
         if (self.state is State.AWAITING_CONNACK and self.our_role is Role.SERVER
                 and first_type != PacketType.AUTH):
             return PAUSED
+        if buf[pos] == 0x40 and self._batch_pubacks and self.state is State.CONNECTED:
+            acks = self._take_pubacks(buf, pos)
+            if acks is not None:
+                return acks
         try:
             packet, used = decode_packet(
                 memoryview(buf)[pos:], self.version, self.max_packet_size
@@ -340,6 +366,26 @@ class Connection:
             t += 1
         self._pos = end
         return publish_checked(topic, raw, bytes(buf[t:end]), qos, first, packet_id)
+
+
+    def _take_pubacks(self, buf: bytearray, pos: int) -> Pubacks | None:
+        """The plain PUBACKs (``40 02``, packet id not 0) from ``pos`` on, consumed.
+        Exactly what decoding them one by one would give: a PUBACK is legal from either
+        side in CONNECTED and leaves the state as it is (see _TRANSITIONS), and four
+        bytes are below any maximum packet size. None if the first is not one (a longer
+        PUBACK, packet id 0, or not all there yet): the ordinary path takes it."""
+        end = len(buf)
+        ids = []
+        while pos + 4 <= end and buf[pos] == 0x40 and buf[pos + 1] == 2:
+            pid = (buf[pos + 2] << 8) | buf[pos + 3]
+            if not pid:
+                break
+            ids.append(pid)
+            pos += 4
+        if not ids:
+            return None
+        self._pos = pos
+        return Pubacks(ids)
 
     def _at_end(self) -> ConnectionClosed | _Sentinel:
         if not self._eof:
@@ -551,6 +597,33 @@ class Connection:
             assert self.version is not None
             plain = self._plain = PlainPublishEncoder(self.version, self.peer_max_packet_size)
         return plain
+
+
+    def send_plain_publish(
+        self,
+        topic: bytes,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        dup: bool,
+        packet_id: int | None,
+    ) -> bytes:
+        """:meth:`send_publish` with no properties and the topic as UTF-8 bytes (a
+        server forwarding a stored message as it was stored): the same bytes and
+        checks; the topic is decoded only when an outbound alias may apply or the
+        packet is too large for the peer (the cases :meth:`send_publish` handles)."""
+        version = self.version
+        if self.state is not State.CONNECTED or (
+            self._outbound_aliases_enabled and self.peer_topic_alias_maximum
+        ):
+            return self.send_publish(topic.decode(), payload, qos, retain, dup, packet_id,
+                                     EMPTY_PROPERTIES)
+        assert version is not None
+        data = encode_plain_publish(version, topic, payload, qos, retain, dup, packet_id)
+        if len(data) > self.peer_max_packet_size:
+            return self.send_publish(topic.decode(), payload, qos, retain, dup, packet_id,
+                                     EMPTY_PROPERTIES)
+        return data
 
     def send_ack_success(self, ptype: PacketType, packet_id: int) -> bytes:
         """:meth:`send` for a successful PUBACK / PUBREC / PUBCOMP (reason code 0, no

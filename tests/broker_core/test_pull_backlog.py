@@ -11,7 +11,7 @@ import pytest
 
 from broker_core import CorruptRecord, MessageStore, StoreConfig
 from broker_core import store as store_mod
-from broker_core.record import Message
+from broker_core.record import Message, PlainMessage, Protocol
 
 from .conftest import SMALL
 
@@ -99,3 +99,97 @@ def test_a_damaged_record_in_a_backlog_is_never_served(tmp_path, cfg, name):
                 offset = r.next_offset
             assert offsets == [k for k in range(PER_LMQ) if k != 300]
             assert s.corrupt_reads == 1
+
+
+# -- pull_plain: the same backlog, plain records left undecoded --------------------------
+
+
+def _drain_plain(s: MessageStore, name: str, batch: int = 256) -> list:
+    out, offset = [], 0
+    while True:
+        r = s.pull_plain(name, offset, max_count=batch)
+        if not r.messages:
+            assert r.next_offset == offset
+            return out
+        assert [m.offset for m in r.messages] == list(range(offset, offset + len(r.messages)))
+        out.extend(r.messages)
+        offset = r.next_offset
+
+
+def _as_pulled(m) -> tuple:
+    """(offset, qos, retain, topic, body) of a PlainMessage or a StoredMessage."""
+    if isinstance(m, PlainMessage):
+        return (m.offset, m.qos, m.retain, m.topic.decode(), m.body)
+    r = m.record
+    return (m.offset, r.qos, r.retain, r.topic, r.body)
+
+
+def test_pull_plain_reads_what_pull_reads(tmp_path):
+    with MessageStore.open(tmp_path / "data", SMALL) as s:
+        _fill(s)
+        # records pull_plain must decode in full: properties, a tag, AMQP
+        s.append_batch(
+            [
+                (Message("run", b"p", properties={"k": b"v"}, qos=1), ["run"]),
+                (Message("run", b"t", tag="x"), ["run"]),
+                (Message("run", b"a", protocol=Protocol.AMQP, retain=True), ["run"]),
+                (Message("run", b"z", qos=2, retain=True, protocol=Protocol.MQTT), ["run"]),
+            ]
+        )
+        for name in [f"bl/{i}" for i in range(0, N_LMQS, 7)] + ["run"]:
+            s._records.clear()
+            want = [_as_pulled(m) for m in _drain(s, name, 100)]
+            got = _drain_plain(s, name, 100)
+            assert [_as_pulled(m) for m in got] == want
+        kinds = [type(m).__name__ for m in got[-4:]]
+        assert kinds == ["StoredMessage", "StoredMessage", "StoredMessage", "PlainMessage"]
+        assert all(isinstance(m, PlainMessage) for m in got[:-4])
+
+
+def test_pull_plain_budget_and_empty(tmp_path):
+    with MessageStore.open(tmp_path / "data", SMALL) as s:
+        _fill(s)
+        for max_bytes in (1, 250, 400):
+            r = s.pull_plain("bl/3", 10, max_count=50, max_bytes=max_bytes)
+            want = s.pull("bl/3", 10, max_count=50, max_bytes=max_bytes)
+            assert [m.offset for m in r.messages] == [m.offset for m in want.messages]
+            assert r.next_offset == want.next_offset == 10 + len(want.messages)
+        r = s.pull_plain("bl/3", PER_LMQ, max_count=50)
+        assert r.messages == [] and r.next_offset == PER_LMQ
+
+
+@pytest.mark.parametrize("cfg", [SMALL, SKIP], ids=["refuse", "skip"])
+def test_a_damaged_record_is_never_served_by_pull_plain(tmp_path, cfg):
+    with MessageStore.open(tmp_path / "data", cfg) as s:
+        _fill(s)
+        victim = s.pull("bl/7", 300, max_count=1).messages[0]
+        _flip(s, victim.record.position + 60)
+        if cfg.on_corrupt == "refuse":
+            with pytest.raises(CorruptRecord, match="CRC mismatch"):
+                _drain_plain(s, "bl/7")
+            assert len(s.pull_plain("bl/7", 0, max_count=300).messages) == 300
+            assert s.pull_plain("bl/7", 301, max_count=500).messages[0].offset == 301
+        else:
+            offsets, offset = [], 0
+            while True:
+                r = s.pull_plain("bl/7", offset, max_count=256)
+                if r.next_offset == offset:
+                    break
+                offsets.extend(m.offset for m in r.messages)
+                offset = r.next_offset
+            assert offsets == [k for k in range(PER_LMQ) if k != 300]
+            assert s.corrupt_reads == 1
+
+
+def test_index_spans_are_the_entries(tmp_path):
+    with MessageStore.open(tmp_path / "data", SMALL) as s:
+        _fill(s)
+        meta = s.index.meta_by_name("bl/4")
+        for start, stop, count in [(0, PER_LMQ, 50), (390, PER_LMQ, 50), (5, 9, 50), (3, 300, 0)]:
+            want = list(s.index.entries(meta.id, start, stop))[:count]
+            assert s.index.spans(meta.id, start, stop, count) == (
+                [e.offset for e in want],
+                [e.position for e in want],
+                [e.record_size for e in want],
+                [e.body_size for e in want],
+            )

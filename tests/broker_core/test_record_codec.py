@@ -10,6 +10,7 @@ from broker_core.record import (
     Message,
     Protocol,
     RecordType,
+    decode_plain,
     decode_record,
     encode_record,
     iter_records,
@@ -106,3 +107,50 @@ def test_iter_records_reports_where_it_stops():
 def test_qos_is_validated():
     with pytest.raises(ValueError):
         Message(topic="a", body=b"", qos=3)
+
+
+# -- decode_plain: a subscriber's read of a plain message ---------------------------------
+
+
+@given(messages, dispatch, st.integers(0, 2**63), st.integers(1, 2**63), st.integers(0, 2**40))
+def test_decode_plain_agrees_with_decode_record(message, targets, position, store_ms, offset):
+    raw = encode_record(position=position, store_ms=store_ms, message=message, dispatch=targets)
+    full = decode_record(raw, expected_position=position)
+    plain = decode_plain(raw, position, offset)
+    if message.properties or message.tag or message.protocol == Protocol.AMQP:
+        assert plain is None  # decoded in full by the caller
+        return
+    assert plain is not None
+    assert plain.offset == offset
+    assert plain.protocol == full.protocol
+    assert (plain.qos, plain.retain) == (full.qos, full.retain)
+    assert plain.origin == full.origin.encode()
+    assert plain.topic == full.topic.encode()
+    assert plain.body == full.body
+
+
+def test_decode_plain_leaves_control_records_to_decode_record():
+    raw = encode_record(
+        position=100,
+        store_ms=1,
+        message=Message("", b""),
+        dispatch=[(b"gone", 7)],
+        record_type=RecordType.LMQ_REMOVAL,
+    )
+    assert decode_plain(raw, 100, 0) is None
+
+
+def test_decode_plain_checks_like_decode_record():
+    good = encode_record(position=100, store_ms=1, message=Message("a/b", b"x" * 50), dispatch=[])
+    assert decode_plain(good, 100, 0) is not None
+    with pytest.raises(CorruptRecord, match="position"):
+        decode_plain(good, 101, 0)
+    for index in (4, 12, 20, HEADER_SIZE + 1, len(good) - 1):  # magic, crc, header, fields
+        raw = bytearray(good)
+        raw[index] ^= 0x01
+        with pytest.raises(CorruptRecord):
+            decode_plain(bytes(raw), 100, 0)
+    # a short read, a record longer than the index says, a size field that lies
+    for raw in (good[:-1], good + b"\0", good[:HEADER_SIZE], b"", good[:10]):
+        with pytest.raises(CorruptRecord):
+            decode_plain(raw, 100, 0)

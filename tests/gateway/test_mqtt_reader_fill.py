@@ -14,8 +14,13 @@ from broker_core import MessageStore
 from broker_core.record import Message, Protocol
 from gateway.mqtt import delivery
 from gateway.mqtt.delivery import PULL_BATCH, Reader
+from protocol.mqtt import MQTTVersion
 
 LMQ = "t/x"
+#: fill only asks the handler's protocol machine which MQTT version the client speaks and
+#: for its plain QoS 0 encoder: none here, so every message goes to ``deliver`` (stubbed).
+HANDLER = SimpleNamespace(proto=SimpleNamespace(version=MQTTVersion.V3_1_1,
+                                                plain_publish_encoder=lambda: None))
 
 
 class CountingStore:
@@ -28,6 +33,10 @@ class CountingStore:
     def pull(self, lmq, offset, max_count=32, **kw):
         self.asked.append(max_count)
         return self.store.pull(lmq, offset, max_count=max_count, **kw)
+
+    def pull_plain(self, lmq, offset, max_count=32, **kw):
+        self.asked.append(max_count)
+        return self.store.pull_plain(lmq, offset, max_count=max_count, **kw)
 
     def lmq(self, name):
         return self.store.lmq(name)
@@ -49,7 +58,12 @@ def sent(monkeypatch):
         out.append((offset, qos))
         return (kw.get("packet_id") or next(pid)) if qos else 0
 
+    def fake_deliver_plain(session, handler, msg, sub, qos, dup, reader, packet_id):
+        return fake_deliver(session, handler, msg, sub, qos, 0, offset=msg.offset,
+                            packet_id=packet_id)
+
     monkeypatch.setattr(delivery, "deliver", fake_deliver)
+    monkeypatch.setattr(delivery, "deliver_plain", fake_deliver_plain)
     return out
 
 
@@ -76,15 +90,12 @@ def _reader(qos: int = 1) -> Reader:
     return Reader(SimpleNamespace(qos=qos, no_local=False, retain_as_published=False), LMQ, 0)
 
 
-#: A handler whose protocol machine has no plain encoder (every message to ``deliver``).
-NO_PLAIN = SimpleNamespace(proto=SimpleNamespace(plain_publish_encoder=lambda: None))
-
 
 def test_pulls_no_more_than_the_window(store, sent):
     _append(store, [1] * 1000)
     counting = CountingStore(store)
     reader = _reader()
-    assert reader.fill(_session(counting), NO_PLAIN, 10) == 10
+    assert reader.fill(_session(counting), HANDLER, 10) == 10
     assert [o for o, _ in sent] == list(range(10))
     # the window's worth, then one small peek for QoS 0 messages behind it
     assert counting.asked == [10, delivery._PEEK]
@@ -95,7 +106,7 @@ def test_a_wide_window_takes_a_whole_batch_and_says_maybe_more(store, sent):
     _append(store, [1] * 1000)
     counting = CountingStore(store)
     reader = _reader()
-    assert reader.fill(_session(counting), NO_PLAIN, 1024) == PULL_BATCH
+    assert reader.fill(_session(counting), HANDLER, 1024) == PULL_BATCH
     assert counting.asked == [PULL_BATCH]
     assert reader.next_offset == PULL_BATCH
 
@@ -103,7 +114,7 @@ def test_a_wide_window_takes_a_whole_batch_and_says_maybe_more(store, sent):
 def test_a_shut_window_still_lets_qos0_through(store, sent):
     _append(store, [0, 0, 1, 0])
     reader = _reader()
-    assert reader.fill(_session(CountingStore(store)), NO_PLAIN, 0) == 2
+    assert reader.fill(_session(CountingStore(store)), HANDLER, 0) == 2
     assert sent == [(0, 0), (1, 0)]
     assert reader.next_offset == 2  # the QoS 1 one waits for the window
 
@@ -111,7 +122,7 @@ def test_a_shut_window_still_lets_qos0_through(store, sent):
 def test_qos0_behind_a_filled_window_goes_out_in_the_same_round(store, sent):
     _append(store, [1, 1, 1, 0, 0, 1, 0])
     reader = _reader()
-    assert reader.fill(_session(CountingStore(store)), NO_PLAIN, 3) == 5
+    assert reader.fill(_session(CountingStore(store)), HANDLER, 3) == 5
     assert sent == [(0, 1), (1, 1), (2, 1), (3, 0), (4, 0)]
     assert reader.next_offset == 5
 
@@ -120,17 +131,18 @@ def test_qos0_subscription_ignores_the_window(store, sent):
     _append(store, [1] * (PULL_BATCH + 10))
     counting = CountingStore(store)
     reader = _reader(qos=0)
-    assert reader.fill(_session(counting), NO_PLAIN, 0) == PULL_BATCH
+    assert reader.fill(_session(counting), HANDLER, 0) == PULL_BATCH
     assert counting.asked == [PULL_BATCH]
     assert all(q == 0 for _, q in sent)
-    assert reader.fill(_session(counting), NO_PLAIN, 0) == 10
+    assert reader.fill(_session(counting), HANDLER, 0) == 10
+
     assert reader.next_offset == PULL_BATCH + 10
 
 
 def test_many_qos0_messages_under_a_small_window_fill_a_whole_round(store, sent):
     _append(store, [0] * (PULL_BATCH * 2))
     reader = _reader()
-    assert reader.fill(_session(CountingStore(store)), NO_PLAIN, 5) == PULL_BATCH
+    assert reader.fill(_session(CountingStore(store)), HANDLER, 5) == PULL_BATCH
     assert [o for o, _ in sent] == list(range(PULL_BATCH))
 
 
@@ -141,7 +153,7 @@ def test_skipped_and_resent_offsets(store, sent):
     reader.resend = {2: 77}
     reader.sent_upto = 3
     session = _session(CountingStore(store))
-    assert reader.fill(session, NO_PLAIN, 2) == 3  # 0 sent, 1 skipped, 2 resent; 3 waits
+    assert reader.fill(session, HANDLER, 2) == 3  # 0 sent, 1 skipped, 2 resent; 3 waits
     assert [o for o, _ in sent] == [0, 2]
     assert list(reader.unacked) == [0, 2] and reader.unacked[2] == 77
     assert reader.next_offset == 3 and reader.skip == set()
@@ -160,10 +172,12 @@ def _connected_server(version):
 
 @pytest.mark.parametrize("version", [4, 5])
 @pytest.mark.parametrize("no_local", [False, True])
-def test_plain_runs_and_other_messages_keep_offset_order(store, version, no_local):
+@pytest.mark.parametrize("sub_id", [None, 7])
+def test_plain_runs_and_other_messages_keep_offset_order(store, version, no_local, sub_id):
     """Plain QoS 0 messages (encoded in runs) between messages with properties, QoS 1,
     retained and own messages (through deliver): the client decodes them all, in offset
-    order, each as deliver would have sent it."""
+    order, each as deliver would have sent it; an MQTT 5 subscription identifier is on
+    every one (no plain run then)."""
     from protocol.mqtt import MQTTVersion, Publish
 
     ver = MQTTVersion(version)
@@ -188,7 +202,7 @@ def test_plain_runs_and_other_messages_keep_offset_order(store, version, no_loca
         state=SimpleNamespace(client_id="me"), allocate_packet_id=lambda: next(pids))
     handler = SimpleNamespace(proto=server, queue=out.append, front=front)
     sub = SimpleNamespace(qos=1, no_local=no_local, retain_as_published=True,
-                          subscription_id=None)
+                          subscription_id=sub_id)
     reader = Reader(sub, LMQ, 0)
     assert reader.fill(session, handler, 10) == len(specs)
     client.receive_data(b"".join(out))
@@ -201,5 +215,7 @@ def test_plain_runs_and_other_messages_keep_offset_order(store, version, no_loca
     assert [(p.qos, p.retain) for p in got] == [specs[i][:2] for i in expected]
     has_ct = [p.properties.content_type == "t" for p in got]
     assert has_ct == [version == 5 and specs[i][2] is not None for i in expected]
+    assert [p.properties.subscription_identifiers for p in got] == [
+        (sub_id,) if version == 5 and sub_id else () for _ in expected]
     assert front.sent == len(expected)
     assert reader.next_offset == len(specs) and list(reader.unacked) == [4]

@@ -588,3 +588,106 @@ def test_publish_fast_path_takes_the_common_packets() -> None:
         assert taken[1] == Publish("c", b"y" * 300, qos=1, packet_id=9)
         assert taken[2] == Publish("d/e", b"", qos=2, packet_id=1, retain=True)
         assert server.next_event() is NEED_DATA
+
+
+def test_puback_batch_matches_the_transition_table() -> None:
+    """With batch_pubacks, next_event takes plain PUBACKs without the transition lookup:
+    only right while the table says PUBACK keeps CONNECTED for both roles."""
+    from protocol.mqtt.connection import _TRANSITIONS, Role, State
+    from protocol.mqtt.packet_types import PacketType
+
+    for role in Role:
+        assert _TRANSITIONS[State.CONNECTED][(role, PacketType.PUBACK)] is State.CONNECTED
+
+
+def batching_pair(version: MQTTVersion) -> tuple[Connection, Connection]:
+    client = Connection(Role.CLIENT)
+    server = Connection(Role.SERVER, batch_pubacks=True)
+    transfer(client, server, Connect("dev-1", version))
+    transfer(server, client, Connack())
+    return client, server
+
+
+def events(conn: Connection) -> list[object]:
+    out = []
+    while (event := conn.next_event()) is not NEED_DATA:
+        out.append(event)
+    return out
+
+
+@VERSIONS
+def test_batched_pubacks_cover_plain_ones_only(version: MQTTVersion) -> None:
+    from protocol.mqtt import Pubacks
+
+    client, server = batching_pair(version)
+    plain = b"".join(client.send(Puback(i)) for i in (1, 2, 3))
+    assert len(plain) == 12
+    odd = [Publish("a", b"x", 1, packet_id=9), Puback(7)]
+    if version is V5:  # a reason code or properties: an ordinary Puback event
+        odd.append(Puback(8, ReasonCode.NO_MATCHING_SUBSCRIBERS))
+    tail = b"".join(client.send(p) for p in odd)
+    more = client.send(Puback(65535))
+    # the last PUBACK split across reads: taken only once complete
+    server.receive_data(plain + tail + more[:3])
+    got = events(server)
+    assert isinstance(got[0], Pubacks) and got[0].packet_ids == [1, 2, 3]
+    assert got[1] == odd[0]
+    assert isinstance(got[2], Pubacks) and got[2].packet_ids == [7]
+    assert got[3:] == odd[2:]
+    server.receive_data(more[3:])
+    (last,) = events(server)
+    assert isinstance(last, Pubacks) and last.packet_ids == [65535]
+    assert server.state is State.CONNECTED
+
+
+def test_batched_puback_with_packet_id_zero_is_still_an_error() -> None:
+    client, server = batching_pair(V311)
+    server.receive_data(client.send(Puback(4)) + b"\x40\x02\x00\x00")
+    first = server.next_event()
+    assert first.packet_ids == [4]  # type: ignore[union-attr]
+    with pytest.raises(RemoteProtocolError):
+        server.next_event()
+
+
+def test_pubacks_not_batched_before_connack_or_by_default() -> None:
+    client = Connection(Role.CLIENT)
+    server = Connection(Role.SERVER, batch_pubacks=True)
+    server.receive_data(client.send(Connect("dev-1", V311)) + b"\x40\x02\x00\x05")
+    assert isinstance(server.next_event(), Connect)
+    assert server.next_event() is PAUSED  # held back until the CONNACK, as any packet
+    client2, server2 = connected_pair(V311)
+    server2.receive_data(b"\x40\x02\x00\x05\x40\x02\x00\x06")
+    assert events(server2) == [Puback(5), Puback(6)]
+
+
+@VERSIONS
+@pytest.mark.parametrize("qos, dup, retain", [(0, False, False), (1, True, True), (2, False, True)])
+@pytest.mark.parametrize("size", [0, 100, 117, 118, 200, 20000, 3_000_000])
+def test_send_plain_publish_is_send_publish(
+    version: MQTTVersion, qos: int, dup: bool, retain: bool, size: int
+) -> None:
+    _, server = connected_pair(version)
+    pid = 0xFFFE if qos else None
+    topic = "a/\u00e9t\u00e9/b"
+    body = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    plain = server.send_plain_publish(topic.encode(), body, qos, retain, dup, pid)
+    assert plain == server.send_publish(topic, body, qos, retain, dup, pid, EMPTY_PROPERTIES)
+    assert plain == server.send(
+        Publish(topic, body, qos, retain=retain, dup=dup, packet_id=pid))
+
+
+def test_send_plain_publish_too_large_and_with_aliases() -> None:
+    _, server = connected_pair(V5, connect_props=Properties(maximum_packet_size=40))
+    with pytest.raises(OutgoingPacketTooLarge):
+        server.send_plain_publish(b"t", b"x" * 100, 1, False, False, 5)
+    assert server.state is State.CONNECTED
+    client = Connection(Role.CLIENT)
+    server = Connection(Role.SERVER, outbound_topic_aliases=True)
+    transfer(client, server, Connect("dev-1", V5, properties=Properties(topic_alias_maximum=2)))
+    transfer(server, client, Connack())
+    first = server.send_plain_publish(b"a/long/topic/name", b"1", 0, False, False, None)
+    second = server.send_plain_publish(b"a/long/topic/name", b"2", 0, False, False, None)
+    assert len(second) < len(first)  # the alias applies as with send_publish
+    client.receive_data(first + second)
+    assert client.next_event() == Publish("a/long/topic/name", b"1")
+    assert client.next_event() == Publish("a/long/topic/name", b"2")

@@ -1,0 +1,96 @@
+"""deliver_plain (a plain stored message sent from its stored bytes) against deliver (the
+same message decoded in full): the same PUBLISH bytes, packet ids, inflight entries and
+counters, for every version, QoS, retain-as-published and no-local case."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from broker_core.record import Message, Protocol, decode_plain, decode_record, encode_record
+from gateway.mqtt import delivery
+from gateway.mqtt.session_state import SubscriptionState
+from protocol.mqtt import Connack, Connect, Connection, MQTTVersion, Properties, Role
+
+CLIENT_ID = "dev-1"
+
+
+def _handler(version: MQTTVersion, max_packet_size: int | None = None):
+    client = Connection(Role.CLIENT)
+    server = Connection(Role.SERVER)
+    props = Properties(maximum_packet_size=max_packet_size) if max_packet_size else Properties()
+    server.receive_data(client.send(Connect(CLIENT_ID, version, properties=props)))
+    server.next_event()
+    client.receive_data(server.send(Connack()))
+    client.next_event()
+    front = SimpleNamespace(sent=0, dropped_too_large=0)
+    handler = SimpleNamespace(proto=server, front=front, out=[])
+    handler.queue = handler.out.append
+    return handler
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.state = SimpleNamespace(client_id=CLIENT_ID)
+        self.inflight: dict = {}
+        self._pid = 0
+
+    def allocate_packet_id(self) -> int:
+        self._pid += 1
+        return self._pid
+
+
+def _both(message: Message, sub: SubscriptionState, qos: int, dup: bool, version, **kw):
+    raw = encode_record(position=500, store_ms=9, message=message, dispatch=[(b"x", 3)])
+    plain = decode_plain(raw, 500, 3)
+    assert plain is not None
+    record = decode_record(raw, 500)
+    runs = []
+    for path in ("full", "plain"):
+        session, handler = _Session(), _handler(version, **kw)
+        reader = object()
+        if path == "full":
+            pid = delivery.deliver(
+                session, handler, record, sub, qos, 0, dup=dup, reader=reader, offset=3
+            )
+        else:
+            pid = delivery.deliver_plain(session, handler, plain, sub, qos, dup, reader, None)
+        inflight = {
+            k: (v.packet_id, v.qos, v.offset, v.receipt) for k, v in session.inflight.items()
+        }
+        runs.append((pid, handler.out, inflight, vars(handler.front)))
+    return runs
+
+
+@pytest.mark.parametrize("version", list(MQTTVersion), ids=lambda v: f"v{int(v)}")
+@pytest.mark.parametrize("qos", [0, 1, 2])
+@pytest.mark.parametrize("retain, rap", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("dup", [False, True])
+def test_same_publish_as_deliver(version, qos, retain, rap, dup):
+    msg = Message("a/b", b"payload", None, "other", "", 2, retain, Protocol.MQTT, 0)
+    sub = SubscriptionState("a/#", qos=2, retain_as_published=rap)
+    full, plain = _both(msg, sub, qos, dup, version)
+    assert plain == full
+    assert full[1]  # something was sent
+
+
+@pytest.mark.parametrize("origin, proto, sent", [
+    (CLIENT_ID, Protocol.MQTT, False),  # our own message: no-local drops it
+    ("other", Protocol.MQTT, True),
+    (CLIENT_ID, Protocol.INTERNAL, True),  # not published over MQTT by us
+])
+def test_no_local(origin, proto, sent):
+    msg = Message("a/b", b"x", None, origin, "", 1, False, proto, 0)
+    sub = SubscriptionState("a/#", qos=1, no_local=True)
+    full, plain = _both(msg, sub, 1, False, MQTTVersion.V5)
+    assert plain == full
+    assert (plain[0] is not None) is sent
+
+
+def test_too_large_for_the_client():
+    msg = Message("a/b", b"x" * 200, None, "", "", 1, False, Protocol.MQTT, 0)
+    sub = SubscriptionState("a/#", qos=1)
+    full, plain = _both(msg, sub, 1, False, MQTTVersion.V5, max_packet_size=64)
+    assert plain == full
+    assert plain[0] is None and plain[3]["dropped_too_large"] == 1
