@@ -23,8 +23,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pamqp import commands
 
@@ -57,12 +56,17 @@ log = logging.getLogger(__name__)
 B, Q, X, Tx = commands.Basic, commands.Queue, commands.Exchange, commands.Tx
 
 
-@dataclass(slots=True)
-class Unacked:
+class Unacked(NamedTuple):
+    """One unacknowledged delivery (a tuple: one is built per delivery, and
+    ``_new_unacked`` builds it at a third of a slotted class's ``__init__`` cost)."""
+
     queue: Queue
     receipt: str
     consumer: Consumer | None
     record: Record
+
+
+_new_unacked = tuple.__new__  # (Unacked, (queue, receipt, consumer, record))
 
 
 class AmqpChannel:
@@ -125,13 +129,13 @@ class AmqpChannel:
         chunk; a message that is dead (expired, or over the delivery limit) is settled
         and dead-lettered by the queue instead (``Queue.drop_if_dead``)."""
         h = self.handler
-        send = h.proto.send_deliver
-        channel = self.id
-        ctag = consumer.tag
+        send = h.proto.deliver_encoder(self.id, consumer.tag)
+        frame_max = h.proto.frame_max
         no_ack = consumer.no_ack
         args = queue.args
         check_all = args.message_ttl is not None or args.delivery_limit is not None
         unacked = self.unacked
+        new = _new_unacked
         first = tag = self.next_tag
         out: list[bytes] = []
         settled: list[str] = []
@@ -144,17 +148,17 @@ class AmqpChannel:
                 raw = rp.get(HEADER)
                 if raw is not None:
                     exchange = rp.get(EXCHANGE, b"")
-                    routing_key = rp.get(ROUTING_KEY)
-                    if routing_key is None:
-                        routing_key = record.topic.encode()
+                    # the topic (a str the encoder compares with the last one's), unless
+                    # the record names its routing key
+                    routing_key = rp.get(ROUTING_KEY) or record.topic
                 else:
                     exchange, routing_key, raw = delivery_fields(record)
-                out.append(send(channel, ctag, tag, p.deliveries > 1, exchange, routing_key,
-                                raw, record.body))
+                out.append(send(tag, p.deliveries > 1, exchange, routing_key, raw,
+                                record.body, frame_max))
                 if no_ack:
                     settled.append(p.receipt)
                 else:
-                    unacked[tag] = Unacked(queue, p.receipt, consumer, record)
+                    unacked[tag] = new(Unacked, (queue, p.receipt, consumer, record))
                 tag += 1
         finally:
             n = tag - first
@@ -358,9 +362,11 @@ class AmqpChannel:
         header = ev.header
         headers = header.headers if header._headers_span is not None else None
         queues, mqtt = front.broker.route(h.vhost, m.exchange, m.routing_key, headers)
-        full: list[Queue] = []
+        full: list[Queue] = _NONE_FULL
         for q in queues:
             if q.rejects_when_full and q.is_full():
+                if full is _NONE_FULL:
+                    full = []
                 full.append(q)
         if full:  # x-overflow reject-publish(-dlx): not stored there, and nacked
             queues = [q for q in queues if q not in full]
@@ -376,12 +382,12 @@ class AmqpChannel:
                 for q in dlx:
                     front.dead_letter(q, refused, "maxlen")
         priority = header.priority
-        if len(queues) == 1 and not priority:  # the common case: one queue, level 0
-            lmqs = [queues[0].lmq]
+        if len(queues) == 1 and not priority and not mqtt:  # the common case
+            lmqs = queues[0].lmq_only  # (read-only, shared)
         else:
             lmqs = [q.lmq_for(priority) for q in queues]
-        if mqtt:
-            lmqs += front.gateway.topic_space.route_amq_topic(m.routing_key)
+            if mqtt:
+                lmqs += front.gateway.topic_space.route_amq_topic(m.routing_key)
         if not lmqs:
             if m.mandatory and not full:
                 h.write(h.proto.send_return(
@@ -503,6 +509,10 @@ class AmqpChannel:
             self._tx_pending = []
 
 
+#: _route_and_submit's "no queue is full" (never appended to).
+_NONE_FULL: list[Queue] = []
+
+
 class _Confirm:
     """One publish awaiting its confirm."""
 
@@ -516,7 +526,9 @@ class _Confirm:
 
     def done(self, _result: Any, exc: BaseException | None) -> None:
         self.ok = exc is None
-        self.channel.confirm_soon()
+        ch = self.channel
+        if not ch._confirms_scheduled:  # (confirm_soon's test, saving a call a message)
+            ch.confirm_soon()
 
 
 def _log_failure_cb(_result: Any, exc: BaseException | None) -> None:

@@ -65,6 +65,8 @@ FRAME_MAX = 131072
 FLUSH_AT = 256 * 1024
 #: After our Connection.Close, how long the peer has to answer CloseOk.
 CLOSE_GRACE_S = 2.0
+#: Methods that only settle deliveries (see _handle).
+_SETTLEMENTS = frozenset({"Basic.Ack", "Basic.Nack", "Basic.Reject"})
 
 
 class AmqpHandler(ConnectionHandler):
@@ -195,8 +197,11 @@ class AmqpHandler(ConnectionHandler):
                 ch = self._channel(event.channel, event.method)
                 # A channel's methods take effect in order: publishes still queued for
                 # this loop turn's batch append must be in their queues before e.g. a
-                # passive declare counts messages or a get pops one.
-                self.front.gateway.publisher.flush()
+                # passive declare counts messages or a get pops one. Settling
+                # deliveries reads nothing a publish adds (a requeued message is a
+                # retry, ahead of new ones either way): the batch is not cut for them.
+                if event.method.name not in _SETTLEMENTS:
+                    self.front.gateway.publisher.flush()
                 self._method(ch, event.method, lambda: self._dispatch(ch, event.method))
         elif isinstance(event, ProtocolHeaderReceived):
             self.write(self.proto.send_start())

@@ -138,11 +138,12 @@ def to_store_message(
 
 
 def delivery_fields(record: Record) -> tuple[str | bytes, str | bytes, bytes]:
-    """(exchange, routing key, raw properties) to deliver ``record`` over AMQP."""
+    """(exchange, routing key, raw properties) to deliver ``record`` over AMQP (str or
+    UTF-8 bytes, as the encoders take them)."""
     rp = record.properties
     raw = rp.get(HEADER)
     if raw is not None:
-        return rp.get(EXCHANGE, b""), rp.get(ROUTING_KEY, record.topic.encode()), raw
+        return rp.get(EXCHANGE, b""), rp.get(ROUTING_KEY) or record.topic, raw
     routing_key = mqtt_to_amqp(record.topic)
     cached = _mqtt_props.get(record.position)
     if cached is None:

@@ -43,8 +43,9 @@ GROUP = "amqp-q"
 #: consumer timeout. Channel close requeues at once; a crash leaves them to the start
 #: of the next gateway, which makes them visible again (see AmqpFrontEnd.start).
 INVISIBLE_MS = 30 * 60 * 1000
-#: Messages popped per store call.
-POP_BATCH = 64
+#: Messages popped per store call (a pop has fixed costs: a retry scan, an offset and a
+#: fresh record written; the store bounds its bytes).
+POP_BATCH = 256
 #: RabbitMQ's ceiling for x-max-priority.
 MAX_PRIORITY = 255
 
@@ -101,6 +102,9 @@ class Queue:
         #: priority queue delivers by priority, then FIFO within a priority.
         self.levels = min(defn.args.max_priority or 0, MAX_PRIORITY)
         self.lmqs = [self.lmq_for(p) for p in range(self.levels, -1, -1)]
+        #: [self.lmq], the dispatch list of a publish routed here only (read-only: one
+        #: list shared by every such publish, not one built per publish)
+        self.lmq_only = [self.lmq]
         a = defn.args
         #: x-overflow reject-publish(-dlx) with a length limit: checked at each publish.
         self.rejects_when_full = a.overflow != "drop-head" and (

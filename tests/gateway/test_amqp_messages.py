@@ -76,7 +76,7 @@ def test_default_exchange_and_routing_key_are_implied() -> None:
     stored = messages.to_store_message("", "a.b", content_header(), b"x", "peer", 1000)
     assert stored.properties == {messages.HEADER: content_header().properties_raw}
     record = Record.of_message(stored, store_ms=1000)
-    assert messages.delivery_fields(record) == (b"", b"a.b", stored.properties[messages.HEADER])
+    assert messages.delivery_fields(record) == (b"", "a.b", stored.properties[messages.HEADER])
     assert mqtt_topic(record) == "a/b"
     copy, key, _ = messages.dead_letter_message(record, "q", "rejected", "dlx", None, 2000)
     assert key == "a.b"
