@@ -191,33 +191,56 @@ class AmqpChannel:
         """``action``: ``ack``, ``requeue`` or ``discard`` (reject/nack without requeue:
         dead-lettered when the queue has a DLX)."""
         tags = self._tags(delivery_tag, multiple, method)
+        pop = self.unacked.pop
         if self.tx:  # the tags are taken now, the store is told at commit
-            self._apply([(t, self.unacked.pop(t)) for t in tags], action, detached=True)
-            return
-        self._apply([(t, self.unacked.pop(t)) for t in tags], action)
+            self._apply([(t, pop(t)) for t in tags], action, detached=True)
+        elif action == "ack":
+            self._ack([pop(t) for t in tags])
+        else:
+            self._apply([(t, pop(t)) for t in tags], action)
+
+    def _ack(self, entries: list[Unacked]) -> None:
+        """:meth:`_apply` of ``ack`` (the common case, in bulk): counts and receipts are
+        gathered per run of one queue / one consumer (a consumer's acks are mostly one
+        run), then applied once each."""
+        receipts_of: dict[Queue, list[str]] = {}
+        counts: dict[Consumer | None, int] = {}
+        last_q: Queue | None = None
+        receipts: list[str] = []
+        last_c: Consumer | None = None
+        run = 0
+        for q, receipt, consumer, _record in entries:
+            if q is not last_q:
+                last_q = q
+                receipts = receipts_of.get(q)  # type: ignore[assignment]
+                if receipts is None:
+                    receipts = receipts_of[q] = []
+            receipts.append(receipt)
+            if consumer is not last_c:
+                if run:
+                    counts[last_c] = counts.get(last_c, 0) + run
+                last_c = consumer
+                run = 0
+            run += 1
+        if run:
+            counts[last_c] = counts.get(last_c, 0) + run
+        for consumer, n in counts.items():
+            if consumer is not None:
+                consumer.unacked -= n
+        for q, receipts in receipts_of.items():
+            q.unacked -= len(receipts)
+            if not q.deleted:
+                q.ack_all(receipts)
+        for q in receipts_of:
+            q.schedule()
 
     def _apply(self, entries: list[tuple[int, Unacked]], action: str,
                detached: bool = False) -> None:
+        if action == "ack" and not detached:
+            self._ack([u for _tag, u in entries])
+            return
         touched: set[Queue] = set()
         requeue: dict[Queue, list[str]] = {}
-        if action == "ack" and not detached:  # the common case, in bulk
-            acks: dict[Queue, list[str]] = {}
-            for _tag, u in entries:
-                if u.consumer is not None:
-                    u.consumer.unacked -= 1
-                q = u.queue
-                q.unacked -= 1
-                if not q.deleted:
-                    receipts = acks.get(q)
-                    if receipts is None:
-                        receipts = acks[q] = []
-                    receipts.append(u.receipt)
-                touched.add(q)
-            for q, receipts in acks.items():
-                q.ack_all(receipts)
-            for q in touched:
-                q.schedule()
-            return
         for _tag, u in entries:
             if u.consumer is not None:
                 u.consumer.unacked -= 1

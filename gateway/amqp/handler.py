@@ -143,13 +143,19 @@ class AmqpHandler(ConnectionHandler):
 
     def _process(self) -> None:
         proto = self.proto
+        channels = self.channels
         while not self._busy and not self.closed:
             try:
                 event = proto.next_event()
                 if event is NEED_DATA:
                     break
                 if type(event) is ContentReceived:  # the per-message event, first
-                    self._publish(event)
+                    ch = channels.get(event.channel)
+                    assert ch is not None, "the protocol machine only reports open channels"
+                    try:  # (_publish inlined)
+                        ch.publish(event)
+                    except AMQPError as exc:
+                        self._publish_failed(exc, ch, event)
                 else:
                     self._handle(event)
             except AMQPError as exc:
@@ -180,12 +186,17 @@ class AmqpHandler(ConnectionHandler):
         try:
             ch.publish(event)
         except AMQPError as exc:
-            if not exc.class_id:
-                index = event.method.index
-                exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
-            if not exc.connection_level and not exc.channel:
-                exc.channel = ch.id
-            raise
+            self._publish_failed(exc, ch, event)
+
+    @staticmethod
+    def _publish_failed(exc: AMQPError, ch: AmqpChannel, event: ContentReceived) -> None:
+        """Complete the error of a publish with its method and channel, and raise it."""
+        if not exc.class_id:
+            index = event.method.index
+            exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
+        if not exc.connection_level and not exc.channel:
+            exc.channel = ch.id
+        raise exc
 
     def _handle(self, event: Any) -> None:
         if isinstance(event, ContentReceived):
