@@ -457,6 +457,9 @@ class AmqpChannel:
             out.append(h.proto.send_ack(self.id, last_ok, True))
         if out and not self.closed and h.proto.channel_is_open(self.id):
             h.write(b"".join(out))
+            # Sent now, not at the handler's flush a loop turn later: a publisher with a
+            # window of unconfirmed messages waits for these.
+            h.flush()
 
     def confirm_select(self, m: Any) -> None:
         if self.tx:

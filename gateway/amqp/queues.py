@@ -258,6 +258,17 @@ class Queue:
 
     def _dispatch(self) -> None:
         requeue: list[str] = []
+        try:
+            self._deliver(requeue)
+        finally:
+            # The deliveries go out now, not at each handler's flush a loop turn later
+            # (the consumers' acks, and so their credit, come back sooner).
+            for c in self.consumers:
+                c.channel.handler.flush()
+        if requeue:
+            self.requeue(requeue)
+
+    def _deliver(self, requeue: list[str]) -> None:
         while True:
             eligible = self._eligible()
             if not eligible:
@@ -282,8 +293,6 @@ class Queue:
                     requeue.append(p.receipt)
                     continue
                 consumer.channel.deliver(consumer, self, p)
-        if requeue:
-            self.requeue(requeue)
 
     def drop_if_dead(self, p: PoppedMessage, now: int) -> bool:
         """Expired or over the delivery limit: settle and dead-letter it. True if so."""
