@@ -423,7 +423,7 @@ class AmqpChannel:
             fut.set_result(None)
             return fut, bool(full)
         message = to_store_message(m.exchange, m.routing_key, header, ev.body,
-                                   h.origin, front.now_ms())
+                                   h.origin, h.now_ms if h.now_ms else front.now_ms())
         if done is not None:
             front.gateway.publisher.submit_callback(message, lmqs, done)
             return None, bool(full)

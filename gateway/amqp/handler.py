@@ -94,6 +94,7 @@ class AmqpHandler(ConnectionHandler):
         self._drain_task: asyncio.Task[None] | None = None
         self._last_recv = time.monotonic()
         self._last_send = time.monotonic()
+        self.now_ms = 0  # set by _process
 
     # -- output ------------------------------------------------------------------------
 
@@ -144,6 +145,9 @@ class AmqpHandler(ConnectionHandler):
     def _process(self) -> None:
         proto = self.proto
         channels = self.channels
+        #: The time (ms) publishes of this batch of received bytes are stamped with:
+        #: read once per batch, not once per message.
+        self.now_ms = self.front.now_ms()
         while not self._busy and not self.closed:
             try:
                 event = proto.next_event()
