@@ -339,6 +339,87 @@ class PopConsumer:
             self._fresh_due = visible_at
         return out
 
+    def _group_receipts(self, receipts: Iterable[str],
+                        ) -> tuple[list[InflightKey], dict[_FreshTable, list[int]]]:
+        """(durable in-flight keys, {fresh table: offsets}) of ``receipts``; malformed
+        receipts and those of unknown tables are dropped. The bulk-ack hot path: the
+        receipts of one table share the prefix ``~<table id>.``, so once it is known a
+        receipt costs a prefix test and an ``int`` (what follows the first dot is the
+        offset, as in :meth:`_fresh_lookup`)."""
+        keys: list[InflightKey] = []
+        by_table: dict[_FreshTable, list[int]] = {}
+        prefix = "\0"  # no receipt starts with it
+        plen = 1
+        offsets: list[int] = []
+        tables = self._tables
+        for receipt in receipts:
+            if receipt.startswith(prefix):
+                try:
+                    offsets.append(int(receipt[plen:]))
+                except ValueError:
+                    pass
+                continue
+            if receipt[:1] != "~":
+                try:
+                    keys.append(decode_receipt(receipt))
+                except UnknownReceipt:
+                    pass
+                continue
+            tid, _, off = receipt[1:].partition(".")
+            try:
+                table = tables.get(int(tid))
+                offset = int(off)
+            except ValueError:
+                continue
+            if table is None:
+                continue
+            offsets = by_table.get(table)  # type: ignore[assignment]
+            if offsets is None:
+                offsets = by_table[table] = []
+            offsets.append(offset)
+            prefix = f"~{table.id}."
+            plen = len(prefix)
+        return keys, by_table
+
+    def _settle_fresh_grouped(self, by_table: dict[_FreshTable, list[int]], batch,  # type: ignore[no-untyped-def]
+                              ) -> list[tuple[_FreshTable, list[int], dict[_FreshBatch, int]]]:
+        """:meth:`_settle_fresh` for :meth:`_group_receipts`' result: clears the bits in
+        ``batch``; returns per table the offsets settled and the batches' new bits, to
+        apply once the write succeeded. Offsets no longer in flight are left out, and
+        so are tables of removed LMQs."""
+        plan = []
+        for table, offsets in by_table.items():
+            if not self._live(table):
+                continue
+            where = table.where.get
+            new_bits: dict[_FreshBatch, int] = {}
+            hits: list[int] = []
+            last = None  # consecutive offsets are mostly of one batch: bits kept in hand
+            bits = 0
+            for offset in offsets:
+                fb = where(offset)
+                if fb is None:
+                    continue
+                if fb is not last:
+                    if last is not None:
+                        new_bits[last] = bits
+                    last = fb
+                    bits = new_bits.get(fb, fb.bits)
+                bits &= ~(1 << (offset - fb.first))
+                hits.append(offset)
+            if last is None:
+                continue
+            new_bits[last] = bits
+            prefix = table.prefix
+            for fb, bits in new_bits.items():
+                if bits:
+                    batch.put_fresh(prefix, fb.first, fb.count, fb.popped_ms, fb.visible_at,
+                                    bits)
+                else:
+                    batch.delete_fresh(prefix, fb.first)
+            plan.append((table, hits, new_bits))
+        return plan
+
     def _settle_fresh(self, found: list[tuple[_FreshTable, int, _FreshBatch]], batch) -> dict:  # type: ignore[no-untyped-def]
         """Clear the bits of ``found`` in ``batch``; returns {batch: new bits} to apply
         once the write succeeded (:meth:`_apply_fresh`). Entries of removed LMQs are
@@ -406,22 +487,25 @@ class PopConsumer:
         """Ack several receipts in one write. Unlike :meth:`ack`, receipts that are no
         longer in flight are ignored (for consumers that settle in bulk and do not care
         which were already revived)."""
-        keys, fresh = _split_receipts(receipts)
         store = self.store
         with store._pop_lock:
             store._check_open()
+            keys, by_table = self._group_receipts(receipts)
             batch = store.state.new_batch()
-            settled = None
-            if fresh:
-                lookup = self._fresh_lookup
-                found = [hit for hit in map(lookup, fresh) if hit is not None]
-                settled = self._settle_fresh(found, batch)
+            plan = self._settle_fresh_grouped(by_table, batch) if by_table else None
             for key in keys:
                 batch.delete_inflight(key)
             if not batch.empty:
                 store.state.write(batch)
-            if settled:
-                self._apply_fresh(found, settled)
+            if plan:
+                for table, offsets, new_bits in plan:
+                    drop = table.where.pop
+                    for offset in offsets:
+                        drop(offset, None)
+                    for fb, bits in new_bits.items():
+                        fb.bits = bits
+                        if not bits:
+                            table.batches.pop(fb.first, None)
             times = self._times
             if times is not None:
                 for key in keys:

@@ -23,8 +23,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pamqp import commands
 
@@ -57,12 +56,17 @@ log = logging.getLogger(__name__)
 B, Q, X, Tx = commands.Basic, commands.Queue, commands.Exchange, commands.Tx
 
 
-@dataclass(slots=True)
-class Unacked:
+class Unacked(NamedTuple):
+    """One unacknowledged delivery (a tuple: one is built per delivery, and
+    ``_new_unacked`` builds it at a third of a slotted class's ``__init__`` cost)."""
+
     queue: Queue
     receipt: str
     consumer: Consumer | None
     record: Record
+
+
+_new_unacked = tuple.__new__  # (Unacked, (queue, receipt, consumer, record))
 
 
 class AmqpChannel:
@@ -125,13 +129,13 @@ class AmqpChannel:
         chunk; a message that is dead (expired, or over the delivery limit) is settled
         and dead-lettered by the queue instead (``Queue.drop_if_dead``)."""
         h = self.handler
-        send = h.proto.send_deliver
-        channel = self.id
-        ctag = consumer.tag
+        send = h.proto.deliver_encoder(self.id, consumer.tag)
+        frame_max = h.proto.frame_max
         no_ack = consumer.no_ack
         args = queue.args
         check_all = args.message_ttl is not None or args.delivery_limit is not None
         unacked = self.unacked
+        new = _new_unacked
         first = tag = self.next_tag
         out: list[bytes] = []
         settled: list[str] = []
@@ -144,17 +148,17 @@ class AmqpChannel:
                 raw = rp.get(HEADER)
                 if raw is not None:
                     exchange = rp.get(EXCHANGE, b"")
-                    routing_key = rp.get(ROUTING_KEY)
-                    if routing_key is None:
-                        routing_key = record.topic.encode()
+                    # the topic (a str the encoder compares with the last one's), unless
+                    # the record names its routing key
+                    routing_key = rp.get(ROUTING_KEY) or record.topic
                 else:
                     exchange, routing_key, raw = delivery_fields(record)
-                out.append(send(channel, ctag, tag, p.deliveries > 1, exchange, routing_key,
-                                raw, record.body))
+                out.append(send(tag, p.deliveries > 1, exchange, routing_key, raw,
+                                record.body, frame_max))
                 if no_ack:
                     settled.append(p.receipt)
                 else:
-                    unacked[tag] = Unacked(queue, p.receipt, consumer, record)
+                    unacked[tag] = new(Unacked, (queue, p.receipt, consumer, record))
                 tag += 1
         finally:
             n = tag - first
@@ -187,33 +191,56 @@ class AmqpChannel:
         """``action``: ``ack``, ``requeue`` or ``discard`` (reject/nack without requeue:
         dead-lettered when the queue has a DLX)."""
         tags = self._tags(delivery_tag, multiple, method)
+        pop = self.unacked.pop
         if self.tx:  # the tags are taken now, the store is told at commit
-            self._apply([(t, self.unacked.pop(t)) for t in tags], action, detached=True)
-            return
-        self._apply([(t, self.unacked.pop(t)) for t in tags], action)
+            self._apply([(t, pop(t)) for t in tags], action, detached=True)
+        elif action == "ack":
+            self._ack([pop(t) for t in tags])
+        else:
+            self._apply([(t, pop(t)) for t in tags], action)
+
+    def _ack(self, entries: list[Unacked]) -> None:
+        """:meth:`_apply` of ``ack`` (the common case, in bulk): counts and receipts are
+        gathered per run of one queue / one consumer (a consumer's acks are mostly one
+        run), then applied once each."""
+        receipts_of: dict[Queue, list[str]] = {}
+        counts: dict[Consumer | None, int] = {}
+        last_q: Queue | None = None
+        receipts: list[str] = []
+        last_c: Consumer | None = None
+        run = 0
+        for q, receipt, consumer, _record in entries:
+            if q is not last_q:
+                last_q = q
+                receipts = receipts_of.get(q)  # type: ignore[assignment]
+                if receipts is None:
+                    receipts = receipts_of[q] = []
+            receipts.append(receipt)
+            if consumer is not last_c:
+                if run:
+                    counts[last_c] = counts.get(last_c, 0) + run
+                last_c = consumer
+                run = 0
+            run += 1
+        if run:
+            counts[last_c] = counts.get(last_c, 0) + run
+        for consumer, n in counts.items():
+            if consumer is not None:
+                consumer.unacked -= n
+        for q, receipts in receipts_of.items():
+            q.unacked -= len(receipts)
+            if not q.deleted:
+                q.ack_all(receipts)
+        for q in receipts_of:
+            q.schedule()
 
     def _apply(self, entries: list[tuple[int, Unacked]], action: str,
                detached: bool = False) -> None:
+        if action == "ack" and not detached:
+            self._ack([u for _tag, u in entries])
+            return
         touched: set[Queue] = set()
         requeue: dict[Queue, list[str]] = {}
-        if action == "ack" and not detached:  # the common case, in bulk
-            acks: dict[Queue, list[str]] = {}
-            for _tag, u in entries:
-                if u.consumer is not None:
-                    u.consumer.unacked -= 1
-                q = u.queue
-                q.unacked -= 1
-                if not q.deleted:
-                    receipts = acks.get(q)
-                    if receipts is None:
-                        receipts = acks[q] = []
-                    receipts.append(u.receipt)
-                touched.add(q)
-            for q, receipts in acks.items():
-                q.ack_all(receipts)
-            for q in touched:
-                q.schedule()
-            return
         for _tag, u in entries:
             if u.consumer is not None:
                 u.consumer.unacked -= 1
@@ -358,9 +385,11 @@ class AmqpChannel:
         header = ev.header
         headers = header.headers if header._headers_span is not None else None
         queues, mqtt = front.broker.route(h.vhost, m.exchange, m.routing_key, headers)
-        full: list[Queue] = []
+        full: list[Queue] = _NONE_FULL
         for q in queues:
             if q.rejects_when_full and q.is_full():
+                if full is _NONE_FULL:
+                    full = []
                 full.append(q)
         if full:  # x-overflow reject-publish(-dlx): not stored there, and nacked
             queues = [q for q in queues if q not in full]
@@ -376,12 +405,12 @@ class AmqpChannel:
                 for q in dlx:
                     front.dead_letter(q, refused, "maxlen")
         priority = header.priority
-        if len(queues) == 1 and not priority:  # the common case: one queue, level 0
-            lmqs = [queues[0].lmq]
+        if len(queues) == 1 and not priority and not mqtt:  # the common case
+            lmqs = queues[0].lmq_only  # (read-only, shared)
         else:
             lmqs = [q.lmq_for(priority) for q in queues]
-        if mqtt:
-            lmqs += front.gateway.topic_space.route_amq_topic(m.routing_key)
+            if mqtt:
+                lmqs += front.gateway.topic_space.route_amq_topic(m.routing_key)
         if not lmqs:
             if m.mandatory and not full:
                 h.write(h.proto.send_return(
@@ -394,7 +423,7 @@ class AmqpChannel:
             fut.set_result(None)
             return fut, bool(full)
         message = to_store_message(m.exchange, m.routing_key, header, ev.body,
-                                   h.origin, front.now_ms())
+                                   h.origin, h.now_ms if h.now_ms else front.now_ms())
         if done is not None:
             front.gateway.publisher.submit_callback(message, lmqs, done)
             return None, bool(full)
@@ -428,6 +457,9 @@ class AmqpChannel:
             out.append(h.proto.send_ack(self.id, last_ok, True))
         if out and not self.closed and h.proto.channel_is_open(self.id):
             h.write(b"".join(out))
+            # Sent now, not at the handler's flush a loop turn later: a publisher with a
+            # window of unconfirmed messages waits for these.
+            h.flush()
 
     def confirm_select(self, m: Any) -> None:
         if self.tx:
@@ -503,6 +535,10 @@ class AmqpChannel:
             self._tx_pending = []
 
 
+#: _route_and_submit's "no queue is full" (never appended to).
+_NONE_FULL: list[Queue] = []
+
+
 class _Confirm:
     """One publish awaiting its confirm."""
 
@@ -516,7 +552,9 @@ class _Confirm:
 
     def done(self, _result: Any, exc: BaseException | None) -> None:
         self.ok = exc is None
-        self.channel.confirm_soon()
+        ch = self.channel
+        if not ch._confirms_scheduled:  # (confirm_soon's test, saving a call a message)
+            ch.confirm_soon()
 
 
 def _log_failure_cb(_result: Any, exc: BaseException | None) -> None:

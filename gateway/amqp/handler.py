@@ -65,6 +65,8 @@ FRAME_MAX = 131072
 FLUSH_AT = 256 * 1024
 #: After our Connection.Close, how long the peer has to answer CloseOk.
 CLOSE_GRACE_S = 2.0
+#: Methods that only settle deliveries (see _handle).
+_SETTLEMENTS = frozenset({"Basic.Ack", "Basic.Nack", "Basic.Reject"})
 
 
 class AmqpHandler(ConnectionHandler):
@@ -92,6 +94,7 @@ class AmqpHandler(ConnectionHandler):
         self._drain_task: asyncio.Task[None] | None = None
         self._last_recv = time.monotonic()
         self._last_send = time.monotonic()
+        self.now_ms = 0  # set by _process
 
     # -- output ------------------------------------------------------------------------
 
@@ -141,13 +144,22 @@ class AmqpHandler(ConnectionHandler):
 
     def _process(self) -> None:
         proto = self.proto
+        channels = self.channels
+        #: The time (ms) publishes of this batch of received bytes are stamped with:
+        #: read once per batch, not once per message.
+        self.now_ms = self.front.now_ms()
         while not self._busy and not self.closed:
             try:
                 event = proto.next_event()
                 if event is NEED_DATA:
                     break
                 if type(event) is ContentReceived:  # the per-message event, first
-                    self._publish(event)
+                    ch = channels.get(event.channel)
+                    assert ch is not None, "the protocol machine only reports open channels"
+                    try:  # (_publish inlined)
+                        ch.publish(event)
+                    except AMQPError as exc:
+                        self._publish_failed(exc, ch, event)
                 else:
                     self._handle(event)
             except AMQPError as exc:
@@ -178,12 +190,17 @@ class AmqpHandler(ConnectionHandler):
         try:
             ch.publish(event)
         except AMQPError as exc:
-            if not exc.class_id:
-                index = event.method.index
-                exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
-            if not exc.connection_level and not exc.channel:
-                exc.channel = ch.id
-            raise
+            self._publish_failed(exc, ch, event)
+
+    @staticmethod
+    def _publish_failed(exc: AMQPError, ch: AmqpChannel, event: ContentReceived) -> None:
+        """Complete the error of a publish with its method and channel, and raise it."""
+        if not exc.class_id:
+            index = event.method.index
+            exc.class_id, exc.method_id = index >> 16, index & 0xFFFF
+        if not exc.connection_level and not exc.channel:
+            exc.channel = ch.id
+        raise exc
 
     def _handle(self, event: Any) -> None:
         if isinstance(event, ContentReceived):
@@ -195,8 +212,11 @@ class AmqpHandler(ConnectionHandler):
                 ch = self._channel(event.channel, event.method)
                 # A channel's methods take effect in order: publishes still queued for
                 # this loop turn's batch append must be in their queues before e.g. a
-                # passive declare counts messages or a get pops one.
-                self.front.gateway.publisher.flush()
+                # passive declare counts messages or a get pops one. Settling
+                # deliveries reads nothing a publish adds (a requeued message is a
+                # retry, ahead of new ones either way): the batch is not cut for them.
+                if event.method.name not in _SETTLEMENTS:
+                    self.front.gateway.publisher.flush()
                 self._method(ch, event.method, lambda: self._dispatch(ch, event.method))
         elif isinstance(event, ProtocolHeaderReceived):
             self.write(self.proto.send_start())

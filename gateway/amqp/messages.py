@@ -6,8 +6,9 @@ key, ``qos`` 1 if ``delivery_mode == 2`` else 0, and these record properties:
 =====================  ==================================================================
 ``amqp.header``        the RAW content-header properties (flag words + property list):
                        forwarded unchanged to AMQP consumers (re-encoding is lossy)
-``amqp.exchange``      the exchange it was published to
-``amqp.routing_key``   its routing key
+``amqp.exchange``      the exchange it was published to (absent: the default exchange)
+``amqp.routing_key``   its routing key (absent: the topic, which is the routing key;
+                       only dead-lettered copies and older records carry it)
 ``content_type``       for MQTT 5 subscribers (protocol-neutral names, see
 ``correlation_data``   :mod:`gateway.mqtt.messages`): content_type, correlation_id,
 ``user_properties``    the headers whose values are strings,
@@ -108,10 +109,12 @@ def _neutral_properties(ch: ContentHeader) -> dict[str, bytes]:
 def to_store_message(
     exchange: str, routing_key: str, ch: ContentHeader, body: bytes, origin: str, now: int
 ) -> Message:
-    props: dict[str, bytes] = {
-        HEADER: ch.properties_raw, EXCHANGE: exchange.encode(),
-        ROUTING_KEY: routing_key.encode(),
-    }
+    # amqp.routing_key is the topic and amqp.exchange "" is the default: both are left
+    # out then (every reader falls back to those), a third of the per-publish property
+    # encoding and decoding
+    props: dict[str, bytes] = {HEADER: ch.properties_raw}
+    if exchange:
+        props[EXCHANGE] = exchange.encode()
     neutral = _neutral_properties(ch)
     if neutral:
         props.update(neutral)
@@ -135,11 +138,12 @@ def to_store_message(
 
 
 def delivery_fields(record: Record) -> tuple[str | bytes, str | bytes, bytes]:
-    """(exchange, routing key, raw properties) to deliver ``record`` over AMQP."""
+    """(exchange, routing key, raw properties) to deliver ``record`` over AMQP (str or
+    UTF-8 bytes, as the encoders take them)."""
     rp = record.properties
     raw = rp.get(HEADER)
     if raw is not None:
-        return rp.get(EXCHANGE, b""), rp.get(ROUTING_KEY, record.topic.encode()), raw
+        return rp.get(EXCHANGE, b""), rp.get(ROUTING_KEY) or record.topic, raw
     routing_key = mqtt_to_amqp(record.topic)
     cached = _mqtt_props.get(record.position)
     if cached is None:

@@ -43,8 +43,9 @@ GROUP = "amqp-q"
 #: consumer timeout. Channel close requeues at once; a crash leaves them to the start
 #: of the next gateway, which makes them visible again (see AmqpFrontEnd.start).
 INVISIBLE_MS = 30 * 60 * 1000
-#: Messages popped per store call.
-POP_BATCH = 64
+#: Messages popped per store call (a pop has fixed costs: a retry scan, an offset and a
+#: fresh record written; the store bounds its bytes).
+POP_BATCH = 256
 #: RabbitMQ's ceiling for x-max-priority.
 MAX_PRIORITY = 255
 
@@ -101,6 +102,9 @@ class Queue:
         #: priority queue delivers by priority, then FIFO within a priority.
         self.levels = min(defn.args.max_priority or 0, MAX_PRIORITY)
         self.lmqs = [self.lmq_for(p) for p in range(self.levels, -1, -1)]
+        #: [self.lmq], the dispatch list of a publish routed here only (read-only: one
+        #: list shared by every such publish, not one built per publish)
+        self.lmq_only = [self.lmq]
         a = defn.args
         #: x-overflow reject-publish(-dlx) with a length limit: checked at each publish.
         self.rejects_when_full = a.overflow != "drop-head" and (
@@ -254,6 +258,17 @@ class Queue:
 
     def _dispatch(self) -> None:
         requeue: list[str] = []
+        try:
+            self._deliver(requeue)
+        finally:
+            # The deliveries go out now, not at each handler's flush a loop turn later
+            # (the consumers' acks, and so their credit, come back sooner).
+            for c in self.consumers:
+                c.channel.handler.flush()
+        if requeue:
+            self.requeue(requeue)
+
+    def _deliver(self, requeue: list[str]) -> None:
         while True:
             eligible = self._eligible()
             if not eligible:
@@ -278,8 +293,6 @@ class Queue:
                     requeue.append(p.receipt)
                     continue
                 consumer.channel.deliver(consumer, self, p)
-        if requeue:
-            self.requeue(requeue)
 
     def drop_if_dead(self, p: PoppedMessage, now: int) -> bool:
         """Expired or over the delivery limit: settle and dead-letter it. True if so."""

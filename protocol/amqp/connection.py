@@ -45,7 +45,9 @@ an unknown method 540 NOT_IMPLEMENTED.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from pamqp import commands
@@ -655,6 +657,18 @@ class AMQPConnection:
         return self._deliveries.encode(
             channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key,
             properties_raw, body, self.frame_max)
+
+    def deliver_encoder(self, channel: int, consumer_tag: str | bytes,
+                        ) -> Callable[[int, bool, str | bytes, str | bytes, bytes, bytes, int],
+                                      bytes]:
+        """:meth:`send_deliver` for a run of deliveries to one consumer, the channel
+        checked once (here, so the run must not span anything that could close it):
+        ``encode(delivery_tag, redelivered, exchange, routing_key, properties_raw, body,
+        frame_max)``, ``frame_max`` being :attr:`frame_max`."""
+        chan = self._channels.get(channel)
+        if chan is None or chan.state is not ChannelState.OPEN:
+            raise LocalProtocolError(f"deliver_encoder(): channel {channel} is not open")
+        return functools.partial(self._deliveries.encode, channel, consumer_tag)
 
     def send_get_ok(
         self, channel: int, delivery_tag: int, redelivered: bool, exchange: str | bytes,

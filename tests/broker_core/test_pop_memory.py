@@ -146,3 +146,32 @@ def test_pop_state_survives_restart(tmp_path):  # replaces test_pop's: receipts 
             s.ack(keep.receipt)  # a receipt of the previous run
         assert s.inflight_count("g", "q") == 4
         assert s.release_group("g") == 4  # what a front end does at start
+
+
+def test_ack_many_groups_receipts_like_single_lookups(store):
+    """ack_many reads a run of one table's receipts by their shared prefix: interleaved
+    LMQs and pops, duplicates, durable receipts, and receipts that share the prefix but
+    are not offsets (or are not in flight) settle exactly what one ack each would."""
+    fill(store, 20)
+    fill(store, 10, lmq="q2")
+    a = store.pop("g", "q", 8, 60_000)
+    b = store.pop("g", "q", 8, 60_000)
+    c = store.pop("g", "q2", 6, 60_000)
+    moved = store.change_invisible_time(a[7].receipt, 60_000)  # a durable receipt
+    prefix = a[0].receipt.rsplit(".", 1)[0] + "."
+    receipts = [a[0].receipt, c[1].receipt, a[1].receipt, b[2].receipt, a[0].receipt,
+                prefix + "x", prefix + "99", prefix + "3.5", moved, "~garbage", "nope",
+                b[7].receipt, c[5].receipt, a[3].receipt]
+    store.ack_many(receipts)
+    left = sorted((p.message.lmq, p.message.offset) for p in (*a[:7], *b, *c)
+                  if p.receipt not in receipts)
+    assert store.inflight_count("g") == len(left)
+    with pytest.raises(UnknownReceipt):
+        store.ack(a[1].receipt)
+    with pytest.raises(UnknownReceipt):
+        store.ack(moved)
+    for p in (*a[:7], *b, *c):
+        if (p.message.lmq, p.message.offset) in left:
+            store.ack(p.receipt)
+    assert store.inflight_count("g") == 0
+    assert state_keys(store, b"F") == [] and state_keys(store, b"P") == []

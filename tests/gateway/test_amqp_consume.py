@@ -328,3 +328,43 @@ def test_queue_limit_per_connection(tmp_path) -> None:
         conn.close()
     finally:
         g.stop()
+
+
+def test_ack_multiple_across_queues_consumers_and_gets(gw: ThreadGateway) -> None:
+    """One multiple ack settling deliveries of two consumers on two queues and a
+    basic.get, interleaved: each consumer's prefetch credit comes back, and nothing is
+    left unacked (closing the channel requeues nothing)."""
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for q in ("qa", "qb"):
+        ch.queue_declare(q)
+        for i in range(6):
+            ch.basic_publish("", q, f"{q}{i}".encode())
+    got = ch.basic_get("qa")
+    ch.basic_qos(prefetch_count=2)
+    received: list[tuple[str, int]] = []
+
+    def until(n: int) -> list[str]:  # (process_data_events returns at the first event)
+        deadline = time.monotonic() + 5
+        while len(received) < n and time.monotonic() < deadline:
+            conn.process_data_events(time_limit=0.2)
+        conn.process_data_events(time_limit=0.2)  # and nothing more comes
+        return sorted(q for q, _ in received)
+
+    for q in ("qa", "qb"):
+        ch.basic_consume(q, lambda c, m, p, b, q=q: received.append((q, m.delivery_tag)))
+    assert until(4) == ["qa", "qa", "qb", "qb"]  # prefetch 2 each
+    ch.basic_ack(max(t for _, t in received), multiple=True)  # covers the get too
+    assert got[0].delivery_tag < min(t for _, t in received)
+    assert until(8) == ["qa"] * 4 + ["qb"] * 4
+    ch.basic_ack(0, multiple=True)
+    assert until(11) == ["qa"] * 5 + ["qb"] * 6
+    ch.basic_ack(0, multiple=True)
+    conn.process_data_events(time_limit=0.3)
+    ch.close()
+    ch = conn.channel()
+    left = {q: ch.queue_declare(q, passive=True).method.message_count for q in ("qa", "qb")}
+    assert left == {"qa": 0, "qb": 0}
+    assert len(set(received)) == 11
+    conn.close()

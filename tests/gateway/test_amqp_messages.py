@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from pamqp import commands, frame, header
 
-from broker_core import Protocol
+from broker_core import Protocol, Record
 from gateway.amqp import messages
-from gateway.mqtt.messages import decode_user_properties
+from gateway.mqtt.messages import decode_user_properties, mqtt_topic
 from protocol.amqp.fastpath import ContentHeader
 
 B = commands.Basic
@@ -46,7 +46,7 @@ def test_store_message_fields_and_kept_properties(props: dict[str, Any]) -> None
     assert first.qos == (1 if props.get("delivery_mode") == 2 else 0)
     p = dict(first.properties or {})
     assert p.pop(messages.HEADER) == ch.properties_raw
-    assert p.pop(messages.EXCHANGE) == b"ex" and p.pop(messages.ROUTING_KEY) == b"a.b"
+    assert p.pop(messages.EXCHANGE) == b"ex"  # routing key: the topic, not repeated
     if "content_type" in props:
         assert p.pop("content_type") == props["content_type"].encode()
     if "correlation_id" in props:
@@ -68,3 +68,17 @@ def test_kept_properties_are_bounded() -> None:
     assert 0 < len(messages._neutral) <= messages._NEUTRAL_MAX
     last = messages.to_store_message("", "q", content_header(correlation_id="c3"), b"", "p", 1)
     assert last.properties["correlation_data"] == b"c3"
+
+
+def test_default_exchange_and_routing_key_are_implied() -> None:
+    """Neither the routing key (the topic) nor the default exchange is stored as a
+    property; deliveries, dead-lettering and MQTT subscribers read them back the same."""
+    stored = messages.to_store_message("", "a.b", content_header(), b"x", "peer", 1000)
+    assert stored.properties == {messages.HEADER: content_header().properties_raw}
+    record = Record.of_message(stored, store_ms=1000)
+    assert messages.delivery_fields(record) == (b"", "a.b", stored.properties[messages.HEADER])
+    assert mqtt_topic(record) == "a/b"
+    copy, key, _ = messages.dead_letter_message(record, "q", "rejected", "dlx", None, 2000)
+    assert key == "a.b"
+    assert copy.properties[messages.EXCHANGE] == b"dlx"
+    assert Record.of_message(copy, store_ms=2000).topic == "a.b"

@@ -300,6 +300,25 @@ def test_confirms_and_deliver_roundtrip_through_pamqp() -> None:
     assert [type(o).__name__ for _, o in ret] == ["Return", "ContentHeader"]
 
 
+def test_deliver_encoder_writes_what_send_deliver_writes() -> None:
+    """A run of deliveries through deliver_encoder: byte for byte send_deliver's, for
+    str and bytes names, a change of routing key, an empty and a multi-frame body; a
+    channel that is not open is refused up front."""
+    conn, other = opened(frame_max=4096), opened(frame_max=4096)
+    encode = conn.deliver_encoder(1, "ctag")
+    runs = [(7, False, "", "q", b"\x00\x00", b"abc"), (8, True, b"", "q", b"\x00\x00", b"abd"),
+            (9, False, "ex", b"r.k", b"\x10\x00\x01", b""), (10, False, "ex", "r.k2",
+            b"\x10\x00\x01", b"x" * 9000), (11, False, "", "q", b"\x00\x00", b"abc")]
+    for tag, redelivered, exchange, key, raw, payload in runs:
+        assert encode(tag, redelivered, exchange, key, raw, payload, conn.frame_max) == (
+            other.send_deliver(1, "ctag", tag, redelivered, exchange, key, raw, payload))
+    frames = parse(encode(12, True, "", "q", b"\x00\x00", b"abc", conn.frame_max))
+    assert (frames[0][1].delivery_tag, frames[0][1].redelivered) == (12, True)
+    assert frames[0][1].routing_key == "q" and frames[2][1].value == b"abc"
+    with pytest.raises(errors.LocalProtocolError):
+        conn.deliver_encoder(2, "ctag")
+
+
 def test_peer_channel_close_frees_the_id() -> None:
     conn = opened()
     seen, out = pump(conn, m(Ch.Close(200, "", 0, 0), 1))
