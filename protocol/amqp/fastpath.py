@@ -385,44 +385,23 @@ def encode_delivery(
     body: bytes,
     frame_max: int,
 ) -> bytes:
-    """``encode_message(encode_deliver(...), ...)`` in one step, byte for byte the same.
-
-    The per-delivery path: one join of the three frames' pieces instead of one per
-    frame and a call per piece. A body that needs more than one frame goes the
-    general way.
-    """
-    size = len(body)
-    if frame_max and size > frame_max - FRAME_OVERHEAD:
-        return encode_message(
-            encode_deliver(channel, consumer_tag, delivery_tag, redelivered, exchange,
-                           routing_key), channel, properties_raw, body, frame_max)
-    ct = consumer_tag.encode() if isinstance(consumer_tag, str) else consumer_tag
-    ex = exchange.encode() if isinstance(exchange, str) else exchange
-    rk = routing_key.encode() if isinstance(routing_key, str) else routing_key
-    n_ct, n_ex, n_rk = len(ct), len(ex), len(rk)
-    if n_ct > 255 or n_ex > 255 or n_rk > 255:
-        raise ValueError(f"short string of {max(n_ct, n_ex, n_rk)} octets exceeds 255")
-    return b"".join((
-        _METHOD_START.pack(1, channel, 16 + n_ct + n_ex + n_rk, DELIVER_INDEX, n_ct), ct,
-        _DELIVER_MID.pack(delivery_tag, redelivered, n_ex), ex, _SHORT_LENGTHS[n_rk], rk,
-        _END_HEADER_START.pack(
-            FRAME_END, 2, channel, 12 + len(properties_raw), BASIC_CLASS, 0, size),
-        properties_raw,
-        _END_BODY_START.pack(FRAME_END, 3, channel, size) if size else b"",
-        body, FRAME_END_BYTE,
-    ))
+    """``encode_message(encode_deliver(...), ...)`` in one step, byte for byte the same:
+    one :class:`DeliveryEncoder` delivery (a run of deliveries keeps one encoder)."""
+    return DeliveryEncoder().encode(channel, consumer_tag, delivery_tag, redelivered,
+                                    exchange, routing_key, properties_raw, body, frame_max)
 
 
 _TAG_REDELIVERED = struct.Struct(">QB")
 
 
 class DeliveryEncoder:
-    """:func:`encode_delivery` that keeps the pieces of the last delivery which do not
-    depend on its delivery tag, redelivered flag or body.
+    """Deliveries (Deliver + content header + body frames) as one join each, byte for
+    byte ``encode_message(encode_deliver(...), ...)``, keeping the pieces of the last
+    one which do not depend on its delivery tag, redelivered flag or body.
 
     A consumer mostly gets runs of messages with the same exchange, routing key,
-    properties and body size; for those, a delivery is one ``pack`` and one join
-    (byte for byte what :func:`encode_delivery` produces: the pieces are its own).
+    properties and body size; for those, a delivery is one ``pack`` and one join. A
+    body that needs more than one frame goes the general way.
     """
 
     __slots__ = ("_key", "_head", "_tail")
@@ -446,10 +425,11 @@ class DeliveryEncoder:
     ) -> bytes:
         size = len(body)
         key = (channel, consumer_tag, exchange, routing_key, properties_raw, size)
+        if frame_max and size > frame_max - FRAME_OVERHEAD:  # a body of several frames
+            return encode_message(
+                encode_deliver(channel, consumer_tag, delivery_tag, redelivered, exchange,
+                               routing_key), channel, properties_raw, body, frame_max)
         if key != self._key:
-            if frame_max and size > frame_max - FRAME_OVERHEAD:
-                return encode_delivery(channel, consumer_tag, delivery_tag, redelivered,
-                                       exchange, routing_key, properties_raw, body, frame_max)
             ct = consumer_tag.encode() if isinstance(consumer_tag, str) else consumer_tag
             ex = exchange.encode() if isinstance(exchange, str) else exchange
             rk = routing_key.encode() if isinstance(routing_key, str) else routing_key
@@ -466,9 +446,6 @@ class DeliveryEncoder:
                 _END_BODY_START.pack(FRAME_END, 3, channel, size) if size else b"",
             ))
             self._key = key
-        elif frame_max and size > frame_max - FRAME_OVERHEAD:  # frame_max went down
-            return encode_delivery(channel, consumer_tag, delivery_tag, redelivered,
-                                   exchange, routing_key, properties_raw, body, frame_max)
         return b"".join((self._head, _TAG_REDELIVERED.pack(delivery_tag, redelivered),
                          self._tail, body, FRAME_END_BYTE))
 

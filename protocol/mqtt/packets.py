@@ -219,6 +219,23 @@ def publish_from_wire(
     raw = topic.encode()
     if not raw or "+" in topic or "#" in topic:
         _check_topic_name(topic, raw, props.topic_alias)
+    return publish_checked(topic, raw, payload, qos, flags, packet_id, props)
+
+
+def publish_checked(
+    topic: str,
+    raw: bytes,
+    payload: bytes,
+    qos: int,
+    flags: int,
+    packet_id: int | None,
+    props: Properties = EMPTY_PROPERTIES,
+) -> Publish:
+    """A decoded PUBLISH whose every rule the caller has checked (the connection's
+    one-step decoder, or :func:`publish_from_wire`): QoS 0-2, no DUP on QoS 0, a
+    non-zero packet id exactly when the QoS has one, ``raw`` the topic's UTF-8, a topic
+    without U+0000 or wildcards and non-empty unless an alias stands for it, properties
+    allowed in a PUBLISH."""
     p: Publish = _new(Publish)
     p.topic = topic
     p.payload = payload
@@ -227,25 +244,6 @@ def publish_from_wire(
     p.dup = bool(flags & 8)
     p.packet_id = packet_id
     p.properties = props
-    p._topic_bytes = raw
-    return p
-
-
-def publish_checked(
-    topic: str, raw: bytes, payload: bytes, qos: int, flags: int, packet_id: int | None
-) -> Publish:
-    """A decoded PUBLISH without properties whose every rule the caller has checked
-    (the connection's one-step decoder): QoS 0-2, no DUP on QoS 0, a non-zero packet id
-    exactly when the QoS has one, ``raw`` the topic's UTF-8, a non-empty topic without
-    U+0000 or wildcards."""
-    p: Publish = _new(Publish)
-    p.topic = topic
-    p.payload = payload
-    p.qos = qos
-    p.retain = bool(flags & 1)
-    p.dup = bool(flags & 8)
-    p.packet_id = packet_id
-    p.properties = EMPTY_PROPERTIES
     p._topic_bytes = raw
     return p
 
