@@ -638,17 +638,10 @@ class MessageStore:
         one message is returned if any is there) from ``offset`` on. An offset below the
         LMQ's minimum starts at the minimum. With ``tag``, only messages with that tag are
         returned (``next_offset`` still moves past the others)."""
-        meta = self._meta_for_read(lmq)
-        if meta is None:
-            raise UnknownLmq(f"no LMQ named {lmq!r}")
-        lmq_id, min_offset, max_offset = meta.id, meta.min_offset, meta.next_offset
-        start = max(offset, min_offset)
-        if start >= max_offset or max_count <= 0:
-            return PullResult([], max(start, min(offset, max_offset)), min_offset, max_offset)
-        if tag is None and ((lmq_id, start) in self._hot or (lmq_id, start) in self._hot_old):
-            hot = self._pull_hot(lmq, lmq_id, start, max_count, max_bytes)
-            if hot:
-                return PullResult(hot, hot[-1].offset + 1, min_offset, max_offset)
+        lmq_id, start, min_offset, max_offset, done = self._pull_start(
+            lmq, offset, max_count, max_bytes, tag is None)
+        if done is not None:
+            return done
         want_hash = tag_hash(tag) if tag else None
         # With a tag filter, look at more entries than we return, but bounded.
         scan_limit = max_count if want_hash is None else max(max_count * 16, 1024)
@@ -695,17 +688,10 @@ class MessageStore:
         for backlogs, where each record is read once: the decoded-record cache is
         neither consulted nor filled. Corrupt records are handled as by :meth:`pull`
         (``on_corrupt``)."""
-        meta = self._meta_for_read(lmq)
-        if meta is None:
-            raise UnknownLmq(f"no LMQ named {lmq!r}")
-        lmq_id, min_offset, max_offset = meta.id, meta.min_offset, meta.next_offset
-        start = max(offset, min_offset)
-        if start >= max_offset or max_count <= 0:
-            return PullResult([], max(start, min(offset, max_offset)), min_offset, max_offset)
-        if (lmq_id, start) in self._hot or (lmq_id, start) in self._hot_old:
-            hot = self._pull_hot(lmq, lmq_id, start, max_count, max_bytes)
-            if hot:
-                return PullResult(hot, hot[-1].offset + 1, min_offset, max_offset)
+        lmq_id, start, min_offset, max_offset, done = self._pull_start(
+            lmq, offset, max_count, max_bytes, True)
+        if done is not None:
+            return done
         offsets, positions, sizes, bodies = self.index.spans(lmq_id, start, max_offset, max_count)
         if not offsets:
             return PullResult([], start, min_offset, max_offset)
@@ -736,6 +722,27 @@ class MessageStore:
             budget -= body_size
             append(plain if plain is not None else StoredMessage(lmq, offsets[i], record))
         return PullResult(messages, next_offset, min_offset, max_offset)  # type: ignore[arg-type]
+
+    def _pull_start(
+        self, lmq: str, offset: int, max_count: int, max_bytes: int, hot: bool
+    ) -> tuple[int, int, int, int, PullResult | None]:
+        """The start of :meth:`pull` and :meth:`pull_plain`: (LMQ id, first offset to
+        read, the LMQ's min and max offsets, the result if the pull is answered
+        already: nothing to read, or served from the hot tail when ``hot``)."""
+        meta = self._meta_for_read(lmq)
+        if meta is None:
+            raise UnknownLmq(f"no LMQ named {lmq!r}")
+        lmq_id, min_offset, max_offset = meta.id, meta.min_offset, meta.next_offset
+        start = max(offset, min_offset)
+        if start >= max_offset or max_count <= 0:
+            empty = PullResult([], max(start, min(offset, max_offset)), min_offset, max_offset)
+            return lmq_id, start, min_offset, max_offset, empty
+        if hot and ((lmq_id, start) in self._hot or (lmq_id, start) in self._hot_old):
+            found = self._pull_hot(lmq, lmq_id, start, max_count, max_bytes)
+            if found:
+                served = PullResult(found, found[-1].offset + 1, min_offset, max_offset)
+                return lmq_id, start, min_offset, max_offset, served
+        return lmq_id, start, min_offset, max_offset, None
 
     def _pull_hot(
         self, lmq: str, lmq_id: int, start: int, max_count: int, max_bytes: int
