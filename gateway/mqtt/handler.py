@@ -526,19 +526,11 @@ class MqttHandler(ConnectionHandler):
         each completes its flow as :meth:`_complete` would, with one wake-up for all."""
         session = self.session
         assert session is not None
-        inflight = session.inflight
+        release = self._release
         done = False
         for pid in acks.packet_ids:
-            inf = inflight.pop(pid, None)
-            if inf is None:
-                continue
-            done = True
-            if inf.reader is not None and not inf.released:
-                inf.reader.acked(inf.offset)
-            if inf.receipt is not None:
-                self._ack_receipt(inf.receipt)
+            done = release(session, pid) or done
         if done:
-            session.offsets_dirty = True
             self.front.wake(session)
 
     def _on_pubrec(self, packet: Pubrec) -> None:
@@ -588,15 +580,21 @@ class MqttHandler(ConnectionHandler):
     def _complete(self, pid: int) -> None:
         session = self.session
         assert session is not None
+        if self._release(session, pid):
+            self.front.wake(session)
+
+    def _release(self, session: Session, pid: int) -> bool:
+        """End the outbound flow of ``pid``: its reader may commit past it, a shared
+        subscription's pop is acked. False if no such flow was in flight."""
         inf = session.inflight.pop(pid, None)
         if inf is None:
-            return
+            return False
         if inf.reader is not None and not inf.released:
             inf.reader.acked(inf.offset)
             session.offsets_dirty = True
         if inf.receipt is not None:
             self._ack_receipt(inf.receipt)
-        self.front.wake(session)
+        return True
 
     def _ack_receipt(self, receipt: str) -> None:
         try:
