@@ -107,27 +107,11 @@ class AmqpChannel:
             return False
         return True
 
-    def deliver(self, consumer: Consumer, queue: Queue, p: PoppedMessage) -> None:
-        record = p.message.record
-        tag = self.next_tag
-        self.next_tag += 1
-        exchange, routing_key, raw = delivery_fields(record)
-        self.handler.write(self.handler.proto.send_deliver(
-            self.id, consumer.tag, tag, p.deliveries > 1, exchange, routing_key, raw,
-            record.body))
-        self.front.n_delivered += 1
-        if consumer.no_ack:
-            queue.ack(p.receipt)
-        else:
-            self.unacked[tag] = Unacked(queue, p.receipt, consumer, record)
-            consumer.unacked += 1
-            queue.unacked += 1
-
     def deliver_many(self, consumer: Consumer, queue: Queue, popped: list[PoppedMessage],
                      now: int) -> None:
-        """:meth:`deliver` of one pop's messages to one consumer, in order, written as one
-        chunk; a message that is dead (expired, or over the delivery limit) is settled
-        and dead-lettered by the queue instead (``Queue.drop_if_dead``)."""
+        """Deliver popped messages to one consumer, in order, written as one chunk; a
+        message that is dead (expired, or over the delivery limit) is settled and
+        dead-lettered by the queue instead (``Queue.drop_if_dead``)."""
         h = self.handler
         send = h.proto.deliver_encoder(self.id, consumer.tag)
         frame_max = h.proto.frame_max

@@ -292,7 +292,8 @@ class Queue:
                 if consumer is None:
                     requeue.append(p.receipt)
                     continue
-                consumer.channel.deliver(consumer, self, p)
+                # (deliver_many's own dead check repeats this one's: same ``now``)
+                consumer.channel.deliver_many(consumer, self, [p], now)
 
     def drop_if_dead(self, p: PoppedMessage, now: int) -> bool:
         """Expired or over the delivery limit: settle and dead-letter it. True if so."""
