@@ -100,11 +100,16 @@ class LmqMeta:
     wire: bytes = field(default=b"", compare=False, repr=False)
     #: A dispatch list naming only this LMQ, up to its offset (count 1 + ``wire``).
     wire1: bytes = field(default=b"", compare=False, repr=False)
+    #: The key of this record itself (:func:`meta_key`) and the name as UTF-8.
+    meta_key: bytes = field(default=b"", compare=False, repr=False)
+    raw_name: bytes = field(default=b"", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.key_prefix = _META_KEY.pack(b"E", self.id)
-        self.wire = dispatch_name(self.name.encode())
+        self.raw_name = raw = self.name.encode()
+        self.wire = dispatch_name(raw)
         self.wire1 = _DISPATCH_ONE + self.wire
+        self.meta_key = _META_KEY.pack(b"M", self.id)
 
     @property
     def count(self) -> int:
@@ -121,7 +126,7 @@ class LmqMeta:
                 self.touched_ms,
                 self.min_position,
             )
-            + self.name.encode()
+            + self.raw_name
         )
 
     @classmethod
@@ -331,7 +336,7 @@ class IndexBatch:
         self.puts += 1
 
     def put_meta(self, meta: LmqMeta) -> None:
-        self.wb.put(meta_key(meta.id), meta.encode())
+        self.wb.put(meta.meta_key, meta.encode())
 
     def put_name(self, raw_name: bytes, lmq_id: int) -> None:
         self.wb.put(name_key(raw_name), _ID.pack(lmq_id))

@@ -69,7 +69,6 @@ from broker_core.record import (
     RecordType,
     decode_plain,
     decode_record,
-    encode_dispatch_wire,
     encode_record_with_tail,
     record_of_message,
 )
@@ -78,6 +77,7 @@ log = logging.getLogger(__name__)
 
 Listener = Callable[[str, int], None]
 _OFFSET = Struct(">Q")
+_COUNT = Struct(">I")  # a dispatch list's count (broker_core.record)
 #: Decoded records kept for readers at the tail (see MessageStore._read_entries).
 _RECORD_CACHE = 4096
 #: Entries of one generation of the hot tail (see MessageStore.pull): it holds between
@@ -407,18 +407,20 @@ class MessageStore:
         room = seg_room - log_.active_size  # what fits in the active segment
         cache = self._cache
         listened = self._listeners
-        # records for the hot tail, built here and kept only once the batch is committed
-        hot: list[tuple[tuple[int, int], Record]] = []
+        # the hot tail's young generation, filled as records are built (emptied if the
+        # batch fails: it is a cache, and a failed batch's offsets are reused)
+        hot = self._hot
         of_message = record_of_message
         pack_entry = ENTRY.pack
         pack_offset = _OFFSET.pack
+        pack_count = _COUNT.pack
         encode = encode_record_with_tail
         new_result = tuple.__new__  # a NamedTuple's own __new__ is a Python lambda
         message_type = RecordType.MESSAGE
-        single_ok = rtype == message_type
+        is_message = rtype == message_type
         try:
             for message, lmqs in items:
-                if single_ok and len(lmqs) == 1:
+                if is_message and len(lmqs) == 1:
                     # The common case (one subscription filter, one queue): no lists,
                     # one key. Same steps as the general path below.
                     name = lmqs[0]
@@ -432,8 +434,8 @@ class MessageStore:
                         buf, room = self._room_for(buf, size, seg_room)
                     buf += record
                     if listened and name in listened:
-                        hot.append(((meta.id, offset),
-                                    of_message(message, pos, size, now, ((name, offset),))))
+                        hot[(meta.id, offset)] = of_message(
+                            message, pos, size, now, ((name, offset),))
                     body = len(message.body)
                     put(
                         meta.key_prefix + pack_offset(offset),
@@ -449,35 +451,43 @@ class MessageStore:
                     results.append(new_result(AppendResult, (pos, size, now, (offset,))))
                     pos += size
                     continue
-                if len(lmqs) > 1 and len(set(lmqs)) != len(lmqs):
+                if len(set(lmqs)) != len(lmqs):
                     lmqs = list(dict.fromkeys(lmqs))
+                # One pass over the targets: each LMQ's offset, its part of the dispatch
+                # list (name, offset) and its index key share the packed offset.
                 metas = []
+                offsets = []
+                keys = []
+                parts = [pack_count(len(lmqs))]
                 for name in lmqs:
                     meta = cache.get(name)
                     if meta is None:
                         meta = self._meta_for_write(name, now, batch, pending)
                     metas.append(meta)
-                offsets = [meta.next_offset for meta in metas]
-                tail = encode_dispatch_wire([meta.wire for meta in metas], offsets)
-                record = encode(pos, now, message, tail, rtype)
+                    offset = meta.next_offset
+                    offsets.append(offset)
+                    packed = pack_offset(offset)
+                    parts.append(meta.wire)
+                    parts.append(packed)
+                    keys.append(meta.key_prefix + packed)
+                record = encode(pos, now, message, b"".join(parts), rtype)
                 size = len(record)
                 if len(buf) + size > room:
                     buf, room = self._room_for(buf, size, seg_room)
                 buf += record
-                if rtype == message_type:
-                    if listened:
-                        shared: Record | None = None  # one record for all its LMQs
-                        for m, o in zip(metas, offsets, strict=True):
-                            if m.name in listened:
-                                if shared is None:
-                                    shared = of_message(message, pos, size, now, tuple(
-                                        zip([m.name for m in metas], offsets, strict=True)))
-                                hot.append(((m.id, o), shared))
+                if is_message:
                     body = len(message.body)
                     thash = tag_hash(message.tag) if message.tag else 0
                     value = pack_entry(pos, size, body, thash, now)
-                    for meta, offset in zip(metas, offsets, strict=True):
-                        put(meta.key_prefix + pack_offset(offset), value)
+                    shared: Record | None = None  # one hot-tail record for all its LMQs
+                    for meta, key in zip(metas, keys, strict=True):
+                        put(key, value)
+                        offset = meta.next_offset
+                        if listened and meta.name in listened:
+                            if shared is None:
+                                shared = of_message(
+                                    message, pos, size, now, tuple(zip(lmqs, offsets, strict=True)))
+                            hot[(meta.id, offset)] = shared
                         if offset == meta.min_offset:
                             meta.min_position = pos
                         meta.next_offset = offset + 1
@@ -501,15 +511,13 @@ class MessageStore:
             batch.put_checkpoint(Checkpoint(pos, self._next_id, self._cleaned_to))
             batch.commit()
         except BaseException:
+            hot.clear()
             self._undo_locked(pending)
             raise
         self._trim_cache()
-        if hot:
-            table = self._hot
-            table.update(hot)
-            if len(table) >= _HOT_GENERATION:
-                self._hot_old = table
-                self._hot = {}
+        if len(hot) >= _HOT_GENERATION:
+            self._hot_old = hot
+            self._hot = {}
         return results, list(touched.values())
 
     def _room_for(self, buf: bytearray, size: int, seg_room: int) -> tuple[bytearray, int]:
@@ -586,12 +594,20 @@ class MessageStore:
         return lmq in self._listeners
 
     def _notify(self, metas: Iterable[LmqMeta]) -> None:
-        if not self._listeners:
+        listeners = self._listeners
+        if not listeners:
             return
+        get = listeners.get
         for meta in metas:
-            callbacks = self._listeners.get(meta.name)
+            callbacks = get(meta.name)
             if callbacks:
-                self._call_listeners(meta.name, meta.next_offset, callbacks)
+                if len(callbacks) == 1:  # the common case, without a copy of the list
+                    try:
+                        callbacks[0](meta.name, meta.next_offset)
+                    except Exception:
+                        log.exception("LMQ listener for %r failed", meta.name)
+                else:
+                    self._call_listeners(meta.name, meta.next_offset, callbacks)
 
     def notify(self, lmq: str) -> None:
         callbacks = self._listeners.get(lmq)

@@ -242,6 +242,25 @@ def test_hot_tail_is_bounded_and_serves_across_its_generations(tmp_path, monkeyp
                                                          range(oldest, oldest + 4)]
 
 
+def test_a_failed_batch_leaves_nothing_in_the_hot_tail(store):
+    """Records go into the hot tail as a batch is built; a batch that fails part way
+    (here: its third message names an invalid LMQ) must not leave them there to be
+    served at the offsets later messages take (here written while nobody listens, so
+    they do not overwrite the hot tail's entries)."""
+    stop_a = store.add_listener("a", lambda *_: None)
+    stop_b = store.add_listener("b", lambda *_: None)
+    store.append(msg(0), ["a", "b"])
+    with pytest.raises(InvalidLmqName):
+        store.append_batch([(msg(1), ["a", "b"]), (msg(2), ["a"]), (msg(3), ["a", ""])])
+    stop_a()
+    stop_b()
+    store.append_batch([(msg(4), ["a", "b"]), (msg(5), ["a"])])
+    got = store.pull("a", 0, max_count=10)
+    assert [(m.offset, m.record.body) for m in got.messages] == [
+        (0, msg(0).body), (1, msg(4).body), (2, msg(5).body)]
+    assert [m.record.body for m in store.pull("b", 1).messages] == [msg(4).body]
+
+
 def test_a_removed_then_recreated_lmq_is_not_served_old_tail_records(store):
     from broker_core.cleanup import remove_lmqs
 
