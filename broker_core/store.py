@@ -745,31 +745,37 @@ class MessageStore:
         """The start of :meth:`pull` and :meth:`pull_plain`: (LMQ id, first offset to
         read, the LMQ's min and max offsets, the result if the pull is answered
         already: nothing to read, or served from the hot tail when ``hot``)."""
-        meta = self._meta_for_read(lmq)
+        meta = self._cache.get(lmq)
         if meta is None:
-            raise UnknownLmq(f"no LMQ named {lmq!r}")
+            meta = self.index.meta_by_name(lmq)
+            if meta is None:
+                raise UnknownLmq(f"no LMQ named {lmq!r}")
         lmq_id, min_offset, max_offset = meta.id, meta.min_offset, meta.next_offset
         start = max(offset, min_offset)
         if start >= max_offset or max_count <= 0:
             empty = PullResult([], max(start, min(offset, max_offset)), min_offset, max_offset)
             return lmq_id, start, min_offset, max_offset, empty
-        if hot and ((lmq_id, start) in self._hot or (lmq_id, start) in self._hot_old):
-            found = self._pull_hot(lmq, lmq_id, start, max_count, max_bytes)
-            if found:
+        if hot:
+            key = (lmq_id, start)
+            first = self._hot.get(key)
+            if first is None:
+                first = self._hot_old.get(key)
+            if first is not None:
+                found = self._pull_hot(lmq, lmq_id, start, max_count, max_bytes, first)
                 served = PullResult(found, found[-1].offset + 1, min_offset, max_offset)
                 return lmq_id, start, min_offset, max_offset, served
         return lmq_id, start, min_offset, max_offset, None
 
     def _pull_hot(
-        self, lmq: str, lmq_id: int, start: int, max_count: int, max_bytes: int
+        self, lmq: str, lmq_id: int, start: int, max_count: int, max_bytes: int, first: Record
     ) -> list[StoredMessage]:
-        """Consecutive records from ``start`` found in the hot tail (none if the first
-        is missing: it was evicted meanwhile)."""
+        """Consecutive records from ``start`` (whose record, ``first``, the caller found
+        in the hot tail) that are still in the hot tail."""
         young = self._hot
         old = self._hot_old
-        out: list[StoredMessage] = []
-        budget = max_bytes
-        offset = start
+        out = [StoredMessage(lmq, start, first)]
+        budget = max_bytes - len(first.body)
+        offset = start + 1
         while len(out) < max_count:
             key = (lmq_id, offset)
             record = young.get(key)
@@ -778,7 +784,7 @@ class MessageStore:
                 if record is None:
                     break
             size = len(record.body)
-            if out and budget - size < 0:
+            if budget - size < 0:
                 break
             budget -= size
             out.append(StoredMessage(lmq, offset, record))

@@ -724,14 +724,19 @@ class MqttHandler(ConnectionHandler):
         if not conn.writable:
             return False
         done = True
-        for reader in list(session.readers.values()):
-            window = self.receive_max - session.qos_inflight()
-            if reader.fill(session, self, window) >= PULL_BATCH:
-                done = False
-            if not conn.writable:
-                done = False
-                break
-        self.flush_out()
+        # What the readers queue goes out in the one flush_out below (queue need not
+        # schedule one for the end of the turn).
+        self._flush_scheduled = True
+        try:
+            for reader in list(session.readers.values()):
+                window = self.receive_max - session.qos_inflight()
+                if reader.fill(session, self, window) >= PULL_BATCH:
+                    done = False
+                if not conn.writable:
+                    done = False
+                    break
+        finally:
+            self.flush_out()
         return done
 
     async def _deliver_loop(self) -> None:
