@@ -713,8 +713,10 @@ class MqttHandler(ConnectionHandler):
 
     # -- delivery ----------------------------------------------------------------------
 
-    def deliver_now(self) -> bool:
-        """One round of delivery from every reader, right now (see MqttFrontEnd.wake).
+    def fill_now(self) -> bool:
+        """One round of delivery from every reader, right now, into :attr:`out` (see
+        MqttFrontEnd.wake): the caller writes it with :meth:`flush_out`, which it must
+        call even if this raises (no flush is scheduled for what is queued here).
         False if the delivery task must go on: the connection is not writable, or a
         reader filled a whole round (there may be more)."""
         session = self.session
@@ -724,19 +726,14 @@ class MqttHandler(ConnectionHandler):
         if not conn.writable:
             return False
         done = True
-        # What the readers queue goes out in the one flush_out below (queue need not
-        # schedule one for the end of the turn).
-        self._flush_scheduled = True
-        try:
-            for reader in list(session.readers.values()):
-                window = self.receive_max - session.qos_inflight()
-                if reader.fill(session, self, window) >= PULL_BATCH:
-                    done = False
-                if not conn.writable:
-                    done = False
-                    break
-        finally:
-            self.flush_out()
+        self._flush_scheduled = True  # the caller's flush_out
+        for reader in list(session.readers.values()):
+            window = self.receive_max - session.qos_inflight()
+            if reader.fill(session, self, window) >= PULL_BATCH:
+                done = False
+            if not conn.writable:
+                done = False
+                break
         return done
 
     async def _deliver_loop(self) -> None:

@@ -16,6 +16,14 @@ from .test_amqp_support import ThreadGateway, drain, gw, pika_connect
 __all__ = ["gw"]
 
 
+def settle(conn: pika.BlockingConnection, seconds: float) -> None:
+    """Process events for ``seconds``: one ``process_data_events`` call returns at the
+    first event, so a single call can see fewer deliveries than will come."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        conn.process_data_events(time_limit=left)
+
+
 def test_ack_nack_reject_requeue_redelivered(gw: ThreadGateway) -> None:
     conn = pika_connect(gw)
     ch = conn.channel()
@@ -68,10 +76,10 @@ def test_prefetch_limits_unacked(gw: ThreadGateway) -> None:
     ch.basic_qos(prefetch_count=3)
     received: list[pika.spec.Basic.Deliver] = []
     ch.basic_consume("q", lambda c, m, p, b: received.append(m))
-    conn.process_data_events(time_limit=0.5)
+    settle(conn, 0.5)
     assert len(received) == 3
     ch.basic_ack(received[-1].delivery_tag, multiple=True)
-    conn.process_data_events(time_limit=0.5)
+    settle(conn, 0.5)
     assert len(received) == 6
     conn.close()
 
@@ -214,7 +222,7 @@ def test_queue_delete_cancels_consumers(gw: ThreadGateway) -> None:
     ch.basic_consume("doomed", lambda *a: None)
     other = conn.channel()
     other.queue_delete("doomed")
-    conn.process_data_events(time_limit=0.3)
+    settle(conn, 0.3)
     assert len(cancelled) == 1
     conn.close()
 
@@ -230,7 +238,7 @@ def test_single_active_consumer_and_auto_delete(gw: ThreadGateway) -> None:
                          auto_ack=True, consumer_tag=tag)
     for _ in range(5):
         ch.basic_publish("", "sac", b"x")
-    conn.process_data_events(time_limit=0.3)
+    settle(conn, 0.3)
     assert got == {"first": 5, "second": 0}
     ch.basic_cancel("first")
     ch.basic_cancel("second")
@@ -349,7 +357,7 @@ def test_ack_multiple_across_queues_consumers_and_gets(gw: ThreadGateway) -> Non
         deadline = time.monotonic() + 5
         while len(received) < n and time.monotonic() < deadline:
             conn.process_data_events(time_limit=0.2)
-        conn.process_data_events(time_limit=0.2)  # and nothing more comes
+        settle(conn, 0.2)  # and nothing more comes
         return sorted(q for q, _ in received)
 
     for q in ("qa", "qb"):
@@ -361,7 +369,7 @@ def test_ack_multiple_across_queues_consumers_and_gets(gw: ThreadGateway) -> Non
     ch.basic_ack(0, multiple=True)
     assert until(11) == ["qa"] * 5 + ["qb"] * 6
     ch.basic_ack(0, multiple=True)
-    conn.process_data_events(time_limit=0.3)
+    settle(conn, 0.3)
     ch.close()
     ch = conn.channel()
     left = {q: ch.queue_declare(q, passive=True).method.message_count for q in ("qa", "qb")}
