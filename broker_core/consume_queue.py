@@ -81,6 +81,10 @@ class IndexEntry(NamedTuple):
     store_ms: int
 
 
+#: ``bytes`` inside LmqMeta's body is its byte-count field, not the type.
+_bytes = bytes
+
+
 @dataclass(slots=True)
 class LmqMeta:
     """What the index knows of one LMQ (mutable: the dispatcher updates it in place)."""
@@ -96,13 +100,13 @@ class LmqMeta:
     min_position: int = 0
     #: Not stored: the LMQ's entry-key prefix and its name as written in dispatch lists,
     #: computed once per cached LMQ so the append path does not redo them per message.
-    key_prefix: bytes = field(default=b"", compare=False, repr=False)
-    wire: bytes = field(default=b"", compare=False, repr=False)
+    key_prefix: _bytes = field(default=b"", compare=False, repr=False)
+    wire: _bytes = field(default=b"", compare=False, repr=False)
     #: A dispatch list naming only this LMQ, up to its offset (count 1 + ``wire``).
-    wire1: bytes = field(default=b"", compare=False, repr=False)
+    wire1: _bytes = field(default=b"", compare=False, repr=False)
     #: The key of this record itself (:func:`meta_key`) and the name as UTF-8.
-    meta_key: bytes = field(default=b"", compare=False, repr=False)
-    raw_name: bytes = field(default=b"", compare=False, repr=False)
+    meta_key: _bytes = field(default=b"", compare=False, repr=False)
+    raw_name: _bytes = field(default=b"", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.key_prefix = _META_KEY.pack(b"E", self.id)
@@ -115,7 +119,7 @@ class LmqMeta:
     def count(self) -> int:
         return self.next_offset - self.min_offset
 
-    def encode(self) -> bytes:
+    def encode(self) -> _bytes:
         return (
             META.pack(
                 self.next_offset,
@@ -130,7 +134,7 @@ class LmqMeta:
         )
 
     @classmethod
-    def decode(cls, lmq_id: int, raw: bytes) -> LmqMeta:
+    def decode(cls, lmq_id: int, raw: _bytes) -> LmqMeta:
         fields = META.unpack_from(raw, 0)
         return cls(lmq_id, raw[META.size :].decode(), *fields)  # type: ignore[arg-type]
 

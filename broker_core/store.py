@@ -40,7 +40,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from struct import Struct
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from broker_core.commit_log import CommitLog, SegmentGone
 from broker_core.config import Durability, StoreConfig
@@ -72,6 +72,9 @@ from broker_core.record import (
     encode_record_with_tail,
     record_of_message,
 )
+
+if TYPE_CHECKING:
+    from broker_core.recovery import RecoveryReport
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +227,8 @@ class MessageStore:
         self._next_id = cp.next_id
         self._cleaned_to = cp.cleaned_to
         self.flusher: Flusher | None = None
-        self.recovery = None
+        #: What opening found and repaired (set by :meth:`open`).
+        self.recovery: RecoveryReport | None = None
         from broker_core.pop import PopConsumer  # circular: pop uses the store
 
         self.pop_consumer = PopConsumer(self)
