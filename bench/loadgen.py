@@ -130,6 +130,9 @@ class RunResult:
     p99_ms: float | None = None
     max_ms: float | None = None
     cpu_pct: float = 0.0
+    #: The load generator's own CPU over the measured window (100 = one core): near
+    #: 100 the generator, not the broker, may be what limits the rate.
+    gen_cpu_pct: float = 0.0
     peak_rss_mb: float = 0.0
     lost: int = 0
     stalls: int = 0
@@ -194,6 +197,7 @@ async def pump(
                     "del": stats.delivered,
                     "lat": len(stats.latencies),
                     "cpu": monitor.cpu_seconds(),
+                    "gen_cpu": time.process_time(),
                 }
             if now >= t_end:
                 break
@@ -237,6 +241,7 @@ async def pump(
         del_done = stats.delivered
         lat_end = len(stats.latencies)
         cpu_end = monitor.cpu_seconds()
+        gen_cpu_end = time.process_time()
         # Drain: let in-flight messages land, for the loss count.
         deadline = _perf() + drain
         while _perf() < deadline and stats.delivered < published * fanout:
@@ -244,7 +249,8 @@ async def pump(
     finally:
         stats.on_progress = None
     if not snap:
-        snap = {"t": t_start, "pub": 0, "del": 0, "lat": 0, "cpu": monitor.cpu_seconds()}
+        snap = {"t": t_start, "pub": 0, "del": 0, "lat": 0, "cpu": monitor.cpu_seconds(),
+                "gen_cpu": time.process_time()}
     secs = t_done - snap["t"]
     res = RunResult()
     res.published = int(published - snap["pub"])
@@ -254,6 +260,7 @@ async def pump(
     res.del_rate = round(res.delivered / secs, 1) if secs > 0 else 0.0
     res.p50_ms, res.p99_ms, res.max_ms = percentiles(stats.latencies[int(snap["lat"]) : lat_end])
     res.cpu_pct = round((cpu_end - snap["cpu"]) / secs * 100, 1) if secs > 0 else 0.0
+    res.gen_cpu_pct = round((gen_cpu_end - snap["gen_cpu"]) / secs * 100, 1) if secs > 0 else 0.0
     res.peak_rss_mb = round(monitor.peak_rss / 2**20, 1)
     res.lost = max(0, published * fanout - stats.delivered)
     res.stalls = stalls

@@ -46,8 +46,10 @@ def main(paths: list[str]) -> None:
                     if "del_rate" in run["results"].get(name, {}).get(b, {})]
             med = {k: statistics.median(r[k] for r in rows)
                    for k in ("p50_ms", "p99_ms", "cpu_pct", "peak_rss_mb")}
+            gen = [r["gen_cpu_pct"] for r in rows if r.get("gen_cpu_pct") is not None]
+            gen_txt = f", generator {statistics.median(gen):.0f} %" if gen else ""
             print(f"  {b:<18} {med['p50_ms']:.3g} / {med['p99_ms']:.3g}, "
-                  f"{med['cpu_pct']:.0f} %, {med['peak_rss_mb']:.0f} MB")
+                  f"{med['cpu_pct']:.0f} %, {med['peak_rss_mb']:.0f} MB{gen_txt}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ THROUGHPUT_COLS = [
     ("p99_ms", "p99 ms"),
     ("max_ms", "max ms"),
     ("cpu_pct", "CPU %"),
+    ("gen_cpu_pct", "gen CPU %"),
     ("peak_rss_mb", "RSS MB"),
     ("lost", "lost"),
 ]
