@@ -1,9 +1,9 @@
-# The two commands of README.md: `make run` and `make test`. Both install what they need.
+# The two commands of README.md: `make run` and `make check`. Both install what they need.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint system-deps
+.PHONY: run check test lint system-deps
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,8 +17,15 @@ system-deps:
 run: $(STAMP)
 	$(VENV)/bin/lmq serve --data-dir ./lmq-data
 
+# The whole check, as CI runs it: lint first (a lint failure stops here), then the tests.
+check: lint test
+
 test: $(STAMP) system-deps
 	$(PY) -m pytest
 
+# ruff (style and bugs), mypy over every package (zero errors), import contracts
+# (the layering of docs/architecture.md, [tool.importlinter] in pyproject.toml).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
