@@ -471,18 +471,19 @@ class Connection:
         same bytes and checks of state, Maximum Packet Size and topic aliases, without
         building and validating a :class:`Publish` (built only for the cases ``send``
         handles: not CONNECTED, topic aliases, a packet too large for the peer)."""
-        version = self.version
         if (
             self.state is not State.CONNECTED
             or (self._outbound_aliases_enabled and self.peer_topic_alias_maximum)
-            or properties.topic_alias is not None
+            or (properties is not EMPTY_PROPERTIES and properties.topic_alias is not None)
         ):
             return self.send(self._publish(topic, payload, qos, retain, dup, packet_id,
                                            properties))
-        assert version is not None
-        raw = topic if type(topic) is bytes else topic.encode()  # type: ignore[union-attr]
-        data = encode_publish_fields(version, raw, payload, qos, retain, dup, packet_id,
-                                     properties._wire)
+        version = self.version
+        assert version is not None  # CONNECTED
+        data = encode_publish_fields(
+            version, topic if type(topic) is bytes else topic.encode(),  # type: ignore[union-attr]
+            payload, qos, retain, dup, packet_id, properties._wire,
+        )
         if len(data) > self.peer_max_packet_size:
             packet = self._publish(topic, payload, qos, retain, dup, packet_id, properties)
             return self._shrink(packet, version, len(data))
