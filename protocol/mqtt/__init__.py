@@ -4,22 +4,15 @@
 * :mod:`.properties`, :mod:`.reason_codes` -- every MQTT 5 property and reason code.
 * :mod:`.codec` -- ``encode_packet`` / ``decode_packet`` and the per-packet codec pairs;
   :mod:`.primitives` -- Variable Byte Integer, UTF-8 strings, binary data.
-* :mod:`.connection` -- the connection state machine (server or client side).
+* :mod:`.connection` -- the connection state machine (server or client side); its states
+  and the table of legal moves are in :mod:`._state`.
 * :mod:`.errors` -- ``InsufficientData`` versus the ``MQTTError`` family, each error
   carrying its MQTT 5 reason code.
 """
 
+from ._state import NEED_DATA, PAUSED, Role, State
 from .codec import MAX_PACKET_SIZE, decode_packet, encode_packet, packet_bytes
-from .connection import (
-    NEED_DATA,
-    PAUSED,
-    Connection,
-    ConnectionClosed,
-    Event,
-    Pubacks,
-    Role,
-    State,
-)
+from .connection import Connection, ConnectionClosed, Event, Pubacks
 from .errors import (
     InsufficientData,
     LocalProtocolError,

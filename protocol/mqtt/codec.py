@@ -20,22 +20,13 @@ MQTT 5 and are not encoded for 3.x (an MQTT 5 CONNACK reason code is mapped onto
 return code; a failure PUBACK/PUBREC, which 3.x cannot express, is refused; AUTH is
 refused). CONNECT carries its own version.
 
-Speed (``python -m protocol.mqtt.bench_codec``: timeit, best of 5 x 100,000, CPython 3.11
-on the shared 2-core development VM, under load from other jobs) for a QoS 1 PUBLISH with
-a 17-byte topic and a 64-byte payload:
-
-=========================  ==========  ==========================================
-case                       encode      decode (bytes -> validated ``Publish``)
-=========================  ==========  ==========================================
-3.1.1                      0.7 µs      4.1 µs
-5.0, no properties         0.7 µs      4.2 µs
-5.0, two properties        0.7 µs      15.6 µs
-=========================  ==========  ==========================================
-
-Encoding is cheap because ``Publish`` caches its encoded topic and ``Properties`` its
-encoded section. Decoding is dominated by building frozen dataclasses (a frozen
-dataclass sets each field with ``object.__setattr__``): ``Publish`` ~2.5 µs, and with
-properties a 27-field ``Properties`` ~4 µs plus ~1.5 µs per property read.
+PUBLISH has one decoder and one encoder, shared by every caller:
+:func:`decode_publish_at` is where the wire rules of a received PUBLISH are checked
+(:func:`decode_packet` and the connection machine both call it), and
+:func:`encode_publish_fields` encodes one from its fields (:func:`encode_publish` and the
+machine's ``send_publish``). :class:`PlainPublishEncoder` is the one specialisation: runs
+of QoS 0 PUBLISH without properties, byte for byte what :func:`encode_publish_fields`
+writes. Their cost is measured by ``python -m bench.mqtt_codec`` (figures in docs/mqtt.md).
 """
 
 from __future__ import annotations
@@ -72,7 +63,7 @@ from .packets import (
     Unsubscribe,
     Will,
     _PacketIdAck,
-    publish_from_wire,
+    check_topic_name,
 )
 from .primitives import (
     Reader,
@@ -102,6 +93,7 @@ MAX_PACKET_SIZE = 268_435_460
 _PT = PacketType
 _FIXED_FLAGS = {t: (2 if t in (_PT.PUBREL, _PT.SUBSCRIBE, _PT.UNSUBSCRIBE) else 0) for t in _PT}
 _TYPES: tuple[PacketType | None, ...] = (None, *PacketType)
+_new = object.__new__
 
 
 # -- encoding -----------------------------------------------------------------------------
@@ -164,14 +156,17 @@ def encode_connack(p: Connack, buf: bytearray, version: MQTTVersion) -> None:
 
 
 def encode_publish(p: Publish, buf: bytearray, version: MQTTVersion) -> None:
-    encode_publish_fields(
-        buf, version, p._topic_bytes, p.payload, p.qos, p.retain, p.dup, p.packet_id,
+    buf += encode_publish_fields(
+        version, p._topic_bytes, p.payload, p.qos, p.retain, p.dup, p.packet_id,
         p.properties._wire,
     )
 
 
+#: A PUBLISH's first byte, a one-byte remaining length, and the topic length.
+_SHORT_PUBLISH_HEAD = Struct(">BBH")
+
+
 def encode_publish_fields(
-    buf: bytearray,
     version: MQTTVersion,
     topic: bytes,
     payload: bytes,
@@ -179,27 +174,27 @@ def encode_publish_fields(
     retain: bool,
     dup: bool,
     packet_id: int | None,
-    props: bytes,
-) -> None:
-    """The PUBLISH encoder on already-valid fields (``props`` = an encoded properties
-    section, ignored before MQTT 5): for a server forwarding stored messages, which
-    were validated when they were received, without building a :class:`Publish`."""
-    length = 2 + len(topic) + len(payload)
-    if qos:
-        length += 2
+    props: bytes = b"\x00",
+) -> bytes:
+    """The PUBLISH encoder, on fields known to be valid (a :class:`Publish` validated
+    when built, or a stored message validated when it was received): ``topic`` is the
+    UTF-8 topic name (empty only with a topic alias), ``packet_id`` is given exactly
+    when ``qos`` is 1 or 2, ``props`` is an encoded properties section (ignored before
+    MQTT 5). Returns the packet as one ``bytes.join`` of its pieces."""
+    tlen = len(topic)
     if version is V5:
-        length += len(props)
-    elif not topic:
+        mid = pack_u16(packet_id) + props if qos else props  # type: ignore[arg-type]
+    elif not tlen:
         raise ProtocolError("empty topic name (a topic alias) needs MQTT 5")
-    buf.append(0x30 | (dup << 3) | (qos << 1) | retain)
-    buf += varint_bytes(length)
-    buf += pack_u16(len(topic))
-    buf += topic
-    if qos:
-        buf += pack_u16(packet_id)  # type: ignore[arg-type]
-    if version is V5:
-        buf += props
-    buf += payload
+    else:
+        mid = pack_u16(packet_id) if qos else b""  # type: ignore[arg-type]
+    length = 2 + tlen + len(mid) + len(payload)
+    first = 0x30 | (dup << 3) | (qos << 1) | retain
+    if length < 0x80:
+        head = _SHORT_PUBLISH_HEAD.pack(first, length, tlen)
+    else:
+        head = bytes((first,)) + varint_bytes(length) + pack_u16(tlen)
+    return b"".join((head, topic, mid, payload))
 
 
 class PlainPublishEncoder:
@@ -255,41 +250,6 @@ _PLAIN_HEADS = (
     [bytes((0x30, n)) for n in range(128)],
     [bytes((0x31, n)) for n in range(128)],
 )
-
-
-#: A PUBLISH's first byte, a one-byte remaining length, and the topic length.
-_SHORT_PUBLISH_HEAD = Struct(">BBH")
-
-
-def encode_plain_publish(
-    version: MQTTVersion,
-    topic: bytes,
-    payload: bytes,
-    qos: int,
-    retain: bool,
-    dup: bool,
-    packet_id: int | None,
-) -> bytes:
-    """:func:`encode_publish_fields` with no properties, as one ``bytes.join`` (about a
-    third of its time on a 100-byte message: one per message of a backlog drain)."""
-    tlen = len(topic)
-    length = 2 + tlen + len(payload)
-    v5 = version is V5
-    if qos:
-        length += 2
-        mid = pack_u16(packet_id) + b"\x00" if v5 else pack_u16(packet_id)  # type: ignore[arg-type]
-    else:
-        mid = b"\x00" if v5 else b""
-    if v5:
-        length += 1
-    elif not tlen:
-        raise ProtocolError("empty topic name (a topic alias) needs MQTT 5")
-    first = 0x30 | (dup << 3) | (qos << 1) | retain
-    if length < 0x80:
-        head = _SHORT_PUBLISH_HEAD.pack(first, length, tlen)
-    else:
-        head = bytes((first,)) + varint_bytes(length) + pack_u16(tlen)
-    return b"".join((head, topic, mid, payload))
 
 
 def encode_packet_id_ack(p: _PacketIdAck, buf: bytearray, version: MQTTVersion) -> None:
@@ -477,32 +437,94 @@ def _decode_connack(flags: int, body: memoryview, version: MQTTVersion) -> Conna
     return Connack(bool(ack_flags), ConnackReturnCode(code))
 
 
-def _decode_publish(flags: int, body: memoryview, version: MQTTVersion) -> Publish:
-    qos = (flags >> 1) & 0x03
+def decode_publish_at(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    version: MQTTVersion,
+    max_packet_size: int = MAX_PACKET_SIZE,
+) -> tuple[Publish, int]:
+    """Decode the PUBLISH whose fixed header starts at ``buf[pos]``: (packet, the
+    position after it). The caller has seen packet type 3 in ``buf[pos]``.
+
+    This is where the wire rules of a received PUBLISH live, for :func:`decode_packet`
+    and the connection machine alike; they are the rules :class:`Publish` checks when
+    built, plus those of the encoding. In order: the remaining length (shortest form)
+    and ``max_packet_size`` (:class:`PacketTooLarge` before the body is waited for), the
+    whole packet present (else :class:`InsufficientData`); then the encoding:
+    :class:`MalformedPacket` for QoS 3, a topic or packet identifier past the end, a
+    properties section that is malformed or holds a property not allowed in PUBLISH
+    (MQTT 5); then the fields, in :class:`Publish`'s order: DUP on QoS 0 (malformed),
+    packet identifier 0 (:class:`ProtocolError`), a topic not valid UTF-8 or holding
+    U+0000 (malformed), a topic that is empty without a Topic Alias or holds a wildcard
+    (0x90). What needs the connection's state (alias resolution, who may send a
+    Subscription Identifier) is the machine's.
+    """
+    n = len(buf)
+    if n - pos < 2:
+        raise InsufficientData("fixed header incomplete")
+    first = buf[pos]
+    length = buf[pos + 1]
+    if length < 0x80:
+        start = pos + 2
+    else:
+        length, used = decode_varint(buf, pos + 1)
+        start = pos + 1 + used
+    end = start + length
+    if end - pos > max_packet_size:
+        raise PacketTooLarge(
+            f"packet of {end - pos} bytes exceeds the maximum of {max_packet_size}")
+    if end > n:
+        raise InsufficientData(f"packet needs {end - pos} bytes, have {n - pos}")
+    qos = (first >> 1) & 0x03
     if qos == 3:
         raise MalformedPacket("PUBLISH QoS 3")
-    end = len(body)
-    if end < 2:
+    if length < 2:
         raise MalformedPacket("PUBLISH shorter than its topic length")
-    pos = 2 + ((body[0] << 8) | body[1])
-    if pos > end:
+    t = start + 2 + ((buf[start] << 8) | buf[start + 1])
+    if t > end:
         raise MalformedPacket("PUBLISH shorter than its topic")
-    topic = utf8_text(body[2:pos])
+    raw = bytes(buf[start + 2 : t])
     packet_id = None
     if qos:
-        if pos + 2 > end:
+        if t + 2 > end:
             raise MalformedPacket("PUBLISH shorter than its packet identifier")
-        packet_id = (body[pos] << 8) | body[pos + 1]
-        pos += 2
+        packet_id = (buf[t] << 8) | buf[t + 1]
+        t += 2
     props = EMPTY_PROPERTIES
     if version is V5:
-        if pos < end and body[pos] == 0:
-            pos += 1
+        if t < end and buf[t] == 0:
+            t += 1
         else:
-            r = Reader(body, pos)
+            r = Reader(memoryview(buf)[start:end], t - start)
             props = read_properties(r, _PT.PUBLISH)
-            pos = r.pos
-    return publish_from_wire(topic, bytes(body[pos:]), qos, flags, packet_id, props)
+            t = start + r.pos
+    # the rules of the fields, in the order Publish.__post_init__ checks them
+    if qos == 0:
+        if first & 8:
+            raise MalformedPacket("DUP flag set on a QoS 0 PUBLISH")
+    elif not packet_id:
+        raise ProtocolError(f"packet identifier must be 1..65535, got {packet_id!r}")
+    try:
+        topic = raw.decode()
+    except UnicodeDecodeError:
+        topic = utf8_text(raw)  # raises MalformedPacket
+    if "\x00" in topic:
+        utf8_text(raw)  # raises MalformedPacket
+    if not raw or "+" in topic or "#" in topic:
+        check_topic_name(topic, raw, props.topic_alias)
+    # one copy of a large payload, not two (a bytearray slice, then bytes of it)
+    payload = bytes(buf[t:end]) if end - t < 4096 else bytes(memoryview(buf)[t:end])
+    # every rule is checked: fill the slots without __post_init__
+    p: Publish = _new(Publish)
+    p.topic = topic
+    p.payload = payload
+    p.qos = qos
+    p.retain = bool(first & 1)
+    p.dup = bool(first & 8)
+    p.packet_id = packet_id
+    p.properties = props
+    p._topic_bytes = raw
+    return p, end
 
 
 def _packet_id_ack_decoder(cls: type[_PacketIdAck]) -> Callable[..., _PacketIdAck]:
@@ -620,7 +642,6 @@ def _code_and_properties_decoder(cls: type[Disconnect] | type[Auth]) -> Callable
 _DECODERS: dict[int, Callable[..., Any]] = {
     _PT.CONNECT: _decode_connect,
     _PT.CONNACK: _decode_connack,
-    _PT.PUBLISH: _decode_publish,
     _PT.PUBACK: _packet_id_ack_decoder(Puback),
     _PT.PUBREC: _packet_id_ack_decoder(Pubrec),
     _PT.PUBREL: _packet_id_ack_decoder(Pubrel),
@@ -653,6 +674,8 @@ def decode_packet(
     if len(view) < 2:
         raise InsufficientData("fixed header incomplete")
     first = view[0]
+    if first >> 4 == 3 and version is not None:  # (with no version: the error below)
+        return decode_publish_at(view, 0, version, max_packet_size)
     ptype = _TYPES[first >> 4]
     if ptype is None or (ptype is _PT.AUTH and version is not V5 and version is not None):
         raise MalformedPacket(f"reserved packet type {first >> 4}")

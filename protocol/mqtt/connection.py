@@ -13,19 +13,9 @@ bytes) and :data:`PAUSED` (server only: the client pipelined packets after its C
 and they are held back until we have sent the CONNACK, because the server MUST NOT
 process them before).
 
-One state describes the whole connection; both peers' packets move it. The legal moves
-are a table, ``_TRANSITIONS[state][(role of the sender, packet type)] -> next state``;
-a packet not in the table is a protocol error::
-
-    CONNECTING --CONNECT (client)--> AWAITING_CONNACK --CONNACK ok (server)--> CONNECTED
-                                       |  AUTH both ways; client packets may be
-                                       |  pipelined before the CONNACK
-                                       +--CONNACK refused--> CLOSED
-    CONNECTED: PUBLISH and acks both ways, SUBSCRIBE/UNSUBSCRIBE/PINGREQ from the client,
-               SUBACK/UNSUBACK/PINGRESP from the server, AUTH (MQTT 5) both ways
-    AWAITING_CONNACK, CONNECTED --DISCONNECT (either; the server only in MQTT 5)--> CLOSED
-    any state --received bytes break the protocol--> ERROR (RemoteProtocolError)
-    any state --we try to send an illegal packet--> ERROR (LocalProtocolError)
+One state describes the whole connection; both peers' packets move it. The states and
+the table of legal moves are in :mod:`._state`; a packet not in the table is a protocol
+error and moves the connection to ERROR.
 
 Invariants: in ERROR, ``receive_data`` and ``next_event`` raise; ``send`` still accepts a
 CONNACK (if none was sent) or an MQTT 5 DISCONNECT, so the caller can tell the peer why,
@@ -38,7 +28,10 @@ the empty client identifier rules of 3.1 / 3.1.1; our maximum packet size on inp
 before the body is buffered); inbound MQTT 5 topic aliases (0 or above our Topic Alias
 Maximum -> 0x94; an unknown alias -> 0x82), resolved so the caller always sees the topic;
 no Subscription Identifier in a client's PUBLISH; a DISCONNECT may not set a session
-expiry when the CONNECT had 0. On output: the version's encoding, the peer's Maximum
+expiry when the CONNECT had 0; our Receive Maximum (MQTT 5: the one we sent in our
+CONNECT or CONNACK, 65,535 when absent): a peer with more QoS 1 PUBLISH not yet PUBACKed
+by us and QoS 2 PUBLISH not yet PUBCOMPed (or refused with a PUBREC of 0x80 or above) by
+us is an error with reason code 0x93. On output: the version's encoding, the peer's Maximum
 Packet Size (dropping reason string and user properties first where the spec allows),
 the peer's Topic Alias Maximum, and optional automatic outbound topic aliases.
 
@@ -52,15 +45,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from enum import Enum
 from typing import Final
 
+from ._state import NEED_DATA, PAUSED, TRANSITIONS, Role, Sentinel, State
 from .codec import (
     MAX_PACKET_SIZE,
     PlainPublishEncoder,
     decode_packet,
+    decode_publish_at,
     encode_packet,
-    encode_plain_publish,
     encode_publish_fields,
 )
 from .errors import (
@@ -82,7 +75,6 @@ from .packets import (
     Pubcomp,
     Publish,
     Pubrec,
-    publish_checked,
 )
 from .properties import EMPTY_PROPERTIES, Properties
 from .reason_codes import (
@@ -91,39 +83,6 @@ from .reason_codes import (
     ConnackReturnCode,
     ReasonCode,
 )
-
-
-class Role(Enum):
-    CLIENT = "client"
-    SERVER = "server"
-
-    # Members are singletons compared by identity: hash them in C, not with Enum's
-    # Python-level __hash__ (the transition table is consulted on every packet).
-    __hash__ = object.__hash__
-
-
-class State(Enum):
-    CONNECTING = "connecting"  # no CONNECT yet
-    AWAITING_CONNACK = "awaiting_connack"
-    CONNECTED = "connected"
-    CLOSED = "closed"  # DISCONNECT, refused CONNACK, or EOF
-    ERROR = "error"
-
-    __hash__ = object.__hash__  # as Role's
-
-
-class _Sentinel:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-NEED_DATA: Final = _Sentinel("NEED_DATA")
-PAUSED: Final = _Sentinel("PAUSED")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,35 +110,12 @@ class Pubacks:
 
 Event = Packet | ConnectionClosed | Pubacks
 
-_C, _S = Role.CLIENT, Role.SERVER
 _P = PacketType
-_FROM_CLIENT = (_P.PUBLISH, _P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP, _P.SUBSCRIBE,
-                _P.UNSUBSCRIBE, _P.PINGREQ, _P.AUTH)
-_FROM_SERVER = (_P.PUBLISH, _P.PUBACK, _P.PUBREC, _P.PUBREL, _P.PUBCOMP, _P.SUBACK,
-                _P.UNSUBACK, _P.PINGRESP, _P.AUTH)
 # Fixed header of a PUBACK / PUBREC / PUBCOMP with remaining length 2 (see send_ack_success).
 _ACK_HEADS: Final[dict[PacketType, bytes]] = {
     PacketType.PUBACK: b"\x40\x02",
     PacketType.PUBREC: b"\x50\x02",
     PacketType.PUBCOMP: b"\x70\x02",
-}
-
-_TRANSITIONS: Final[dict[State, dict[tuple[Role, PacketType], State]]] = {
-    State.CONNECTING: {(_C, _P.CONNECT): State.AWAITING_CONNACK},
-    State.AWAITING_CONNACK: {
-        **{(_C, t): State.AWAITING_CONNACK for t in _FROM_CLIENT},
-        (_S, _P.AUTH): State.AWAITING_CONNACK,
-        (_S, _P.CONNACK): State.CONNECTED,  # CLOSED if refused
-        (_C, _P.DISCONNECT): State.CLOSED,
-    },
-    State.CONNECTED: {
-        **{(_C, t): State.CONNECTED for t in _FROM_CLIENT},
-        **{(_S, t): State.CONNECTED for t in _FROM_SERVER},
-        (_C, _P.DISCONNECT): State.CLOSED,
-        (_S, _P.DISCONNECT): State.CLOSED,
-    },
-    State.CLOSED: {},
-    State.ERROR: {},
 }
 # Acknowledgements whose reason string and user properties may be dropped to fit the
 # peer's Maximum Packet Size (MQTT-3.1.2-24 and the property descriptions).
@@ -223,6 +159,12 @@ class Connection:
         self.peer_max_packet_size = MAX_PACKET_SIZE
         self.peer_receive_maximum = 65535
         self.peer_topic_alias_maximum = 0
+        #: Our Receive Maximum (MQTT 5), from the CONNECT (client) or CONNACK (server)
+        #: we sent: how many QoS 1 and 2 PUBLISH the peer may have unacknowledged.
+        self.receive_maximum = 65535
+        # packet ids of the peer's QoS 1 / 2 PUBLISH not yet PUBACKed / PUBCOMPed (or
+        # refused by a PUBREC >= 0x80) by us; None while the limit cannot be exceeded
+        self._unacked: set[int] | None = None
         #: The error that moved the connection to ERROR, if any.
         self.error: MQTTError | None = None
         self._outbound_aliases_enabled = outbound_topic_aliases
@@ -255,7 +197,7 @@ class Connection:
         """Bytes received but not yet turned into events."""
         return bytes(self._buf[self._pos :])
 
-    def next_event(self) -> Event | _Sentinel:
+    def next_event(self) -> Event | Sentinel:
         """The next event, :data:`NEED_DATA` or :data:`PAUSED`.
 
         Raises :class:`RemoteProtocolError` (and moves to ERROR) when the peer broke the
@@ -263,27 +205,40 @@ class Connection:
         :meth:`error_response` builds the answer.
         """
         state = self.state
+        buf, pos = self._buf, self._pos
         if state is State.CONNECTED:
-            publish = self._publish_fast()
-            if publish is not None:
-                return publish
+            if pos < len(buf) and buf[pos] & 0xF0 == 0x30:
+                # the per-message path: a PUBLISH from either side leaves CONNECTED as
+                # it is (see _state), so no table lookup
+                try:
+                    publish, self._pos = decode_publish_at(
+                        buf, pos, self.version, self.max_packet_size  # type: ignore[arg-type]
+                    )
+                    if publish.properties is not EMPTY_PROPERTIES:
+                        publish = self._received_publish(publish)
+                    if self._unacked is not None and publish.qos:
+                        self._count_unacked(publish.packet_id)  # type: ignore[arg-type]
+                    return publish
+                except InsufficientData:
+                    return self._at_end() if self._eof else NEED_DATA
+                except MQTTError as exc:
+                    raise self._remote_error(exc) from exc
         elif state is State.ERROR:
             raise self._remote_error_again()
-        buf, pos = self._buf, self._pos
         if pos >= len(buf):
             return self._at_end()
         first_type = buf[pos] >> 4
-        if self.state is State.CONNECTING and (
+        if state is State.CONNECTING and (
             self.our_role is Role.CLIENT or first_type != PacketType.CONNECT
         ):
             raise self._remote_error(ProtocolError(
                 "the first packet must be a CONNECT" if self.our_role is Role.SERVER
                 else "packet from the server before our CONNECT"
             ))
-        if (self.state is State.AWAITING_CONNACK and self.our_role is Role.SERVER
+        if (state is State.AWAITING_CONNACK and self.our_role is Role.SERVER
                 and first_type != PacketType.AUTH):
             return PAUSED
-        if buf[pos] == 0x40 and self._batch_pubacks and self.state is State.CONNECTED:
+        if buf[pos] == 0x40 and self._batch_pubacks and state is State.CONNECTED:
             acks = self._take_pubacks(buf, pos)
             if acks is not None:
                 return acks
@@ -297,81 +252,26 @@ class Connection:
             raise self._remote_error(exc) from exc
         self._pos = pos + used
         try:
-            if type(packet) is Publish and self.state is State.CONNECTED:
-                # the hot path: PUBLISH is allowed from either side in CONNECTED and
-                # leaves the state as it is (see _TRANSITIONS); only aliases and the
-                # subscription-identifier rule remain to check
-                props = packet.properties
-                if props is EMPTY_PROPERTIES:
-                    return packet
-                return self._received_publish(packet)
             return self._process_received(packet)
         except MQTTError as exc:
             raise self._remote_error(exc) from exc
 
-    def _publish_fast(self) -> Publish | None:
-        """A whole, valid PUBLISH without properties at the head of the buffer, decoded
-        in one step (the per-message path: the general one, decode_packet and its
-        helpers, costs about twice as much). It takes the packet only when the general
-        path would return exactly this ``Publish`` with no error: one- or two-octet
-        remaining length in shortest form, within ``max_packet_size``, complete; QoS
-        0-2 without DUP on QoS 0; a non-zero packet id when the QoS has one; a topic of
-        valid UTF-8, non-empty, without U+0000 or wildcards; on MQTT 5 an empty
-        properties section. Anything else returns None having consumed nothing, and the
-        general path handles the same bytes, errors included. CONNECTED only, where a
-        PUBLISH from either side leaves the state as it is (see _TRANSITIONS)."""
-        buf = self._buf
-        pos = self._pos
-        if len(buf) - pos < 5:
-            return None
-        first = buf[pos]
-        if first & 0xF0 != 0x30:
-            return None
-        qos = (first >> 1) & 3
-        if qos == 3 or (not qos and first & 8):
-            return None
-        length = buf[pos + 1]
-        if length < 0x80:
-            start = pos + 2
-        else:
-            second = buf[pos + 2]
-            if second & 0x80 or not second:
-                return None
-            length = (length & 0x7F) | (second << 7)
-            start = pos + 3
-        end = start + length
-        if end > len(buf) or end - pos > self.max_packet_size or length < 2:
-            return None
-        t = start + 2 + ((buf[start] << 8) | buf[start + 1])
-        if t > end or t == start + 2:
-            return None
-        raw = bytes(buf[start + 2 : t])
-        try:
-            topic = raw.decode()
-        except UnicodeDecodeError:
-            return None
-        if "\x00" in topic or "+" in topic or "#" in topic:
-            return None
-        packet_id = None
-        if qos:
-            if t + 2 > end:
-                return None
-            packet_id = (buf[t] << 8) | buf[t + 1]
-            if not packet_id:
-                return None
-            t += 2
-        if self.version is MQTTVersion.V5:
-            if t >= end or buf[t]:
-                return None
-            t += 1
-        self._pos = end
-        return publish_checked(topic, raw, bytes(buf[t:end]), qos, first, packet_id)
-
+    def _count_unacked(self, packet_id: int) -> None:
+        """A QoS 1 or 2 PUBLISH received: one more the peer may not exceed our Receive
+        Maximum with (a resent packet id counts once)."""
+        unacked = self._unacked
+        assert unacked is not None
+        unacked.add(packet_id)
+        if len(unacked) > self.receive_maximum:
+            raise ProtocolError(
+                f"more than Receive Maximum ({self.receive_maximum}) QoS 1 and 2 PUBLISH "
+                "packets unacknowledged", ReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+            )
 
     def _take_pubacks(self, buf: bytearray, pos: int) -> Pubacks | None:
         """The plain PUBACKs (``40 02``, packet id not 0) from ``pos`` on, consumed.
         Exactly what decoding them one by one would give: a PUBACK is legal from either
-        side in CONNECTED and leaves the state as it is (see _TRANSITIONS), and four
+        side in CONNECTED and leaves the state as it is (see TRANSITIONS), and four
         bytes are below any maximum packet size. None if the first is not one (a longer
         PUBACK, packet id 0, or not all there yet): the ordinary path takes it."""
         end = len(buf)
@@ -387,7 +287,7 @@ class Connection:
         self._pos = pos
         return Pubacks(ids)
 
-    def _at_end(self) -> ConnectionClosed | _Sentinel:
+    def _at_end(self) -> ConnectionClosed | Sentinel:
         if not self._eof:
             return NEED_DATA
         self.state = State.CLOSED
@@ -395,12 +295,14 @@ class Connection:
 
     def _process_received(self, packet: Packet) -> Packet:
         ptype = packet.packet_type
-        next_state = _TRANSITIONS[self.state].get((self.their_role, ptype))
+        next_state = TRANSITIONS[self.state].get((self.their_role, ptype))
         if next_state is None:
             raise ProtocolError(f"unexpected {ptype.name} from the {self.their_role.value} "
                                 f"in state {self.state.name}")
         if isinstance(packet, Publish):
             packet = self._received_publish(packet)
+            if packet.qos and self._unacked is not None:
+                self._count_unacked(packet.packet_id)  # type: ignore[arg-type]
         elif isinstance(packet, Connect):
             self._received_connect(packet)
         elif isinstance(packet, Connack):
@@ -435,19 +337,7 @@ class Connection:
         self.connect = packet
         self.version = packet.protocol_version
         self.keep_alive = packet.keep_alive
-        props = packet.properties
-        if self.our_role is Role.SERVER:
-            if props.maximum_packet_size is not None:
-                self.peer_max_packet_size = props.maximum_packet_size
-            if props.receive_maximum is not None:
-                self.peer_receive_maximum = props.receive_maximum
-            if props.topic_alias_maximum is not None:
-                self.peer_topic_alias_maximum = props.topic_alias_maximum
-        else:
-            if props.maximum_packet_size is not None:
-                self.max_packet_size = props.maximum_packet_size
-            if props.topic_alias_maximum is not None:
-                self.topic_alias_maximum = props.topic_alias_maximum
+        self._apply_limits(packet.properties, ours=self.our_role is Role.CLIENT)
 
     def _connack_seen(self, packet: Connack, ours: bool) -> None:
         self.connack_sent_or_received = True
@@ -456,18 +346,30 @@ class Connection:
         props = packet.properties
         if props.server_keep_alive is not None:
             self.keep_alive = props.server_keep_alive
-        if ours:  # we are the server
-            if props.maximum_packet_size is not None:
-                self.max_packet_size = props.maximum_packet_size
-            if props.topic_alias_maximum is not None:
-                self.topic_alias_maximum = props.topic_alias_maximum
+        self._apply_limits(props, ours)
+
+    def _apply_limits(self, props: Properties, ours: bool) -> None:
+        """The limits a CONNECT or CONNACK carries: ``ours`` (we sent it) bound what we
+        receive, the peer's bound what we send. An absent property leaves the value as
+        it is (the protocol's maximum, or what the CONNECT said)."""
+        size, aliases, receive = (
+            props.maximum_packet_size, props.topic_alias_maximum, props.receive_maximum)
+        if ours:
+            if size is not None:
+                self.max_packet_size = size
+            if aliases is not None:
+                self.topic_alias_maximum = aliases
+            if receive is not None:
+                self.receive_maximum = receive
+                # 65,535 distinct packet ids cannot exceed 65,535: nothing to count
+                self._unacked = set() if receive < 65535 else None
         else:
-            if props.maximum_packet_size is not None:
-                self.peer_max_packet_size = props.maximum_packet_size
-            if props.receive_maximum is not None:
-                self.peer_receive_maximum = props.receive_maximum
-            if props.topic_alias_maximum is not None:
-                self.peer_topic_alias_maximum = props.topic_alias_maximum
+            if size is not None:
+                self.peer_max_packet_size = size
+            if aliases is not None:
+                self.peer_topic_alias_maximum = aliases
+            if receive is not None:
+                self.peer_receive_maximum = receive
 
     def _received_publish(self, packet: Publish) -> Publish:
         props = packet.properties
@@ -521,7 +423,7 @@ class Connection:
         ptype = packet.packet_type
         if self.state is State.ERROR:
             return self._send_in_error(packet)
-        next_state = _TRANSITIONS[self.state].get((self.our_role, ptype))
+        next_state = TRANSITIONS[self.state].get((self.our_role, ptype))
         if next_state is None:
             raise self._local_error(LocalProtocolError(
                 f"cannot send {ptype.name} as the {self.our_role.value} "
@@ -547,39 +449,55 @@ class Connection:
                 next_state = State.CLOSED
         if new_alias is not None:
             self._outbound_aliases[new_alias[0]] = new_alias[1]
+        unacked = self._unacked
+        if unacked is not None and (isinstance(packet, (Puback, Pubcomp)) or (
+                isinstance(packet, Pubrec) and packet.reason_code >= 0x80)):
+            unacked.discard(packet.packet_id)  # the flow of a peer's PUBLISH ends
         self.state = next_state
         return data
 
     def send_publish(
         self,
-        topic: str,
+        topic: str | bytes,
         payload: bytes,
         qos: int,
         retain: bool,
         dup: bool,
         packet_id: int | None,
-        properties: Properties,
+        properties: Properties = EMPTY_PROPERTIES,
     ) -> bytes:
         """:meth:`send` for a PUBLISH whose fields are known to be valid (a server
-        forwarding a stored message): same checks of state, Maximum Packet Size and topic
-        aliases, without building and validating a :class:`Publish` first."""
-        version = self.version
+        forwarding a stored message), the topic as ``str`` or as its UTF-8 bytes: the
+        same bytes and checks of state, Maximum Packet Size and topic aliases, without
+        building and validating a :class:`Publish` (built only for the cases ``send``
+        handles: not CONNECTED, topic aliases, a packet too large for the peer)."""
         if (
             self.state is not State.CONNECTED
             or (self._outbound_aliases_enabled and self.peer_topic_alias_maximum)
-            or properties.topic_alias is not None
+            or (properties is not EMPTY_PROPERTIES and properties.topic_alias is not None)
         ):
-            return self.send(Publish(topic=topic, payload=payload, qos=qos, retain=retain,
-                                     dup=dup, packet_id=packet_id, properties=properties))
-        assert version is not None
-        buf = bytearray()
-        encode_publish_fields(buf, version, topic.encode(), payload, qos, retain, dup,
-                              packet_id, properties._wire)
-        if len(buf) > self.peer_max_packet_size:
-            packet = Publish(topic=topic, payload=payload, qos=qos, retain=retain, dup=dup,
-                             packet_id=packet_id, properties=properties)
-            return self._shrink(packet, version, len(buf))
-        return bytes(buf)
+            return self.send(self._publish(topic, payload, qos, retain, dup, packet_id,
+                                           properties))
+        version = self.version
+        assert version is not None  # CONNECTED
+        data = encode_publish_fields(
+            version, topic if type(topic) is bytes else topic.encode(),  # type: ignore[union-attr]
+            payload, qos, retain, dup, packet_id, properties._wire,
+        )
+        if len(data) > self.peer_max_packet_size:
+            packet = self._publish(topic, payload, qos, retain, dup, packet_id, properties)
+            return self._shrink(packet, version, len(data))
+        return data
+
+    @staticmethod
+    def _publish(
+        topic: str | bytes, payload: bytes, qos: int, retain: bool, dup: bool,
+        packet_id: int | None, properties: Properties,
+    ) -> Publish:
+        return Publish(
+            topic=topic.decode() if isinstance(topic, bytes) else topic, payload=payload,
+            qos=qos, retain=retain, dup=dup, packet_id=packet_id, properties=properties,
+        )
 
     def plain_publish_encoder(self) -> PlainPublishEncoder | None:
         """An encoder of QoS 0 PUBLISH packets without properties whose bytes are what
@@ -598,32 +516,12 @@ class Connection:
             plain = self._plain = PlainPublishEncoder(self.version, self.peer_max_packet_size)
         return plain
 
-
     def send_plain_publish(
-        self,
-        topic: bytes,
-        payload: bytes,
-        qos: int,
-        retain: bool,
-        dup: bool,
+        self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool,
         packet_id: int | None,
     ) -> bytes:
-        """:meth:`send_publish` with no properties and the topic as UTF-8 bytes (a
-        server forwarding a stored message as it was stored): the same bytes and
-        checks; the topic is decoded only when an outbound alias may apply or the
-        packet is too large for the peer (the cases :meth:`send_publish` handles)."""
-        version = self.version
-        if self.state is not State.CONNECTED or (
-            self._outbound_aliases_enabled and self.peer_topic_alias_maximum
-        ):
-            return self.send_publish(topic.decode(), payload, qos, retain, dup, packet_id,
-                                     EMPTY_PROPERTIES)
-        assert version is not None
-        data = encode_plain_publish(version, topic, payload, qos, retain, dup, packet_id)
-        if len(data) > self.peer_max_packet_size:
-            return self.send_publish(topic.decode(), payload, qos, retain, dup, packet_id,
-                                     EMPTY_PROPERTIES)
-        return data
+        """To be removed once gateway/mqtt/delivery.py calls :meth:`send_publish`."""
+        return self.send_publish(topic, payload, qos, retain, dup, packet_id)
 
     def send_ack_success(self, ptype: PacketType, packet_id: int) -> bytes:
         """:meth:`send` for a successful PUBACK / PUBREC / PUBCOMP (reason code 0, no
@@ -631,9 +529,13 @@ class Connection:
         (MQTT 5 omits a zero reason code with no properties, 3.1.2 / 3.2.2 / 3.4.2),
         without building the packet object."""
         if self.state is not State.CONNECTED or not 0 < packet_id <= 0xFFFF:
-            cls = {PacketType.PUBACK: Puback, PacketType.PUBREC: Pubrec,
-                   PacketType.PUBCOMP: Pubcomp}[ptype]
-            return self.send(cls(packet_id=packet_id))
+            ack: Puback | Pubrec | Pubcomp = (
+                Puback(packet_id) if ptype is PacketType.PUBACK
+                else Pubrec(packet_id) if ptype is PacketType.PUBREC
+                else Pubcomp(packet_id))
+            return self.send(ack)
+        if self._unacked is not None and ptype is not PacketType.PUBREC:
+            self._unacked.discard(packet_id)
         return _ACK_HEADS[ptype] + packet_id.to_bytes(2, "big")
 
     def _encode(self, packet: Packet, version: MQTTVersion) -> bytes:

@@ -1,4 +1,5 @@
-"""The MQTT control packets as frozen, slotted dataclasses that validate when built.
+"""The MQTT control packets as slotted dataclasses that validate when built, all frozen
+but :class:`Publish` (see there).
 
 One class per packet type, shared by all three protocol versions: a field that a version
 cannot carry (properties, reason codes of acknowledgements) is simply not encoded for it,
@@ -53,7 +54,7 @@ def _check_binary(value: object, what: str) -> None:
         raise MalformedPacket(f"{what} longer than 65,535 bytes")
 
 
-def _check_topic_name(topic: str, raw: bytes, alias: int | None) -> None:
+def check_topic_name(topic: str, raw: bytes, alias: int | None) -> None:
     if "+" in topic or "#" in topic:
         raise ProtocolError(f"wildcard in topic name {topic!r}", ReasonCode.TOPIC_NAME_INVALID)
     if not raw and alias is None:
@@ -85,7 +86,7 @@ class Will:
     def __post_init__(self) -> None:
         if self.qos not in (0, 1, 2):
             raise MalformedPacket(f"will QoS must be 0, 1 or 2, got {self.qos!r}")
-        _check_topic_name(self.topic, utf8_bytes(self.topic), None)
+        check_topic_name(self.topic, utf8_bytes(self.topic), None)
         _check_binary(self.payload, "will payload")
         _check_properties(self.properties, WILL)
 
@@ -153,9 +154,11 @@ class Connack:
 
 @dataclass(slots=True, eq=True)
 class Publish:
-    """Treat it as immutable, like every packet here. (Unlike the others it is not
-    ``frozen``: one is decoded per publish, and a frozen dataclass costs about a
-    microsecond more to build.)"""
+    """Treat it as immutable, like every packet here. It is not ``frozen`` so that the
+    decoder can fill a received one slot by slot, without ``__post_init__``. Its rules
+    are checked in two places with one meaning: ``__post_init__`` for a PUBLISH built
+    by a caller, :func:`~.codec.decode_publish_at` for one received (a test holds them
+    equal)."""
 
     packet_type: ClassVar[PacketType] = PacketType.PUBLISH
 
@@ -169,7 +172,7 @@ class Publish:
     _topic_bytes: bytes = field(default=b"", init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # The hot path of decoding: the common case runs few, cheap checks.
+        # The common case runs few, cheap checks; the rare ones raise the right error.
         qos = self.qos
         if qos == 0:
             if self.packet_id is not None:
@@ -191,7 +194,7 @@ class Publish:
             utf8_bytes(topic)  # raises the right error
         props = self.properties
         if not raw or "+" in topic or "#" in topic:
-            _check_topic_name(topic, raw, props.topic_alias)
+            check_topic_name(topic, raw, props.topic_alias)
         self._topic_bytes = raw
         if type(self.payload) is not bytes:
             if isinstance(self.payload, str):
@@ -199,53 +202,6 @@ class Publish:
             self.payload = bytes(self.payload)
         if props is not EMPTY_PROPERTIES:
             _check_properties(props, PacketType.PUBLISH)
-
-
-_new = object.__new__
-
-
-def publish_from_wire(
-    topic: str, payload: bytes, qos: int, flags: int, packet_id: int | None, props: Properties
-) -> Publish:
-    """A decoded PUBLISH, built without ``__post_init__`` (half the cost of decoding
-    one): the decoder has checked the QoS, the topic's UTF-8 (no U+0000, at most 65,535
-    bytes) and the properties allowed in a PUBLISH, and read a packet id exactly when
-    the QoS has one. The rules left are checked here, in ``__post_init__``'s order."""
-    if qos == 0:
-        if flags & 8:
-            raise MalformedPacket("DUP flag set on a QoS 0 PUBLISH")
-    elif not packet_id:
-        _check_packet_id(packet_id)
-    raw = topic.encode()
-    if not raw or "+" in topic or "#" in topic:
-        _check_topic_name(topic, raw, props.topic_alias)
-    return publish_checked(topic, raw, payload, qos, flags, packet_id, props)
-
-
-def publish_checked(
-    topic: str,
-    raw: bytes,
-    payload: bytes,
-    qos: int,
-    flags: int,
-    packet_id: int | None,
-    props: Properties = EMPTY_PROPERTIES,
-) -> Publish:
-    """A decoded PUBLISH whose every rule the caller has checked (the connection's
-    one-step decoder, or :func:`publish_from_wire`): QoS 0-2, no DUP on QoS 0, a
-    non-zero packet id exactly when the QoS has one, ``raw`` the topic's UTF-8, a topic
-    without U+0000 or wildcards and non-empty unless an alias stands for it, properties
-    allowed in a PUBLISH."""
-    p: Publish = _new(Publish)
-    p.topic = topic
-    p.payload = payload
-    p.qos = qos
-    p.retain = bool(flags & 1)
-    p.dup = bool(flags & 8)
-    p.packet_id = packet_id
-    p.properties = props
-    p._topic_bytes = raw
-    return p
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,7 @@ def encode_varint(value: int, buf: bytearray) -> None:
     buf += varint_bytes(value)
 
 
-def decode_varint(view: memoryview | bytes, pos: int = 0) -> tuple[int, int]:
+def decode_varint(view: memoryview | bytes | bytearray, pos: int = 0) -> tuple[int, int]:
     """Decode a Variable Byte Integer at ``pos``; returns (value, bytes consumed).
 
     A fifth byte (the fourth has its continuation bit set) or a non-shortest encoding is

@@ -395,11 +395,11 @@ def test_replacing_properties_re_encodes() -> None:
 def test_publish_fast_path_matches_the_transition_table() -> None:
     """next_event skips the transition lookup for a PUBLISH in CONNECTED: that is only
     right while the table says PUBLISH keeps CONNECTED for both roles."""
-    from protocol.mqtt.connection import _TRANSITIONS, Role, State
+    from protocol.mqtt._state import TRANSITIONS, Role, State
     from protocol.mqtt.packet_types import PacketType
 
     for role in Role:
-        assert _TRANSITIONS[State.CONNECTED][(role, PacketType.PUBLISH)] is State.CONNECTED
+        assert TRANSITIONS[State.CONNECTED][(role, PacketType.PUBLISH)] is State.CONNECTED
 
 
 # ------------------------------------------------------- plain QoS 0 PUBLISH encoder
@@ -533,13 +533,37 @@ def _fast_path_pieces(version: MQTTVersion) -> list[bytes]:
     ]
 
 
+def _codec_answers(data: bytes, version: MQTTVersion) -> list[object]:
+    """What the machine must answer for ``data`` in CONNECTED, from the codec alone:
+    ``decode_packet`` packet after packet (maximum packet size 300), then the machine's
+    own rule for the one alias these pieces use (0: invalid, 0x94); stops at the first
+    error (type, reason code, message) or at an incomplete packet."""
+    from protocol.mqtt import MQTTError, decode_packet
+    from protocol.mqtt.errors import InsufficientData
+
+    seen: list[object] = []
+    pos = 0
+    while pos < len(data):
+        try:
+            packet, used = decode_packet(data[pos:], version, 300)
+            if isinstance(packet, Publish) and packet.properties.topic_alias == 0:
+                raise MQTTError("topic alias 0 outside 1..0", ReasonCode.TOPIC_ALIAS_INVALID)
+        except InsufficientData:
+            break
+        except MQTTError as exc:
+            seen.append(("RemoteProtocolError", exc.reason_code))
+            break
+        seen.append(packet)
+        pos += used
+    return seen
+
+
 @VERSIONS
-def test_publish_fast_path_answers_like_the_general_path(
-    version: MQTTVersion, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Every sequence fed whole, split at each packet boundary and one byte at a time,
-    through the one-step decoder, gives the events, errors and error responses of a
-    machine that only has the general path."""
+def test_publish_fast_path_answers_like_the_general_path(version: MQTTVersion) -> None:
+    """Every sequence of valid, near-miss and malformed PUBLISHes (and a few other
+    packets), fed whole, split at each packet boundary and one byte at a time, gives
+    the same events, errors and error responses; and those are what the codec's
+    decode_packet gives for the same bytes, packet after packet."""
     import random
 
     pieces = _fast_path_pieces(version)
@@ -547,11 +571,9 @@ def test_publish_fast_path_answers_like_the_general_path(
     sequences = [[p] for p in pieces] + [rnd.sample(pieces, rnd.randint(2, 5))
                                          for _ in range(60)]
 
-    def run(chunks: list[bytes], fast: bool) -> list[object]:
+    def run(chunks: list[bytes]) -> list[object]:
         client, server = connected_pair(version)
         server.max_packet_size = 300
-        if not fast:
-            monkeypatch.setattr(server, "_publish_fast", lambda: None)
         seen: list[object] = []
         try:
             for chunk in chunks:
@@ -561,43 +583,54 @@ def test_publish_fast_path_answers_like_the_general_path(
         except RemoteProtocolError as exc:
             seen.append((type(exc).__name__, exc.reason_code, str(exc),
                          server.error_response()))
-        monkeypatch.undo()
         return seen
 
     for seq in sequences:
         data = b"".join(seq)
         bounds = [sum(len(p) for p in seq[:i]) for i in range(1, len(seq))]
-        expected = run([data], fast=False)
-        assert expected == run([data[i:i + 1] for i in range(len(data))], fast=False)
-        assert run([data], fast=True) == expected, seq
+        expected = run([data])
+        assert [e[:2] if isinstance(e, tuple) else e for e in expected] == \
+            _codec_answers(data, version), seq
+        assert run([data[i:i + 1] for i in range(len(data))]) == expected, seq
         for k in bounds:
-            assert run([data[:k], data[k:]], fast=True) == expected, (seq, k)
-        assert run([data[i:i + 1] for i in range(len(data))], fast=True) == expected
+            assert run([data[:k], data[k:]]) == expected, (seq, k)
 
 
-def test_publish_fast_path_takes_the_common_packets() -> None:
-    """Not vacuous: valid QoS 0/1/2 PUBLISHes without properties go the one-step way."""
+def test_publish_fast_path_takes_the_common_packets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not vacuous: in CONNECTED, PUBLISHes (valid ones, with properties or not, and
+    malformed ones) are decoded by decode_publish_at alone, never by the general
+    decode_packet dispatch."""
+    import protocol.mqtt.connection as connection_module
+
+    def general(*args: object) -> None:
+        raise AssertionError("decode_packet called for a PUBLISH in CONNECTED")
+
     for version in (V311, V5):
         client, server = connected_pair(version)
-        data = b"".join(client.send(p) for p in (
-            Publish("a/b", b"x" * 100), Publish("c", b"y" * 300, qos=1, packet_id=9),
-            Publish("d/e", b"", qos=2, packet_id=1, retain=True)))
+        sent = [Publish("a/b", b"x" * 100), Publish("c", b"y" * 300, qos=1, packet_id=9),
+                Publish("d/e", b"", qos=2, packet_id=1, retain=True)]
+        if version is V5:
+            sent.append(Publish("f", b"z", properties=Properties(content_type="t")))
+        data = b"".join(client.send(p) for p in sent)
+        monkeypatch.setattr(connection_module, "decode_packet", general)
         server.receive_data(data)
-        taken = [server._publish_fast() for _ in range(3)]
-        assert [p.topic for p in taken] == ["a/b", "c", "d/e"]
-        assert taken[1] == Publish("c", b"y" * 300, qos=1, packet_id=9)
-        assert taken[2] == Publish("d/e", b"", qos=2, packet_id=1, retain=True)
+        assert [server.next_event() for _ in sent] == sent
         assert server.next_event() is NEED_DATA
+        server.receive_data(b"\x36\x05\x00\x01a\x00\x01")  # QoS 3
+        with pytest.raises(RemoteProtocolError) as err:
+            server.next_event()
+        assert err.value.reason_code == ReasonCode.MALFORMED_PACKET
+        monkeypatch.undo()
 
 
 def test_puback_batch_matches_the_transition_table() -> None:
     """With batch_pubacks, next_event takes plain PUBACKs without the transition lookup:
     only right while the table says PUBACK keeps CONNECTED for both roles."""
-    from protocol.mqtt.connection import _TRANSITIONS, Role, State
+    from protocol.mqtt._state import TRANSITIONS, Role, State
     from protocol.mqtt.packet_types import PacketType
 
     for role in Role:
-        assert _TRANSITIONS[State.CONNECTED][(role, PacketType.PUBACK)] is State.CONNECTED
+        assert TRANSITIONS[State.CONNECTED][(role, PacketType.PUBACK)] is State.CONNECTED
 
 
 def batching_pair(version: MQTTVersion) -> tuple[Connection, Connection]:
@@ -663,30 +696,32 @@ def test_pubacks_not_batched_before_connack_or_by_default() -> None:
 @VERSIONS
 @pytest.mark.parametrize("qos, dup, retain", [(0, False, False), (1, True, True), (2, False, True)])
 @pytest.mark.parametrize("size", [0, 100, 117, 118, 200, 20000, 3_000_000])
-def test_send_plain_publish_is_send_publish(
+def test_send_publish_with_topic_bytes_is_send_publish(
     version: MQTTVersion, qos: int, dup: bool, retain: bool, size: int
 ) -> None:
     _, server = connected_pair(version)
     pid = 0xFFFE if qos else None
     topic = "a/\u00e9t\u00e9/b"
     body = bytes(range(256)) * (size // 256) + bytes(size % 256)
-    plain = server.send_plain_publish(topic.encode(), body, qos, retain, dup, pid)
+    plain = server.send_publish(topic.encode(), body, qos, retain, dup, pid)
     assert plain == server.send_publish(topic, body, qos, retain, dup, pid, EMPTY_PROPERTIES)
+    # the delegating wrapper the gateway calls until it passes topic bytes itself
+    assert plain == server.send_plain_publish(topic.encode(), body, qos, retain, dup, pid)
     assert plain == server.send(
         Publish(topic, body, qos, retain=retain, dup=dup, packet_id=pid))
 
 
-def test_send_plain_publish_too_large_and_with_aliases() -> None:
+def test_send_publish_with_topic_bytes_too_large_and_with_aliases() -> None:
     _, server = connected_pair(V5, connect_props=Properties(maximum_packet_size=40))
     with pytest.raises(OutgoingPacketTooLarge):
-        server.send_plain_publish(b"t", b"x" * 100, 1, False, False, 5)
+        server.send_publish(b"t", b"x" * 100, 1, False, False, 5)
     assert server.state is State.CONNECTED
     client = Connection(Role.CLIENT)
     server = Connection(Role.SERVER, outbound_topic_aliases=True)
     transfer(client, server, Connect("dev-1", V5, properties=Properties(topic_alias_maximum=2)))
     transfer(server, client, Connack())
-    first = server.send_plain_publish(b"a/long/topic/name", b"1", 0, False, False, None)
-    second = server.send_plain_publish(b"a/long/topic/name", b"2", 0, False, False, None)
+    first = server.send_publish(b"a/long/topic/name", b"1", 0, False, False, None)
+    second = server.send_publish(b"a/long/topic/name", b"2", 0, False, False, None)
     assert len(second) < len(first)  # the alias applies as with send_publish
     client.receive_data(first + second)
     assert client.next_event() == Publish("a/long/topic/name", b"1")
