@@ -40,16 +40,25 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import itertools
 import logging
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.auth.acl import Access, AclRule, decide
+from gateway.auth.acl import (
+    GRANTED,
+    REFUSED,
+    Access,
+    AclRule,
+    SubscribeDecision,
+    decide,
+    decide_subscription,
+)
 from gateway.auth.passwords import PasswordHash, dummy_hash, verify_dummy
 from gateway.auth.ratelimit import FailureLimiter, LoginLimits, TrustedPairs, address_key
 from gateway.auth.subjects import normalize_subject
@@ -354,14 +363,30 @@ class Authenticator:
         return self._topic_access(principal, client_id, topic, subscribe=False)
 
     def can_subscribe(self, principal: Principal, client_id: str, topic_filter: str) -> bool:
-        """Whether ``principal`` may subscribe to ``topic_filter`` (granted only by a rule
-        whose filter covers it and not refused by an earlier deny it overlaps)."""
+        """Whether ``principal`` may subscribe to ``topic_filter`` (see
+        :meth:`subscribe_decision`, which also says what delivery must filter out)."""
+        return self.subscribe_decision(principal, client_id, topic_filter).granted
+
+    def subscribe_decision(
+        self, principal: Principal, client_id: str, topic_filter: str
+    ) -> SubscribeDecision:
+        """Grant or refuse a subscription to ``topic_filter`` and give its delivery
+        filter (:func:`gateway.auth.acl.decide_subscription` over the principal's rules)."""
         if topic_filter.startswith(_SHARE_PREFIX):
             _group, sep, inner = topic_filter[len(_SHARE_PREFIX) :].partition("/")
             if not sep or not inner:
-                return False
+                return REFUSED
             topic_filter = inner
-        return self._topic_access(principal, client_id, topic_filter, subscribe=True)
+        db = self._db
+        if db is None:
+            return GRANTED if self.allow_anonymous and principal.anonymous else REFUSED
+        rules = self._rules(db, principal)
+        if rules is None:
+            return REFUSED
+        decision = decide_subscription(
+            rules, topic_filter, client_id=client_id, username=principal.username
+        )
+        return REFUSED if decision is None else decision
 
     def _topic_access(
         self, principal: Principal, client_id: str, requested: str, *, subscribe: bool
@@ -369,28 +394,32 @@ class Authenticator:
         db = self._db
         if db is None:
             return self.allow_anonymous and principal.anonymous
+        rules = self._rules(db, principal)
+        if rules is None:
+            return False
+        verdict = decide(
+            rules,
+            requested,
+            subscribe=subscribe,
+            client_id=client_id,
+            username=principal.username,
+        )
+        return verdict is True
+
+    def _rules(self, db: UsersDatabase, principal: Principal) -> Iterator[AclRule] | None:
+        """The principal's ACL rules in evaluation order (one first-match list), or None
+        if the principal may do nothing."""
         if principal.anonymous:
             if not self.allow_anonymous:
-                return False
-            rule_lists = [db.acl.get(ANONYMOUS, [])]
-        else:
-            user = db.users.get(principal.username)  # type: ignore[arg-type]
-            if user is None:
-                return False
-            rule_lists = [db.acl.get(user.name, []), db.acl.get(DEFAULT, [])]
-            if user.is_administrator:
-                rule_lists.append(list(_SYS_READ))
-        for rules in rule_lists:
-            verdict = decide(
-                rules,
-                requested,
-                subscribe=subscribe,
-                client_id=client_id,
-                username=principal.username,
-            )
-            if verdict is not None:
-                return verdict
-        return False
+                return None
+            return iter(db.acl.get(ANONYMOUS, ()))
+        user = db.users.get(principal.username)  # type: ignore[arg-type]
+        if user is None:
+            return None
+        lists: list[Iterable[AclRule]] = [db.acl.get(user.name, ()), db.acl.get(DEFAULT, ())]
+        if user.is_administrator:
+            lists.append(_SYS_READ)
+        return itertools.chain.from_iterable(lists)
 
     # -- AMQP ---------------------------------------------------------------------------
 

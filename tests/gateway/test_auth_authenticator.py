@@ -248,7 +248,12 @@ def test_publish_and_subscribe_through_default_rules(auth):
     assert auth.can_publish(bob, "c1", "devices/c1/temp")
     assert not auth.can_publish(bob, "c1", "devices/c2/temp")  # another client's topic
     assert not auth.can_subscribe(bob, "c1", "devices/+/temp")
-    assert auth.can_subscribe(bob, "c1", "home/bob/#") is False  # overlaps his deny rule
+    # his own deny rule, before the @default rule that grants it, filters delivery
+    decision = auth.subscribe_decision(bob, "c1", "home/bob/#")
+    assert decision.granted and decision.deny is not None
+    assert decision.deny("home/bob/private/diary") and not decision.deny("home/bob/lamp")
+    assert not auth.can_subscribe(bob, "c1", "home/bob/private/#")  # covered: refused
+    assert auth.subscribe_decision(bob, "c1", "home/bob/lamp/#").deny is None
     assert auth.can_subscribe(bob, "c1", "home/bob/lamp/#")
     assert not auth.can_publish(bob, "c1", "home/bob/private/diary")
     assert not auth.can_publish(bob, "c1", "home/alice/lamp")  # another user's topic
@@ -273,7 +278,9 @@ def test_sys_is_for_administrators_unless_a_rule_says_otherwise(auth):
     db.add_acl_rule("alice", AclRule.parse("deny $SYS/broker/clients/#"))
     assert auth.can_subscribe(bob, "c1", "$SYS/broker/load/+")
     assert not auth.can_subscribe(bob, "c1", "$SYS/#")
-    assert not auth.can_subscribe(alice, "c1", "$SYS/#")
+    decision = auth.subscribe_decision(alice, "c1", "$SYS/#")  # granted, filtered
+    assert decision.deny("$SYS/broker/clients/connected") and not decision.deny("$SYS/x")
+    assert not auth.can_subscribe(alice, "c1", "$SYS/broker/clients/+")
     assert auth.can_subscribe(alice, "c1", "$SYS/broker/load/#")
 
 
