@@ -147,7 +147,9 @@ def covers(outer: str, inner: str) -> bool:
         if i >= len(s):
             return False
         if s[i] == "#":
-            return False
+            # "#" also matches the parent level, which "+/#" misses, unless that parent
+            # is the empty topic name, which no topic is ("#" and "+/#", "/#" and "/+/#")
+            return level == "+" and a[i + 1 :] == ["#"] and not "/".join(s[:i])
         if level == "+":
             continue
         if s[i] == "+" or s[i] != level:
@@ -167,7 +169,12 @@ def intersects(one: str, other: str) -> bool:
         x = a[i] if i < len(a) else None
         y = b[i] if i < len(b) else None
         if x == "#" or y == "#":
-            return True
+            # the topics in common are the other filter's from here on, or its parent
+            # level; only the empty topic name can be missing ("/#" and "+" share none)
+            return not (
+                (x is None or y is None) and i == 1 and "" in (a[0], b[0]) and
+                a[0] in ("", "+") and b[0] in ("", "+")
+            )
         if x is None or y is None:
             return False
         if x != "+" and y != "+" and x != y:
