@@ -173,6 +173,8 @@ class Authenticator:
         self._by_user = FailureLimiter(self.limits.max_failures_per_user, self.limits, clock)
         self._trusted = TrustedPairs(self.limits, clock)
         self._stamp: tuple[int, int, int] | None = None
+        #: The stamp of a malformed file :meth:`refresh` refused (not parsed again).
+        self._refused: tuple[int, int, int] | None = None
         self._install(database)
 
     @classmethod
@@ -237,6 +239,31 @@ class Authenticator:
         )
         return True
 
+    def refresh(self) -> None:
+        """:meth:`reload` for the login path: a malformed file is logged once and the
+        loaded database kept. Every login calls it, so a change made with ``lmq users``
+        applies from the next login on (a ``stat`` when nothing changed)."""
+        if self.users_file is None:
+            return
+        if self._refused is not None and self._file_stamp() == self._refused:
+            return
+        try:
+            self.reload()
+        except UsersFileError as exc:
+            self._refused = self._file_stamp()
+            log.warning(
+                "users file not reloaded, keeping the loaded one",
+                extra={"path": str(self.users_file), "error": str(exc)},
+            )
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        assert self.users_file is not None
+        try:
+            st = os.stat(self.users_file)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
     def _install(self, database: UsersDatabase | None) -> None:
         self._db = database
         self._subjects = database.subject_index() if database is not None else {}
@@ -254,6 +281,7 @@ class Authenticator:
     ) -> LoginResult:
         """Check a username and password. ``username`` None or ``""`` asks for anonymous
         access (a password without a username is ignored)."""
+        self.refresh()
         db = self._db
         if not username:
             if self.allow_anonymous:
@@ -300,6 +328,7 @@ class Authenticator:
 
         The TLS layer has already proven the key; an unmapped subject is refused (whether
         to fall back to password login is the front end's choice)."""
+        self.refresh()
         try:
             normalized = normalize_subject(subject)
         except ValueError:

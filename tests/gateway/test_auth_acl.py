@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from gateway.auth.acl import (
+    GRANTED,
+    REFUSED,
     Access,
     AclRule,
     InvalidRule,
-    GRANTED,
-    REFUSED,
     covers,
     decide,
     decide_subscription,

@@ -368,6 +368,26 @@ def test_from_users_file_and_reload(tmp_path, clock):
     assert not auth.reload() and auth.authentication_configured  # deleting never opens up
 
 
+def test_every_login_picks_up_changes_to_the_users_file(tmp_path, clock, caplog):
+    path = tmp_path / "users.json"
+    make_db().save(path)
+    auth = Authenticator.from_users_file(path, clock=clock)
+    bob = login(auth, "bob", "bob-pw")
+    assert auth.subscribe_decision(bob, "c1", "public/#").deny is None
+    db = make_db()
+    db.add_acl_rule("bob", AclRule.parse("deny public/secret/#"))
+    db.save(path)  # what `lmq users acl add` does, behind the running gateway's back
+    assert auth.subscribe_decision(bob, "c1", "public/#").deny is None  # not reloaded yet
+    bob = login(auth, "bob", "bob-pw")  # the next login reloads
+    assert auth.subscribe_decision(bob, "c1", "public/#").deny("public/secret/x")
+    path.write_text("{broken")
+    with caplog.at_level("WARNING", logger="gateway.auth"):
+        assert login(auth, "bob", "bob-pw") and login(auth, "bob", "bob-pw")
+    refused = [r for r in caplog.records if r.getMessage().startswith("users file not")]
+    assert len(refused) == 1  # logged once, the last good database kept
+    assert auth.subscribe_decision(bob, "c1", "public/#").deny("public/secret/x")
+
+
 def test_resolve_allow_anonymous():
     assert resolve_allow_anonymous("127.0.0.1", users_configured=False, allow_anonymous_flag=False)
     assert resolve_allow_anonymous("::1", users_configured=False, allow_anonymous_flag=False)
