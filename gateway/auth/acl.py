@@ -172,8 +172,11 @@ def intersects(one: str, other: str) -> bool:
             # the topics in common are the other filter's from here on, or its parent
             # level; only the empty topic name can be missing ("/#" and "+" share none)
             return not (
-                (x is None or y is None) and i == 1 and "" in (a[0], b[0]) and
-                a[0] in ("", "+") and b[0] in ("", "+")
+                (x is None or y is None)
+                and i == 1
+                and "" in (a[0], b[0])
+                and a[0] in ("", "+")
+                and b[0] in ("", "+")
             )
         if x is None or y is None:
             return False
@@ -290,9 +293,7 @@ def decide(
     subscription, True may come with a delivery filter: see :func:`decide_subscription`.
     """
     if subscribe:
-        decision = decide_subscription(
-            rules, requested, client_id=client_id, username=username
-        )
+        decision = decide_subscription(rules, requested, client_id=client_id, username=username)
         return None if decision is None else decision.granted
     for rule in rules:
         if rule.access is Access.SUBSCRIBE:

@@ -137,8 +137,12 @@ def test_subscription_decision_matches_the_per_topic_definition(
         t for t in topics_of_f if ref_allowed(rules, t, client_id, username, subscribe=True)
     }
     assert delivered == expected
-    if all(not ref_rule_matches(r, t, client_id, username)
-           for r in rules if r.access is Access.DENY for t in topics_of_f):
+    if all(
+        not ref_rule_matches(r, t, client_id, username)
+        for r in rules
+        if r.access is Access.DENY
+        for t in topics_of_f
+    ):
         assert deny is None  # no deny overlaps F: nothing to filter, nothing to pay
 
 
@@ -151,9 +155,7 @@ def test_subscription_decision_matches_the_per_topic_definition(
 def test_publish_decision_matches_the_per_topic_definition(rules, client_id, username):
     for topic in universe(client_id, username):
         verdict = decide(rules, topic, subscribe=False, client_id=client_id, username=username)
-        assert (verdict is True) == ref_allowed(
-            rules, topic, client_id, username, subscribe=False
-        )
+        assert (verdict is True) == ref_allowed(rules, topic, client_id, username, subscribe=False)
 
 
 @settings(max_examples=300, deadline=None)
