@@ -11,7 +11,8 @@ Theory of operation. An :class:`Authenticator` holds one loaded
   whose subject maps to the user); a client without a username is the anonymous
   principal only if ``allow_anonymous``. Checks use the database as it is *now*: a
   reload that deletes a user or changes a rule applies to connected clients' next
-  operation, and a deleted user can do nothing.
+  operation, and a deleted user can do nothing. Every login re-reads the users file if
+  it changed (:meth:`refresh`), so the gateway follows ``lmq users`` without a restart.
 
 Logins return a :class:`Principal` or a :class:`Refusal` (falsy, with the reason and the
 wire codes). Failed logins are counted per source address and per username
@@ -24,7 +25,8 @@ Authorisation:
 * MQTT: :meth:`can_publish` / :meth:`can_subscribe` apply the principal's topic ACL
   rules, then the ``@default`` rules (anonymous clients: the ``@anonymous`` rules only),
   then, for administrators, an implicit ``subscribe $SYS/#``; first deciding rule wins,
-  none means refused (:mod:`gateway.auth.acl`). Shared subscriptions
+  none means refused (:mod:`gateway.auth.acl`). :meth:`subscribe_decision` also gives
+  the delivery filter of a subscription that overlaps a deny rule. Shared subscriptions
   (``$share/group/filter``) are checked on their filter.
 * AMQP: :meth:`vhost_allowed` (the vhost exists and the principal has permissions there)
   and :meth:`can_configure` / :meth:`can_write` / :meth:`can_read` on a resource name
