@@ -128,7 +128,7 @@ class Reader:
         # fleet's telemetry) are encoded in a run by the protocol's plain encoder, one
         # join per round; anything else goes out after the run so far (wire order is
         # offset order).
-        plain = None if sub_id or sub.deny else handler.proto.plain_publish_encoder()
+        plain = None if sub_id or sub.deny is not None else handler.proto.plain_publish_encoder()
         no_local_id = session.state.client_id if sub.no_local else None
         retain_as_published = sub.retain_as_published
         parts: list[bytes] = []
