@@ -68,6 +68,8 @@ def test_parse_rejects(text):
         ("$SYS/#", "$SYS/broker/+", True),
         ("a/b", "a/b", True),
         ("a/b", "a/b/c", False),
+        ("+/#", "#", True),  # the parent of "#" is the empty name, which is no topic
+        ("/+/#", "/#", True),  # likewise: the parent of "/#" is ""
     ],
 )
 def test_covers(outer, inner, expected):
@@ -88,6 +90,8 @@ def test_covers(outer, inner, expected):
         ("$SYS/#", "$SYS/x", True),
         ("+", "$x", False),
         ("a/+", "a/b/c", False),
+        ("/#", "+", False),  # only the empty name "" would match both
+        ("/#", "/", True),
     ],
 )
 def test_intersects(one, other, expected):
