@@ -10,7 +10,7 @@
 See docs/security.md.
 """
 
-from gateway.auth.acl import Access, AclRule, InvalidRule
+from gateway.auth.acl import Access, AclRule, DenyFilter, InvalidRule, SubscribeDecision
 from gateway.auth.authenticator import (
     ANONYMOUS_PRINCIPAL,
     Authenticator,
@@ -46,6 +46,7 @@ __all__ = [
     "Authenticator",
     "DEFAULT",
     "DEFAULT_VHOST",
+    "DenyFilter",
     "ExposureError",
     "InvalidRule",
     "LoginLimits",
@@ -54,6 +55,7 @@ __all__ = [
     "Principal",
     "Refusal",
     "RefusalReason",
+    "SubscribeDecision",
     "User",
     "UsersDatabase",
     "UsersError",

@@ -11,7 +11,8 @@ Theory of operation. An :class:`Authenticator` holds one loaded
   whose subject maps to the user); a client without a username is the anonymous
   principal only if ``allow_anonymous``. Checks use the database as it is *now*: a
   reload that deletes a user or changes a rule applies to connected clients' next
-  operation, and a deleted user can do nothing.
+  operation, and a deleted user can do nothing. Every login re-reads the users file if
+  it changed (:meth:`refresh`), so the gateway follows ``lmq users`` without a restart.
 
 Logins return a :class:`Principal` or a :class:`Refusal` (falsy, with the reason and the
 wire codes). Failed logins are counted per source address and per username
@@ -24,7 +25,8 @@ Authorisation:
 * MQTT: :meth:`can_publish` / :meth:`can_subscribe` apply the principal's topic ACL
   rules, then the ``@default`` rules (anonymous clients: the ``@anonymous`` rules only),
   then, for administrators, an implicit ``subscribe $SYS/#``; first deciding rule wins,
-  none means refused (:mod:`gateway.auth.acl`). Shared subscriptions
+  none means refused (:mod:`gateway.auth.acl`). :meth:`subscribe_decision` also gives
+  the delivery filter of a subscription that overlaps a deny rule. Shared subscriptions
   (``$share/group/filter``) are checked on their filter.
 * AMQP: :meth:`vhost_allowed` (the vhost exists and the principal has permissions there)
   and :meth:`can_configure` / :meth:`can_write` / :meth:`can_read` on a resource name
@@ -40,16 +42,25 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+import itertools
 import logging
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.auth.acl import Access, AclRule, decide
+from gateway.auth.acl import (
+    GRANTED,
+    REFUSED,
+    Access,
+    AclRule,
+    SubscribeDecision,
+    decide,
+    decide_subscription,
+)
 from gateway.auth.passwords import PasswordHash, dummy_hash, verify_dummy
 from gateway.auth.ratelimit import FailureLimiter, LoginLimits, TrustedPairs, address_key
 from gateway.auth.subjects import normalize_subject
@@ -164,6 +175,8 @@ class Authenticator:
         self._by_user = FailureLimiter(self.limits.max_failures_per_user, self.limits, clock)
         self._trusted = TrustedPairs(self.limits, clock)
         self._stamp: tuple[int, int, int] | None = None
+        #: The stamp of a malformed file :meth:`refresh` refused (not parsed again).
+        self._refused: tuple[int, int, int] | None = None
         self._install(database)
 
     @classmethod
@@ -228,6 +241,31 @@ class Authenticator:
         )
         return True
 
+    def refresh(self) -> None:
+        """:meth:`reload` for the login path: a malformed file is logged once and the
+        loaded database kept. Every login calls it, so a change made with ``lmq users``
+        applies from the next login on (a ``stat`` when nothing changed)."""
+        if self.users_file is None:
+            return
+        if self._refused is not None and self._file_stamp() == self._refused:
+            return
+        try:
+            self.reload()
+        except UsersFileError as exc:
+            self._refused = self._file_stamp()
+            log.warning(
+                "users file not reloaded, keeping the loaded one",
+                extra={"path": str(self.users_file), "error": str(exc)},
+            )
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        assert self.users_file is not None
+        try:
+            st = os.stat(self.users_file)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
     def _install(self, database: UsersDatabase | None) -> None:
         self._db = database
         self._subjects = database.subject_index() if database is not None else {}
@@ -245,6 +283,7 @@ class Authenticator:
     ) -> LoginResult:
         """Check a username and password. ``username`` None or ``""`` asks for anonymous
         access (a password without a username is ignored)."""
+        self.refresh()
         db = self._db
         if not username:
             if self.allow_anonymous:
@@ -291,6 +330,7 @@ class Authenticator:
 
         The TLS layer has already proven the key; an unmapped subject is refused (whether
         to fall back to password login is the front end's choice)."""
+        self.refresh()
         try:
             normalized = normalize_subject(subject)
         except ValueError:
@@ -354,14 +394,30 @@ class Authenticator:
         return self._topic_access(principal, client_id, topic, subscribe=False)
 
     def can_subscribe(self, principal: Principal, client_id: str, topic_filter: str) -> bool:
-        """Whether ``principal`` may subscribe to ``topic_filter`` (granted only by a rule
-        whose filter covers it and not refused by an earlier deny it overlaps)."""
+        """Whether ``principal`` may subscribe to ``topic_filter`` (see
+        :meth:`subscribe_decision`, which also says what delivery must filter out)."""
+        return self.subscribe_decision(principal, client_id, topic_filter).granted
+
+    def subscribe_decision(
+        self, principal: Principal, client_id: str, topic_filter: str
+    ) -> SubscribeDecision:
+        """Grant or refuse a subscription to ``topic_filter`` and give its delivery
+        filter (:func:`gateway.auth.acl.decide_subscription` over the principal's rules)."""
         if topic_filter.startswith(_SHARE_PREFIX):
             _group, sep, inner = topic_filter[len(_SHARE_PREFIX) :].partition("/")
             if not sep or not inner:
-                return False
+                return REFUSED
             topic_filter = inner
-        return self._topic_access(principal, client_id, topic_filter, subscribe=True)
+        db = self._db
+        if db is None:
+            return GRANTED if self.allow_anonymous and principal.anonymous else REFUSED
+        rules = self._rules(db, principal)
+        if rules is None:
+            return REFUSED
+        decision = decide_subscription(
+            rules, topic_filter, client_id=client_id, username=principal.username
+        )
+        return REFUSED if decision is None else decision
 
     def _topic_access(
         self, principal: Principal, client_id: str, requested: str, *, subscribe: bool
@@ -369,28 +425,32 @@ class Authenticator:
         db = self._db
         if db is None:
             return self.allow_anonymous and principal.anonymous
+        rules = self._rules(db, principal)
+        if rules is None:
+            return False
+        verdict = decide(
+            rules,
+            requested,
+            subscribe=subscribe,
+            client_id=client_id,
+            username=principal.username,
+        )
+        return verdict is True
+
+    def _rules(self, db: UsersDatabase, principal: Principal) -> Iterator[AclRule] | None:
+        """The principal's ACL rules in evaluation order (one first-match list), or None
+        if the principal may do nothing."""
         if principal.anonymous:
             if not self.allow_anonymous:
-                return False
-            rule_lists = [db.acl.get(ANONYMOUS, [])]
-        else:
-            user = db.users.get(principal.username)  # type: ignore[arg-type]
-            if user is None:
-                return False
-            rule_lists = [db.acl.get(user.name, []), db.acl.get(DEFAULT, [])]
-            if user.is_administrator:
-                rule_lists.append(list(_SYS_READ))
-        for rules in rule_lists:
-            verdict = decide(
-                rules,
-                requested,
-                subscribe=subscribe,
-                client_id=client_id,
-                username=principal.username,
-            )
-            if verdict is not None:
-                return verdict
-        return False
+                return None
+            return iter(db.acl.get(ANONYMOUS, ()))
+        user = db.users.get(principal.username)  # type: ignore[arg-type]
+        if user is None:
+            return None
+        lists: list[Iterable[AclRule]] = [db.acl.get(user.name, ()), db.acl.get(DEFAULT, ())]
+        if user.is_administrator:
+            lists.append(_SYS_READ)
+        return itertools.chain.from_iterable(lists)
 
     # -- AMQP ---------------------------------------------------------------------------
 

@@ -128,7 +128,7 @@ class Reader:
         # fleet's telemetry) are encoded in a run by the protocol's plain encoder, one
         # join per round; anything else goes out after the run so far (wire order is
         # offset order).
-        plain = None if sub_id else handler.proto.plain_publish_encoder()
+        plain = None if sub_id or sub.deny is not None else handler.proto.plain_publish_encoder()
         no_local_id = session.state.client_id if sub.no_local else None
         retain_as_published = sub.retain_as_published
         parts: list[bytes] = []
@@ -285,6 +285,8 @@ def deliver_plain(
         and msg.origin == session.state.client_id.encode()
     ):
         return None
+    if sub.deny is not None and sub.deny(msg.topic.decode()):
+        return None
     pid = (packet_id or session.allocate_packet_id()) if qos else None
     try:
         data = handler.proto.send_plain_publish(
@@ -317,13 +319,17 @@ def deliver(
     packet_id: int | None = None,
 ) -> int | None:
     """Send one message to the client. Returns its packet id (0 for QoS 0), or None if
-    it was not sent (no-local, expired, or too large for the client)."""
+    it was not sent (no-local, denied by the subscription's ACL filter, expired, or too
+    large for the client)."""
     if (
         sub.no_local
         and record.protocol == Protocol.MQTT
         and record.origin == session.state.client_id
         and not retained
     ):
+        return None
+    topic = record.topic if record.protocol != _AMQP else mqtt_topic(record)
+    if sub.deny is not None and sub.deny(topic):
         return None
     props = record.properties
     expiry = remaining_expiry(record, now) if props else None
@@ -334,7 +340,7 @@ def deliver(
     retain = True if retained else (record.retain and sub.retain_as_published)
     try:
         data = proto.send_publish(
-            record.topic if record.protocol != _AMQP else mqtt_topic(record),
+            topic,
             record.body,
             qos,
             retain,

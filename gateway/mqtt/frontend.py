@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker_core import StoreError
 from gateway.auth import Principal
+from gateway.auth.acl import GRANTED, SubscribeDecision, deny_all
 from gateway.frontend import FrontEnd
 from gateway.mqtt.delivery import deliver
 from gateway.mqtt.handler import MqttHandler
@@ -371,11 +372,21 @@ class MqttFrontEnd(FrontEnd):
         auth = self.gateway.authenticator
         return True if auth is None else auth.can_publish(principal, client_id, topic)
 
-    def can_subscribe(self, principal: Principal, client_id: str, topic_filter: str) -> bool:
+    def can_subscribe(
+        self, principal: Principal, client_id: str, topic_filter: str
+    ) -> SubscribeDecision:
         auth = self.gateway.authenticator
         if auth is None:
-            return True
-        return auth.can_subscribe(principal, client_id, topic_filter)
+            return GRANTED
+        return auth.subscribe_decision(principal, client_id, topic_filter)
+
+    def apply_acl(self, principal: Principal, session: Session) -> None:
+        """Give every subscription of ``session`` its delivery filter under the rules as
+        they are now (the filters are not stored: a restored session gets them here); a
+        subscription the rules no longer grant delivers nothing."""
+        for sub in session.state.subscriptions.values():
+            decision = self.can_subscribe(principal, session.client_id, sub.topic_filter)
+            sub.deny = decision.deny if decision.granted else deny_all
 
     # -- background work ---------------------------------------------------------------
 

@@ -276,6 +276,7 @@ class MqttHandler(ConnectionHandler):
         else:
             session.state.will = None
         self.session = session
+        front.apply_acl(principal, session)
         session.online(self)
         session.save()
         connack_props = Properties()
@@ -623,7 +624,8 @@ class MqttHandler(ConnectionHandler):
             if shared is not None and request.no_local:
                 self._refuse(ReasonCode.PROTOCOL_ERROR, "no-local on a shared subscription")
                 return
-            if not front.can_subscribe(self.principal, session.client_id, topic_filter):
+            decision = front.can_subscribe(self.principal, session.client_id, topic_filter)
+            if not decision.granted:
                 codes.append(ReasonCode.NOT_AUTHORIZED if v5 else 0x80)
                 continue
             key = f"$share/{shared.group}/{topic_filter}" if shared else topic_filter
@@ -643,6 +645,7 @@ class MqttHandler(ConnectionHandler):
                 retain_handling=request.retain_handling,
                 subscription_id=sub_id[0] if sub_id else None,
                 share_group=shared.group if shared else None,
+                deny=decision.deny,
             )
             new = session.add_subscription(sub)
             codes.append(request.qos)

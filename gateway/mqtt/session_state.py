@@ -16,6 +16,7 @@ expire) counts from the disconnect. ``expiry`` ``0xFFFFFFFF`` means never.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,6 +39,9 @@ class SubscriptionState:
     subscription_id: int | None = None
     #: ``$share/<group>/<filter>``: the share group, else None.
     share_group: str | None = None
+    #: Topics of this filter that the ACL does not let through (True = drop), or None:
+    #: computed from the rules at SUBSCRIBE and at every CONNECT, never stored.
+    deny: Callable[[str], bool] | None = field(default=None, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -89,6 +93,8 @@ class SessionState:
 
     def encode(self) -> bytes:
         doc = asdict(self)
+        for sub in doc["subscriptions"].values():
+            del sub["deny"]
         if self.will is not None:
             doc["will"]["payload"] = self.will.payload.hex()
         doc["pubrel_pending"] = {str(k): v for k, v in self.pubrel_pending.items()}

@@ -42,6 +42,8 @@ class Paho:
         will: tuple | None = None,
         keepalive: int = 60,
         will_delay: int | None = None,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
         OPEN.append(self)
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
@@ -51,6 +53,8 @@ class Paho:
             kwargs["clean_session"] = clean
         self.client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, **kwargs)
         self.client.on_message = lambda c, u, m: self.messages.put(m)
+        if username is not None:
+            self.client.username_pw_set(username, password)
         self.connack: queue.Queue[Any] = queue.Queue()
         self.client.on_connect = lambda c, u, flags, rc, props=None: self.connack.put(
             (flags, rc, props)

@@ -5,11 +5,14 @@ from __future__ import annotations
 import pytest
 
 from gateway.auth.acl import (
+    GRANTED,
+    REFUSED,
     Access,
     AclRule,
     InvalidRule,
     covers,
     decide,
+    decide_subscription,
     intersects,
     substitute,
 )
@@ -25,6 +28,10 @@ def pub(rule_list, topic, client_id="c1", username="alice"):
 
 def sub(rule_list, topic_filter, client_id="c1", username="alice"):
     return decide(rule_list, topic_filter, subscribe=True, client_id=client_id, username=username)
+
+
+def subd(rule_list, topic_filter, client_id="c1", username="alice"):
+    return decide_subscription(rule_list, topic_filter, client_id=client_id, username=username)
 
 
 def test_parse_and_str():
@@ -61,6 +68,8 @@ def test_parse_rejects(text):
         ("$SYS/#", "$SYS/broker/+", True),
         ("a/b", "a/b", True),
         ("a/b", "a/b/c", False),
+        ("+/#", "#", True),  # the parent of "#" is the empty name, which is no topic
+        ("/+/#", "/#", True),  # likewise: the parent of "/#" is ""
     ],
 )
 def test_covers(outer, inner, expected):
@@ -81,6 +90,8 @@ def test_covers(outer, inner, expected):
         ("$SYS/#", "$SYS/x", True),
         ("+", "$x", False),
         ("a/+", "a/b/c", False),
+        ("/#", "+", False),  # only the empty name "" would match both
+        ("/#", "/", True),
     ],
 )
 def test_intersects(one, other, expected):
@@ -123,11 +134,41 @@ def test_wildcard_subscription_needs_a_covering_rule():
     assert sub(rules("subscribe a/b", "subscribe a/#"), "a/+") is True  # search goes on
 
 
-def test_deny_refuses_any_overlapping_subscription():
+def test_deny_overlapping_a_subscription_filters_its_delivery():
+    # "allow # except secret/#": the subscription is granted, the denied topics are
+    # filtered out at delivery; a deny that covers the filter still refuses it.
     acl = rules("deny secret/#", "subscribe #")
-    assert sub(acl, "#") is False
-    assert sub(acl, "+/x") is False
-    assert sub(acl, "public/#") is True
+    for wide in ("#", "+/x"):
+        decision = subd(acl, wide)
+        assert decision.granted and decision.deny is not None
+        assert decision.deny("secret/x") and not decision.deny("public/x")
+    assert sub(acl, "#") is True
+    assert subd(acl, "public/#") == GRANTED  # no overlap: no delivery filter
+    for covered in ("secret/#", "secret/x", "secret/+/y"):
+        assert subd(acl, covered) == REFUSED
+    assert subd(acl, "secret") == REFUSED  # secret/# matches its parent level
+
+
+def test_delivery_filter_keeps_first_match_order():
+    # an allow before a deny shadows it for the topics it matches
+    acl = rules("subscribe a/b", "deny a/#", "subscribe #")
+    decision = subd(acl, "+/+")
+    assert decision.granted
+    assert [decision.deny(t) for t in ("a/b", "a/c", "c/d")] == [False, True, False]
+    assert subd(acl, "a/+") == REFUSED  # the deny covers it
+    assert subd(acl, "a/b") == GRANTED  # decided by the first rule, nothing to filter
+    # allows after the last deny filter nothing, and are left out
+    decision = subd(rules("deny a/x", "subscribe a/y", "subscribe #"), "a/+")
+    assert decision.deny is not None and str(decision.deny) == "deny a/x"
+    # rules after the deciding allow do not matter
+    assert subd(rules("subscribe #", "deny secret/#"), "#") == GRANTED
+
+
+def test_unfillable_deny_refuses_every_subscription():
+    acl = rules("deny devices/%c/admin", "subscribe #")
+    assert subd(acl, "public/#", client_id="a/b") == REFUSED
+    decision = subd(acl, "devices/#", client_id="c1")
+    assert decision.deny("devices/c1/admin") and not decision.deny("devices/c2/admin")
 
 
 def test_client_id_substitution_keeps_clients_apart():

@@ -248,7 +248,12 @@ def test_publish_and_subscribe_through_default_rules(auth):
     assert auth.can_publish(bob, "c1", "devices/c1/temp")
     assert not auth.can_publish(bob, "c1", "devices/c2/temp")  # another client's topic
     assert not auth.can_subscribe(bob, "c1", "devices/+/temp")
-    assert auth.can_subscribe(bob, "c1", "home/bob/#") is False  # overlaps his deny rule
+    # his own deny rule, before the @default rule that grants it, filters delivery
+    decision = auth.subscribe_decision(bob, "c1", "home/bob/#")
+    assert decision.granted and decision.deny is not None
+    assert decision.deny("home/bob/private/diary") and not decision.deny("home/bob/lamp")
+    assert not auth.can_subscribe(bob, "c1", "home/bob/private/#")  # covered: refused
+    assert auth.subscribe_decision(bob, "c1", "home/bob/lamp/#").deny is None
     assert auth.can_subscribe(bob, "c1", "home/bob/lamp/#")
     assert not auth.can_publish(bob, "c1", "home/bob/private/diary")
     assert not auth.can_publish(bob, "c1", "home/alice/lamp")  # another user's topic
@@ -273,7 +278,9 @@ def test_sys_is_for_administrators_unless_a_rule_says_otherwise(auth):
     db.add_acl_rule("alice", AclRule.parse("deny $SYS/broker/clients/#"))
     assert auth.can_subscribe(bob, "c1", "$SYS/broker/load/+")
     assert not auth.can_subscribe(bob, "c1", "$SYS/#")
-    assert not auth.can_subscribe(alice, "c1", "$SYS/#")
+    decision = auth.subscribe_decision(alice, "c1", "$SYS/#")  # granted, filtered
+    assert decision.deny("$SYS/broker/clients/connected") and not decision.deny("$SYS/x")
+    assert not auth.can_subscribe(alice, "c1", "$SYS/broker/clients/+")
     assert auth.can_subscribe(alice, "c1", "$SYS/broker/load/#")
 
 
@@ -359,6 +366,26 @@ def test_from_users_file_and_reload(tmp_path, clock):
     assert login(auth, "bob", "new")  # the last good database stays
     path.unlink()
     assert not auth.reload() and auth.authentication_configured  # deleting never opens up
+
+
+def test_every_login_picks_up_changes_to_the_users_file(tmp_path, clock, caplog):
+    path = tmp_path / "users.json"
+    make_db().save(path)
+    auth = Authenticator.from_users_file(path, clock=clock)
+    bob = login(auth, "bob", "bob-pw")
+    assert auth.subscribe_decision(bob, "c1", "public/#").deny is None
+    db = make_db()
+    db.add_acl_rule("bob", AclRule.parse("deny public/secret/#"))
+    db.save(path)  # what `lmq users acl add` does, behind the running gateway's back
+    assert auth.subscribe_decision(bob, "c1", "public/#").deny is None  # not reloaded yet
+    bob = login(auth, "bob", "bob-pw")  # the next login reloads
+    assert auth.subscribe_decision(bob, "c1", "public/#").deny("public/secret/x")
+    path.write_text("{broken")
+    with caplog.at_level("WARNING", logger="gateway.auth"):
+        assert login(auth, "bob", "bob-pw") and login(auth, "bob", "bob-pw")
+    refused = [r for r in caplog.records if r.getMessage().startswith("users file not")]
+    assert len(refused) == 1  # logged once, the last good database kept
+    assert auth.subscribe_decision(bob, "c1", "public/#").deny("public/secret/x")
 
 
 def test_resolve_allow_anonymous():

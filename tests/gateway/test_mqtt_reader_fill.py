@@ -87,7 +87,8 @@ def _session(store: CountingStore):
 
 
 def _reader(qos: int = 1) -> Reader:
-    return Reader(SimpleNamespace(qos=qos, no_local=False, retain_as_published=False), LMQ, 0)
+    sub = SimpleNamespace(qos=qos, no_local=False, retain_as_published=False, deny=None)
+    return Reader(sub, LMQ, 0)
 
 
 
@@ -173,11 +174,15 @@ def _connected_server(version):
 @pytest.mark.parametrize("version", [4, 5])
 @pytest.mark.parametrize("no_local", [False, True])
 @pytest.mark.parametrize("sub_id", [None, 7])
-def test_plain_runs_and_other_messages_keep_offset_order(store, version, no_local, sub_id):
+@pytest.mark.parametrize("denied", [set(), {"t/1", "t/2", "t/3", "t/4"}], ids=["all", "acl"])
+def test_plain_runs_and_other_messages_keep_offset_order(
+    store, version, no_local, sub_id, denied
+):
     """Plain QoS 0 messages (encoded in runs) between messages with properties, QoS 1,
     retained and own messages (through deliver): the client decodes them all, in offset
     order, each as deliver would have sent it; an MQTT 5 subscription identifier is on
-    every one (no plain run then)."""
+    every one (no plain run then). Messages the subscription's ACL filter denies (plain,
+    with properties, retained, QoS 1) are consumed and not sent."""
     from protocol.mqtt import MQTTVersion, Publish
 
     ver = MQTTVersion(version)
@@ -202,14 +207,17 @@ def test_plain_runs_and_other_messages_keep_offset_order(store, version, no_loca
         state=SimpleNamespace(client_id="me"), allocate_packet_id=lambda: next(pids))
     handler = SimpleNamespace(proto=server, queue=out.append, front=front)
     sub = SimpleNamespace(qos=1, no_local=no_local, retain_as_published=True,
-                          subscription_id=sub_id)
+                          subscription_id=sub_id, deny=denied.__contains__ if denied else None)
     reader = Reader(sub, LMQ, 0)
     assert reader.fill(session, handler, 10) == len(specs)
     client.receive_data(b"".join(out))
     got = []
     while isinstance(event := client.next_event(), Publish):
         got.append(event)
-    expected = [i for i, s in enumerate(specs) if not (no_local and s[3] == "me")]
+    expected = [
+        i for i, s in enumerate(specs)
+        if not (no_local and s[3] == "me") and f"t/{i}" not in denied
+    ]
     assert [p.topic for p in got] == [f"t/{i}" for i in expected]
     assert [p.payload for p in got] == [b"m%d" % i for i in expected]
     assert [(p.qos, p.retain) for p in got] == [specs[i][:2] for i in expected]
@@ -218,4 +226,5 @@ def test_plain_runs_and_other_messages_keep_offset_order(store, version, no_loca
     assert [p.properties.subscription_identifiers for p in got] == [
         (sub_id,) if version == 5 and sub_id else () for _ in expected]
     assert front.sent == len(expected)
-    assert reader.next_offset == len(specs) and list(reader.unacked) == [4]
+    assert reader.next_offset == len(specs)
+    assert list(reader.unacked) == ([] if denied else [4])

@@ -22,6 +22,8 @@ from protocol.mqtt import (
     Suback,
     Subscribe,
     Subscription,
+    Unsuback,
+    Unsubscribe,
 )
 
 from .gateway_process import GatewayProcess
@@ -373,3 +375,137 @@ def test_amqps_and_unified_tls_listeners(tmp_path, certs):
             assert json.loads(resp.read())["status"] == "ok"
     finally:
         gw.stop()
+
+
+# -- deny rules under wider subscriptions ---------------------------------------------------
+
+
+@pytest.fixture
+def denying(tmp_path: Path):
+    """carol: "allow # except secret/#"; writer may publish anywhere."""
+    data = tmp_path / "data"
+    d = ["--data-dir", str(data)]
+    lmq("users", "add", "carol", "--password", "carol-pw", *d)
+    lmq("users", "add", "writer", "--password", "writer-pw", *d)
+    lmq("users", "acl", "add", "carol", "--deny", "secret/#", *d)
+    lmq("users", "acl", "add", "carol", "--subscribe", "#", *d)
+    lmq("users", "acl", "add", "writer", "--publish", "#", *d)
+    gw = GatewayProcess(data).start()
+    yield gw
+    gw.stop()
+
+
+def _write(port: int, *topics: str, retain: bool = False) -> None:
+    writer = Paho(port, "writer", username="writer", password="writer-pw")
+    for topic in topics:
+        writer.publish(topic, topic.encode(), qos=1, retain=retain)
+    writer.disconnect()
+
+
+def _topics_until(c: RawClient, last: str) -> list[str]:
+    """Topics delivered to ``c`` (QoS 1 ones acknowledged) up to and including ``last``."""
+    topics: list[str] = []
+    while not topics or topics[-1] != last:
+        packet = c.recv()
+        assert isinstance(packet, Publish), packet
+        if packet.qos:
+            c.send(Puback(packet_id=packet.packet_id))
+        topics.append(packet.topic)
+    return topics
+
+
+@pytest.mark.parametrize("version", [V311, V5], ids=["3.1.1", "5.0"])
+def test_deny_rule_filters_what_a_wider_subscription_delivers(denying, version):
+    refused = ReasonCode.NOT_AUTHORIZED if version == V5 else 0x80
+    c, ack = login(denying.mqtt_port, "carol-1", "carol", "carol-pw", version)
+    assert ack.reason_code == 0
+    wanted = ("#", "secret/#", "secret/x", "+/x")
+    c.send(Subscribe(packet_id=1, subscriptions=tuple(Subscription(f, 1) for f in wanted)))
+    # '#' and '+/x' only overlap the deny rule: granted; it covers the other two: refused
+    assert c.recv().reason_codes == (1, refused, refused, 1)
+    c.send(Unsubscribe(packet_id=2, topic_filters=("+/x",)))
+    assert isinstance(c.recv(), Unsuback)
+    _write(denying.mqtt_port, "a/b", "secret/x", "secret/y/z", "secret", "secretive", "a/end")
+    assert _topics_until(c, "a/end") == ["a/b", "secretive", "a/end"]
+
+
+def test_deny_rule_filters_shared_subscriptions(denying):
+    c, _ = login(denying.mqtt_port, "carol-s", "carol", "carol-pw")
+    c.send(
+        Subscribe(
+            packet_id=1,
+            subscriptions=(Subscription("$share/g/#", 1), Subscription("$share/g/secret/+", 1)),
+        )
+    )
+    assert c.recv().reason_codes == (1, ReasonCode.NOT_AUTHORIZED)
+    _write(denying.mqtt_port, "secret/x", "a/b", "secret/y", "a/end")
+    assert _topics_until(c, "a/end") == ["a/b", "a/end"]
+
+
+def test_deny_rule_filters_retained_messages(denying):
+    _write(denying.mqtt_port, "a/r", "secret/r", "b/r", retain=True)
+    out = subprocess.run(
+        [
+            "mosquitto_sub",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(denying.mqtt_port),
+            "-V",
+            "mqttv311",
+            "-u",
+            "carol",
+            "-P",
+            "carol-pw",
+            "-t",
+            "#",
+            "-t",
+            "+/r",
+            "-v",
+            "-W",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=15,
+    ).stdout
+    # each retained message once per matching subscription, the secret one never
+    assert sorted(out.splitlines()) == ["a/r a/r", "a/r a/r", "b/r b/r", "b/r b/r"]
+
+
+@pytest.mark.parametrize("v5", [False, True], ids=["3.1.1", "5.0"])
+def test_persistent_session_keeps_filtering_across_a_restart(denying, v5):
+    kwargs = {"session_expiry": 3600} if v5 else {}
+    login_as = {"username": "carol", "password": "carol-pw", "v5": v5, "clean": False, **kwargs}
+    carol = Paho(denying.mqtt_port, "carol-p", **login_as)
+    carol.subscribe("#", qos=1)
+    carol.disconnect()
+    _write(denying.mqtt_port, "a/1", "secret/1", "a/2", "secret/2")
+    denying.restart()  # the session comes back from disk; its filter is recomputed
+    carol = Paho(denying.mqtt_port, "carol-p", **login_as)
+    assert carol.session_present
+    assert [m.topic for m in carol.get_n(2)] == ["a/1", "a/2"]
+    _write(denying.mqtt_port, "secret/3", "a/3")
+    assert [m.topic for m in carol.get_n(1)] == ["a/3"]
+    assert carol.nothing_more()
+    carol.disconnect()
+    carol = Paho(denying.mqtt_port, "carol-p", **login_as)
+    assert carol.session_present and carol.nothing_more()  # denied ones were consumed
+
+
+def test_rule_changes_apply_at_the_next_connect(denying):
+    d = ["--data-dir", str(denying.data_dir)]
+    login_as = {"username": "carol", "password": "carol-pw", "clean": False}
+    carol = Paho(denying.mqtt_port, "carol-r", **login_as)
+    carol.subscribe("#", qos=1)
+    carol.disconnect()
+    lmq("users", "acl", "add", "carol", "--deny", "news/#", "--position", "1", *d)
+    _write(denying.mqtt_port, "news/x", "a/x")
+    carol = Paho(denying.mqtt_port, "carol-r", **login_as)
+    assert [m.topic for m in carol.get_n(1)] == ["a/x"] and carol.nothing_more()
+    carol.disconnect()
+    # a deny that covers the subscription: kept, but it delivers nothing any more
+    lmq("users", "acl", "add", "carol", "--deny", "#", "--position", "1", *d)
+    _write(denying.mqtt_port, "a/y")
+    carol = Paho(denying.mqtt_port, "carol-r", **login_as)
+    assert carol.session_present and carol.nothing_more()
