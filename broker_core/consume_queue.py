@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import shutil
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -213,6 +213,15 @@ class ConsumeQueueIndex:
         if path.exists():
             shutil.rmtree(path)
 
+    def reset(self) -> None:
+        """Drop every key: the index is deleted and created empty in place (a rebuild
+        from the log follows). Holders of this object keep using it."""
+        self.db.close()
+        self.destroy(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.db = Rdict(str(self.path), options=_db_options())
+        self._failed = False
+
     def close(self) -> None:
         self.db.close()
 
@@ -254,6 +263,17 @@ class ConsumeQueueIndex:
             meta = self.meta(lmq_id)
             if meta is not None:
                 yield meta
+
+    def iter_all_meta(self) -> Iterator[LmqMeta]:
+        """Every LMQ's meta, by id (a scan of the meta keys only)."""
+        opts = ReadOptions()
+        opts.set_iterate_upper_bound(b"N")  # the meta key space ends where names start
+        for key, value in self.db.items(from_key=b"M", read_opt=opts):
+            yield LmqMeta.decode(_META_KEY.unpack(key)[1], value)
+
+    def estimated_keys(self) -> int:
+        """RocksDB's estimate of the number of keys (entries dominate)."""
+        return int(self.db.property_int_value("rocksdb.estimate-num-keys") or 0)
 
     def count_lmqs(self) -> int:
         opts = ReadOptions()
@@ -322,6 +342,10 @@ class IndexBatch:
         """Hot path of :meth:`put_entry`: ``key`` = ``meta.key_prefix`` + offset (u64)
         and ``value`` packed with :data:`ENTRY`, once per message for all its LMQs."""
         self.wb.put(key, value)
+
+    def raw_putter(self) -> Callable[[bytes, bytes], None]:
+        """:meth:`put_raw` without the method call, for a loop over many entries."""
+        return self.wb.put  # type: ignore[no-any-return]
 
     def put_entry(
         self,

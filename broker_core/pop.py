@@ -35,18 +35,19 @@ import base64
 import binascii
 import itertools
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sortedcontainers import SortedList
 
-from broker_core.consumer_state import Inflight, InflightKey, fresh_prefix
+from broker_core.clock import now_ms
+from broker_core.config import StoreConfig
+from broker_core.consumer_state import ConsumerState, Inflight, InflightKey, fresh_prefix
 from broker_core.errors import UnknownLmq, UnknownReceipt
+from broker_core.locks import StoreLocks
 from broker_core.record import Message
-
-if TYPE_CHECKING:
-    from broker_core.store import MessageStore, StoredMessage
+from broker_core.results import AppendResult, LmqInfo, PullResult, StoredMessage
 
 _REVIVE_BATCH = 1024
 
@@ -115,9 +116,40 @@ def decode_receipt(receipt: str) -> InflightKey:
         raise UnknownReceipt(f"malformed receipt handle {receipt!r}") from None
 
 
+class LmqReader(Protocol):
+    """What pop reads of the store (its public read methods)."""
+
+    def lmq(self, name: str) -> LmqInfo | None: ...
+
+    def read_at(self, lmq: str, offset: int) -> StoredMessage | None: ...
+
+    def pull(self, lmq: str, offset: int, max_count: int = ...) -> PullResult: ...
+
+    def notify(self, lmq: str) -> None: ...
+
+
+#: Appends one message to LMQs (the store's ``append``): dead-lettering's way out.
+Appender = Callable[[Message, Sequence[str]], AppendResult]
+
+
 class PopConsumer:
-    def __init__(self, store: MessageStore) -> None:
-        self.store = store
+    """Pop, ack, change-invisible-time and revive over the state RocksDB. Handed the
+    consumer state, a reader of LMQs, an appender (for dead letters), the store's locks
+    and its configuration."""
+
+    def __init__(
+        self,
+        state: ConsumerState,
+        reader: LmqReader,
+        append: Appender,
+        locks: StoreLocks,
+        config: StoreConfig,
+    ) -> None:
+        self.state = state
+        self.reader = reader
+        self.append = append
+        self.locks = locks
+        self.config = config
         self.dead_lettered = 0
         self._max_deliveries: dict[str, int] = {}
         # The in-flight records' (visible_at, key) in memory, loaded on first use: whether
@@ -160,8 +192,8 @@ class PopConsumer:
     def _live(self, table: _FreshTable) -> bool:
         """False (and the table dropped) if its LMQ was removed since: its fresh
         records went with it (``StateBatch.delete_lmq``) and must not be written again."""
-        meta = self.store._meta_for_read(table.lmq)
-        if meta is not None and meta.id == table.lmq_id:
+        info = self.reader.lmq(table.lmq)
+        if info is not None and info.id == table.lmq_id:
             return True
         self._drop_table(table)
         return False
@@ -181,7 +213,7 @@ class PopConsumer:
     def _schedule(self) -> SortedList:
         if self._times is None:
             self._times = SortedList(
-                (item.key.visible_at, item.key.encode()) for item in self.store.state.all_inflight()
+                (item.key.visible_at, item.key.encode()) for item in self.state.all_inflight()
             )
             self._load_fresh()
         return self._times
@@ -189,12 +221,11 @@ class PopConsumer:
     def _load_fresh(self) -> None:
         """The fresh records a previous run left (their receipts died with it): tracked
         again so that their invisible time runs out as before."""
-        store = self.store
-        for lmq, group, first, count, popped, visible_at, bits in store.state.all_fresh():
-            meta = store._meta_for_read(lmq)
-            if meta is None or not bits:
+        for lmq, group, first, count, popped, visible_at, bits in self.state.all_fresh():
+            info = self.reader.lmq(lmq)
+            if info is None or not bits:
                 continue
-            table = self._table(group, lmq, meta.id)
+            table = self._table(group, lmq, info.id)
             fb = _FreshBatch(first, count, bits, visible_at, popped)
             table.batches[first] = fb
             rest = bits
@@ -218,28 +249,39 @@ class PopConsumer:
         else:
             self._max_deliveries[group] = limit
 
+    def inflight_count(self, group: str, lmq: str | None = None) -> int:
+        """Messages popped by ``group`` (of ``lmq``, or of every LMQ) not yet acked."""
+        return sum(
+            1
+            for item in self.state.all_inflight()
+            if item.key.group == group and (lmq is None or item.key.lmq == lmq)
+        ) + sum(
+            bin(bits).count("1")
+            for name, g, _first, _count, _popped, _visible, bits in self.state.all_fresh()
+            if g == group and (lmq is None or name == lmq)
+        )
+
     def release_group(self, group: str) -> int:
         """Every in-flight message of ``group`` becomes visible again at once."""
-        store = self.store
-        with store._pop_lock:
-            store._check_open()
-            batch = store.state.new_batch()
+        with self.locks.pop:
+            self.locks.check_open()
+            batch = self.state.new_batch()
             released = 0
             times = self._schedule()
-            for item in store.state.all_inflight():
+            for item in self.state.all_inflight():
                 if item.key.group != group:
                     continue
                 batch.delete_inflight(item.key)
                 times.discard((item.key.visible_at, item.key.encode()))
-                if store.lmq(item.key.lmq) is not None:
+                if self.reader.lmq(item.key.lmq) is not None:
                     batch.put_retry(item.key.lmq, group, item.key.offset, item.deliveries)
                     released += 1
             # fresh records (on disk; the memory tables mirror them)
-            for lmq, g, first, _count, _popped, _visible, bits in store.state.all_fresh():
+            for lmq, g, first, _count, _popped, _visible, bits in self.state.all_fresh():
                 if g != group:
                     continue
                 batch.delete_fresh(fresh_prefix(lmq, g), first)
-                if store.lmq(lmq) is None:
+                if self.reader.lmq(lmq) is None:
                     continue
                 while bits:
                     low = bits & -bits
@@ -247,7 +289,7 @@ class PopConsumer:
                     bits ^= low
                     released += 1
             if not batch.empty:
-                store.state.write(batch)
+                self.state.write(batch)
             for table in [t for t in self._tables.values() if t.group == group]:
                 self._drop_table(table)
         return released
@@ -258,27 +300,24 @@ class PopConsumer:
         """Pop up to ``max_messages`` of ``lmq`` for ``group``: first the ones that came
         back unacked, then new ones from the group's offset (the LMQ's minimum for a
         group that never popped it)."""
-        from broker_core.store import now_ms
-
         if invisible_ms <= 0:
             raise ValueError("invisible_ms must be positive")
-        store = self.store
-        with store._pop_lock:
-            store._check_open()
+        with self.locks.pop:
+            self.locks.check_open()
             now = now_ms()
             self._revive_locked(now)
-            info = store.lmq(lmq)
+            info = self.reader.lmq(lmq)
             if info is None:
                 raise UnknownLmq(f"no LMQ named {lmq!r}")
             visible_at = now + invisible_ms
-            state = store.state
+            state = self.state
             batch = state.new_batch()
             added: list[InflightKey] = []
             times = self._schedule()  # loaded before this batch is written
             out: list[PoppedMessage] = []
             for offset, deliveries in state.retries(lmq, group, max_messages):
                 batch.delete_retry(lmq, group, offset)
-                msg = store.read_at(lmq, offset)
+                msg = self.reader.read_at(lmq, offset)
                 if msg is None:  # removed by retention while it waited
                     continue
                 key = InflightKey(visible_at, group, lmq, offset)
@@ -288,7 +327,7 @@ class PopConsumer:
             remaining = max_messages - len(out)
             if remaining > 0:
                 start = state.get_offset(lmq, group) or 0
-                result = store.pull(lmq, start, remaining)
+                result = self.reader.pull(lmq, start, remaining)
                 if result.messages and group in self._memory_groups:
                     return self._pop_fresh(group, lmq, info.id, result, start, visible_at,
                                            now, batch, added, out)
@@ -319,7 +358,7 @@ class PopConsumer:
             bits = 0
             for msg in messages:
                 bits |= 1 << (msg.offset - first)
-        state = self.store.state
+        state = self.state
         batch.put_fresh(table.prefix, first, count, now, visible_at, bits)
         batch.set_offset(lmq, group, result.next_offset)
         state.write(batch)
@@ -457,46 +496,44 @@ class PopConsumer:
 
     def ack(self, receipt: str) -> None:
         if receipt[:1] == "~":
-            with self.store._pop_lock:
-                self.store._check_open()
+            with self.locks.pop:
+                self.locks.check_open()
                 hit = self._fresh_lookup(receipt)
                 found = [hit] if hit is not None else []
-                batch = self.store.state.new_batch()
+                batch = self.state.new_batch()
                 settled = self._settle_fresh(found, batch)
                 if not settled:
                     raise UnknownReceipt(
                         "receipt is not in flight (already acked, or its invisible time ran out)"
                     )
-                self.store.state.write(batch)
+                self.state.write(batch)
                 self._apply_fresh(found, settled)
             return
         key = decode_receipt(receipt)
-        store = self.store
-        with store._pop_lock:
-            store._check_open()
-            if store.state.get_inflight(key) is None:
+        with self.locks.pop:
+            self.locks.check_open()
+            if self.state.get_inflight(key) is None:
                 raise UnknownReceipt(
                     "receipt is not in flight (already acked, or its invisible time ran out)"
                 )
-            batch = store.state.new_batch()
+            batch = self.state.new_batch()
             batch.delete_inflight(key)
-            store.state.write(batch)
+            self.state.write(batch)
             self._schedule().discard((key.visible_at, key.encode()))
 
     def ack_many(self, receipts: list[str]) -> None:
         """Ack several receipts in one write. Unlike :meth:`ack`, receipts that are no
         longer in flight are ignored (for consumers that settle in bulk and do not care
         which were already revived)."""
-        store = self.store
-        with store._pop_lock:
-            store._check_open()
+        with self.locks.pop:
+            self.locks.check_open()
             keys, by_table = self._group_receipts(receipts)
-            batch = store.state.new_batch()
+            batch = self.state.new_batch()
             plan = self._settle_fresh_grouped(by_table, batch) if by_table else None
             for key in keys:
                 batch.delete_inflight(key)
             if not batch.empty:
-                store.state.write(batch)
+                self.state.write(batch)
             if plan:
                 for table, offsets, new_bits in plan:
                     drop = table.where.pop
@@ -512,27 +549,24 @@ class PopConsumer:
                     times.discard((key.visible_at, key.encode()))
 
     def change_invisible_time(self, receipt: str, invisible_ms: int) -> str:
-        from broker_core.store import now_ms
-
         if invisible_ms < 0:
             raise ValueError("invisible_ms cannot be negative")
         if receipt[:1] == "~":
             return self._change_fresh(receipt, invisible_ms)
         key = decode_receipt(receipt)
-        store = self.store
-        with store._pop_lock:
-            store._check_open()
-            current = store.state.get_inflight(key)
+        with self.locks.pop:
+            self.locks.check_open()
+            current = self.state.get_inflight(key)
             if current is None:
                 raise UnknownReceipt(
                     "receipt is not in flight (already acked, or its invisible time ran out)"
                 )
             times = self._schedule()  # loaded before the write below
             new_key = InflightKey(now_ms() + invisible_ms, key.group, key.lmq, key.offset)
-            batch = store.state.new_batch()
+            batch = self.state.new_batch()
             batch.delete_inflight(key)
             batch.put_inflight(new_key, current.deliveries, current.popped_ms)
-            store.state.write(batch)
+            self.state.write(batch)
             times.discard((key.visible_at, key.encode()))
             times.add((new_key.visible_at, new_key.encode()))
         return encode_receipt(new_key)
@@ -540,14 +574,11 @@ class PopConsumer:
     def _change_fresh(self, receipt: str, invisible_ms: int) -> str:
         """A fresh delivery gets a new invisible time: it leaves its fresh record and
         becomes a durable in-flight record (one delivery), in one write."""
-        from broker_core.store import now_ms
-
-        store = self.store
-        with store._pop_lock:
-            store._check_open()
+        with self.locks.pop:
+            self.locks.check_open()
             hit = self._fresh_lookup(receipt)
             found = [hit] if hit is not None else []
-            batch = store.state.new_batch()
+            batch = self.state.new_batch()
             settled = self._settle_fresh(found, batch)
             if not settled:
                 raise UnknownReceipt(
@@ -557,7 +588,7 @@ class PopConsumer:
             times = self._schedule()  # loaded before the write below
             new_key = InflightKey(now_ms() + invisible_ms, table.group, table.lmq, offset)
             batch.put_inflight(new_key, 1, fb.popped_ms)
-            store.state.write(batch)
+            self.state.write(batch)
             self._apply_fresh(found, settled)
             times.add((new_key.visible_at, new_key.encode()))
         return encode_receipt(new_key)
@@ -568,10 +599,9 @@ class PopConsumer:
         ignored. Returns how many came back (or were dead-lettered)."""
 
         keys, fresh = _split_receipts(dict.fromkeys(receipts))
-        store = self.store
-        state = store.state
-        with store._pop_lock:
-            store._check_open()
+        state = self.state
+        with self.locks.pop:
+            self.locks.check_open()
             batch = state.new_batch()
             found = []
             settled = None
@@ -596,9 +626,9 @@ class PopConsumer:
             dead: list[Inflight] = []
             for item in back:
                 k = item.key
-                if store.lmq(k.lmq) is None:
+                if self.reader.lmq(k.lmq) is None:
                     continue
-                limit = self._max_deliveries.get(k.group, store.config.max_deliveries)
+                limit = self._max_deliveries.get(k.group, self.config.max_deliveries)
                 if limit and item.deliveries >= limit:
                     dead.append(item)
                 else:
@@ -614,21 +644,19 @@ class PopConsumer:
             for item in dead:
                 self._dead_letter(item)
         for lmq in woken:
-            store.notify(lmq)
+            self.reader.notify(lmq)
         return len(back)
 
     def revive(self, now: int | None = None) -> int:
         """Make every message whose invisible time ran out visible again (or dead-letter
         it). Returns how many were revived or dead-lettered."""
-        from broker_core.store import now_ms
-
-        with self.store._pop_lock:
-            self.store._check_open()
+        with self.locks.pop:
+            self.locks.check_open()
             return self._revive_locked(now_ms() if now is None else now)
 
     def next_revive_at(self) -> int | None:
         """When the next in-flight message becomes due (ms), or None."""
-        with self.store._pop_lock:
+        with self.locks.pop:
             times = self._schedule()
             due = times[0][0] if times else None
             if self._fresh_due is not None:  # exact: few batches are in flight at once
@@ -649,41 +677,39 @@ class PopConsumer:
         total = 0
         if self._fresh_due is not None and self._fresh_due <= now:
             total = self._revive_fresh(now)
-        store = self.store
         times = self._schedule()
         if not times or times[0][0] > now:
             return total  # nothing due: no RocksDB scan
         woken: set[str] = set()
         while True:
-            due = store.state.due_inflight(now, _REVIVE_BATCH)
+            due = self.state.due_inflight(now, _REVIVE_BATCH)
             if not due:
                 break
-            batch = store.state.new_batch()
+            batch = self.state.new_batch()
             for item in due:
                 batch.delete_inflight(item.key)
                 times.discard((item.key.visible_at, item.key.encode()))
-                if store.lmq(item.key.lmq) is None:
+                if self.reader.lmq(item.key.lmq) is None:
                     continue  # the LMQ was removed
-                limit = self._max_deliveries.get(item.key.group, store.config.max_deliveries)
+                limit = self._max_deliveries.get(item.key.group, self.config.max_deliveries)
                 if limit and item.deliveries >= limit:
                     self._dead_letter(item)
                 else:
                     batch.put_retry(item.key.lmq, item.key.group, item.key.offset, item.deliveries)
                     woken.add(item.key.lmq)
                 total += 1
-            store.state.write(batch)
+            self.state.write(batch)
             if len(due) < _REVIVE_BATCH:
                 break
         while times and times[0][0] <= now:  # stale: deleted without our knowing
             del times[0]
         for lmq in woken:
-            store.notify(lmq)
+            self.reader.notify(lmq)
         return total
 
     def _revive_fresh(self, now: int) -> int:
         """Fresh deliveries past their invisible time: retries (or dead letters)."""
-        store = self.store
-        batch = store.state.new_batch()
+        batch = self.state.new_batch()
         total = 0
         woken: set[str] = set()
         dead: list[Inflight] = []
@@ -691,7 +717,7 @@ class PopConsumer:
         for table in list(self._tables.values()):
             if not self._live(table):
                 continue
-            limit = self._max_deliveries.get(table.group, store.config.max_deliveries)
+            limit = self._max_deliveries.get(table.group, self.config.max_deliveries)
             for fb in list(table.batches.values()):
                 if fb.visible_at > now:
                     if next_due is None or fb.visible_at < next_due:
@@ -713,17 +739,16 @@ class PopConsumer:
                         woken.add(table.lmq)
                     total += 1
         if not batch.empty:
-            store.state.write(batch)
+            self.state.write(batch)
         self._fresh_due = next_due
         for item in dead:
             self._dead_letter(item)
         for lmq in woken:
-            store.notify(lmq)
+            self.reader.notify(lmq)
         return total
 
     def _dead_letter(self, item: Inflight) -> None:
-        store = self.store
-        msg = store.read_at(item.key.lmq, item.key.offset)
+        msg = self.reader.read_at(item.key.lmq, item.key.offset)
         if msg is None:
             return
         rec = msg.record
@@ -731,7 +756,7 @@ class PopConsumer:
         props["DLQ_ORIGIN_LMQ"] = item.key.lmq.encode()
         props["DLQ_ORIGIN_OFFSET"] = str(item.key.offset).encode()
         props["DLQ_DELIVERIES"] = str(item.deliveries).encode()
-        dlq = store.config.dead_letter_prefix + item.key.group
+        dlq = self.config.dead_letter_prefix + item.key.group
         copy = Message(
             topic=rec.topic,
             body=rec.body,
@@ -743,5 +768,5 @@ class PopConsumer:
             protocol=rec.protocol,
             born_ms=rec.born_ms,
         )
-        store.append(copy, [dlq])
+        self.append(copy, [dlq])
         self.dead_lettered += 1
