@@ -289,16 +289,17 @@ def rebuild(parts: StoreParts) -> RecoveryReport:
         report.replay_from = position
         for item in clog.scan(skip_damage=True):
             if isinstance(item, ScanStop):
+                resume = clog.end if item.resume is None else item.resume
                 if item.resume is None:
                     # Damage with nothing valid after it. Not cut off here: the records
                     # are old and acknowledged, and this is a repair command.
-                    item = ScanStop(item.position, item.reason, False, clog.end)
+                    item = ScanStop(item.position, item.reason, False, resume)
                 try:
                     _skip_or_refuse(parts, report, item, rebuilding=True)
                 except StoreError:
                     replayer.flush(position)
                     raise
-                position = item.resume
+                position = resume
                 continue
             replayer.replay(item)
             position = item.next_position
