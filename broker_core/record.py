@@ -40,6 +40,7 @@ are big-endian; strings are UTF-8 with a length prefix and no terminator.
 from __future__ import annotations
 
 import enum
+import mmap
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -459,6 +460,43 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
         body,
         dispatch,
     )
+
+
+_MAGIC_BYTES = MAGIC.to_bytes(4, "big")
+
+
+def find_record(
+    data: bytes | mmap.mmap,
+    base: int,
+    start: int,
+    stop: int,
+    end: int,
+    view: memoryview | None = None,
+) -> int | None:
+    """Resynchronise after damage: the offset in ``data`` of the first valid record (one
+    that :func:`decode_record` accepts, its stored position ``base`` + offset) that
+    starts in ``[start, stop)`` and ends by ``end``; None if there is none.
+
+    ``data`` holds log bytes from the log position ``base`` (bytes, or an mmap of a
+    segment: searched with ``find``, never copied whole); ``view`` is a memoryview of it
+    if the caller has one. The one resync of the commit log's recovery scan and of the
+    Spark reader.
+    """
+    if view is None:
+        view = memoryview(data)
+    i = start + 4
+    magic_end = min(stop + 4, end)
+    while True:
+        j = data.find(_MAGIC_BYTES, i, magic_end)
+        if j < 0:
+            return None
+        candidate = j - 4
+        try:
+            decode_record(view[candidate:end], expected_position=base + candidate)
+        except (InsufficientData, CorruptRecord):
+            i = j + 1
+            continue
+        return candidate
 
 
 class PlainMessage(NamedTuple):
