@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING
 from broker_core.dispatch import Dispatcher
 from broker_core.listeners import Listeners
 from broker_core.parts import StoreParts
+from broker_core.pop import PopConsumer
 from broker_core.record import Message, RecordType
 from broker_core.results import LmqInfo
 
 if TYPE_CHECKING:
-    from broker_core.pop import PopConsumer
     from broker_core.store import MessageStore
 
 _TRIM_CHUNK = 512

@@ -288,6 +288,11 @@ class MessageStore:
         """The log position the next append starts at."""
         return self.log.end
 
+    @property
+    def log_bytes(self) -> int:
+        """Bytes the log's segments hold."""
+        return self.log.size_bytes
+
     def records_from(self, position: int) -> Iterator[Record]:
         """The valid records from ``position`` (or the log start, if later) to the end
         of the log, in order; stops at the first invalid one. For a front end that
