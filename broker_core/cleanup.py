@@ -24,11 +24,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker_core.consume_queue import Checkpoint, LmqMeta
+from broker_core.dispatch import Dispatcher
+from broker_core.listeners import Listeners
+from broker_core.parts import StoreParts
+from broker_core.pop import PopConsumer
 from broker_core.record import Message, RecordType
+from broker_core.results import LmqInfo
 
 if TYPE_CHECKING:
-    from broker_core.store import LmqInfo, MessageStore
+    from broker_core.store import MessageStore
 
 _TRIM_CHUNK = 512
 _REMOVE_CHUNK = 256
@@ -43,12 +47,18 @@ class RetentionReport:
 
 
 def apply_retention(store: MessageStore, now_ms: int | None = None) -> RetentionReport:
-    cfg = store.config
+    """Retention of ``store`` (:meth:`MessageStore.apply_retention`)."""
+    return store.apply_retention(now_ms)
+
+
+def retain(parts: StoreParts, now_ms: int | None = None) -> RetentionReport:
+    """Remove whole segments by age and size, then trim the index to the new log start."""
+    cfg = parts.config
     now = time.time() * 1000 if now_ms is None else now_ms
     report = RetentionReport()
-    with store._lock:
-        store._check_open()
-        log = store.log
+    log = parts.log
+    with parts.locks.append:
+        parts.locks.check_open()
         segments = log.segments()
         total = log.size_bytes
         keep_from = segments[-1]
@@ -64,28 +74,29 @@ def apply_retention(store: MessageStore, now_ms: int | None = None) -> Retention
         report.segments_removed = len(dropped)
         report.bytes_removed = sum(s.size for s in dropped)
         report.log_min_position = log.min_position
-    if store._cleaned_to < store.log.min_position:
-        report.entries_removed = trim_index(store, store.log.min_position)
+    if parts.lmqs.cleaned_to < log.min_position:
+        report.entries_removed = trim_index(parts, log.min_position)
     return report
 
 
-def trim_index(store: MessageStore, log_min: int) -> int:
+def trim_index(parts: StoreParts, log_min: int) -> int:
     """Drop every index entry below ``log_min``; returns how many were dropped."""
+    index, lmqs, lock = parts.index, parts.lmqs, parts.locks.append
     removed = 0
     candidates: list[int] = []
-    for meta in _iter_all_meta(store):
+    for meta in index.iter_all_meta():
         if meta.next_offset > meta.min_offset and meta.min_position < log_min:
             candidates.append(meta.id)
     for start in range(0, len(candidates), _TRIM_CHUNK):
-        with store._lock:
-            batch = store.index.new_batch()
+        with lock:
+            batch = index.new_batch()
             for lmq_id in candidates[start : start + _TRIM_CHUNK]:
-                stored = store.index.meta(lmq_id)
+                stored = index.meta(lmq_id)
                 if stored is None:
                     continue
-                meta = store._cache.get(stored.name) or stored
+                meta = lmqs.current(stored)
                 new_min, new_pos, freed, count = meta.next_offset, log_min, 0, 0
-                for entry in store.index.entries(meta.id, meta.min_offset, meta.next_offset):
+                for entry in index.entries(meta.id, meta.min_offset, meta.next_offset):
                     if entry.position >= log_min:
                         new_min, new_pos = entry.offset, entry.position
                         break
@@ -100,21 +111,12 @@ def trim_index(store: MessageStore, log_min: int) -> int:
                 batch.put_meta(meta)
                 removed += count
             batch.commit()
-    with store._lock:
-        store._cleaned_to = log_min
-        batch = store.index.new_batch()
-        batch.put_checkpoint(Checkpoint(store.log.end, store._next_id, log_min))
+    with lock:
+        lmqs.cleaned_to = log_min
+        batch = index.new_batch()
+        batch.put_checkpoint(lmqs.checkpoint(parts.log.end))
         batch.commit()
     return removed
-
-
-def _iter_all_meta(store: MessageStore) -> Iterable[LmqMeta]:
-    from rocksdict import ReadOptions
-
-    opts = ReadOptions()
-    opts.set_iterate_upper_bound(b"N")
-    for key, value in store.index.db.items(from_key=b"M", read_opt=opts):
-        yield LmqMeta.decode(int.from_bytes(key[1:9], "big"), value)
 
 
 @dataclass(slots=True)
@@ -133,13 +135,26 @@ def remove_lmqs(
 ) -> RemovalReport:
     """Remove LMQs: their entries, metadata, consumer offsets and pop state. Unknown
     names are ignored. ``progress(n)`` is called after each chunk of ``n`` removals."""
+    return store.remove_lmqs(names, progress)
+
+
+def remove(
+    parts: StoreParts,
+    dispatcher: Dispatcher,
+    pop: PopConsumer,
+    lookup: Callable[[str], LmqInfo | None],
+    names: Iterable[str],
+    progress: Callable[[int], None] | None = None,
+) -> RemovalReport:
+    """:func:`remove_lmqs` on the parts of an open store. ``lookup`` is the store's
+    LMQ lookup (unknown names are skipped); ``pop`` forgets removed in-flight records."""
     report = RemovalReport()
     chunk: list[str] = []
 
     def run() -> None:
-        infos = [i for i in (store.lmq(n) for n in chunk) if i is not None]
+        infos = [i for i in (lookup(n) for n in chunk) if i is not None]
         if infos:
-            _remove_chunk(store, infos, report)
+            _remove_chunk(parts, dispatcher, pop, infos, report)
         if progress is not None:
             progress(len(chunk))
         chunk.clear()
@@ -153,22 +168,29 @@ def remove_lmqs(
     return report
 
 
-def _remove_chunk(store: MessageStore, infos: list[LmqInfo], report: RemovalReport) -> None:
+def _remove_chunk(
+    parts: StoreParts,
+    dispatcher: Dispatcher,
+    pop: PopConsumer,
+    infos: list[LmqInfo],
+    report: RemovalReport,
+) -> None:
     names = [i.name for i in infos]
-    with store._pop_lock:
-        with store._lock:
-            store._check_open()
-            offsets = sum(1 for n in names for _ in store.state.offsets_of_lmq(n))
-            store._write_locked([(Message(topic="", body=b""), names)], RecordType.LMQ_REMOVAL)
+    state = parts.state
+    with parts.locks.pop:
+        with parts.locks.append:
+            parts.locks.check_open()
+            offsets = sum(1 for n in names for _ in state.offsets_of_lmq(n))
+            dispatcher.write_locked([(Message(topic="", body=b""), names)], RecordType.LMQ_REMOVAL)
         doomed = set(names)
-        batch = store.state.new_batch()
+        batch = state.new_batch()
         for name in names:
             batch.delete_lmq(name)
-        for item in store.state.all_inflight():
+        for item in state.all_inflight():
             if item.key.lmq in doomed:
                 batch.delete_inflight(item.key)
-                store.pop_consumer.forget(item.key)
-        store.state.write(batch)
+                pop.forget(item.key)
+        state.write(batch)
     report.lmqs += len(infos)
     report.entries += sum(i.messages for i in infos)
     report.bytes += sum(i.bytes for i in infos)
@@ -180,13 +202,20 @@ def idle_lmqs(
     store: MessageStore, idle_ms: int, now_ms: int | None = None, prefix: str = ""
 ) -> list[LmqInfo]:
     """LMQs with no write and no offset commit for ``idle_ms`` and nobody listening."""
+    return store.idle_lmqs(idle_ms, now_ms, prefix)
+
+
+def idle(
+    infos: Iterable[LmqInfo], listeners: Listeners, idle_ms: int, now_ms: int | None = None
+) -> list[LmqInfo]:
+    """Those of ``infos`` idle for ``idle_ms`` (see :func:`idle_lmqs`)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     cutoff = now - idle_ms
     return [
         info
-        for info in store.lmqs(prefix)
+        for info in infos
         if max(info.last_write_ms, info.touched_ms, info.created_ms) < cutoff
-        and not store.has_listeners(info.name)
+        and not listeners.has(info.name)
     ]
 
 
@@ -194,5 +223,5 @@ def expire_idle_lmqs(store: MessageStore, now_ms: int | None = None) -> RemovalR
     """The idle TTL (``lmq_ttl_ms``): remove every LMQ idle for longer."""
     if store.config.lmq_ttl_ms <= 0:
         return RemovalReport()
-    doomed = idle_lmqs(store, store.config.lmq_ttl_ms, now_ms)
-    return remove_lmqs(store, [i.name for i in doomed])
+    doomed = store.idle_lmqs(store.config.lmq_ttl_ms, now_ms)
+    return store.remove_lmqs([i.name for i in doomed])

@@ -30,6 +30,7 @@ any thread; a read of a segment removed concurrently by retention raises
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import threading
 from collections.abc import Iterator
@@ -37,11 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_core.errors import CorruptRecord, InsufficientData, StorageFull, StoreError
-from broker_core.record import MAGIC, Record, decode_record, peek_size
+from broker_core.record import Record, decode_record, find_record, peek_size
 
 SEGMENT_SUFFIX = ".log"
 _SCAN_CHUNK = 4 * 1024 * 1024
-_MAGIC_BYTES = MAGIC.to_bytes(4, "big")
 #: A full disk (ENOSPC), a quota (EDQUOT) or a file-size limit (EFBIG, RLIMIT_FSIZE).
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
@@ -424,31 +424,19 @@ class CommitLog:
 
     @staticmethod
     def _find_in_segment(seg: Segment, lo: int, hi: int) -> int | None:
-        pos = lo
-        while pos < hi:
-            span = min(_SCAN_CHUNK, hi - pos)
-            # 8 more bytes, so a magic straddling the chunk end is found in this chunk
-            data = seg.read(pos, min(span + 8, seg.end - pos))
-            at = 4
-            while True:
-                j = data.find(_MAGIC_BYTES, at)
-                if j < 0 or j - 4 >= span:
-                    break
-                candidate = pos + j - 4
-                at = j + 1
-                try:
-                    size = peek_size(data[j - 4 :])
-                    if candidate + size > seg.end:
-                        continue
-                    raw = data[j - 4 : j - 4 + size]
-                    if len(raw) < size:
-                        raw = seg.read(candidate, size)
-                    decode_record(raw, expected_position=candidate)
-                except (CorruptRecord, InsufficientData):
-                    continue
-                return candidate
-            pos += span
-        return None
+        """The first valid record starting in ``[lo, hi)`` of ``seg`` and ending in it:
+        :func:`~broker_core.record.find_record` over a read-only map of the file (the
+        page cache pages it in as the search goes; nothing is copied whole)."""
+        try:
+            data = mmap.mmap(seg.fd, 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:
+            if seg.closed:
+                raise SegmentGone(f"segment {seg.path.name} was removed") from None
+            raise StoreError(f"reading {seg.path}: {exc}") from exc
+        with data:
+            found = find_record(data, seg.base, lo - seg.base, hi - seg.base,
+                                min(seg.size, len(data)))
+        return None if found is None else seg.base + found
 
     def close(self) -> None:
         for seg in self._segments:

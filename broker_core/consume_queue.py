@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import shutil
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
+from broker_core import rocks
 from broker_core.errors import StorageFull, is_disk_full
 from broker_core.record import dispatch_name
 
@@ -135,8 +136,11 @@ class LmqMeta:
 
     @classmethod
     def decode(cls, lmq_id: int, raw: _bytes) -> LmqMeta:
-        fields = META.unpack_from(raw, 0)
-        return cls(lmq_id, raw[META.size :].decode(), *fields)  # type: ignore[arg-type]
+        next_offset, min_offset, nbytes, created, written, touched, min_position = (
+            META.unpack_from(raw, 0)
+        )
+        return cls(lmq_id, raw[META.size :].decode(), next_offset, min_offset, nbytes,
+                   created, written, touched, min_position)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +217,15 @@ class ConsumeQueueIndex:
         if path.exists():
             shutil.rmtree(path)
 
+    def reset(self) -> None:
+        """Drop every key: the index is deleted and created empty in place (a rebuild
+        from the log follows). Holders of this object keep using it."""
+        self.db.close()
+        self.destroy(self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.db = Rdict(str(self.path), options=_db_options())
+        self._failed = False
+
     def close(self) -> None:
         self.db.close()
 
@@ -246,7 +259,7 @@ class ConsumeQueueIndex:
         start = name_key(prefix.encode())
         opts = ReadOptions()
         opts.set_iterate_upper_bound(b"O")  # just past the "N" key space
-        for key, value in self.db.items(from_key=start, read_opt=opts):
+        for key, value in rocks.items(self.db, start, opts):
             name = key[1:]
             if not name.startswith(prefix.encode()):
                 break
@@ -255,10 +268,21 @@ class ConsumeQueueIndex:
             if meta is not None:
                 yield meta
 
+    def iter_all_meta(self) -> Iterator[LmqMeta]:
+        """Every LMQ's meta, by id (a scan of the meta keys only)."""
+        opts = ReadOptions()
+        opts.set_iterate_upper_bound(b"N")  # the meta key space ends where names start
+        for key, value in rocks.items(self.db, b"M", opts):
+            yield LmqMeta.decode(_META_KEY.unpack(key)[1], value)
+
+    def estimated_keys(self) -> int:
+        """RocksDB's estimate of the number of keys (entries dominate)."""
+        return int(self.db.property_int_value("rocksdb.estimate-num-keys") or 0)
+
     def count_lmqs(self) -> int:
         opts = ReadOptions()
         opts.set_iterate_upper_bound(b"N")
-        return sum(1 for _ in self.db.keys(from_key=b"M", read_opt=opts))
+        return sum(1 for _ in rocks.keys(self.db, b"M", opts))
 
     # -- entries -----------------------------------------------------------------------
 
@@ -268,7 +292,7 @@ class ConsumeQueueIndex:
         opts.set_iterate_upper_bound(entry_key(lmq_id, stop))
         unpack_value = ENTRY.unpack
         make = IndexEntry._make
-        for key, value in self.db.items(from_key=entry_key(lmq_id, start), read_opt=opts):
+        for key, value in rocks.items(self.db, entry_key(lmq_id, start), opts):
             # the offset is the key's last 8 bytes (b"E" | lmq_id | offset)
             yield make((_OFFSET_UNPACK(key, 9)[0], *unpack_value(value)))
 
@@ -287,7 +311,7 @@ class ConsumeQueueIndex:
         opts = ReadOptions()
         opts.set_iterate_upper_bound(entry_key(lmq_id, stop))
         unpack_span = _ENTRY_SPAN.unpack_from
-        for key, value in self.db.items(from_key=entry_key(lmq_id, start), read_opt=opts):
+        for key, value in rocks.items(self.db, entry_key(lmq_id, start), opts):
             offsets.append(_OFFSET_UNPACK(key, 9)[0])
             position, size, body = unpack_span(value)
             positions.append(position)
@@ -302,7 +326,7 @@ class ConsumeQueueIndex:
         return None if raw is None else IndexEntry(offset, *ENTRY.unpack(raw))
 
     def all_items(self) -> Iterator[tuple[bytes, bytes]]:
-        return self.db.items()
+        return rocks.items(self.db)
 
     def new_batch(self) -> IndexBatch:
         return IndexBatch(self)
@@ -322,6 +346,10 @@ class IndexBatch:
         """Hot path of :meth:`put_entry`: ``key`` = ``meta.key_prefix`` + offset (u64)
         and ``value`` packed with :data:`ENTRY`, once per message for all its LMQs."""
         self.wb.put(key, value)
+
+    def raw_putter(self) -> Callable[[bytes, bytes], None]:
+        """:meth:`put_raw` without the method call, for a loop over many entries."""
+        return cast(Callable[[bytes, bytes], None], self.wb.put)
 
     def put_entry(
         self,

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
+from broker_core import rocks
 from broker_core.errors import StorageFull, is_disk_full
 
 #: RocksDB memtable size of the state database (offsets and pop state are rewritten
@@ -201,7 +202,7 @@ class ConsumerState:
         opts = ReadOptions()
         opts.set_iterate_upper_bound(b"P" + _U64.pack(now_ms + 1))
         out = []
-        for key, value in self.db.items(from_key=b"P", read_opt=opts):
+        for key, value in rocks.items(self.db, b"P", opts):
             deliveries, popped = _INFLIGHT_VALUE.unpack(value)
             out.append(Inflight(InflightKey.decode(key), deliveries, popped))
             if len(out) >= limit:
@@ -209,7 +210,7 @@ class ConsumerState:
         return out
 
     def next_visible_at(self) -> int | None:
-        for key in self.db.keys(from_key=b"P"):
+        for key in rocks.keys(self.db, b"P"):
             if not key.startswith(b"P"):
                 return None
             return _U64.unpack_from(key, 1)[0]
@@ -259,7 +260,7 @@ class ConsumerState:
     def _prefix_items(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         opts = ReadOptions()
         opts.set_iterate_upper_bound(_prefix_end(prefix))
-        yield from self.db.items(from_key=prefix, read_opt=opts)
+        yield from rocks.items(self.db, prefix, opts)
 
     def new_batch(self) -> StateBatch:
         return StateBatch()

@@ -25,30 +25,38 @@ with ``deliveries`` = 2; a cleared bit (acked) never comes back. Retries popped 
 and fresh messages whose invisible time is changed, use the durable in-flight table
 above as before. The invisible time of a fresh message still runs out (revive).
 
+The receipt codecs live in :mod:`broker_core.receipts`, the two in-flight tables in
+:mod:`broker_core.inflight`; this module is the orchestration: pop, ack, change the
+invisible time, requeue, revive and dead-letter.
+
 Thread safety: every method takes the pop lock; the dead-letter append takes the
 store's append lock inside it (the lock order is always pop lock, then append lock).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import itertools
-import os
-from collections.abc import Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from sortedcontainers import SortedList
-
-from broker_core.consumer_state import Inflight, InflightKey, fresh_prefix
+from broker_core.clock import now_ms
+from broker_core.config import StoreConfig
+from broker_core.consumer_state import (
+    ConsumerState,
+    Inflight,
+    InflightKey,
+    StateBatch,
+    fresh_prefix,
+)
 from broker_core.errors import UnknownLmq, UnknownReceipt
+from broker_core.inflight import DurableInflight, FreshTable, Hit, MemoryInflight, Settled
+from broker_core.locks import StoreLocks
+from broker_core.receipts import decode_receipt, encode_receipt, is_memory, split_receipts
 from broker_core.record import Message
-
-if TYPE_CHECKING:
-    from broker_core.store import MessageStore, StoredMessage
+from broker_core.results import AppendResult, LmqInfo, PullResult, StoredMessage
 
 _REVIVE_BATCH = 1024
+_NOT_IN_FLIGHT = "receipt is not in flight (already acked, or its invisible time ran out)"
 
 
 @dataclass(slots=True)  # not frozen: built once per delivery, frozen init is slower
@@ -59,79 +67,60 @@ class PoppedMessage:
     deliveries: int
 
 
-class _FreshBatch:
-    """The first-time deliveries of one pop call (one ``fresh`` record)."""
+class LmqReader(Protocol):
+    """What pop reads of the store (its public read methods)."""
 
-    __slots__ = ("first", "count", "bits", "visible_at", "popped_ms")
+    def lmq(self, name: str) -> LmqInfo | None: ...
 
-    def __init__(self, first: int, count: int, bits: int, visible_at: int,
-                 popped_ms: int) -> None:
-        self.first = first
-        self.count = count
-        self.bits = bits  # bit i set: offset first + i popped and not settled
-        self.visible_at = visible_at
-        self.popped_ms = popped_ms
+    def read_at(self, lmq: str, offset: int) -> StoredMessage | None: ...
+
+    def pull(self, lmq: str, offset: int, max_count: int = ...) -> PullResult: ...
+
+    def notify(self, lmq: str) -> None: ...
 
 
-class _FreshTable:
-    """Memory in-flight state of one (group, LMQ)."""
-
-    __slots__ = ("id", "group", "lmq", "lmq_id", "prefix", "batches", "where")
-
-    def __init__(self, tid: int, group: str, lmq: str, lmq_id: int) -> None:
-        self.id = tid
-        self.group = group
-        self.lmq = lmq
-        self.lmq_id = lmq_id
-        self.prefix = fresh_prefix(lmq, group)
-        self.batches: dict[int, _FreshBatch] = {}
-        self.where: dict[int, _FreshBatch] = {}  # offset -> its batch, while unsettled
-
-
-def _split_receipts(receipts: Iterable[str]) -> tuple[list[InflightKey], list[str]]:
-    """(durable in-flight keys, memory receipts ``~...``); undecodable receipts dropped."""
-    keys: list[InflightKey] = []
-    fresh: list[str] = []
-    for receipt in receipts:
-        if receipt[:1] == "~":
-            fresh.append(receipt)
-            continue
-        try:
-            keys.append(decode_receipt(receipt))
-        except UnknownReceipt:
-            continue
-    return keys, fresh
-
-
-def encode_receipt(key: InflightKey) -> str:
-    return base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
-
-
-def decode_receipt(receipt: str) -> InflightKey:
-    try:
-        raw = base64.urlsafe_b64decode(receipt + "=" * (-len(receipt) % 4))
-        return InflightKey.decode(raw)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise UnknownReceipt(f"malformed receipt handle {receipt!r}") from None
+#: Appends one message to LMQs (the store's ``append``): dead-lettering's way out.
+Appender = Callable[[Message, Sequence[str]], AppendResult]
 
 
 class PopConsumer:
-    def __init__(self, store: MessageStore) -> None:
-        self.store = store
+    """Pop, ack, change-invisible-time and revive over the state RocksDB. Handed the
+    consumer state, a reader of LMQs, an appender (for dead letters), the store's locks
+    and its configuration."""
+
+    def __init__(
+        self,
+        state: ConsumerState,
+        reader: LmqReader,
+        append: Appender,
+        locks: StoreLocks,
+        config: StoreConfig,
+    ) -> None:
+        self.state = state
+        self.reader = reader
+        self.append = append
+        self.locks = locks
+        self.config = config
         self.dead_lettered = 0
         self._max_deliveries: dict[str, int] = {}
-        # The in-flight records' (visible_at, key) in memory, loaded on first use: whether
-        # anything is due is then a lookup, not a RocksDB scan (which also has to step
-        # over the tombstones every ack leaves in the pop table).
-        self._times: SortedList | None = None
+        self.durable = DurableInflight(state)
+        self.memory = MemoryInflight(state, self._lmq_id)
+        #: The groups whose first deliveries go to the memory table.
         self._memory_groups: set[str] = set()
-        self._tables: dict[int, _FreshTable] = {}
-        self._table_of: dict[tuple[str, str], _FreshTable] = {}
-        # Random start: a receipt of a previous run never names a table of this one.
-        self._table_ids = itertools.count(int.from_bytes(os.urandom(4), "big") << 16)
-        #: Never later than the earliest visible_at of a fresh batch (may be earlier:
-        #: then a revive scans the tables for nothing and sets it right).
-        self._fresh_due: int | None = None
+
+    def _lmq_id(self, name: str) -> int | None:
+        info = self.reader.lmq(name)
+        return None if info is None else info.id
+
+    def _load(self) -> None:
+        """Load both tables' state left by a previous run, on first use. Called before
+        any write that adds durable records (they would otherwise be loaded twice)."""
+        if not self.durable.loaded:
+            self.durable.schedule()
+            self.memory.load()
+
+    def _limit(self, group: str) -> int:
+        return self._max_deliveries.get(group, self.config.max_deliveries)
 
     def set_memory_inflight(self, group: str, enabled: bool = True) -> None:
         """Track first-time deliveries of ``group`` in memory with one compact durable
@@ -141,74 +130,9 @@ class PopConsumer:
         else:
             self._memory_groups.discard(group)
 
-    def _table(self, group: str, lmq: str, lmq_id: int) -> _FreshTable:
-        table = self._table_of.get((group, lmq))
-        if table is not None and table.lmq_id == lmq_id:
-            return table
-        if table is not None:  # the LMQ was removed and created again
-            self._drop_table(table)
-        table = _FreshTable(next(self._table_ids), group, lmq, lmq_id)
-        self._tables[table.id] = table
-        self._table_of[(group, lmq)] = table
-        return table
-
-    def _drop_table(self, table: _FreshTable) -> None:
-        self._tables.pop(table.id, None)
-        if self._table_of.get((table.group, table.lmq)) is table:
-            del self._table_of[(table.group, table.lmq)]
-
-    def _live(self, table: _FreshTable) -> bool:
-        """False (and the table dropped) if its LMQ was removed since: its fresh
-        records went with it (``StateBatch.delete_lmq``) and must not be written again."""
-        meta = self.store._meta_for_read(table.lmq)
-        if meta is not None and meta.id == table.lmq_id:
-            return True
-        self._drop_table(table)
-        return False
-
-    def _fresh_lookup(self, receipt: str) -> tuple[_FreshTable, int, _FreshBatch] | None:
-        tid, _, off = receipt[1:].partition(".")
-        try:
-            table = self._tables.get(int(tid))
-            offset = int(off)
-        except ValueError:
-            return None
-        if table is None:
-            return None
-        fb = table.where.get(offset)
-        return None if fb is None else (table, offset, fb)
-
-    def _schedule(self) -> SortedList:
-        if self._times is None:
-            self._times = SortedList(
-                (item.key.visible_at, item.key.encode()) for item in self.store.state.all_inflight()
-            )
-            self._load_fresh()
-        return self._times
-
-    def _load_fresh(self) -> None:
-        """The fresh records a previous run left (their receipts died with it): tracked
-        again so that their invisible time runs out as before."""
-        store = self.store
-        for lmq, group, first, count, popped, visible_at, bits in store.state.all_fresh():
-            meta = store._meta_for_read(lmq)
-            if meta is None or not bits:
-                continue
-            table = self._table(group, lmq, meta.id)
-            fb = _FreshBatch(first, count, bits, visible_at, popped)
-            table.batches[first] = fb
-            rest = bits
-            while rest:
-                low = rest & -rest
-                table.where[first + low.bit_length() - 1] = fb
-                rest ^= low
-            if self._fresh_due is None or visible_at < self._fresh_due:
-                self._fresh_due = visible_at
-
     def forget(self, key: InflightKey) -> None:
         """An in-flight record was deleted outside this class (LMQ removal)."""
-        if self._times is not None:
-            self._times.discard((key.visible_at, key.encode()))
+        self.durable.removed((key,))
 
     def set_max_deliveries(self, group: str, limit: int | None) -> None:
         if limit is None:
@@ -218,28 +142,41 @@ class PopConsumer:
         else:
             self._max_deliveries[group] = limit
 
+    def inflight_count(self, group: str, lmq: str | None = None) -> int:
+        """Messages popped by ``group`` (of ``lmq``, or of every LMQ) not yet acked."""
+        return sum(
+            1
+            for item in self.state.all_inflight()
+            if item.key.group == group and (lmq is None or item.key.lmq == lmq)
+        ) + sum(
+            bin(bits).count("1")
+            for name, g, _first, _count, _popped, _visible, bits in self.state.all_fresh()
+            if g == group and (lmq is None or name == lmq)
+        )
+
     def release_group(self, group: str) -> int:
         """Every in-flight message of ``group`` becomes visible again at once."""
-        store = self.store
-        with store._pop_lock:
-            store._check_open()
-            batch = store.state.new_batch()
+        with self.locks.pop:
+            self.locks.check_open()
+            batch = self.state.new_batch()
             released = 0
-            times = self._schedule()
-            for item in store.state.all_inflight():
+            self._load()
+            gone: list[InflightKey] = []
+            for item in self.state.all_inflight():
                 if item.key.group != group:
                     continue
                 batch.delete_inflight(item.key)
-                times.discard((item.key.visible_at, item.key.encode()))
-                if store.lmq(item.key.lmq) is not None:
+                gone.append(item.key)
+                if self.reader.lmq(item.key.lmq) is not None:
                     batch.put_retry(item.key.lmq, group, item.key.offset, item.deliveries)
                     released += 1
+            self.durable.removed(gone)
             # fresh records (on disk; the memory tables mirror them)
-            for lmq, g, first, _count, _popped, _visible, bits in store.state.all_fresh():
+            for lmq, g, first, _count, _popped, _visible, bits in self.state.all_fresh():
                 if g != group:
                     continue
                 batch.delete_fresh(fresh_prefix(lmq, g), first)
-                if store.lmq(lmq) is None:
+                if self.reader.lmq(lmq) is None:
                     continue
                 while bits:
                     low = bits & -bits
@@ -247,9 +184,8 @@ class PopConsumer:
                     bits ^= low
                     released += 1
             if not batch.empty:
-                store.state.write(batch)
-            for table in [t for t in self._tables.values() if t.group == group]:
-                self._drop_table(table)
+                self.state.write(batch)
+            self.memory.drop_group(group)
         return released
 
     def pop(
@@ -258,27 +194,24 @@ class PopConsumer:
         """Pop up to ``max_messages`` of ``lmq`` for ``group``: first the ones that came
         back unacked, then new ones from the group's offset (the LMQ's minimum for a
         group that never popped it)."""
-        from broker_core.store import now_ms
-
         if invisible_ms <= 0:
             raise ValueError("invisible_ms must be positive")
-        store = self.store
-        with store._pop_lock:
-            store._check_open()
+        with self.locks.pop:
+            self.locks.check_open()
             now = now_ms()
             self._revive_locked(now)
-            info = store.lmq(lmq)
+            info = self.reader.lmq(lmq)
             if info is None:
                 raise UnknownLmq(f"no LMQ named {lmq!r}")
             visible_at = now + invisible_ms
-            state = store.state
+            state = self.state
             batch = state.new_batch()
             added: list[InflightKey] = []
-            times = self._schedule()  # loaded before this batch is written
+            self._load()  # before this batch is written
             out: list[PoppedMessage] = []
             for offset, deliveries in state.retries(lmq, group, max_messages):
                 batch.delete_retry(lmq, group, offset)
-                msg = store.read_at(lmq, offset)
+                msg = self.reader.read_at(lmq, offset)
                 if msg is None:  # removed by retention while it waited
                     continue
                 key = InflightKey(visible_at, group, lmq, offset)
@@ -288,10 +221,10 @@ class PopConsumer:
             remaining = max_messages - len(out)
             if remaining > 0:
                 start = state.get_offset(lmq, group) or 0
-                result = store.pull(lmq, start, remaining)
+                result = self.reader.pull(lmq, start, remaining)
                 if result.messages and group in self._memory_groups:
-                    return self._pop_fresh(group, lmq, info.id, result, start, visible_at,
-                                           now, batch, added, out)
+                    table = self.memory.table(group, lmq, info.id)
+                    return self._pop_fresh(table, result, visible_at, now, batch, added, out)
                 for msg in result.messages:
                     key = InflightKey(visible_at, group, lmq, msg.offset)
                     batch.put_inflight(key, 1, now)
@@ -301,15 +234,21 @@ class PopConsumer:
                     batch.set_offset(lmq, group, result.next_offset)
             if not batch.empty:
                 state.write(batch)
-                for key in added:
-                    times.add((key.visible_at, key.encode()))
+                self.durable.added(added)
             return out
 
-    def _pop_fresh(self, group, lmq, lmq_id, result, start, visible_at, now, batch, added,
-                   out):  # type: ignore[no-untyped-def]
+    def _pop_fresh(
+        self,
+        table: FreshTable,
+        result: PullResult,
+        visible_at: int,
+        now: int,
+        batch: StateBatch,
+        added: list[InflightKey],
+        out: list[PoppedMessage],
+    ) -> list[PoppedMessage]:
         """The end of :meth:`pop` for a memory in-flight group: the new messages go to
         one fresh record (in the same write as the retries taken and the offset)."""
-        table = self._table(group, lmq, lmq_id)
         messages = result.messages
         first = messages[0].offset
         count = messages[-1].offset - first + 1
@@ -319,271 +258,122 @@ class PopConsumer:
             bits = 0
             for msg in messages:
                 bits |= 1 << (msg.offset - first)
-        state = self.store.state
         batch.put_fresh(table.prefix, first, count, now, visible_at, bits)
-        batch.set_offset(lmq, group, result.next_offset)
-        state.write(batch)
+        batch.set_offset(table.lmq, table.group, result.next_offset)
+        self.state.write(batch)
         if added:
-            times = self._schedule()
-            for key in added:
-                times.add((key.visible_at, key.encode()))
-        fb = _FreshBatch(first, count, bits, visible_at, now)
-        table.batches[first] = fb
-        where = table.where
-        prefix = f"~{table.id}."
+            self.durable.added(added)
+        offsets = [msg.offset for msg in messages]
+        self.memory.track(table, offsets, first, count, bits, visible_at, now)
+        prefix = table.receipt_prefix
         for msg in messages:
-            o = msg.offset
-            where[o] = fb
-            out.append(PoppedMessage(msg, prefix + str(o), 1))
-        if self._fresh_due is None or visible_at < self._fresh_due:
-            self._fresh_due = visible_at
+            out.append(PoppedMessage(msg, prefix + str(msg.offset), 1))
         return out
 
-    def _group_receipts(self, receipts: Iterable[str],
-                        ) -> tuple[list[InflightKey], dict[_FreshTable, list[int]]]:
-        """(durable in-flight keys, {fresh table: offsets}) of ``receipts``; malformed
-        receipts and those of unknown tables are dropped. The bulk-ack hot path: the
-        receipts of one table share the prefix ``~<table id>.``, so once it is known a
-        receipt costs a prefix test and an ``int`` (what follows the first dot is the
-        offset, as in :meth:`_fresh_lookup`)."""
-        keys: list[InflightKey] = []
-        by_table: dict[_FreshTable, list[int]] = {}
-        prefix = "\0"  # no receipt starts with it
-        plen = 1
-        offsets: list[int] = []
-        tables = self._tables
-        for receipt in receipts:
-            if receipt.startswith(prefix):
-                try:
-                    offsets.append(int(receipt[plen:]))
-                except ValueError:
-                    pass
-                continue
-            if receipt[:1] != "~":
-                try:
-                    keys.append(decode_receipt(receipt))
-                except UnknownReceipt:
-                    pass
-                continue
-            tid, _, off = receipt[1:].partition(".")
-            try:
-                table = tables.get(int(tid))
-                offset = int(off)
-            except ValueError:
-                continue
-            if table is None:
-                continue
-            offsets = by_table.get(table)  # type: ignore[assignment]
-            if offsets is None:
-                offsets = by_table[table] = []
-            offsets.append(offset)
-            prefix = f"~{table.id}."
-            plen = len(prefix)
-        return keys, by_table
-
-    def _settle_fresh_grouped(self, by_table: dict[_FreshTable, list[int]], batch,  # type: ignore[no-untyped-def]
-                              ) -> list[tuple[_FreshTable, list[int], dict[_FreshBatch, int]]]:
-        """:meth:`_settle_fresh` for :meth:`_group_receipts`' result: clears the bits in
-        ``batch``; returns per table the offsets settled and the batches' new bits, to
-        apply once the write succeeded. Offsets no longer in flight are left out, and
-        so are tables of removed LMQs."""
-        plan = []
-        for table, offsets in by_table.items():
-            if not self._live(table):
-                continue
-            where = table.where.get
-            new_bits: dict[_FreshBatch, int] = {}
-            hits: list[int] = []
-            last = None  # consecutive offsets are mostly of one batch: bits kept in hand
-            bits = 0
-            for offset in offsets:
-                fb = where(offset)
-                if fb is None:
-                    continue
-                if fb is not last:
-                    if last is not None:
-                        new_bits[last] = bits
-                    last = fb
-                    bits = new_bits.get(fb, fb.bits)
-                bits &= ~(1 << (offset - fb.first))
-                hits.append(offset)
-            if last is None:
-                continue
-            new_bits[last] = bits
-            prefix = table.prefix
-            for fb, bits in new_bits.items():
-                if bits:
-                    batch.put_fresh(prefix, fb.first, fb.count, fb.popped_ms, fb.visible_at,
-                                    bits)
-                else:
-                    batch.delete_fresh(prefix, fb.first)
-            plan.append((table, hits, new_bits))
-        return plan
-
-    def _settle_fresh(self, found: list[tuple[_FreshTable, int, _FreshBatch]], batch) -> dict:  # type: ignore[no-untyped-def]
-        """Clear the bits of ``found`` in ``batch``; returns {batch: new bits} to apply
-        once the write succeeded (:meth:`_apply_fresh`). Entries of removed LMQs are
-        left out."""
-        new_bits: dict[_FreshBatch, int] = {}
-        owner: dict[_FreshBatch, _FreshTable] = {}
-        live: dict[_FreshTable, bool] = {}
-        for table, offset, fb in found:
-            ok = live.get(table)
-            if ok is None:
-                ok = live[table] = self._live(table)
-            if not ok:
-                continue
-            bits = new_bits.get(fb, fb.bits)
-            new_bits[fb] = bits & ~(1 << (offset - fb.first))
-            owner[fb] = table
-        for fb, bits in new_bits.items():
-            prefix = owner[fb].prefix
-            if bits:
-                batch.put_fresh(prefix, fb.first, fb.count, fb.popped_ms, fb.visible_at, bits)
-            else:
-                batch.delete_fresh(prefix, fb.first)
-        return {fb: (bits, owner[fb]) for fb, bits in new_bits.items()}
-
-    @staticmethod
-    def _apply_fresh(found: list[tuple[_FreshTable, int, _FreshBatch]],
-                     settled: dict) -> None:  # type: ignore[type-arg]
-        for table, offset, fb in found:
-            if fb in settled:
-                table.where.pop(offset, None)
-        for fb, (bits, table) in settled.items():
-            fb.bits = bits
-            if not bits:
-                table.batches.pop(fb.first, None)
+    def _settle_one(self, receipt: str, batch: StateBatch) -> tuple[list[Hit], Settled]:
+        """A memory receipt's bit cleared in ``batch``, or :class:`UnknownReceipt`."""
+        hit = self.memory.lookup(receipt)
+        found = [hit] if hit is not None else []
+        settled = self.memory.settle(found, batch)
+        if not settled:
+            raise UnknownReceipt(_NOT_IN_FLIGHT)
+        return found, settled
 
     def ack(self, receipt: str) -> None:
-        if receipt[:1] == "~":
-            with self.store._pop_lock:
-                self.store._check_open()
-                hit = self._fresh_lookup(receipt)
-                found = [hit] if hit is not None else []
-                batch = self.store.state.new_batch()
-                settled = self._settle_fresh(found, batch)
-                if not settled:
-                    raise UnknownReceipt(
-                        "receipt is not in flight (already acked, or its invisible time ran out)"
-                    )
-                self.store.state.write(batch)
-                self._apply_fresh(found, settled)
+        if is_memory(receipt):
+            with self.locks.pop:
+                self.locks.check_open()
+                batch = self.state.new_batch()
+                found, settled = self._settle_one(receipt, batch)
+                self.state.write(batch)
+                self.memory.apply(found, settled)
             return
         key = decode_receipt(receipt)
-        store = self.store
-        with store._pop_lock:
-            store._check_open()
-            if store.state.get_inflight(key) is None:
-                raise UnknownReceipt(
-                    "receipt is not in flight (already acked, or its invisible time ran out)"
-                )
-            batch = store.state.new_batch()
+        with self.locks.pop:
+            self.locks.check_open()
+            if self.state.get_inflight(key) is None:
+                raise UnknownReceipt(_NOT_IN_FLIGHT)
+            batch = self.state.new_batch()
             batch.delete_inflight(key)
-            store.state.write(batch)
-            self._schedule().discard((key.visible_at, key.encode()))
+            self.state.write(batch)
+            self._load()
+            self.durable.removed((key,))
 
     def ack_many(self, receipts: list[str]) -> None:
         """Ack several receipts in one write. Unlike :meth:`ack`, receipts that are no
         longer in flight are ignored (for consumers that settle in bulk and do not care
         which were already revived)."""
-        store = self.store
-        with store._pop_lock:
-            store._check_open()
-            keys, by_table = self._group_receipts(receipts)
-            batch = store.state.new_batch()
-            plan = self._settle_fresh_grouped(by_table, batch) if by_table else None
+        with self.locks.pop:
+            self.locks.check_open()
+            keys, by_table = self.memory.group_receipts(receipts)
+            batch = self.state.new_batch()
+            plan = self.memory.settle_grouped(by_table, batch) if by_table else None
             for key in keys:
                 batch.delete_inflight(key)
             if not batch.empty:
-                store.state.write(batch)
+                self.state.write(batch)
             if plan:
-                for table, offsets, new_bits in plan:
-                    drop = table.where.pop
-                    for offset in offsets:
-                        drop(offset, None)
-                    for fb, bits in new_bits.items():
-                        fb.bits = bits
-                        if not bits:
-                            table.batches.pop(fb.first, None)
-            times = self._times
-            if times is not None:
-                for key in keys:
-                    times.discard((key.visible_at, key.encode()))
+                self.memory.apply_plan(plan)
+            self.durable.removed(keys)
 
     def change_invisible_time(self, receipt: str, invisible_ms: int) -> str:
-        from broker_core.store import now_ms
-
         if invisible_ms < 0:
             raise ValueError("invisible_ms cannot be negative")
-        if receipt[:1] == "~":
+        if is_memory(receipt):
             return self._change_fresh(receipt, invisible_ms)
         key = decode_receipt(receipt)
-        store = self.store
-        with store._pop_lock:
-            store._check_open()
-            current = store.state.get_inflight(key)
+        with self.locks.pop:
+            self.locks.check_open()
+            current = self.state.get_inflight(key)
             if current is None:
-                raise UnknownReceipt(
-                    "receipt is not in flight (already acked, or its invisible time ran out)"
-                )
-            times = self._schedule()  # loaded before the write below
+                raise UnknownReceipt(_NOT_IN_FLIGHT)
+            self._load()  # before the write below
             new_key = InflightKey(now_ms() + invisible_ms, key.group, key.lmq, key.offset)
-            batch = store.state.new_batch()
+            batch = self.state.new_batch()
             batch.delete_inflight(key)
             batch.put_inflight(new_key, current.deliveries, current.popped_ms)
-            store.state.write(batch)
-            times.discard((key.visible_at, key.encode()))
-            times.add((new_key.visible_at, new_key.encode()))
+            self.state.write(batch)
+            self.durable.removed((key,))
+            self.durable.added((new_key,))
         return encode_receipt(new_key)
 
     def _change_fresh(self, receipt: str, invisible_ms: int) -> str:
         """A fresh delivery gets a new invisible time: it leaves its fresh record and
         becomes a durable in-flight record (one delivery), in one write."""
-        from broker_core.store import now_ms
-
-        store = self.store
-        with store._pop_lock:
-            store._check_open()
-            hit = self._fresh_lookup(receipt)
-            found = [hit] if hit is not None else []
-            batch = store.state.new_batch()
-            settled = self._settle_fresh(found, batch)
-            if not settled:
-                raise UnknownReceipt(
-                    "receipt is not in flight (already acked, or its invisible time ran out)"
-                )
+        with self.locks.pop:
+            self.locks.check_open()
+            batch = self.state.new_batch()
+            found, settled = self._settle_one(receipt, batch)
             table, offset, fb = found[0]
-            times = self._schedule()  # loaded before the write below
+            self._load()  # before the write below
             new_key = InflightKey(now_ms() + invisible_ms, table.group, table.lmq, offset)
             batch.put_inflight(new_key, 1, fb.popped_ms)
-            store.state.write(batch)
-            self._apply_fresh(found, settled)
-            times.add((new_key.visible_at, new_key.encode()))
+            self.state.write(batch)
+            self.memory.apply(found, settled)
+            self.durable.added((new_key,))
         return encode_receipt(new_key)
 
     def requeue_many(self, receipts: list[str]) -> int:
         """Make each receipt's message visible again now (as ``change_invisible_time(r,
         0)`` then ``revive()`` would), in one write; receipts no longer in flight are
         ignored. Returns how many came back (or were dead-lettered)."""
-
-        keys, fresh = _split_receipts(dict.fromkeys(receipts))
-        store = self.store
-        state = store.state
-        with store._pop_lock:
-            store._check_open()
+        keys, fresh = split_receipts(dict.fromkeys(receipts))
+        state = self.state
+        with self.locks.pop:
+            self.locks.check_open()
             batch = state.new_batch()
-            found = []
-            settled = None
+            found: list[Hit] = []
+            settled: Settled | None = None
             back: list[Inflight] = []
             if fresh:
-                found = [hit for hit in map(self._fresh_lookup, fresh) if hit is not None]
-                settled = self._settle_fresh(found, batch)
+                found = [hit for hit in map(self.memory.lookup, fresh) if hit is not None]
+                settled = self.memory.settle(found, batch)
                 for table, offset, fb in found:
                     if fb in settled:
                         back.append(Inflight(InflightKey(0, table.group, table.lmq, offset),
                                              1, fb.popped_ms))
-            times = self._schedule() if keys else None
+            if keys:
+                self._load()
             gone = []
             for key in keys:
                 current = state.get_inflight(key)
@@ -596,9 +386,9 @@ class PopConsumer:
             dead: list[Inflight] = []
             for item in back:
                 k = item.key
-                if store.lmq(k.lmq) is None:
+                if self.reader.lmq(k.lmq) is None:
                     continue
-                limit = self._max_deliveries.get(k.group, store.config.max_deliveries)
+                limit = self._limit(k.group)
                 if limit and item.deliveries >= limit:
                     dead.append(item)
                 else:
@@ -607,141 +397,109 @@ class PopConsumer:
             if not batch.empty:
                 state.write(batch)
             if settled:
-                self._apply_fresh(found, settled)
-            if times is not None:
-                for key in gone:
-                    times.discard((key.visible_at, key.encode()))
+                self.memory.apply(found, settled)
+            self.durable.removed(gone)
             for item in dead:
                 self._dead_letter(item)
         for lmq in woken:
-            store.notify(lmq)
+            self.reader.notify(lmq)
         return len(back)
 
     def revive(self, now: int | None = None) -> int:
         """Make every message whose invisible time ran out visible again (or dead-letter
         it). Returns how many were revived or dead-lettered."""
-        from broker_core.store import now_ms
-
-        with self.store._pop_lock:
-            self.store._check_open()
+        with self.locks.pop:
+            self.locks.check_open()
             return self._revive_locked(now_ms() if now is None else now)
 
     def next_revive_at(self) -> int | None:
         """When the next in-flight message becomes due (ms), or None."""
-        with self.store._pop_lock:
-            times = self._schedule()
-            due = times[0][0] if times else None
-            if self._fresh_due is not None:  # exact: few batches are in flight at once
-                fresh = None
-                for table in list(self._tables.values()):
-                    if not self._live(table):
-                        continue
-                    for fb in table.batches.values():
-                        if fresh is None or fb.visible_at < fresh:
-                            fresh = fb.visible_at
-                self._fresh_due = fresh
-                if fresh is not None and (due is None or fresh < due):
-                    return fresh
+        with self.locks.pop:
+            self._load()
+            due = self.durable.next_due()
+            fresh = self.memory.next_due()
+            if fresh is not None and (due is None or fresh < due):
+                return fresh
             return due
 
     def _revive_locked(self, now: int) -> int:
-        self._schedule()  # loads the state left by a previous run on first use
+        self._load()
         total = 0
-        if self._fresh_due is not None and self._fresh_due <= now:
+        if self.memory.may_be_due(now):
             total = self._revive_fresh(now)
-        store = self.store
-        times = self._schedule()
-        if not times or times[0][0] > now:
+        durable = self.durable
+        due_at = durable.next_due()
+        if due_at is None or due_at > now:
             return total  # nothing due: no RocksDB scan
         woken: set[str] = set()
         while True:
-            due = store.state.due_inflight(now, _REVIVE_BATCH)
+            batch = self.state.new_batch()
+            due = durable.take_due(now, batch, _REVIVE_BATCH)
             if not due:
                 break
-            batch = store.state.new_batch()
             for item in due:
-                batch.delete_inflight(item.key)
-                times.discard((item.key.visible_at, item.key.encode()))
-                if store.lmq(item.key.lmq) is None:
+                if self.reader.lmq(item.key.lmq) is None:
                     continue  # the LMQ was removed
-                limit = self._max_deliveries.get(item.key.group, store.config.max_deliveries)
+                limit = self._limit(item.key.group)
                 if limit and item.deliveries >= limit:
                     self._dead_letter(item)
                 else:
                     batch.put_retry(item.key.lmq, item.key.group, item.key.offset, item.deliveries)
                     woken.add(item.key.lmq)
                 total += 1
-            store.state.write(batch)
+            self.state.write(batch)
             if len(due) < _REVIVE_BATCH:
                 break
-        while times and times[0][0] <= now:  # stale: deleted without our knowing
-            del times[0]
+        durable.prune(now)  # stale entries: deleted without our knowing
         for lmq in woken:
-            store.notify(lmq)
+            self.reader.notify(lmq)
         return total
 
     def _revive_fresh(self, now: int) -> int:
         """Fresh deliveries past their invisible time: retries (or dead letters)."""
-        store = self.store
-        batch = store.state.new_batch()
-        total = 0
+        batch = self.state.new_batch()
         woken: set[str] = set()
         dead: list[Inflight] = []
-        next_due: int | None = None
-        for table in list(self._tables.values()):
-            if not self._live(table):
-                continue
-            limit = self._max_deliveries.get(table.group, store.config.max_deliveries)
-            for fb in list(table.batches.values()):
-                if fb.visible_at > now:
-                    if next_due is None or fb.visible_at < next_due:
-                        next_due = fb.visible_at
-                    continue
-                batch.delete_fresh(table.prefix, fb.first)
-                del table.batches[fb.first]
-                bits = fb.bits
-                while bits:
-                    low = bits & -bits
-                    offset = fb.first + low.bit_length() - 1
-                    bits ^= low
-                    table.where.pop(offset, None)
-                    if limit and limit <= 1:
-                        dead.append(Inflight(InflightKey(fb.visible_at, table.group,
-                                                         table.lmq, offset), 1, fb.popped_ms))
-                    else:
-                        batch.put_retry(table.lmq, table.group, offset, 1)
-                        woken.add(table.lmq)
-                    total += 1
+        due = self.memory.take_due(now, batch)
+        for item in due:
+            limit = self._limit(item.key.group)
+            if limit and item.deliveries >= limit:
+                dead.append(item)
+            else:
+                batch.put_retry(item.key.lmq, item.key.group, item.key.offset, 1)
+                woken.add(item.key.lmq)
         if not batch.empty:
-            store.state.write(batch)
-        self._fresh_due = next_due
+            self.state.write(batch)
         for item in dead:
             self._dead_letter(item)
         for lmq in woken:
-            store.notify(lmq)
-        return total
+            self.reader.notify(lmq)
+        return len(due)
 
     def _dead_letter(self, item: Inflight) -> None:
-        store = self.store
-        msg = store.read_at(item.key.lmq, item.key.offset)
+        msg = self.reader.read_at(item.key.lmq, item.key.offset)
         if msg is None:
             return
-        rec = msg.record
-        props = dict(rec.properties)
-        props["DLQ_ORIGIN_LMQ"] = item.key.lmq.encode()
-        props["DLQ_ORIGIN_OFFSET"] = str(item.key.offset).encode()
-        props["DLQ_DELIVERIES"] = str(item.deliveries).encode()
-        dlq = store.config.dead_letter_prefix + item.key.group
-        copy = Message(
-            topic=rec.topic,
-            body=rec.body,
-            properties=props,
-            origin=rec.origin,
-            tag=rec.tag,
-            qos=rec.qos,
-            retain=False,
-            protocol=rec.protocol,
-            born_ms=rec.born_ms,
-        )
-        store.append(copy, [dlq])
+        self.append(dead_letter_copy(msg, item), [self.config.dead_letter_prefix + item.key.group])
         self.dead_lettered += 1
+
+
+def dead_letter_copy(msg: StoredMessage, item: Inflight) -> Message:
+    """The message a dead-letter LMQ gets for ``msg``: the same message (not retained)
+    with where it came from and how often it was delivered in its properties."""
+    rec = msg.record
+    props = dict(rec.properties)
+    props["DLQ_ORIGIN_LMQ"] = item.key.lmq.encode()
+    props["DLQ_ORIGIN_OFFSET"] = str(item.key.offset).encode()
+    props["DLQ_DELIVERIES"] = str(item.deliveries).encode()
+    return Message(
+        topic=rec.topic,
+        body=rec.body,
+        properties=props,
+        origin=rec.origin,
+        tag=rec.tag,
+        qos=rec.qos,
+        retain=False,
+        protocol=rec.protocol,
+        born_ms=rec.born_ms,
+    )

@@ -40,10 +40,11 @@ are big-endian; strings are UTF-8 with a length prefix and no terminator.
 from __future__ import annotations
 
 import enum
+import mmap
 import struct
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
@@ -315,6 +316,47 @@ def peek_size(view: memoryview | bytes) -> int:
     return size
 
 
+_MIN_SIZE = HEADER_SIZE + 4  # a header and an empty dispatch list
+#: The 15 fields of :data:`HEADER` (Any: the callers give them their types as they go).
+_Header = tuple[Any, ...]
+
+
+def _checked_header(data: bytes, expected_position: int | None) -> _Header:
+    """The header fields of the record that is exactly ``data``, once the checks that
+    make a record valid have passed; :class:`CorruptRecord` otherwise. This is where
+    "valid" is defined, for every reader (:func:`decode_record`, :func:`decode_plain`):
+
+    - at least a header and an empty dispatch count, and the magic;
+    - ``size`` equal to the bytes given (a caller with a longer buffer cuts the record
+      first, after :func:`peek_size`; a shorter one is :class:`InsufficientData`
+      there, not here);
+    - the CRC32C over ``[12, size)``;
+    - the stored position equal to ``expected_position`` (unless that is None).
+
+    What it does not check is left to the reader that needs it: field lengths against
+    the size (both readers), the record type and protocol, UTF-8 and the dispatch list
+    (:func:`decode_record` only; the serving path of :func:`decode_plain` passes the
+    topic on as bytes and does not use the dispatch list, and the CRC covers both).
+    """
+    have = len(data)
+    if have < _MIN_SIZE:
+        raise CorruptRecord(f"record of {have} bytes at {expected_position} is too short")
+    header: _Header = _HEADER_UNPACK(data, 0)
+    size, magic, crc, _, _, _, position, _, _, _, _, _, _, _, _ = header
+    # one test per pair on the valid path; the error says which part failed
+    if magic != MAGIC or size != have:
+        if magic != MAGIC:
+            raise CorruptRecord(f"bad magic 0x{magic:08x}")
+        raise CorruptRecord(f"record at {expected_position} claims {size} bytes, not {have}")
+    if crc32c(data[12:]) != crc or (
+        position != expected_position and expected_position is not None
+    ):
+        if crc32c(data[12:]) != crc:
+            raise CorruptRecord(f"CRC mismatch in record at {position}")
+        raise CorruptRecord(f"record claims position {position}, found at {expected_position}")
+    return header
+
+
 def decode_record(view: memoryview | bytes, expected_position: int | None = None) -> Record:
     """Decode the record at the start of ``view``.
 
@@ -343,7 +385,7 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
     (
         _,
         _,
-        crc,
+        _,
         rtype,
         proto,
         flags,
@@ -356,11 +398,7 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
         _pad,
         props_len,
         body_len,
-    ) = _HEADER_UNPACK(data, 0)
-    if crc32c(data[12:]) != crc:
-        raise CorruptRecord(f"CRC mismatch in record at {position}")
-    if expected_position is not None and position != expected_position:
-        raise CorruptRecord(f"record claims position {position}, found at {expected_position}")
+    ) = _checked_header(data, expected_position)
     rtype = _RECORD_TYPES.get(rtype)
     proto = _PROTOCOLS.get(proto)
     if rtype is None or proto is None:
@@ -424,6 +462,43 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
     )
 
 
+_MAGIC_BYTES = MAGIC.to_bytes(4, "big")
+
+
+def find_record(
+    data: bytes | mmap.mmap,
+    base: int,
+    start: int,
+    stop: int,
+    end: int,
+    view: memoryview | None = None,
+) -> int | None:
+    """Resynchronise after damage: the offset in ``data`` of the first valid record (one
+    that :func:`decode_record` accepts, its stored position ``base`` + offset) that
+    starts in ``[start, stop)`` and ends by ``end``; None if there is none.
+
+    ``data`` holds log bytes from the log position ``base`` (bytes, or an mmap of a
+    segment: searched with ``find``, never copied whole); ``view`` is a memoryview of it
+    if the caller has one. The one resync of the commit log's recovery scan and of the
+    Spark reader.
+    """
+    if view is None:
+        view = memoryview(data)
+    i = start + 4
+    magic_end = min(stop + 4, end)
+    while True:
+        j = data.find(_MAGIC_BYTES, i, magic_end)
+        if j < 0:
+            return None
+        candidate = j - 4
+        try:
+            decode_record(view[candidate:end], expected_position=base + candidate)
+        except (InsufficientData, CorruptRecord):
+            i = j + 1
+            continue
+        return candidate
+
+
 class PlainMessage(NamedTuple):
     """What a subscriber needs of a *plain* message record: a message (type 1) of the
     internal or MQTT protocol with no tag and no properties, the common MQTT case. The
@@ -453,13 +528,10 @@ def decode_plain(data: bytes, expected_position: int, offset: int) -> PlainMessa
     Not done, for speed: decoding the topic and origin (written from ``str``, and the
     CRC covers them) and walking the dispatch list, which a subscriber does not use.
     """
-    have = len(data)
-    if have < HEADER_SIZE + 4:
-        raise CorruptRecord(f"record of {have} bytes at {expected_position} is too short")
     (
         size,
-        magic,
-        crc,
+        _,
+        _,
         rtype,
         proto,
         flags,
@@ -472,15 +544,7 @@ def decode_plain(data: bytes, expected_position: int, offset: int) -> PlainMessa
         _pad,
         props_len,
         body_len,
-    ) = _HEADER_UNPACK(data, 0)
-    if magic != MAGIC:
-        raise CorruptRecord(f"bad magic 0x{magic:08x}")
-    if size != have:
-        raise CorruptRecord(f"record at {expected_position} claims {size} bytes, not {have}")
-    if crc32c(data[12:]) != crc:
-        raise CorruptRecord(f"CRC mismatch in record at {position}")
-    if position != expected_position:
-        raise CorruptRecord(f"record claims position {position}, found at {expected_position}")
+    ) = _checked_header(data, expected_position)
     if rtype != 1 or proto > 1 or props_len or tag_len:
         return None  # not plain (or an unknown type / protocol: decode_record says which)
     topic = HEADER_SIZE + origin_len

@@ -30,9 +30,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker_core.commit_log import ScanStop
+from broker_core.cleanup import trim_index
+from broker_core.clock import tag_hash
+from broker_core.commit_log import CommitLog, ScanStop
 from broker_core.consume_queue import Checkpoint, ConsumeQueueIndex, IndexBatch, LmqMeta
 from broker_core.errors import StoreError
+from broker_core.lmq_table import Pending
+from broker_core.parts import StoreParts
 from broker_core.record import Record, RecordType
 
 if TYPE_CHECKING:
@@ -98,7 +102,7 @@ class RecoveryReport:
 class _Replayer:
     """Dispatches replayed records into the index, in batches carrying the checkpoint."""
 
-    store: MessageStore
+    parts: StoreParts
     remove_state: bool
     batch: IndexBatch | None = None
     dirty: dict[int, LmqMeta] = field(default_factory=dict)
@@ -107,18 +111,16 @@ class _Replayer:
     entries: int = 0
 
     def replay(self, record: Record) -> None:
-        store = self.store
+        parts = self.parts
         if self.batch is None:
-            self.batch = store.index.new_batch()
+            self.batch = parts.index.new_batch()
         batch = self.batch
         if record.type == RecordType.MESSAGE:
-            from broker_core.store import _Pending, tag_hash
-
             thash = tag_hash(record.tag)
             body = len(record.body)
-            pending = _Pending()
+            pending = Pending()
             for name, offset in record.dispatch:
-                meta = store._meta_for_write(name, record.store_ms, batch, pending)
+                meta = parts.lmqs.meta_for_write(name, record.store_ms, batch, pending)
                 if meta.next_offset > offset:
                     continue  # already in the index (replay is idempotent)
                 if meta.next_offset == meta.min_offset:
@@ -135,16 +137,16 @@ class _Replayer:
         elif record.type == RecordType.LMQ_REMOVAL:
             for name, _ in record.dispatch:
                 raw = name.encode()
-                cached = store._cache.pop(name, None)
-                lmq_id = cached.id if cached else store.index.lookup_id(raw)
+                cached = parts.lmqs.forget(name)
+                lmq_id = cached.id if cached else parts.index.lookup_id(raw)
                 if lmq_id is not None:
-                    meta = cached or store.index.meta(lmq_id) or LmqMeta(lmq_id, name)
+                    meta = cached or parts.index.meta(lmq_id) or LmqMeta(lmq_id, name)
                     batch.delete_lmq(meta)  # applies after this batch's earlier puts
                     self.dirty.pop(lmq_id, None)
                 if self.remove_state:
-                    sbatch = store.state.new_batch()
+                    sbatch = parts.state.new_batch()
                     sbatch.delete_lmq(name)
-                    store.state.write(sbatch)
+                    parts.state.write(sbatch)
             # Commit now: a later record may create an LMQ of the same name afresh, and
             # its lookup must not find the one removed here.
             self.records += 1
@@ -156,23 +158,26 @@ class _Replayer:
             self.flush(record.next_position)
 
     def flush(self, dispatched_to: int) -> None:
-        store = self.store
+        lmqs = self.parts.lmqs
         if self.batch is None:
-            self.batch = store.index.new_batch()
+            self.batch = self.parts.index.new_batch()
         for meta in self.dirty.values():
             self.batch.put_meta(meta)
-        self.batch.put_checkpoint(Checkpoint(dispatched_to, store._next_id, store._cleaned_to))
+        self.batch.put_checkpoint(lmqs.checkpoint(dispatched_to))
         self.batch.commit()
         self.batch = None
         self.dirty.clear()
         self.pending = 0
-        store._trim_cache()
+        lmqs.trim()
 
 
-def recover(store: MessageStore) -> RecoveryReport:
+def recover(parts: StoreParts) -> RecoveryReport:
+    """Bring the index up to the log (the passes of the module docstring) when a store
+    is opened for writing; returns what was found and repaired."""
     started = time.perf_counter()
     report = RecoveryReport()
-    clog = store.log
+    clog = parts.log
+    lmqs = parts.lmqs
     # Pass 1: segments.
     gaps = clog.gaps()
     if gaps:
@@ -182,21 +187,21 @@ def recover(store: MessageStore) -> RecoveryReport:
             " restore the missing segment or move the later ones away"
         )
     # Pass 2: checkpoint.
-    cp = store.index.checkpoint()
+    cp = parts.index.checkpoint()
     if cp is None:
         if clog.end > clog.min_position:
-            _reset_index(store, report, "no index checkpoint")
-        cp = Checkpoint(clog.min_position, store._next_id, clog.min_position)
+            _reset_index(parts, report, "no index checkpoint")
+        cp = Checkpoint(clog.min_position, lmqs.next_id, clog.min_position)
     elif cp.dispatched_to > clog.end:
-        _reset_index(store, report, f"index ahead of the log ({cp.dispatched_to} > {clog.end})")
-        cp = Checkpoint(clog.min_position, store._next_id, clog.min_position)
+        _reset_index(parts, report, f"index ahead of the log ({cp.dispatched_to} > {clog.end})")
+        cp = Checkpoint(clog.min_position, lmqs.next_id, clog.min_position)
     elif cp.dispatched_to < clog.min_position:
-        _reset_index(store, report, "index behind the log start")
-        cp = Checkpoint(clog.min_position, store._next_id, clog.min_position)
-    store._cleaned_to = max(cp.cleaned_to, store._cleaned_to)
+        _reset_index(parts, report, "index behind the log start")
+        cp = Checkpoint(clog.min_position, lmqs.next_id, clog.min_position)
+    lmqs.cleaned_to = max(cp.cleaned_to, lmqs.cleaned_to)
     report.replay_from = cp.dispatched_to
     # Passes 3 and 4: scan, skip or truncate, redispatch.
-    replayer = _Replayer(store, remove_state=not report.index_rebuilt)
+    replayer = _Replayer(parts, remove_state=not report.index_rebuilt)
     position = cp.dispatched_to
     for item in clog.scan(cp.dispatched_to, skip_damage=True):
         if isinstance(item, ScanStop):
@@ -214,7 +219,7 @@ def recover(store: MessageStore) -> RecoveryReport:
                         item.reason,
                     )
                 break
-            _skip_or_refuse(store, report, item)
+            _skip_or_refuse(parts, report, item)
             continue
         replayer.replay(item)
         position = item.next_position
@@ -224,23 +229,21 @@ def recover(store: MessageStore) -> RecoveryReport:
     report.replayed_entries = replayer.entries
     report.log_end = clog.end
     # Pass 5: trim.
-    if store._cleaned_to < clog.min_position:
-        from broker_core.cleanup import trim_index
-
-        report.trimmed_entries = trim_index(store, clog.min_position)
+    if lmqs.cleaned_to < clog.min_position:
+        report.trimmed_entries = trim_index(parts, clog.min_position)
     report.seconds = time.perf_counter() - started
     return report
 
 
 def _skip_or_refuse(
-    store: MessageStore, report: RecoveryReport, stop: ScanStop, rebuilding: bool = False
+    parts: StoreParts, report: RecoveryReport, stop: ScanStop, rebuilding: bool = False
 ) -> None:
     """Damage with a valid record (or, rebuilding, the log end) after it: record the skip
     under ``on_corrupt = "skip"``, otherwise refuse, saying what and what to do."""
     assert stop.resume is not None
-    where = store.log.locate(stop.position)
+    where = parts.log.locate(stop.position)
     skipped = SkippedRange(stop.position, stop.skipped, where, stop.reason)
-    if store.config.on_corrupt != "skip":
+    if parts.config.on_corrupt != "skip":
         damage = f"the commit log is damaged at {stop.position} ({where}): {stop.reason}"
         if rebuilding:
             raise StoreError(
@@ -259,15 +262,10 @@ def _skip_or_refuse(
     log.warning("commit log: %s; the records after it are kept", skipped.describe())
 
 
-def _reset_index(store: MessageStore, report: RecoveryReport, reason: str) -> None:
-    store.index.close()
-    ConsumeQueueIndex.destroy(store.index.path)
-    store.index = ConsumeQueueIndex(store.index.path)
-    store._cache.clear()
-    store._hot.clear()  # keyed by LMQ ids, which the rebuild assigns anew
-    store._hot_old.clear()
-    store._next_id = 1
-    store._cleaned_to = store.log.min_position
+def _reset_index(parts: StoreParts, report: RecoveryReport, reason: str) -> None:
+    parts.index.reset()
+    parts.lmqs.reset(parts.log.min_position)
+    parts.tail.clear_hot()  # keyed by LMQ ids, which the rebuild assigns anew
     report.index_rebuilt = True
     report.rebuild_reason = reason
 
@@ -275,33 +273,40 @@ def _reset_index(store: MessageStore, report: RecoveryReport, reason: str) -> No
 def rebuild_index(store: MessageStore) -> RecoveryReport:
     """Drop the index and rebuild it from the log alone (``lmq store rebuild-index``).
     Consumer offsets and pop state are kept: they are keyed by LMQ name."""
+    return store.rebuild_index()
+
+
+def rebuild(parts: StoreParts) -> RecoveryReport:
+    """:func:`rebuild_index` on the parts of an open store; takes both locks."""
     started = time.perf_counter()
     report = RecoveryReport()
-    with store._pop_lock, store._lock:
-        store._check_open()
-        _reset_index(store, report, "requested")
-        replayer = _Replayer(store, remove_state=False)
-        position = store.log.min_position
+    clog = parts.log
+    with parts.locks.pop, parts.locks.append:
+        parts.locks.check_open()
+        _reset_index(parts, report, "requested")
+        replayer = _Replayer(parts, remove_state=False)
+        position = clog.min_position
         report.replay_from = position
-        for item in store.log.scan(skip_damage=True):
+        for item in clog.scan(skip_damage=True):
             if isinstance(item, ScanStop):
+                resume = clog.end if item.resume is None else item.resume
                 if item.resume is None:
                     # Damage with nothing valid after it. Not cut off here: the records
                     # are old and acknowledged, and this is a repair command.
-                    item = ScanStop(item.position, item.reason, False, store.log.end)
+                    item = ScanStop(item.position, item.reason, False, resume)
                 try:
-                    _skip_or_refuse(store, report, item, rebuilding=True)
+                    _skip_or_refuse(parts, report, item, rebuilding=True)
                 except StoreError:
                     replayer.flush(position)
                     raise
-                position = item.resume
+                position = resume
                 continue
             replayer.replay(item)
             position = item.next_position
         replayer.flush(position)
         report.replayed_records = replayer.records
         report.replayed_entries = replayer.entries
-        report.log_end = store.log.end
+        report.log_end = clog.end
     report.seconds = time.perf_counter() - started
     return report
 
@@ -319,6 +324,13 @@ class VerifyReport:
 
 
 def verify(store: MessageStore, check_index: bool = True, max_problems: int = 100) -> VerifyReport:
+    """:func:`verify_log` of a store (open, or open read-only beside a running gateway)."""
+    return verify_log(store.log, store.index, check_index, max_problems)
+
+
+def verify_log(
+    clog: CommitLog, index: ConsumeQueueIndex, check_index: bool = True, max_problems: int = 100
+) -> VerifyReport:
     """Check every record of the log (magic, size, CRC, position) and, with
     ``check_index``, that each dispatch pair of a live LMQ is in the index at the same
     position. Two passes: the first also finds where each LMQ was last removed, so that
@@ -330,10 +342,10 @@ def verify(store: MessageStore, check_index: bool = True, max_problems: int = 10
             report.problems.append(text)
 
     removed_at: dict[str, int] = {}
-    end = store.log.min_position
-    for item in store.log.scan(skip_damage=True):
+    end = clog.min_position
+    for item in clog.scan(skip_damage=True):
         if isinstance(item, ScanStop):
-            where = store.log.locate(item.position)
+            where = clog.locate(item.position)
             if item.resume is None:
                 problem(f"log stops at {item.position} ({where}): {item.reason}")
                 break
@@ -348,14 +360,14 @@ def verify(store: MessageStore, check_index: bool = True, max_problems: int = 10
         if item.type == RecordType.LMQ_REMOVAL:
             for name, _ in item.dispatch:
                 removed_at[name] = item.position
-    cp = store.index.checkpoint()
-    dispatched_to = cp.dispatched_to if cp else store.log.min_position
-    if dispatched_to > store.log.end:
-        problem(f"index checkpoint {dispatched_to} is past the log end {store.log.end}")
+    cp = index.checkpoint()
+    dispatched_to = cp.dispatched_to if cp else clog.min_position
+    if dispatched_to > clog.end:
+        problem(f"index checkpoint {dispatched_to} is past the log end {clog.end}")
     if not check_index:
         return report
     ids: dict[str, int | None] = {}
-    for item in store.log.scan(end=min(end, dispatched_to), skip_damage=True):
+    for item in clog.scan(end=min(end, dispatched_to), skip_damage=True):
         if isinstance(item, ScanStop) or item.type != RecordType.MESSAGE:
             continue
         for name, offset in item.dispatch:
@@ -364,15 +376,15 @@ def verify(store: MessageStore, check_index: bool = True, max_problems: int = 10
             if name not in ids:
                 if len(ids) > 100_000:
                     ids.clear()
-                ids[name] = store.index.lookup_id(name.encode())
+                ids[name] = index.lookup_id(name.encode())
             lmq_id = ids[name]
             if lmq_id is None:
                 problem(f"LMQ {name!r} of the record at {item.position} is not in the index")
                 continue
-            entry = store.index.entry(lmq_id, offset)
+            entry = index.entry(lmq_id, offset)
             report.entries_checked += 1
             if entry is None:
-                meta = store.index.meta(lmq_id)
+                meta = index.meta(lmq_id)
                 if meta is not None and meta.min_offset <= offset < meta.next_offset:
                     problem(f"index entry missing: {name!r} offset {offset}")
             elif entry.position != item.position:

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from broker_core.errors import CorruptRecord, InsufficientData
-from broker_core.record import MAGIC, Record, RecordType, decode_record
+from broker_core.record import Record, RecordType, decode_record, find_record
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -62,7 +62,6 @@ DEFAULT_SPLIT_BYTES = 16 * 1024 * 1024
 BATCH_ROWS = 32_768
 #: Problems listed per task; the byte counts stay exact beyond it.
 MAX_PROBLEMS = 100
-_MAGIC_BYTES = MAGIC.to_bytes(4, "big")
 
 
 class NoSegments(LookupError):
@@ -206,25 +205,6 @@ class RangeReport:
         }
 
 
-def find_record(data, view: memoryview, base: int, start: int, limit: int) -> int | None:
-    """Offset of the first valid record starting at or after ``start`` (before ``limit``).
-
-    ``data`` is the same bytes as ``view`` with a ``find`` method (bytes or mmap).
-    """
-    i = start + 4
-    while True:
-        j = data.find(_MAGIC_BYTES, i, limit)
-        if j < 0:
-            return None
-        candidate = j - 4
-        try:
-            decode_record(view[candidate:limit], expected_position=base + candidate)
-        except (InsufficientData, CorruptRecord):
-            i = j + 1
-            continue
-        return candidate
-
-
 def scan_range(
     data,
     *,
@@ -250,7 +230,7 @@ def scan_range(
     else:
         # bytes before the first boundary belong to the previous range's last record,
         # or to damage the previous range has already counted
-        found = find_record(data, view, base, start, limit)
+        found = find_record(data, base, start, limit, limit, view)
         pos = limit if found is None else found
     while pos < limit:
         try:
@@ -259,7 +239,7 @@ def scan_range(
             # Damage starts here. Its owner is the task that walked onto it, even when
             # that is past ``end`` (the next task cannot tell a continuation of our last
             # record from damage, so it starts at the next valid record).
-            nxt = find_record(data, view, base, pos + 1, limit)
+            nxt = find_record(data, base, pos + 1, limit, limit, view)
             if nxt is not None:
                 report.problem(base + pos, nxt - pos, _reason(exc))
                 pos = nxt

@@ -26,8 +26,8 @@ class _Every(set):
 def memory_inflight(monkeypatch):
     init = PopConsumer.__init__
 
-    def patched(self, store):  # type: ignore[no-untyped-def]
-        init(self, store)
+    def patched(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        init(self, *args, **kwargs)
         self._memory_groups = _Every()
 
     monkeypatch.setattr(PopConsumer, "__init__", patched)

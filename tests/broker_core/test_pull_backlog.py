@@ -9,8 +9,7 @@ import os
 
 import pytest
 
-from broker_core import CorruptRecord, MessageStore, StoreConfig
-from broker_core import store as store_mod
+from broker_core import CorruptRecord, MessageStore, StoreConfig, tail_cache
 from broker_core.record import Message, PlainMessage, Protocol
 
 from .conftest import SMALL
@@ -63,7 +62,7 @@ def test_backlog_of_interleaved_lmqs_is_read_exactly(tmp_path):
                 m.record.qos == 1 and m.record.dispatch == ((f"bl/{i}", m.offset),) for m in got
             )
         assert [m.body for m in _drain(s, "run", 100)] == [b"r%d" % k for k in range(PER_LMQ)]
-        assert len(s._records) <= store_mod._RECORD_CACHE
+        assert len(s.tail.records) <= tail_cache.RECORD_CACHE
 
 
 def _flip(s: MessageStore, position: int) -> None:
@@ -83,7 +82,7 @@ def test_a_damaged_record_in_a_backlog_is_never_served(tmp_path, cfg, name):
     with MessageStore.open(tmp_path / "data", cfg) as s:
         _fill(s)
         victim = s.pull(name, 300, max_count=1).messages[0]
-        s._records.clear()  # read it from disk again
+        s.tail.clear_records()  # read it from disk again
         _flip(s, victim.record.position + 60)
         if cfg.on_corrupt == "refuse":
             with pytest.raises(CorruptRecord, match="CRC mismatch"):
@@ -137,7 +136,7 @@ def test_pull_plain_reads_what_pull_reads(tmp_path):
             ]
         )
         for name in [f"bl/{i}" for i in range(0, N_LMQS, 7)] + ["run"]:
-            s._records.clear()
+            s.tail.clear_records()
             want = [_as_pulled(m) for m in _drain(s, name, 100)]
             got = _drain_plain(s, name, 100)
             assert [_as_pulled(m) for m in got] == want

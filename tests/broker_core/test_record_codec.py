@@ -154,3 +154,29 @@ def test_decode_plain_checks_like_decode_record():
     for raw in (good[:-1], good + b"\0", good[:HEADER_SIZE], b"", good[:10]):
         with pytest.raises(CorruptRecord):
             decode_plain(raw, 100, 0)
+
+
+@given(st.integers(0, 55), st.integers(0, 7), st.integers(0, 2))
+def test_both_decoders_refuse_a_damaged_header_with_the_same_reason(index, bit, shift):
+    """Validity is defined once (record._checked_header): a header byte flipped, or a
+    record found at another position, is refused by the serving path (decode_plain) and
+    by decode_record with the same reason."""
+    good = encode_record(
+        position=4096, store_ms=1, message=Message("a/b", b"x" * 50), dispatch=[(b"q", 3)]
+    )
+    raw = bytearray(good)
+    raw[index] ^= 1 << bit
+    expected_position = 4096 + shift  # shift 0: the right place
+    reasons = []
+    for decode in (lambda: decode_record(bytes(raw), expected_position),
+                   lambda: decode_plain(bytes(raw), expected_position, 0)):
+        try:
+            decode()
+        except (CorruptRecord, InsufficientData) as exc:
+            reasons.append((type(exc), str(exc)))
+        else:
+            reasons.append(None)
+    if index < 4:  # the size: decode_record reads it first (too short or impossible)
+        assert reasons[1] is not None
+        return
+    assert reasons[0] is not None and reasons[0] == reasons[1]

@@ -59,7 +59,7 @@ def test_fanout_of_ten_thousand_lmqs(tmp_path: Path):
         for name in random.Random(1).sample(names, 50):
             got = s.pull(name, 0).messages
             assert [m.body for m in got] == [b"hi", b"again"]
-        assert len(s._cache) <= 1000  # the cache is bounded, RocksDB holds the rest
+        assert len(s.lmq_table.cache) <= 1000  # the cache is bounded, RocksDB holds the rest
 
 
 def test_pull_limits_and_offsets(store):
@@ -209,7 +209,7 @@ def test_tail_readers_get_the_same_records_from_memory(tmp_path):
             s.append(Message(topic=f"t/{i}", body=b"b%d" % i, properties=props, origin="o",
                              qos=1, retain=i % 2 == 0), ["hot", "cold"])
         hot_id, cold_id = s.lmq("hot").id, s.lmq("cold").id
-        assert (hot_id, 0) in s._hot and (cold_id, 0) not in s._hot
+        assert (hot_id, 0) in s.tail.young and (cold_id, 0) not in s.tail.young
         from_memory = s.pull("hot", 3, max_count=5)
     with MessageStore.open(tmp_path, SMALL) as s:
         from_disk = s.pull("hot", 3, max_count=5)
@@ -221,19 +221,19 @@ def test_hot_tail_is_bounded_and_serves_across_its_generations(tmp_path, monkeyp
     """The hot tail keeps the latest records in two generations: it stays bounded, a
     read reaching back into the older generation is served from memory, one past it
     from the log, and both equal what the log holds."""
-    from broker_core import store as store_module
+    from broker_core import tail_cache
 
-    monkeypatch.setattr(store_module, "_HOT_GENERATION", 8)
+    monkeypatch.setattr(tail_cache, "HOT_GENERATION", 8)
     with MessageStore.open(tmp_path, SMALL) as s:
         s.add_listener("hot", lambda *_: None)
         for i in range(30):  # batches of 3: generations switch mid-stream
             s.append_batch([(Message(topic="t", body=b"m%d" % (3 * i + j)), ["hot", "x"])
                             for j in range(3)])
         lmq_id = s.lmq("hot").id
-        held = sorted(o for (i, o) in [*s._hot, *s._hot_old] if i == lmq_id)
+        held = sorted(o for (i, o) in [*s.tail.young, *s.tail.old] if i == lmq_id)
         assert 8 <= len(held) <= 2 * 8 + 3 and held == list(range(90 - len(held), 90))
         oldest = held[0]
-        assert (lmq_id, oldest) in s._hot_old
+        assert (lmq_id, oldest) in s.tail.old
         from_memory = [s.pull("hot", o, max_count=4) for o in (oldest, oldest - 2, 86)]
     with MessageStore.open(tmp_path, SMALL) as s:
         from_disk = [s.pull("hot", o, max_count=4) for o in (oldest, oldest - 2, 86)]
