@@ -235,8 +235,12 @@ class Broker:
         return q
 
     @staticmethod
-    def _check_owner(q: Queue, conn_id: int) -> None:
-        if q.defn.exclusive and q.defn.owner != conn_id:
+    def _check_owner(q: Queue, conn_id: int, strict: bool = False) -> None:
+        """405 RESOURCE_LOCKED unless connection ``conn_id`` may use ``q``: any
+        connection may use a shared queue, only its owner an exclusive one. ``strict``
+        (a non-passive redeclare) also requires ``conn_id`` to be the queue's owner
+        (0 for a shared queue), as RabbitMQ's ``check_exclusive_access``."""
+        if (strict or q.defn.exclusive) and q.defn.owner != conn_id:
             raise ChannelError(
                 RESOURCE_LOCKED,
                 f"cannot obtain exclusive access to locked queue '{q.name}' in vhost "
@@ -262,11 +266,14 @@ class Broker:
             raise ChannelError(
                 ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'")
         if existing is not None:
-            self._check_owner(existing, conn_id)
+            # RabbitMQ's strict ownership check: the declaring connection must own the
+            # queue exactly as declared, so another connection's exclusive queue, a
+            # shared queue declared exclusive, and the owner's exclusive queue declared
+            # shared are all 405, before the equivalence of the other fields.
+            self._check_owner(existing, conn_id if exclusive else 0, strict=True)
             d = existing.defn
             checks: list[tuple[str, Any, Any]] = [
-                ("durable", durable, d.durable), ("exclusive", exclusive, d.exclusive),
-                ("auto_delete", auto_delete, d.auto_delete)]
+                ("durable", durable, d.durable), ("auto_delete", auto_delete, d.auto_delete)]
             checks += [(a, arguments.get(a), d.arguments.get(a)) for a in EQUIVALENCE_ARGS]
             for arg, theirs, ours in checks:
                 if describe(theirs) != describe(ours):
