@@ -22,5 +22,8 @@ if TYPE_CHECKING:
 
 def create_frontend(gateway: Gateway) -> AmqpFrontEnd:
     from gateway.amqp.frontend import AmqpFrontEnd
+    from protocol.amqp import relax_pamqp_name_validation
 
+    # pamqp's name checks are stricter than RabbitMQ's; the server relaxes them once.
+    relax_pamqp_name_validation()
     return AmqpFrontEnd(gateway)
