@@ -62,10 +62,8 @@ def _body(size: int) -> bytes:
 
 def _take_one(channel: pika.adapters.blocking_connection.BlockingChannel) -> bytes | None:
     """The next message of queue ``big`` (None after TIMEOUT seconds of silence)."""
-    body = None
-    for _method, _props, body in channel.consume(
-            "big", auto_ack=True, inactivity_timeout=TIMEOUT):
-        break
+    _method, _props, body = next(channel.consume(
+        "big", auto_ack=True, inactivity_timeout=TIMEOUT))
     channel.cancel()
     return body
 
