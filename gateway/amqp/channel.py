@@ -140,6 +140,7 @@ class AmqpChannel:
                 if (check_all or EXPIRES_AT in rp) and queue.drop_if_dead(p, now):
                     continue
                 raw = rp.get(HEADER)
+                exchange: str | bytes
                 if raw is not None:
                     exchange = rp.get(EXCHANGE, b"")
                     # the topic (a str the encoder compares with the last one's), unless
@@ -478,7 +479,8 @@ class AmqpChannel:
             raise ChannelError(PRECONDITION_FAILED, "channel is not transactional", method=m)
         publishes, self._tx_publishes = self._tx_publishes, []
         settles, self._tx_pending = self._tx_pending, []
-        futures = [self._route_and_submit(ev)[0] for ev in publishes]
+        futures = [fut for ev in publishes
+                   if (fut := self._route_and_submit(ev)[0]) is not None]
         requeue: dict[Queue, list[str]] = {}
         for u, action in settles:
             self._settle_one(u, action, requeue)

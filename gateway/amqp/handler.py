@@ -213,9 +213,9 @@ class AmqpHandler(ConnectionHandler):
                 self, event.channel, self.broker, self.front.stats)
             self.write(self.proto.send_channel_open_ok(event.channel))
         elif isinstance(event, ChannelCloseRequested):
-            ch = self.channels.pop(event.channel, None)
-            if ch is not None:
-                ch.close()
+            closing = self.channels.pop(event.channel, None)
+            if closing is not None:
+                closing.close()
             self.write(self.proto.send_channel_close_ok(event.channel))
         elif isinstance(event, ConnectionCloseRequested):
             self._release_all()

@@ -300,12 +300,12 @@ class Queue:
             for p in popped:
                 if self.drop_if_dead(p, now):
                     continue
-                consumer = self._pick(eligible)
-                if consumer is None:
+                picked = self._pick(eligible)
+                if picked is None:
                     requeue.append(p.receipt)
                     continue
                 # (deliver_many's own dead check repeats this one's: same ``now``)
-                consumer.channel.deliver_many(consumer, self, [p], now)
+                picked.channel.deliver_many(picked, self, [p], now)
 
     def drop_if_dead(self, p: PoppedMessage, now: int) -> bool:
         """Expired or over the delivery limit: settle and dead-letter it. True if so."""
