@@ -31,7 +31,7 @@ from typing import Any
 from pamqp import commands, header
 
 from broker_core import Message, Protocol, Record
-from gateway.mqtt.messages import decode_user_properties, encode_user_properties
+from gateway.user_properties import decode_user_properties, encode_user_properties
 from lmq.topic_space import mqtt_to_amqp
 from protocol.amqp.fastpath import (
     FLAG_CONTENT_ENCODING,
