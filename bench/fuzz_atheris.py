@@ -65,6 +65,9 @@ with atheris.instrument_imports(include=["protocol", "lmq", "gateway.config", "b
     from protocol.amqp import fastpath
     from protocol.amqp.framing import PROTOCOL_HEADER, decode_method
 
+# The AMQP machine runs with pamqp configured as the gateway configures it.
+amqp.relax_pamqp_name_validation()
+
 
 # -- MQTT -----------------------------------------------------------------------------------
 

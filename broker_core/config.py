@@ -32,8 +32,9 @@ class StoreConfig:
     #: Commit-log segment size in bytes. A record never spans two segments, so this is
     #: also the largest record (message plus its dispatch list) the log can hold.
     segment_bytes: int = 256 * 1024 * 1024
-    #: Largest message body accepted; larger appends raise MessageTooLarge.
-    max_message_bytes: int = 4 * 1024 * 1024
+    #: Largest message body accepted; larger appends raise MessageTooLarge. Every front
+    #: end refuses bodies above it (RabbitMQ's default ``max_message_size``, 16 MiB).
+    max_message_bytes: int = 16 * 1024 * 1024
     #: Largest number of LMQs one message may be dispatched to.
     max_fanout: int = 100_000
     #: Retention: log segments whose newest record is older than this are removed

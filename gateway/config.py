@@ -53,8 +53,11 @@ class GatewayConfig:
     max_connections: int = 10_000
     #: Open connections from one source address (0 = no per-address limit).
     max_connections_per_address: int = 0
-    #: Largest MQTT packet / AMQP frame a front end accepts or sends, in bytes.
-    max_packet_size: int = 8 * 1024 * 1024
+    #: Largest MQTT packet / AMQP frame a front end accepts or sends, in bytes. The
+    #: default holds a body of the store's default ``max_message_bytes`` (16 MiB) plus
+    #: 64 KiB of topic and properties; the message size itself is
+    #: ``store.max_message_bytes``, for every protocol.
+    max_packet_size: int = 16 * 1024 * 1024 + 64 * 1024
     #: Seconds a new connection has to identify its protocol and finish its handshake
     #: (MQTT CONNECT, AMQP connection.open); silent or slow ones are closed.
     connect_timeout: float = 10.0

@@ -1,13 +1,28 @@
-"""One accepted socket: the :class:`Connection` a front end works with, and the
+r"""One accepted socket: the :class:`Connection` a front end works with, and the
 asyncio protocol that feeds it.
 
-Life of a connection: the listener's :class:`GatewayProtocol` asks the gateway to admit
-it (limits; a rejected socket is closed at once). On a plain port the front end is known;
-on the unified port the protocol buffers the first bytes until the sniffers decide
-(:mod:`gateway.sniff`). The chosen front end's :class:`~gateway.frontend.ConnectionHandler`
-then receives every byte, the already-read prefix first. A connect timer runs from
-accept until the front end calls :meth:`Connection.established` (its handshake is
-done); if it fires first the connection is closed.
+Life of a connection (see also docs/architecture.md):
+
+1. **accepted**: the listener's :class:`GatewayProtocol` asks the
+   :class:`~gateway.state.ServerState` to :meth:`~gateway.state.ServerState.admit` it
+   (limits; a refused socket is closed at once). A connect timer starts.
+2. **protocol known**: on a plain port at once; on the unified port the protocol
+   buffers the first bytes until the sniffers decide (:mod:`gateway.sniff`). The
+   state :meth:`~gateway.state.ServerState.assign`\ s it, and the front end's
+   ``connection_made(conn)`` returns the :class:`~gateway.frontend.ConnectionHandler`
+   that from then on receives every byte, the already-read prefix first.
+3. **established**: the front end calls :meth:`Connection.established` when its
+   handshake is done (MQTT CONNECT, AMQP connection.open); if the connect timer fires
+   first the connection is aborted.
+4. **closing / lost**: :meth:`Connection.close` (after the queued output) or
+   :meth:`Connection.abort`; when the socket is gone the handler's
+   ``connection_lost`` runs, then the state
+   :meth:`~gateway.state.ServerState.release`\ s it, which cancels its tasks.
+
+Output: front ends :meth:`Connection.queue` their bytes; everything queued in one
+turn of the event loop is written with one ``transport.write`` at its end (the
+outbox), or at once past :data:`FLUSH_AT`, in the order queued (a message queued as
+one chunk is never interleaved with another).
 """
 
 from __future__ import annotations
@@ -16,20 +31,35 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from gateway.flow_control import FlowControl
-from gateway.sniff import classify
+from gateway.sniff import Sniffer, classify
 from gateway.tasks import TaskOwner
 
 if TYPE_CHECKING:
-    from gateway.frontend import ConnectionHandler
-    from gateway.server import Gateway, ListenerSpec
+    from gateway.frontend import ConnectionHandler, FrontEnd
+    from gateway.state import ServerState
 
 log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
+
+#: Output queued beyond this is written at once rather than at the end of the loop
+#: turn, so the socket's flow control (and so a consumer's credit) sees it.
+FLUSH_AT = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSpec:
+    #: Listener name, also the config option prefix (``mqtt`` -> ``mqtt_port``).
+    name: str
+    #: The protocol every connection speaks; ``None`` = sniff it (the unified port).
+    protocol: str | None
+    #: TLS (the config's ``tls_cert``); sniffing then sees the decrypted bytes.
+    tls: bool = False
 
 
 def format_address(address: Any) -> str:
@@ -40,12 +70,12 @@ def format_address(address: Any) -> str:
 
 
 class Connection:
-    """Per-connection state. Front ends use the public methods; the gateway owns it.
-    Event-loop thread only."""
+    """Per-connection state. Front ends use the public methods; the
+    :class:`~gateway.state.ServerState` owns it. Event-loop thread only."""
 
-    def __init__(self, gateway: Gateway, listener: str, transport: asyncio.Transport) -> None:
+    def __init__(self, state: ServerState, listener: str, transport: asyncio.Transport) -> None:
         self.id = next(_ids)
-        self.gateway = gateway
+        self._state = state
         self.listener = listener
         self.transport = transport
         peer = transport.get_extra_info("peername")
@@ -55,15 +85,22 @@ class Connection:
         self.protocol: str | None = None
         self.handler: ConnectionHandler | None = None
         self.flow = FlowControl(transport)
-        self.tasks = TaskOwner(parent=gateway.tasks)
+        self.tasks = TaskOwner(parent=state.tasks)
         self.opened_at = time.monotonic()
+        #: When output was last written (monotonic): heartbeats are sent only when the
+        #: connection has been silent.
+        self.last_sent = self.opened_at
         self.bytes_in = 0
         self.bytes_out = 0
         self.close_reason = ""
         self.is_established = False
         self._closed = asyncio.Event()
         self._connect_timer: asyncio.TimerHandle | None = None
-        cfg = gateway.config
+        self._out: list[bytes] = []
+        self._out_size = 0
+        self._flush_scheduled = False
+        cfg = state.config
+        self._write_buffer_max = cfg.write_buffer_max
         transport.set_write_buffer_limits(
             high=cfg.write_buffer_high, low=cfg.write_buffer_high // 4
         )
@@ -71,15 +108,48 @@ class Connection:
     # -- for front ends ----------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
-        """Queue ``data`` for sending. A connection whose unsent output passes
-        ``write_buffer_max`` is aborted (slow consumer): check :attr:`writable` or await
-        :meth:`drain` before writing more than a reply."""
+        """Write ``data`` now, ahead of anything still in the outbox (use :meth:`queue`
+        unless that order is wanted, or :meth:`flush` first). A connection whose unsent
+        output passes ``write_buffer_max`` is aborted (slow consumer): check
+        :attr:`writable` or await :meth:`drain` before writing more than a reply."""
         if self.transport.is_closing():
             return
         self.transport.write(data)
         self.bytes_out += len(data)
-        if self.transport.get_write_buffer_size() > self.gateway.config.write_buffer_max:
+        self.last_sent = time.monotonic()
+        if self.transport.get_write_buffer_size() > self._write_buffer_max:
             self.abort("write buffer overflow")
+
+    def queue(self, data: bytes) -> None:
+        """The outbox: ``data`` is written after everything queued before it, with one
+        ``transport.write`` for all that is queued in this turn of the event loop (at
+        its end), or at once when more than :data:`FLUSH_AT` bytes wait. Empty data
+        is ignored."""
+        if not data:
+            return
+        self._out.append(data)
+        self._out_size += len(data)
+        if self._out_size >= FLUSH_AT:
+            self.flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def defer_flush(self) -> None:
+        """The caller will :meth:`flush` itself before this loop turn ends (it must,
+        even on an exception): :meth:`queue` schedules no flush until then. Used to
+        write a round of work for many connections back to back."""
+        self._flush_scheduled = True
+
+    def flush(self) -> None:
+        """Write what the outbox holds now, as one chunk."""
+        self._flush_scheduled = False
+        out = self._out
+        if out:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
+            self._out_size = 0
+            self.write(data)
 
     @property
     def writable(self) -> bool:
@@ -132,39 +202,52 @@ class Connection:
             "protocol": self.protocol or "-",
         }
 
-    # -- for the gateway ---------------------------------------------------------------
+    # -- for the server state ----------------------------------------------------------
 
-    def _start_connect_timer(self, timeout: float) -> None:
+    def start_connect_timer(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
         self._connect_timer = loop.call_later(timeout, self._connect_timed_out)
 
     def _connect_timed_out(self) -> None:
         self._connect_timer = None
         if not self.transport.is_closing():
-            self.gateway.count_rejected("connect_timeout")
+            self._state.count_rejected("connect_timeout")
             self.abort("connect timeout")
 
-    def _lost(self) -> None:
+    def lost(self) -> None:
+        """The socket is gone (called once, by :meth:`ServerState.release`)."""
         if self._connect_timer is not None:
             self._connect_timer.cancel()
             self._connect_timer = None
         self.flow.connection_lost()
+        self._out.clear()
+        self._out_size = 0
         self.tasks.cancel()
         self._closed.set()
 
 
 class GatewayProtocol(asyncio.Protocol):
-    """The asyncio protocol of every accepted socket, for its whole life."""
+    """The asyncio protocol of every accepted socket, for its whole life. It sees the
+    server state, the front ends by protocol name and the unified port's sniffers,
+    nothing else of the gateway."""
 
-    def __init__(self, gateway: Gateway, listener: ListenerSpec) -> None:
-        self.gateway = gateway
+    def __init__(
+        self,
+        state: ServerState,
+        listener: ListenerSpec,
+        front_ends: Mapping[str, FrontEnd],
+        sniffers: Sequence[tuple[str, Sniffer]],
+    ) -> None:
+        self.state = state
         self.listener = listener
+        self.front_ends = front_ends
+        self.sniffers = sniffers
         self.conn: Connection | None = None
         self._prefix = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's is not an asyncio.Transport subclass, hence the cast)
-        self.conn = self.gateway._admit(self.listener.name, cast(asyncio.Transport, transport))
+        self.conn = self.state.admit(self.listener.name, cast(asyncio.Transport, transport))
         if self.conn is not None and self.listener.protocol is not None:
             self._attach(self.listener.protocol, b"")
 
@@ -177,12 +260,12 @@ class GatewayProtocol(asyncio.Protocol):
             self._call(conn.handler.data_received, data)
             return
         self._prefix += data
-        decision = classify(self._prefix, self.gateway.sniffers)
+        decision = classify(self._prefix, self.sniffers)
         if decision is None:
             return
         prefix, self._prefix = self._prefix, b""
         if decision is False:
-            self.gateway.count_rejected("unknown_protocol")
+            self.state.count_rejected("unknown_protocol")
             log.info(
                 "unknown protocol",
                 extra={**conn.log_fields(), "first_bytes": prefix[:16].hex()},
@@ -195,16 +278,16 @@ class GatewayProtocol(asyncio.Protocol):
     def _attach(self, protocol: str, prefix: bytes) -> None:
         conn = self.conn
         assert conn is not None
-        front_end = self.gateway.front_ends.get(protocol)
+        front_end = self.front_ends.get(protocol)
         if front_end is None:
-            self.gateway.count_rejected("front_end_unavailable")
+            self.state.count_rejected("front_end_unavailable")
             log.warning(
                 "front end not available, closing",
                 extra={**conn.log_fields(), "wanted": protocol},
             )
             conn.close(f"{protocol} front end not available")
             return
-        self.gateway._assign_protocol(conn, protocol)
+        self.state.assign(conn, protocol)
         try:
             conn.handler = front_end.connection_made(conn)
         except Exception:
@@ -214,7 +297,7 @@ class GatewayProtocol(asyncio.Protocol):
         if prefix:
             self._call(conn.handler.data_received, prefix)
 
-    def _call(self, method: Any, *args: Any) -> Any:
+    def _call(self, method: Callable[..., Any], *args: Any) -> Any:
         conn = self.conn
         assert conn is not None
         try:
@@ -238,7 +321,7 @@ class GatewayProtocol(asyncio.Protocol):
             return
         if conn.handler is not None:
             self._call(conn.handler.connection_lost, exc)
-        self.gateway._release(conn, exc)
+        self.state.release(conn, exc)
 
     def pause_writing(self) -> None:
         if self.conn is not None:

@@ -3,26 +3,31 @@
 How a front end plugs in
 ------------------------
 1. A package or module (``gateway/mqtt/``, ``gateway/amqp/``) defines a function
-   ``create_frontend(gateway: Gateway) -> FrontEnd`` and a :class:`FrontEnd` subclass.
-   :mod:`gateway.frontends` lists the module with its sniffer; the gateway imports it at
-   start, and a module that does not exist yet is reported as unavailable.
-2. The gateway calls ``await front_end.start()`` once the store is open and before any
-   listener accepts.
+   ``create_frontend(ctx: GatewayContext) -> FrontEnd`` and a :class:`FrontEnd`
+   subclass. :mod:`gateway.frontends` lists the module with its sniffer; the gateway
+   imports it at start, and a module that does not exist yet is reported as
+   unavailable.
+2. The gateway builds the :class:`~gateway.context.GatewayContext` (config, the open
+   store, publisher, topic space, metrics, loop, authenticator, server state) before
+   any front end, constructs each front end with it, then calls ``await
+   front_end.start()`` before any listener accepts.
 3. For every connection of its protocol — accepted on its own port, or sniffed on the
    unified port — the gateway calls ``front_end.connection_made(conn)`` and feeds the
    returned :class:`ConnectionHandler` the connection's bytes, starting with the bytes
    already read while sniffing. ``conn`` is a :class:`gateway.connection.Connection`:
-   ``write``, ``drain``, ``pause_reading``/``resume_reading``, ``established``,
-   ``spawn``, ``close``, ``abort``.
+   ``queue``/``flush`` (the outbox: one write per loop turn), ``write``, ``drain``,
+   ``pause_reading``/``resume_reading``, ``established``, ``spawn``, ``close``,
+   ``abort``.
 4. Graceful shutdown: after the listeners stop accepting, the gateway calls
    ``front_end.goodbye(conn)`` for each of its connections (MQTT 5 sends DISCONNECT
    0x8B, AMQP sends connection.close 320, then each closes), waits a bounded time for
    them to close, aborts the rest, then calls ``await front_end.stop()`` while the store
    is still open, and finally closes the store.
 
-Metrics: ``self.gateway.metrics.counter(...)`` / ``.gauge(...)`` at start (see
+Metrics: ``self.ctx.metrics.counter(...)`` / ``.gauge(...)`` (see
 :mod:`gateway.metrics`). Shared state (sessions, retained messages) lives on the front
-end object; per-connection state on its handler.
+end object; per-connection state on its handler. Back-pressure from the store:
+``ctx.publisher.lagging`` and ``await ctx.publisher.caught_up.wait()``.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
-    from gateway.server import Gateway
+    from gateway.context import GatewayContext
 
 
 class ConnectionHandler:
@@ -61,8 +66,8 @@ class FrontEnd:
     #: The protocol name: ``mqtt``, ``amqp``, ``http``; labels metrics and logs.
     name: ClassVar[str] = ""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
+    def __init__(self, ctx: GatewayContext) -> None:
+        self.ctx = ctx
 
     async def start(self) -> None:
         """The store is open; no listener accepts yet. Load state, register metrics."""

@@ -1,10 +1,11 @@
 """The one place that lists the gateway's front ends and how to recognise them.
 
-To add a protocol (RocketMQ remoting is next, RIP-55): write its sniffer in
-:mod:`gateway.sniff`, a module with ``create_frontend(gateway)`` (see
-:mod:`gateway.frontend`), and add a :class:`FrontEndSpec` to :data:`FRONT_ENDS`. A
-dedicated port, if the protocol has one, is a config option plus an entry in
-:data:`gateway.server.LISTENERS`.
+To add a protocol (RocketMQ remoting is next, RIP-55): one package under ``gateway/``
+with ``create_frontend(ctx)`` (see :mod:`gateway.frontend`), one sniffing rule in
+:mod:`gateway.sniff`, and one :class:`FrontEndSpec` in :data:`FRONT_ENDS`. A dedicated
+port, if the protocol has one, is a config option plus an entry in
+:data:`gateway.server.LISTENERS`. The recipe, with the connection life cycle, is in
+docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import TYPE_CHECKING
 from gateway.sniff import Sniffer, sniff_amqp, sniff_http, sniff_mqtt
 
 if TYPE_CHECKING:
+    from gateway.context import GatewayContext
     from gateway.frontend import FrontEnd
-    from gateway.server import Gateway
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 class FrontEndSpec:
     #: Protocol name (``mqtt``); the unified port and the plain listeners refer to it.
     name: str
-    #: Module imported at start; it must define ``create_frontend(gateway) -> FrontEnd``.
+    #: Module imported at start; it must define ``create_frontend(ctx) -> FrontEnd``.
     module: str
     #: Recognises the protocol from a connection's first bytes (see gateway.sniff).
     sniff: Sniffer
@@ -36,7 +37,7 @@ class FrontEndSpec:
     unified: bool = True
     #: Builds the front end directly instead of importing ``module`` (tests, plug-ins
     #: that live outside ``gateway/``).
-    factory: Callable[[Gateway], FrontEnd] | None = None
+    factory: Callable[[GatewayContext], FrontEnd] | None = None
 
 
 FRONT_ENDS: tuple[FrontEndSpec, ...] = (
@@ -47,12 +48,12 @@ FRONT_ENDS: tuple[FrontEndSpec, ...] = (
 )
 
 
-def load_front_end(spec: FrontEndSpec, gateway: Gateway) -> FrontEnd | None:
+def load_front_end(spec: FrontEndSpec, ctx: GatewayContext) -> FrontEnd | None:
     """The front end of ``spec``, or ``None`` (logged) when its module does not exist
     yet or has no ``create_frontend``. Any other import error propagates: a front end
     that exists but is broken must stop the start, not be skipped silently."""
     if spec.factory is not None:
-        return _checked(spec, spec.factory(gateway))
+        return _checked(spec, spec.factory(ctx))
     try:
         module = importlib.import_module(spec.module)
     except ModuleNotFoundError as exc:
@@ -70,7 +71,7 @@ def load_front_end(spec: FrontEndSpec, gateway: Gateway) -> FrontEnd | None:
             extra={"protocol": spec.name, "import": spec.module, "reason": "no create_frontend"},
         )
         return None
-    return _checked(spec, factory(gateway))
+    return _checked(spec, factory(ctx))
 
 
 def _checked(spec: FrontEndSpec, front_end: FrontEnd) -> FrontEnd:

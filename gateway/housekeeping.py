@@ -15,29 +15,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
+from broker_core import MessageStore
 from broker_core.cleanup import apply_retention, idle_lmqs, remove_lmqs
-from gateway.topic_space import AMQP_PREFIX, MQTT_PREFIX
-
-if TYPE_CHECKING:
-    from gateway.server import Gateway
+from gateway.topic_space import AMQP_PREFIX, MQTT_PREFIX, TopicSpace
 
 log = logging.getLogger(__name__)
 
 HOUSEKEEPING_INTERVAL_S = 60.0
 
 
-def _in_use(gateway: Gateway, name: str) -> bool:
+def _in_use(store: MessageStore, topic_space: TopicSpace, name: str) -> bool:
     if name.startswith(AMQP_PREFIX):
         return True
     if name.startswith(MQTT_PREFIX):
-        return gateway.topic_space.subscriptions_on(name[len(MQTT_PREFIX) :]) > 0
-    return gateway.store.has_listeners(name)
+        return topic_space.subscriptions_on(name[len(MQTT_PREFIX) :]) > 0
+    return store.has_listeners(name)
 
 
-def run_once(gateway: Gateway) -> None:
-    store = gateway.store
+def run_once(store: MessageStore, topic_space: TopicSpace) -> None:
+    """One pass of retention and idle-LMQ removal (blocking: run it in a thread)."""
     report = apply_retention(store)
     if report.segments_removed:
         log.info(
@@ -50,16 +47,17 @@ def run_once(gateway: Gateway) -> None:
         )
     ttl = store.config.lmq_ttl_ms
     if ttl > 0:
-        doomed = [i.name for i in idle_lmqs(store, ttl) if not _in_use(gateway, i.name)]
+        doomed = [i.name for i in idle_lmqs(store, ttl) if not _in_use(store, topic_space, i.name)]
         if doomed:
             removed = remove_lmqs(store, doomed)
             log.info("idle LMQs removed", extra={"lmqs": removed.lmqs, "messages": removed.entries})
 
 
-async def housekeeping_loop(gateway: Gateway) -> None:
+async def housekeeping_loop(store: MessageStore, topic_space: TopicSpace) -> None:
+    """:func:`run_once` every ``HOUSEKEEPING_INTERVAL_S``, in a worker thread."""
     while True:
         await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
         try:
-            await asyncio.to_thread(run_once, gateway)
+            await asyncio.to_thread(run_once, store, topic_space)
         except Exception:
             log.exception("housekeeping failed")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections import Counter
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +21,7 @@ from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
-    from gateway.server import Gateway
+    from gateway.context import GatewayContext
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +42,9 @@ _REASONS = {
 class HttpFrontEnd(FrontEnd):
     name = "http"
 
-    def __init__(self, gateway: Gateway) -> None:
-        super().__init__(gateway)
-        self._requests = gateway.metrics.counter(
+    def __init__(self, ctx: GatewayContext) -> None:
+        super().__init__(ctx)
+        self._requests = ctx.metrics.counter(
             "lmq_http_requests_total", "HTTP requests by path and status", ("path", "status")
         )
 
@@ -53,37 +52,14 @@ class HttpFrontEnd(FrontEnd):
         return HttpHandler(conn, self)
 
     async def health(self) -> tuple[int, dict[str, Any]]:
-        gw = self.gateway
-        status = "stopping" if gw.stopping else "ok"
-        try:
-            stats: dict[str, Any] = await gw.store_stats()
-        except StoreError as exc:
-            status, stats = "error", {"error": str(exc)}
-        by_protocol = Counter(c.protocol or "pending" for c in gw.connections.values())
-        recovery = gw.store.recovery if gw.store is not None else None
-        body = {
-            "status": status,
-            "uptime_seconds": round(gw.uptime(), 3),
-            "listeners": [
-                {"name": bl.name, "host": bl.host, "port": bl.port, "protocols": list(bl.protocols)}
-                for bl in gw.listeners
-            ],
-            "front_ends": {
-                spec.name: "available" if spec.name in gw.front_ends else "unavailable"
-                for spec in gw.specs
-            },
-            "connections": {"total": len(gw.connections), **by_protocol},
-            "store": stats,
-            "recovery": recovery.summary() if recovery is not None else None,
-        }
-        return (200 if status == "ok" else 503), body
+        return await self.ctx.introspection.health()
 
     async def metrics_text(self) -> str:
         try:
-            await self.gateway.store_stats()
+            await self.ctx.introspection.store_stats()  # refreshes the lmq_store_* gauges
         except StoreError:
             log.warning("store statistics unavailable for /metrics")
-        return self.gateway.metrics.render()
+        return self.ctx.metrics.render()
 
 
 class HttpHandler(ConnectionHandler):
@@ -170,5 +146,5 @@ class HttpHandler(ConnectionHandler):
         self.conn.close(f"http {status}")
 
 
-def create_frontend(gateway: Gateway) -> HttpFrontEnd:
-    return HttpFrontEnd(gateway)
+def create_frontend(ctx: GatewayContext) -> HttpFrontEnd:
+    return HttpFrontEnd(ctx)

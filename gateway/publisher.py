@@ -9,8 +9,11 @@ fsync (group commit, on the store's flusher thread) in sync durability.
 future and no extra loop callback per message: MQTT QoS 1 / 2 publishes use it), and
 :meth:`submit_nowait` has nothing to call back (QoS 0).
 
-``pending`` counts submitted messages not yet acknowledged; front ends pause reading a
-publisher while the store lags (see :attr:`lagging`).
+``pending`` counts submitted messages not yet acknowledged. Back-pressure: while the
+store lags (:attr:`lagging`: too many pending, or a full disk) front ends pause
+reading their publishers and ``await publisher.caught_up.wait()`` (an
+``asyncio.Event``, set whenever the store is not lagging) to resume them; nobody
+polls.
 
 Event-loop thread only.
 """
@@ -58,14 +61,38 @@ class Publisher:
         #: The last append failed for a full disk (see lagging).
         self.disk_full = False
         self._disk_checked = 0.0
+        self._disk_timer: asyncio.TimerHandle | None = None
+        #: Set while the store is not lagging: paused publishers await it.
+        self.caught_up = asyncio.Event()
+        self.caught_up.set()
 
     @property
     def lagging(self) -> bool:
         """The store cannot keep up, or its disk is full: front ends slow publishers
-        down (MQTT pauses reading; AMQP sends connection.blocked)."""
+        down (MQTT pauses reading; AMQP sends connection.blocked) until
+        :attr:`caught_up` is set."""
         if self.disk_full:
             self._check_disk()
+            self._update_caught_up()
         return self.pending > LAG_LIMIT or self.disk_full
+
+    def _update_caught_up(self) -> None:
+        """Keep :attr:`caught_up` equal to ``not lagging``; called wherever ``pending``
+        or ``disk_full`` changes. While the disk is full, free space is checked once a
+        second (no append may come to end the condition)."""
+        if self.pending > LAG_LIMIT or self.disk_full:
+            if self.caught_up.is_set():
+                self.caught_up.clear()
+            if self.disk_full and self._disk_timer is None:
+                self._disk_timer = self.loop.call_later(1.0, self._disk_tick)
+        elif not self.caught_up.is_set():
+            self.caught_up.set()
+
+    def _disk_tick(self) -> None:
+        self._disk_timer = None
+        if self.disk_full:
+            self._check_disk()
+        self._update_caught_up()
 
     def _check_disk(self) -> None:
         """After a full disk: free space again (checked at most once a second) ends the
@@ -82,42 +109,41 @@ class Publisher:
             self.disk_full = False
 
     def submit(self, message: Message, lmqs: Sequence[str]) -> asyncio.Future[AppendResult]:
+        """Append ``message`` to ``lmqs`` with this loop turn's batch; the future
+        completes with the result when the message may be acknowledged, or with the
+        exception that failed it (:class:`MessageTooLarge` at once)."""
         fut: asyncio.Future[AppendResult] = self.loop.create_future()
-        if len(message.body) > self._max_body:
-            fut.set_exception(MessageTooLarge(len(message.body), self._max_body))
-            return fut
-        self._items.append((message, lmqs))
-        self._futures.append(fut)
-        self.pending += 1
-        if not self._scheduled:
-            self._scheduled = True
-            self.loop.call_soon(self._flush)
+        self._enqueue(message, lmqs, fut)
         return fut
 
     def submit_callback(self, message: Message, lmqs: Sequence[str], done: Done) -> None:
         """:meth:`submit` with ``done(result, None)`` / ``done(None, exc)`` called on the
         event loop when the message may be acknowledged (or has failed), instead of a
         future. ``done`` may run inside this call (a message that is too large)."""
-        if len(message.body) > self._max_body:
-            done(None, MessageTooLarge(len(message.body), self._max_body))
-            return
-        self._items.append((message, lmqs))
-        self._futures.append(done)
-        self.pending += 1
-        if not self._scheduled:
-            self._scheduled = True
-            self.loop.call_soon(self._flush)
+        self._enqueue(message, lmqs, done)
 
     def submit_nowait(self, message: Message, lmqs: Sequence[str]) -> bool:
         """:meth:`submit` for a message nobody waits on (MQTT QoS 0): no future, no
         callback. Returns False (nothing queued) if the message is too large; a failed
         append is counted in ``failed`` and logged."""
-        if len(message.body) > self._max_body:
-            self.failed += 1
+        return self._enqueue(message, lmqs, None)
+
+    def _enqueue(self, message: Message, lmqs: Sequence[str],
+                 waiter: asyncio.Future[AppendResult] | Done | None) -> bool:
+        """Queue one message for the end of this loop turn; False (``waiter`` settled
+        with :class:`MessageTooLarge`, or ``failed`` counted) if it is too large."""
+        size = len(message.body)
+        if size > self._max_body:
+            if waiter is None:
+                self.failed += 1
+            else:
+                _settle(waiter, None, MessageTooLarge(size, self._max_body))
             return False
         self._items.append((message, lmqs))
-        self._futures.append(None)
+        self._futures.append(waiter)
         self.pending += 1
+        if self.pending == LAG_LIMIT + 1:
+            self._update_caught_up()
         if not self._scheduled:
             self._scheduled = True
             self.loop.call_soon(self._flush)
@@ -142,6 +168,7 @@ class Publisher:
                 self._disk_checked = self.loop.time()
             self.failed += len(items)
             self.pending -= len(items)
+            self._update_caught_up()
             log.warning("append failed: %s", exc, extra={"messages": len(items)})
             for fut in futures:
                 _settle(fut, None, exc)
@@ -150,6 +177,7 @@ class Publisher:
         self.disk_full = False
         if not self._sync:
             self.pending -= len(items)
+            self._update_caught_up()
             for fut, result in zip(futures, results, strict=True):
                 if fut is not None:
                     _settle(fut, result, None)
@@ -158,6 +186,7 @@ class Publisher:
 
         def done(f: asyncio.Future[int]) -> None:
             self.pending -= len(futures)
+            self._update_caught_up()
             exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
             for fut, result in zip(futures, results, strict=True):
                 if fut is not None:

@@ -1,13 +1,16 @@
 """The gateway: owns the store, the front ends, the listeners and every connection.
 
-Shared server state lives here (the connection table, the counters, the registry);
-per-connection state in :class:`gateway.connection.Connection`; per-session state in
-the front ends.
+Shared server state (the connection table, its counters, the tasks) lives in
+:class:`gateway.state.ServerState`; what front ends are given, in the
+:class:`gateway.context.GatewayContext` built by :meth:`Gateway.start`; per-connection
+state in :class:`gateway.connection.Connection`; per-session state in the front ends.
+Ownership points down: gateway -> context, state, front ends -> connections.
 
 Lifecycle::
 
     gateway = Gateway(config)
-    await gateway.start()        # open the store, start front ends, bind listeners
+    await gateway.start()        # open the store, build the context, start front ends,
+                                 # bind listeners
     await gateway.wait_stopped() # until gateway.request_stop() (e.g. on SIGTERM)
     await gateway.stop()         # ordered, idempotent
 
@@ -22,15 +25,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import ssl
 import time
-from collections import Counter as Tally
+from collections import Counter
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from broker_core import MessageStore
+from broker_core import MessageStore, StoreError
 from gateway.config import GatewayConfig
-from gateway.connection import Connection, GatewayProtocol, format_address
+from gateway.connection import Connection, GatewayProtocol, ListenerSpec, format_address
+from gateway.context import GatewayContext
 from gateway.frontend import FrontEnd
 from gateway.frontends import FRONT_ENDS, FrontEndSpec, load_front_end
 from gateway.housekeeping import housekeeping_loop
@@ -38,20 +43,13 @@ from gateway.metrics import Registry
 from gateway.publisher import Publisher
 from gateway.security import make_authenticator, make_tls_context
 from gateway.sniff import Sniffer
+from gateway.state import ServerState
 from gateway.tasks import TaskOwner
 from gateway.topic_space import TopicSpace
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, slots=True)
-class ListenerSpec:
-    #: Listener name, also the config option prefix (``mqtt`` -> ``mqtt_port``).
-    name: str
-    #: The protocol every connection speaks; ``None`` = sniff it (the unified port).
-    protocol: str | None
-    #: TLS (the config's ``tls_cert``); sniffing then sees the decrypted bytes.
-    tls: bool = False
+__all__ = ["BoundListener", "Gateway", "LISTENERS", "ListenerSpec"]
 
 
 LISTENERS: tuple[ListenerSpec, ...] = (
@@ -82,49 +80,71 @@ class Gateway:
     ) -> None:
         self.config = config
         self.specs = tuple(front_ends)
-        self.store: MessageStore | None = None
         self.front_ends: dict[str, FrontEnd] = {}
         #: (protocol, sniffer) of every front end the unified port serves, in order.
         self.sniffers: list[tuple[str, Sniffer]] = [
             (s.name, s.sniff) for s in self.specs if s.unified
         ]
         self.listeners: list[BoundListener] = []
-        self.connections: dict[int, Connection] = {}
-        self.tasks = TaskOwner()
         self.metrics = Registry()
+        self.state = ServerState(config, self.metrics)
         #: MQTT filters and AMQP amq.topic bindings: one topic space (DESIGN.md).
         self.topic_space = TopicSpace()
         self.started_at = time.monotonic()
-        self.stopping = False
-        #: The event loop, set by :meth:`start`: store listener callbacks run on the
-        #: appending thread and hand over with ``gateway.loop.call_soon_threadsafe``.
-        self.loop: asyncio.AbstractEventLoop | None = None
+        #: What front ends are given; built by :meth:`start` once the store is open.
+        self._ctx: GatewayContext | None = None
+        self._tls_context: ssl.SSLContext | None = None
         self._servers: list[asyncio.Server] = []
-        self._per_address: Tally[str] = Tally()
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._stop_requested = asyncio.Event()
         self._stopped = asyncio.Event()
         self._stop_task: asyncio.Task[None] | None = None
         self._register_metrics()
 
+    @property
+    def ctx(self) -> GatewayContext:
+        """The context of the started gateway (RuntimeError before :meth:`start`)."""
+        if self._ctx is None:
+            raise RuntimeError("the gateway is not started")
+        return self._ctx
+
+    @property
+    def store(self) -> MessageStore | None:
+        """The open store (None before :meth:`start`)."""
+        return self._ctx.store if self._ctx is not None else None
+
+    @property
+    def connections(self) -> dict[int, Connection]:
+        return self.state.connections
+
+    @property
+    def tasks(self) -> TaskOwner:
+        return self.state.tasks
+
+    @property
+    def stopping(self) -> bool:
+        return self.state.stopping
+
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the store, start the front ends, bind the listeners. On failure
-        everything opened so far is closed again and the error propagates."""
+        """Open the store, build the context, start the front ends, bind the
+        listeners. On failure everything opened so far is closed again and the error
+        propagates."""
         cfg = self.config
-        loop = self.loop = asyncio.get_running_loop()
-        self.authenticator = make_authenticator(cfg)
-        self.tls_context = make_tls_context(cfg) if cfg.tls_cert else None
+        loop = asyncio.get_running_loop()
+        authenticator = make_authenticator(cfg)
+        self._tls_context = make_tls_context(cfg) if cfg.tls_cert else None
         log.info("opening store", extra={"data_dir": str(cfg.data_dir)})
-        self.store = await asyncio.to_thread(MessageStore.open, cfg.data_dir, cfg.store)
-        self.publisher = Publisher(self.store, loop)
-        recovery = self.store.recovery
+        store = await asyncio.to_thread(MessageStore.open, cfg.data_dir, cfg.store)
+        self._ctx = ctx = GatewayContext(
+            config=cfg, store=store, publisher=Publisher(store, loop),
+            topic_space=self.topic_space, metrics=self.metrics, loop=loop,
+            authenticator=authenticator, state=self.state, introspection=self)
+        recovery = store.recovery
         log.info("store open", extra={"recovery": recovery.summary() if recovery else "-"})
         try:
             for spec in self.specs:
-                front_end = load_front_end(spec, self)
+                front_end = load_front_end(spec, ctx)
                 if front_end is not None:
                     await front_end.start()
                     self.front_ends[spec.name] = front_end
@@ -135,19 +155,20 @@ class Gateway:
         except BaseException:
             await self.stop()
             raise
-        self.spawn(housekeeping_loop(self), "housekeeping")
+        self.spawn(housekeeping_loop(store, self.topic_space), "housekeeping")
         log.info("gateway ready", extra={"front_ends": ",".join(self.front_ends) or "-"})
 
     async def _listen(
         self, loop: asyncio.AbstractEventLoop, listener: ListenerSpec, port: int
     ) -> None:
         server = await loop.create_server(
-            functools.partial(GatewayProtocol, self, listener),
+            functools.partial(
+                GatewayProtocol, self.state, listener, self.front_ends, self.sniffers),
             self.config.bind,
             port,
             reuse_address=True,
             backlog=1024,
-            ssl=self.tls_context if listener.tls else None,
+            ssl=self._tls_context if listener.tls else None,
         )
         self._servers.append(server)
         if listener.protocol is not None:
@@ -179,7 +200,7 @@ class Gateway:
         await asyncio.shield(self._stop_task)
 
     async def _shutdown(self) -> None:
-        self.stopping = True
+        self.state.stopping = True
         self._stop_requested.set()
         bound = self.config.shutdown_timeout
         log.info("shutdown: stop accepting", extra={"connections": len(self.connections)})
@@ -196,11 +217,11 @@ class Gateway:
             except Exception:
                 log.exception("goodbye failed", extra=conn.log_fields())
                 conn.abort("shutdown")
-        if not await _wait_event(self._idle, bound):
+        if not await _wait_event(self.state.idle, bound):
             log.warning("shutdown: aborting connections", extra={"left": len(self.connections)})
             for conn in list(self.connections.values()):
                 conn.abort("shutdown timeout")
-            await _wait_event(self._idle, 1.0)
+            await _wait_event(self.state.idle, 1.0)
         for server in self._servers:
             await server.wait_closed()
         self.tasks.cancel()
@@ -212,9 +233,9 @@ class Gateway:
                 await asyncio.wait_for(front_end.stop(), bound)
             except Exception:
                 log.exception("shutdown: front end stop failed", extra={"protocol": name})
-        if self.store is not None:
+        if self._ctx is not None:
             log.info("shutdown: closing store")
-            await asyncio.to_thread(self.store.close)
+            await asyncio.to_thread(self._ctx.store.close)
         log.info("shutdown: done")
         self._stopped.set()
 
@@ -237,88 +258,45 @@ class Gateway:
     def uptime(self) -> float:
         return time.monotonic() - self.started_at
 
-    # -- connections (called by GatewayProtocol) ----------------------------------------
-
-    def _admit(self, listener: str, transport: asyncio.Transport) -> Connection | None:
-        cfg = self.config
-        self._accepted.inc(listener=listener)
-        reason = ""
-        peer = transport.get_extra_info("peername")
-        host = peer[0] if isinstance(peer, tuple) else str(peer)
-        if self.stopping:
-            reason = "shutting_down"
-        elif len(self.connections) >= cfg.max_connections:
-            reason = "max_connections"
-        elif (
-            cfg.max_connections_per_address
-            and self._per_address[host] >= cfg.max_connections_per_address
-        ):
-            reason = "max_connections_per_address"
-        if reason:
-            self.count_rejected(reason)
-            log.warning(
-                "connection refused",
-                extra={"peer": format_address(peer), "listener": listener, "reason": reason},
-            )
-            transport.close()
-            return None
-        conn = Connection(self, listener, transport)
-        self.connections[conn.id] = conn
-        self._per_address[conn.peer_host] += 1
-        self._idle.clear()
-        self._open.inc(protocol="pending")
-        conn._start_connect_timer(cfg.connect_timeout)
-        log.info("connection accepted", extra=conn.log_fields())
-        return conn
-
-    def _assign_protocol(self, conn: Connection, protocol: str) -> None:
-        conn.protocol = protocol
-        self._open.dec(protocol="pending")
-        self._open.inc(protocol=protocol)
-
-    def _release(self, conn: Connection, exc: Exception | None) -> None:
-        if self.connections.pop(conn.id, None) is None:
-            return
-        conn._lost()
-        self._per_address[conn.peer_host] -= 1
-        if self._per_address[conn.peer_host] <= 0:
-            del self._per_address[conn.peer_host]
-        protocol = conn.protocol or "pending"
-        self._open.dec(protocol=protocol)
-        self._closed_total.inc(protocol=protocol)
-        reason = conn.close_reason or ("error" if exc else "closed")
-        fields = {**conn.log_fields(), "reason": reason, "bytes_in": conn.bytes_in,
-                  "bytes_out": conn.bytes_out,
-                  "seconds": round(time.monotonic() - conn.opened_at, 3)}
-        if exc is not None:
-            fields["error"] = str(exc) or type(exc).__name__
-        log.info("connection closed", extra=fields)
-        if not self.connections:
-            self._idle.set()
-
     def count_rejected(self, reason: str) -> None:
-        self._rejected.inc(reason=reason)
+        self.state.count_rejected(reason)
+
+    async def health(self) -> tuple[int, dict[str, Any]]:
+        """``/health``: 200 and ``status: ok`` while serving, 503 when stopping or the
+        store fails."""
+        status = "stopping" if self.stopping else "ok"
+        try:
+            stats: dict[str, Any] = await self.store_stats()
+        except StoreError as exc:
+            status, stats = "error", {"error": str(exc)}
+        by_protocol = Counter(c.protocol or "pending" for c in self.connections.values())
+        recovery = self.store.recovery if self.store is not None else None
+        body = {
+            "status": status,
+            "uptime_seconds": round(self.uptime(), 3),
+            "listeners": [
+                {"name": bl.name, "host": bl.host, "port": bl.port, "protocols": list(bl.protocols)}
+                for bl in self.listeners
+            ],
+            "front_ends": {
+                spec.name: "available" if spec.name in self.front_ends else "unavailable"
+                for spec in self.specs
+            },
+            "connections": {"total": len(self.connections), **by_protocol},
+            "store": stats,
+            "recovery": recovery.summary() if recovery is not None else None,
+        }
+        return (200 if status == "ok" else 503), body
 
     # -- metrics -----------------------------------------------------------------------
 
     def _register_metrics(self) -> None:
         m = self.metrics
-        self._open = m.gauge("lmq_connections", "Open connections by protocol", ("protocol",))
-        self._accepted = m.counter(
-            "lmq_connections_accepted_total", "Connections accepted by listener", ("listener",)
-        )
-        self._closed_total = m.counter(
-            "lmq_connections_closed_total", "Connections closed by protocol", ("protocol",)
-        )
-        self._rejected = m.counter(
-            "lmq_connections_rejected_total",
-            "Connections closed by the gateway before or instead of serving them",
-            ("reason",),
-        )
         uptime = m.gauge("lmq_uptime_seconds", "Seconds since the gateway started")
         m.on_collect(lambda: uptime.set(round(self.uptime(), 3)))
         tasks = m.gauge("lmq_asyncio_tasks", "Tasks alive on the gateway's event loop")
-        m.on_collect(lambda: tasks.set(len(asyncio.all_tasks(self.loop)) if self.loop else 0))
+        m.on_collect(
+            lambda: tasks.set(len(asyncio.all_tasks(self._ctx.loop)) if self._ctx else 0))
         self._store_gauges = {
             key: m.gauge(f"lmq_store_{key}", text)
             for key, text in (

@@ -17,7 +17,7 @@ The signatures are distinct on the first byte, so the order does not matter toda
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 Sniffer = Callable[[bytes], bool | None]
 
@@ -55,7 +55,7 @@ def _starts_with(prefix: bytes, signature: bytes) -> bool | None:
     return None if signature.startswith(prefix) else False
 
 
-def classify(prefix: bytes, sniffers: list[tuple[str, Sniffer]]) -> str | bool | None:
+def classify(prefix: bytes, sniffers: Sequence[tuple[str, Sniffer]]) -> str | bool | None:
     """The name of the protocol ``prefix`` belongs to; ``None`` when more bytes are
     needed to tell; ``False`` when no sniffer claims it (or it is already
     :data:`MAX_PREFIX` bytes long and still undecided)."""

@@ -53,7 +53,7 @@ def amqp_queue_lmq(vhost: str, queue: str) -> str:
 
 class TopicSpace:
     def __init__(self) -> None:
-        self._filters = TopicTrie()
+        self._filters: TopicTrie[str] = TopicTrie()
         self._refs: dict[str, int] = {}
         self._amq_topic: Callable[[str], list[str]] | None = None
         self._routes: dict[str, tuple[str, ...]] = {}

@@ -17,10 +17,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gateway.amqp.frontend import AmqpFrontEnd
-    from gateway.server import Gateway
+    from gateway.context import GatewayContext
 
 
-def create_frontend(gateway: Gateway) -> AmqpFrontEnd:
+def create_frontend(ctx: GatewayContext) -> AmqpFrontEnd:
     from gateway.amqp.frontend import AmqpFrontEnd
+    from protocol.amqp import relax_pamqp_name_validation
 
-    return AmqpFrontEnd(gateway)
+    # pamqp's name checks are stricter than RabbitMQ's; the server relaxes them once.
+    relax_pamqp_name_validation()
+    return AmqpFrontEnd(ctx)

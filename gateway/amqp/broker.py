@@ -13,20 +13,28 @@ A binding is durable when both its ends are. At start :meth:`Broker.load` rebuil
 durable topology, and removes the LMQ of every queue that was not durable (the queues'
 LMQs are named ``amqp:<vhost>:<queue>``): non-durable queues do not survive a restart.
 
+The broker owns its queues (ownership points down: front end -> broker -> queues) and
+is their :class:`~gateway.amqp.model.QueueOwner`: it batches their settlements into
+one store write per loop turn and publishes their dead letters.
+
 Event-loop thread only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from broker_core import MessageStore, Record, StoreError
 from broker_core.cleanup import remove_lmqs
+from gateway.amqp.messages import dead_letter_message
 from gateway.amqp.model import (
     EQUIVALENCE_ARGS,
     EXCHANGE_TYPES,
@@ -39,7 +47,8 @@ from gateway.amqp.model import (
     describe,
 )
 from gateway.amqp.queues import GROUP, Queue
-from gateway.topic_space import AMQP_PREFIX
+from gateway.publisher import Publisher
+from gateway.topic_space import AMQP_PREFIX, TopicSpace
 from lmq.topic_space import mqtt_to_amqp
 from protocol.amqp.errors import (
     ACCESS_REFUSED,
@@ -47,12 +56,10 @@ from protocol.amqp.errors import (
     NOT_FOUND,
     PRECONDITION_FAILED,
     RESOURCE_LOCKED,
+    AMQPError,
     ChannelError,
     ConnectionLevelError,
 )
-
-if TYPE_CHECKING:
-    from gateway.amqp.frontend import AmqpFrontEnd
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +89,69 @@ def _default_refused() -> ChannelError:
 
 
 class Broker:
-    def __init__(self, front: AmqpFrontEnd) -> None:
-        self.front = front
-        self.store = front.store
+    def __init__(self, store: MessageStore, publisher: Publisher, topic_space: TopicSpace,
+                 loop: asyncio.AbstractEventLoop, *, max_queues_per_connection: int = 0,
+                 ) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.topic_space = topic_space
+        self.loop = loop
+        #: Queues one connection may have created and not deleted (0: no limit).
+        self.max_queues_per_connection = max_queues_per_connection
         self.vhosts: dict[str, VHost] = {}
         self.exclusive: dict[int, set[Queue]] = {}
+        self._acks: list[str] = []
+        self._acks_scheduled = False
+
+    # -- for the queues (QueueOwner) ---------------------------------------------------
+
+    @staticmethod
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+    def ack_soon(self, receipt: str) -> None:
+        """Queue an ack for the batch written at the end of this loop turn. A crash
+        before it is written redelivers the message (at least once, as for any unacked
+        delivery)."""
+        self._acks.append(receipt)
+        if not self._acks_scheduled:
+            self._acks_scheduled = True
+            self.loop.call_soon(self.flush_acks)
+
+    def ack_soon_many(self, receipts: list[str]) -> None:
+        self._acks.extend(receipts)
+        if not self._acks_scheduled:
+            self._acks_scheduled = True
+            self.loop.call_soon(self.flush_acks)
+
+    def flush_acks(self) -> None:
+        self._acks_scheduled = False
+        acks, self._acks = self._acks, []
+        if acks:
+            try:
+                self.store.ack_many(acks)
+            except StoreError as exc:
+                log.warning("acks not recorded: %s", exc, extra={"acks": len(acks)})
+
+    def dead_letter(self, queue: Queue, record: Record, reason: str) -> None:
+        """Publish the x-death copy of ``record`` to ``queue``'s dead-letter exchange
+        (one append, to every queue it routes to). Dropped if it routes nowhere."""
+        a = queue.args
+        assert a.dlx is not None
+        message, key, headers = dead_letter_message(
+            record, queue.name, reason, a.dlx, a.dlrk, self.now_ms())
+        try:
+            targets, mqtt = self.route(queue.vhost, a.dlx, key, headers)
+        except AMQPError:
+            return  # the DLX does not exist: RabbitMQ drops the message too
+        lmqs = [q.lmq for q in targets]
+        if mqtt:
+            lmqs += self.topic_space.route_amq_topic(key)
+        if lmqs:
+            self.publisher.submit_callback(message, lmqs, _log_dead_letter_failure)
+
+    def queue_unused(self, queue: Queue) -> None:
+        self.delete_queue_now(queue)
 
     # -- vhosts ------------------------------------------------------------------------
 
@@ -235,8 +300,12 @@ class Broker:
         return q
 
     @staticmethod
-    def _check_owner(q: Queue, conn_id: int) -> None:
-        if q.defn.exclusive and q.defn.owner != conn_id:
+    def _check_owner(q: Queue, conn_id: int, strict: bool = False) -> None:
+        """405 RESOURCE_LOCKED unless connection ``conn_id`` may use ``q``: any
+        connection may use a shared queue, only its owner an exclusive one. ``strict``
+        (a non-passive redeclare) also requires ``conn_id`` to be the queue's owner
+        (0 for a shared queue), as RabbitMQ's ``check_exclusive_access``."""
+        if (strict or q.defn.exclusive) and q.defn.owner != conn_id:
             raise ChannelError(
                 RESOURCE_LOCKED,
                 f"cannot obtain exclusive access to locked queue '{q.name}' in vhost "
@@ -262,11 +331,14 @@ class Broker:
             raise ChannelError(
                 ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'")
         if existing is not None:
-            self._check_owner(existing, conn_id)
+            # RabbitMQ's strict ownership check: the declaring connection must own the
+            # queue exactly as declared, so another connection's exclusive queue, a
+            # shared queue declared exclusive, and the owner's exclusive queue declared
+            # shared are all 405, before the equivalence of the other fields.
+            self._check_owner(existing, conn_id if exclusive else 0, strict=True)
             d = existing.defn
             checks: list[tuple[str, Any, Any]] = [
-                ("durable", durable, d.durable), ("exclusive", exclusive, d.exclusive),
-                ("auto_delete", auto_delete, d.auto_delete)]
+                ("durable", durable, d.durable), ("auto_delete", auto_delete, d.auto_delete)]
             checks += [(a, arguments.get(a), d.arguments.get(a)) for a in EQUIVALENCE_ARGS]
             for arg, theirs, ours in checks:
                 if describe(theirs) != describe(ours):
@@ -276,7 +348,7 @@ class Broker:
                         f" received '{describe(theirs)}' but current is '{describe(ours)}'")
             existing.touch()
             return existing
-        limit = self.front.gateway.config.max_queues_per_connection
+        limit = self.max_queues_per_connection
         if limit and conn_id and sum(
             1 for v in self.vhosts.values() for q in v.queues.values() if q.creator == conn_id
         ) >= limit:
@@ -293,7 +365,8 @@ class Broker:
         return q
 
     def _add_queue(self, vh: VHost, defn: QueueDef) -> Queue:
-        q = Queue(self.front, defn)
+        q = Queue(self.store, self.loop, defn, self)
+        q.open()
         vh.queues[defn.name] = q
         if defn.exclusive:
             self.exclusive.setdefault(defn.owner, set()).add(q)
@@ -338,7 +411,7 @@ class Broker:
             self._delete(f"q/{q.vhost}\x00{q.name}")
         # Publishes routed here earlier in this loop turn are appended first: appended
         # after the removal, they would create the queue's LMQ again, orphaned.
-        self.front.gateway.publisher.flush()
+        self.publisher.flush()
         remove_lmqs(self.store, q.lmqs)
 
     def purge(self, q: Queue) -> int:
@@ -458,3 +531,8 @@ class Broker:
     def all_queues(self) -> Iterator[Queue]:
         for vh in self.vhosts.values():
             yield from vh.queues.values()
+
+
+def _log_dead_letter_failure(_result: Any, exc: BaseException | None) -> None:
+    if exc is not None:
+        log.warning("dead-letter publish failed: %s", exc)

@@ -6,13 +6,17 @@ receipt; ack acks the receipt, nack/reject with requeue (and channel close, and
 basic.recover) make it visible again at once, so it comes back with ``redelivered``.
 
 Publishing (:meth:`AmqpChannel.publish`): route through the exchange, then ONE
-``gateway.publisher.submit`` with the LMQ of every queue reached (plus, through
+``publisher.submit`` with the LMQ of every queue reached (plus, through
 ``amq.topic`` of vhost ``/``, every matching MQTT subscriber's LMQ). A mandatory
 message that reaches nothing gets ``basic.return`` 312 NO_ROUTE first; in confirm mode
 the publish's sequence number is acknowledged when the store acknowledges the append
 (in order; consecutive acks are sent as one ``multiple`` ack), nacked if it fails or
 a queue with ``x-overflow=reject-publish`` is full. In tx mode publishes and acks wait
 for ``tx.commit``.
+
+A channel is owned by its connection handler and holds the broker it routes through;
+it calls the handler only through :class:`~gateway.amqp.model.ChannelHost`, and
+queues call it through :class:`~gateway.amqp.model.Deliverer`.
 
 Event-loop thread only.
 """
@@ -36,6 +40,7 @@ from gateway.amqp.messages import (
     delivery_fields,
     to_store_message,
 )
+from gateway.amqp.model import ChannelHost, Stats
 from gateway.amqp.queues import Consumer, Queue, new_consumer_tag
 from protocol.amqp.errors import (
     ACCESS_REFUSED,
@@ -48,7 +53,7 @@ from protocol.amqp.errors import (
 
 if TYPE_CHECKING:
     from broker_core.pop import PoppedMessage
-    from gateway.amqp.handler import AmqpHandler
+    from gateway.amqp.broker import Broker
     from protocol.amqp.events import ContentReceived
 
 log = logging.getLogger(__name__)
@@ -70,9 +75,11 @@ _new_unacked = tuple.__new__  # (Unacked, (queue, receipt, consumer, record))
 
 
 class AmqpChannel:
-    def __init__(self, handler: AmqpHandler, channel_id: int) -> None:
+    def __init__(self, handler: ChannelHost, channel_id: int, broker: Broker,
+                 stats: Stats) -> None:
         self.handler = handler
-        self.front = handler.front
+        self.broker = broker
+        self.stats = stats
         self.id = channel_id
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict[int, Unacked] = {}
@@ -95,6 +102,9 @@ class AmqpChannel:
         return len(self.unacked)
 
     # -- delivery ----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        self.handler.flush()
 
     def can_deliver(self) -> bool:
         if self.closed:
@@ -130,6 +140,7 @@ class AmqpChannel:
                 if (check_all or EXPIRES_AT in rp) and queue.drop_if_dead(p, now):
                     continue
                 raw = rp.get(HEADER)
+                exchange: str | bytes
                 if raw is not None:
                     exchange = rp.get(EXCHANGE, b"")
                     # the topic (a str the encoder compares with the last one's), unless
@@ -148,7 +159,7 @@ class AmqpChannel:
             n = tag - first
             if n:
                 self.next_tag = tag
-                self.front.n_delivered += n
+                self.stats.delivered += n
                 if no_ack:
                     queue.ack_all(settled)
                 else:
@@ -308,7 +319,7 @@ class AmqpChannel:
         exchange, routing_key, raw = delivery_fields(record)
         h.write(h.proto.send_get_ok(self.id, tag, p.deliveries > 1, exchange, routing_key,
                                     remaining, raw, record.body))
-        self.front.n_delivered += 1
+        self.stats.delivered += 1
         if m.no_ack:
             queue.ack(p.receipt)
         else:
@@ -334,14 +345,14 @@ class AmqpChannel:
             raise ConnectionLevelError(NOT_IMPLEMENTED, "immediate=true", method=m)
         h = self.handler
         if m.exchange:
-            x = h.front.broker.exchange(h.vhost, m.exchange)
+            x = self.broker.exchange(h.vhost, m.exchange)
             if x.internal:
                 raise ChannelError(
                     ACCESS_REFUSED,
                     f"cannot publish to internal exchange '{m.exchange}' in vhost '{h.vhost}'",
                     method=m)
         h.check("write", m.exchange, m, exchange=True)
-        self.front.n_published += 1
+        self.stats.published += 1
         if self.tx:
             self._tx_publishes.append(ev)
             return
@@ -365,10 +376,10 @@ class AmqpChannel:
         With ``done``, it is called ``done(result, exc)`` when the append is settled
         (no future: None is returned in its place)."""
         h, m = self.handler, ev.method
-        front = self.front
+        broker = self.broker
         header = ev.header
         headers = header.headers if header._headers_span is not None else None
-        queues, mqtt = front.broker.route(h.vhost, m.exchange, m.routing_key, headers)
+        queues, mqtt = broker.route(h.vhost, m.exchange, m.routing_key, headers)
         full: list[Queue] = _NONE_FULL
         for q in queues:
             if q.rejects_when_full and q.is_full():
@@ -380,21 +391,21 @@ class AmqpChannel:
             dlx = [q for q in full
                    if q.args.overflow == "reject-publish-dlx" and q.args.dlx is not None]
             if dlx:  # ... and with -dlx, dead-lettered as "maxlen" (RabbitMQ 3.8+)
-                now = front.now_ms()
+                now = broker.now_ms()
                 refused = Record.of_message(
                     to_store_message(m.exchange, m.routing_key, ev.header, ev.body,
                                      h.origin, now),
                     store_ms=now,
                 )
                 for q in dlx:
-                    front.dead_letter(q, refused, "maxlen")
+                    broker.dead_letter(q, refused, "maxlen")
         priority = header.priority
         if len(queues) == 1 and not priority and not mqtt:  # the common case
             lmqs = queues[0].lmq_only  # (read-only, shared)
         else:
             lmqs = [q.lmq_for(priority) for q in queues]
             if mqtt:
-                lmqs += front.gateway.topic_space.route_amq_topic(m.routing_key)
+                lmqs += broker.topic_space.route_amq_topic(m.routing_key)
         if not lmqs:
             if m.mandatory and not full:
                 h.write(h.proto.send_return(
@@ -403,22 +414,22 @@ class AmqpChannel:
             if done is not None:
                 done(None, None)
                 return None, bool(full)
-            fut: asyncio.Future[Any] = front.loop.create_future()
+            fut: asyncio.Future[Any] = broker.loop.create_future()
             fut.set_result(None)
             return fut, bool(full)
         message = to_store_message(m.exchange, m.routing_key, header, ev.body,
-                                   h.origin, h.now_ms if h.now_ms else front.now_ms())
+                                   h.origin, h.now_ms if h.now_ms else broker.now_ms())
         if done is not None:
-            front.gateway.publisher.submit_callback(message, lmqs, done)
+            broker.publisher.submit_callback(message, lmqs, done)
             return None, bool(full)
-        return front.gateway.publisher.submit(message, lmqs), bool(full)
+        return broker.publisher.submit(message, lmqs), bool(full)
 
     def confirm_soon(self) -> None:
         """An append was settled: the confirms go out once, after every settle of this
         loop turn (so consecutive ones coalesce into one ``multiple`` ack)."""
         if not self._confirms_scheduled:
             self._confirms_scheduled = True
-            self.front.loop.call_soon(self._confirmed)
+            self.broker.loop.call_soon(self._confirmed)
 
     def _confirmed(self) -> None:
         self._confirms_scheduled = False
@@ -468,7 +479,8 @@ class AmqpChannel:
             raise ChannelError(PRECONDITION_FAILED, "channel is not transactional", method=m)
         publishes, self._tx_publishes = self._tx_publishes, []
         settles, self._tx_pending = self._tx_pending, []
-        futures = [self._route_and_submit(ev)[0] for ev in publishes]
+        futures = [fut for ev in publishes
+                   if (fut := self._route_and_submit(ev)[0]) is not None]
         requeue: dict[Queue, list[str]] = {}
         for u, action in settles:
             self._settle_one(u, action, requeue)
@@ -482,7 +494,7 @@ class AmqpChannel:
             if not self.closed and h.proto.channel_is_open(self.id):
                 h.write(h.proto.send_method(self.id, Tx.CommitOk()))
 
-        h.conn.spawn(commit(), f"amqp-tx-{self.id}")
+        h.spawn(commit(), f"amqp-tx-{self.id}")
 
     def tx_rollback(self, m: Any) -> None:
         if not self.tx:

@@ -2,8 +2,9 @@
 
 Shared state (this object): the :class:`~gateway.amqp.broker.Broker` (topology), the
 connection handlers, the metrics, the ``amq.topic`` router of the shared topic space.
-Background work: the TTL sweep of queues with ``x-message-ttl``, the pop revive, the
-watch of blocked publishers.
+Background work: the TTL sweep of queues with ``x-message-ttl``, the pop revive, and
+one task that unblocks blocked publishers when the store's publisher is caught up.
+Ownership points down: front end -> broker -> queues; handlers -> channels.
 
 At start, messages that were delivered and unacknowledged when the previous gateway
 stopped (or died) are made visible again at once, so they are redelivered (with the
@@ -16,52 +17,42 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from broker_core import Record, StoreError
+from broker_core import StoreError
 from gateway.amqp.broker import Broker
 from gateway.amqp.handler import AmqpHandler
-from gateway.amqp.messages import dead_letter_message
-from gateway.amqp.queues import GROUP, Queue
+from gateway.amqp.model import Stats
+from gateway.amqp.queues import GROUP
 from gateway.frontend import FrontEnd
-from protocol.amqp.errors import AMQPError
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
-    from gateway.server import Gateway
+    from gateway.context import GatewayContext
 
 log = logging.getLogger(__name__)
 
 TTL_SWEEP_S = 0.1
-BLOCKED_CHECK_S = 0.05
 
 
 class AmqpFrontEnd(FrontEnd):
     name = "amqp"
 
-    def __init__(self, gateway: Gateway) -> None:
-        super().__init__(gateway)
+    def __init__(self, ctx: GatewayContext) -> None:
+        super().__init__(ctx)
+        self.loop = ctx.loop
+        self.store = ctx.store
+        self.broker = Broker(
+            ctx.store, ctx.publisher, ctx.topic_space, ctx.loop,
+            max_queues_per_connection=ctx.config.max_queues_per_connection)
         self.handlers: dict[int, AmqpHandler] = {}
         self._blocked: set[AmqpHandler] = set()
-        self._blocked_timer: asyncio.TimerHandle | None = None
-        self.loop_thread = 0
-        self._acks: list[str] = []
-        self._acks_scheduled = False
-        #: Counted here per message, added to the counters when metrics are collected
-        #: (a Counter.inc per message was a measurable share of the CPU).
-        self.n_published = 0
-        self.n_delivered = 0
+        self._unblocker: asyncio.Task[None] | None = None
+        self.stats = Stats()
+        self._register_metrics()
 
     async def start(self) -> None:
-        gw = self.gateway
-        assert gw.loop is not None and gw.store is not None
-        self.loop = gw.loop
-        self.loop_thread = threading.get_ident()
-        self.store = gw.store
-        self._register_metrics()
-        self.broker = Broker(self)
+        ctx = self.ctx
         self.broker.load()
         # RabbitMQ requeues without limit; x-delivery-limit is enforced per queue here.
         self.store.set_max_deliveries(GROUP, 0)
@@ -69,33 +60,9 @@ class AmqpFrontEnd(FrontEnd):
         # pop (broker_core.pop): a crash still redelivers every unacked one.
         self.store.set_memory_inflight(GROUP)
         self._requeue_interrupted()
-        gw.topic_space.set_amq_topic_router(self.broker.amq_topic_lmqs)
-        gw.spawn(self._ttl_loop(), "amqp-ttl")
-        gw.spawn(self._revive_loop(), "amqp-revive")
-
-    def ack_soon(self, receipt: str) -> None:
-        """Queue an ack for the batch written at the end of this loop turn. A crash
-        before it is written redelivers the message (at least once, as for any unacked
-        delivery)."""
-        self._acks.append(receipt)
-        if not self._acks_scheduled:
-            self._acks_scheduled = True
-            self.loop.call_soon(self.flush_acks)
-
-    def ack_soon_many(self, receipts: list[str]) -> None:
-        self._acks.extend(receipts)
-        if not self._acks_scheduled:
-            self._acks_scheduled = True
-            self.loop.call_soon(self.flush_acks)
-
-    def flush_acks(self) -> None:
-        self._acks_scheduled = False
-        acks, self._acks = self._acks, []
-        if acks:
-            try:
-                self.store.ack_many(acks)
-            except StoreError as exc:
-                log.warning("acks not recorded: %s", exc, extra={"acks": len(acks)})
+        ctx.topic_space.set_amq_topic_router(self.broker.amq_topic_lmqs)
+        ctx.spawn(self._ttl_loop(), "amqp-ttl")
+        ctx.spawn(self._revive_loop(), "amqp-revive")
 
     def _requeue_interrupted(self) -> None:
         """Deliveries unacked when the gateway stopped go back to their queues."""
@@ -105,7 +72,7 @@ class AmqpFrontEnd(FrontEnd):
             log.info("amqp unacked messages requeued", extra={"messages": released})
 
     def _register_metrics(self) -> None:
-        m = self.gateway.metrics
+        m = self.ctx.metrics
         self.published = m.counter(
             "lmq_amqp_messages_published_total", "basic.publish received from clients")
         self.delivered = m.counter(
@@ -123,12 +90,13 @@ class AmqpFrontEnd(FrontEnd):
         q_consumers = m.gauge("lmq_amqp_queue_consumers", "Consumers per queue", labels)
 
         def collect() -> None:
-            if self.n_published:
-                self.published.inc(self.n_published)
-                self.n_published = 0
-            if self.n_delivered:
-                self.delivered.inc(self.n_delivered)
-                self.n_delivered = 0
+            stats = self.stats
+            if stats.published:
+                self.published.inc(stats.published)
+                stats.published = 0
+            if stats.delivered:
+                self.delivered.inc(stats.delivered)
+                stats.delivered = 0
             all_queues = list(self.broker.all_queues())
             connections.set(len(self.handlers))
             queues.set(len(all_queues))
@@ -162,50 +130,32 @@ class AmqpFrontEnd(FrontEnd):
             handler.goodbye()
 
     async def stop(self) -> None:
-        self.flush_acks()
-        self.gateway.topic_space.set_amq_topic_router(None)
-        if self._blocked_timer is not None:
-            self._blocked_timer.cancel()
+        self.broker.flush_acks()
+        self.ctx.topic_space.set_amq_topic_router(None)
         for q in list(self.broker.all_queues()):
             q.close()
 
     # -- publisher flow control --------------------------------------------------------
 
     def watch_blocked(self, handler: AmqpHandler) -> None:
+        """``handler`` paused for a lagging store: unblock it once the publisher's
+        ``caught_up`` event is set (one waiting task for every blocked handler)."""
         self._blocked.add(handler)
-        if self._blocked_timer is None:
-            self._blocked_timer = self.loop.call_later(BLOCKED_CHECK_S, self._check_blocked)
+        if self._unblocker is None:
+            self._unblocker = self.ctx.spawn(self._unblock_when_caught_up(), "amqp-unblock")
 
-    def _check_blocked(self) -> None:
-        self._blocked_timer = None
-        if self.gateway.publisher.lagging:
-            if self._blocked:
-                self._blocked_timer = self.loop.call_later(BLOCKED_CHECK_S, self._check_blocked)
-            return
-        blocked, self._blocked = self._blocked, set()
-        for handler in blocked:
-            handler.unblock()
-
-    # -- dead-lettering ----------------------------------------------------------------
-
-    def dead_letter(self, queue: Queue, record: Record, reason: str) -> None:
-        """Publish the x-death copy of ``record`` to ``queue``'s dead-letter exchange
-        (one append, to every queue it routes to). Dropped if it routes nowhere."""
-        a = queue.args
-        assert a.dlx is not None
-        message, key, headers = dead_letter_message(
-            record, queue.name, reason, a.dlx, a.dlrk, self.now_ms())
+    async def _unblock_when_caught_up(self) -> None:
+        publisher = self.ctx.publisher
         try:
-            targets, mqtt = self.broker.route(queue.vhost, a.dlx, key, headers)
-        except AMQPError:
-            return  # the DLX does not exist: RabbitMQ drops the message too
-        lmqs = [q.lmq for q in targets]
-        if mqtt:
-            lmqs += self.gateway.topic_space.route_amq_topic(key)
-        if not lmqs:
-            return
-        fut = self.gateway.publisher.submit(message, lmqs)
-        fut.add_done_callback(_ignore_result)
+            while self._blocked:
+                await publisher.caught_up.wait()
+                if publisher.lagging:  # (it may have lagged again before this ran)
+                    continue
+                blocked, self._blocked = self._blocked, set()
+                for handler in blocked:
+                    handler.unblock()
+        finally:
+            self._unblocker = None
 
     # -- background work ---------------------------------------------------------------
 
@@ -223,19 +173,8 @@ class AmqpFrontEnd(FrontEnd):
         """Deliveries unacknowledged past INVISIBLE_MS go back to their queue."""
         while True:
             due = self.store.pop_consumer.next_revive_at()
-            now = self.now_ms()
+            now = self.broker.now_ms()
             wait = 1.0 if due is None else min(1.0, max(0.0, (due - now) / 1000))
             await asyncio.sleep(wait)
-            if due is not None and due <= self.now_ms():
+            if due is not None and due <= self.broker.now_ms():
                 self.store.revive()
-
-    # -- clocks --------------------------------------------------------------------------
-
-    @staticmethod
-    def now_ms() -> int:
-        return time.time_ns() // 1_000_000
-
-
-def _ignore_result(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled() and fut.exception() is not None:
-        log.warning("dead-letter publish failed: %s", fut.exception())

@@ -4,13 +4,17 @@
 it yields. An ``AMQPError`` (the peer's, or one the broker raises: 404, 406, ...) is
 answered with the machine's ``send_error`` bytes: a channel error closes that channel
 (its consumers are cancelled and its unacked messages requeued), a connection error
-the connection. Output is gathered and written once per loop turn, in order (a
-delivery is one chunk, so content frames never interleave).
+the connection. Output goes to the connection's outbox
+(:meth:`gateway.connection.Connection.queue`): written once per loop turn, in order
+(a delivery is one chunk, so content frames never interleave).
 
 Authentication runs in a thread (scrypt); frames that arrive meanwhile wait in the
 machine's buffer. Heartbeats use the value of the client's TuneOk. While the store
-lags (``gateway.publisher.lagging``) reading pauses and clients that advertise the
-``connection.blocked`` capability get ``connection.blocked``/``unblocked``.
+lags (``publisher.lagging``) reading pauses and clients that advertise the
+``connection.blocked`` capability get ``connection.blocked``, then ``unblocked`` when
+the publisher's ``caught_up`` event is set.
+
+Methods are dispatched through a table (:data:`_METHODS`, method name -> function).
 
 Per-connection state only. Event-loop thread only.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -60,9 +65,6 @@ log = logging.getLogger(__name__)
 C, Ch, B, Q, X = (commands.Connection, commands.Channel, commands.Basic, commands.Queue,
                   commands.Exchange)
 FRAME_MAX = 131072
-#: Output gathered beyond this is written at once, so the socket's flow control (and
-#: so the consumers' credit) sees it.
-FLUSH_AT = 256 * 1024
 #: After our Connection.Close, how long the peer has to answer CloseOk.
 CLOSE_GRACE_S = 2.0
 #: Methods that only settle deliveries (see _handle).
@@ -73,10 +75,13 @@ class AmqpHandler(ConnectionHandler):
     def __init__(self, front: AmqpFrontEnd, conn: Connection) -> None:
         super().__init__(conn)
         self.front = front
-        cfg = front.gateway.config
+        ctx = front.ctx
+        self.broker = front.broker
+        self.authenticator = ctx.authenticator
+        self.publisher = ctx.publisher
         self.proto = AMQPConnection(
-            frame_max=min(FRAME_MAX, cfg.max_packet_size),
-            max_message_size=front.store.config.max_message_bytes,
+            frame_max=min(FRAME_MAX, ctx.config.max_packet_size),
+            max_message_size=ctx.store.config.max_message_bytes,
             server_properties={"cluster_name": "lmq-gateway"},
         )
         self.channels: dict[int, AmqpChannel] = {}
@@ -88,35 +93,22 @@ class AmqpHandler(ConnectionHandler):
         self._busy = False
         #: A publish was submitted since the last check_blocked().
         self.published = False
-        self._out: list[bytes] = []
-        self._out_size = 0
-        self._flush_scheduled = False
         self._drain_task: asyncio.Task[None] | None = None
         self._last_recv = time.monotonic()
-        self._last_send = time.monotonic()
         self.now_ms = 0  # set by _process
 
-    # -- output ------------------------------------------------------------------------
+    # -- output (the connection's outbox) ------------------------------------------------
 
     def write(self, data: bytes) -> None:
-        if not data or self.closed:
-            return
-        self._out.append(data)
-        self._out_size += len(data)
-        if self._out_size >= FLUSH_AT:
-            self.flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.front.loop.call_soon(self.flush)
+        """Queue ``data`` in the connection's outbox (dropped once closed)."""
+        if not self.closed:
+            self.conn.queue(data)
 
     def flush(self) -> None:
-        self._flush_scheduled = False
-        if self._out:
-            data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
-            self._out.clear()
-            self._out_size = 0
-            self._last_send = time.monotonic()
-            self.conn.write(data)
+        self.conn.flush()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        return self.conn.spawn(coro, name)
 
     def want_drain(self) -> None:
         """The socket is full: resume deliveries once it drains."""
@@ -147,7 +139,7 @@ class AmqpHandler(ConnectionHandler):
         channels = self.channels
         #: The time (ms) publishes of this batch of received bytes are stamped with:
         #: read once per batch, not once per message.
-        self.now_ms = self.front.now_ms()
+        self.now_ms = self.broker.now_ms()
         while not self._busy and not self.closed:
             try:
                 event = proto.next_event()
@@ -156,7 +148,7 @@ class AmqpHandler(ConnectionHandler):
                 if type(event) is ContentReceived:  # the per-message event, first
                     ch = channels.get(event.channel)
                     assert ch is not None, "the protocol machine only reports open channels"
-                    try:  # (_publish inlined)
+                    try:  # (the per-message path: no _method wrapper)
                         ch.publish(event)
                     except AMQPError as exc:
                         self._publish_failed(exc, ch, event)
@@ -183,15 +175,6 @@ class AmqpHandler(ConnectionHandler):
             ch.close()
         self.write(self.proto.send_error(exc))
 
-    def _publish(self, event: ContentReceived) -> None:
-        """A complete Basic.Publish: :meth:`_method` inlined (this runs per message)."""
-        ch = self.channels.get(event.channel)
-        assert ch is not None, "the protocol machine only reports open channels"
-        try:
-            ch.publish(event)
-        except AMQPError as exc:
-            self._publish_failed(exc, ch, event)
-
     @staticmethod
     def _publish_failed(exc: AMQPError, ch: AmqpChannel, event: ContentReceived) -> None:
         """Complete the error of a publish with its method and channel, and raise it."""
@@ -203,9 +186,7 @@ class AmqpHandler(ConnectionHandler):
         raise exc
 
     def _handle(self, event: Any) -> None:
-        if isinstance(event, ContentReceived):
-            self._publish(event)
-        elif isinstance(event, MethodReceived):
+        if isinstance(event, MethodReceived):
             if event.channel == 0:  # Connection.UpdateSecret
                 self.write(self.proto.send_method(0, C.UpdateSecretOk()))
             else:
@@ -216,8 +197,8 @@ class AmqpHandler(ConnectionHandler):
                 # deliveries reads nothing a publish adds (a requeued message is a
                 # retry, ahead of new ones either way): the batch is not cut for them.
                 if event.method.name not in _SETTLEMENTS:
-                    self.front.gateway.publisher.flush()
-                self._method(ch, event.method, lambda: self._dispatch(ch, event.method))
+                    self.publisher.flush()
+                self._method(ch, event.method)
         elif isinstance(event, ProtocolHeaderReceived):
             self.write(self.proto.send_start())
         elif isinstance(event, AuthenticationRequested):
@@ -228,12 +209,13 @@ class AmqpHandler(ConnectionHandler):
         elif isinstance(event, OpenRequested):
             self._open(event.virtual_host)
         elif isinstance(event, ChannelOpenRequested):
-            self.channels[event.channel] = AmqpChannel(self, event.channel)
+            self.channels[event.channel] = AmqpChannel(
+                self, event.channel, self.broker, self.front.stats)
             self.write(self.proto.send_channel_open_ok(event.channel))
         elif isinstance(event, ChannelCloseRequested):
-            ch = self.channels.pop(event.channel, None)
-            if ch is not None:
-                ch.close()
+            closing = self.channels.pop(event.channel, None)
+            if closing is not None:
+                closing.close()
             self.write(self.proto.send_channel_close_ok(event.channel))
         elif isinstance(event, ConnectionCloseRequested):
             self._release_all()
@@ -256,7 +238,7 @@ class AmqpHandler(ConnectionHandler):
         name = ev.client_properties.get("connection_name")
         if isinstance(name, str | bytes) and name:
             self.origin = name.decode() if isinstance(name, bytes) else name
-        auth = getattr(self.front.gateway, "authenticator", None)
+        auth = self.authenticator
         if auth is None:
             self.principal = "anonymous"
             self.write(self.proto.accept_auth())
@@ -283,7 +265,7 @@ class AmqpHandler(ConnectionHandler):
         self.conn.spawn(check(), "amqp-auth")
 
     def _open(self, vhost: str) -> None:
-        auth = getattr(self.front.gateway, "authenticator", None)
+        auth = self.authenticator
         if auth is not None:
             allowed = auth.vhost_allowed(self.principal, vhost)
             if not allowed and auth.vhost_exists(vhost):
@@ -297,7 +279,7 @@ class AmqpHandler(ConnectionHandler):
             self.write(self.proto.deny_open(f"vhost {vhost} not found"))
             return
         self.vhost = vhost
-        self.front.broker.vhost(vhost)
+        self.broker.vhost(vhost)
         self.write(self.proto.accept_open())
         self.conn.established()
 
@@ -310,13 +292,13 @@ class AmqpHandler(ConnectionHandler):
                 self._release_all()
                 self._close("heartbeat timeout", abort=True)
                 return
-            if now - self._last_send >= interval / 2:
+            if now - self.conn.last_sent >= interval / 2:
                 self.write(self.proto.send_heartbeat())
 
     # -- permissions -------------------------------------------------------------------
 
     def check(self, kind: str, resource: str, method: Any, exchange: bool = False) -> None:
-        auth = getattr(self.front.gateway, "authenticator", None)
+        auth = self.authenticator
         if auth is None:
             return
         fn = {"configure": auth.can_configure, "write": auth.can_write,
@@ -330,15 +312,19 @@ class AmqpHandler(ConnectionHandler):
                 f"refused for user '{user}'", method=method)
 
     def queue(self, name: str, method: Any) -> Queue:
-        return self.front.broker.queue(self.vhost, name, self.conn.id)
+        return self.broker.queue(self.vhost, name, self.conn.id)
 
     # -- methods -----------------------------------------------------------------------
 
-    def _method(self, ch: AmqpChannel, m: Any, run: Any) -> None:
-        """Run ``run()``; an AMQPError it raises is completed with the channel and the
-        method's ids (the close names the method at fault)."""
+    def _method(self, ch: AmqpChannel, m: Any) -> None:
+        """Run method ``m`` on channel ``ch``; an AMQPError it raises is completed with
+        the channel and the method's ids (the close names the method at fault)."""
+        run = _METHODS.get(m.name)
         try:
-            run()
+            if run is None:
+                raise ConnectionLevelError(
+                    NOT_IMPLEMENTED, f"{m.name} is not implemented", method=m)
+            run(self, ch, m)
         except AMQPError as exc:
             if not exc.class_id:
                 exc.class_id, exc.method_id = m.index >> 16, m.index & 0xFFFF
@@ -346,111 +332,10 @@ class AmqpHandler(ConnectionHandler):
                 exc.channel = ch.id
             raise
 
-    def _dispatch(self, ch: AmqpChannel, m: Any) -> None:
-        name = m.name
-        send = self.proto.send_method
-        broker = self.front.broker
-        conn_id = self.conn.id
-        if name == "Basic.Ack":
-            ch.settle(m.delivery_tag, m.multiple, "ack", m)
-        elif name == "Basic.Nack":
-            ch.settle(m.delivery_tag, m.multiple, "requeue" if m.requeue else "discard", m)
-        elif name == "Basic.Reject":
-            ch.settle(m.delivery_tag, False, "requeue" if m.requeue else "discard", m)
-        elif name == "Basic.Qos":
-            ch.qos(m)
-            self.write(send(ch.id, B.QosOk()))
-        elif name == "Basic.Consume":
-            ch.consume(m)
-        elif name == "Basic.Cancel":
-            ch.cancel(m.consumer_tag)
-            if not m.nowait:
-                self.write(send(ch.id, B.CancelOk(m.consumer_tag)))
-        elif name == "Basic.Get":
-            ch.get(m)
-        elif name in ("Basic.Recover", "Basic.RecoverAsync"):
-            ch.requeue_all()
-            if name == "Basic.Recover":
-                self.write(send(ch.id, B.RecoverOk()))
-        elif name == "Queue.Declare":
-            self.check("configure", m.queue, m)
-            q = broker.declare_queue(
-                self.vhost, m.queue, passive=m.passive, durable=m.durable,
-                exclusive=m.exclusive, auto_delete=m.auto_delete,
-                arguments=m.arguments or {}, conn_id=conn_id)
-            ch.last_queue = q.name
-            if not m.nowait:
-                self.write(send(ch.id, Q.DeclareOk(q.name, q.ready(), len(q.consumers))))
-        elif name == "Queue.Bind":
-            qname = m.queue or ch.last_queue
-            self.check("write", qname, m)
-            self.check("read", m.exchange, m, exchange=True)
-            broker.bind(self.vhost, m.exchange, ("q", qname), m.routing_key,
-                        m.arguments or {}, conn_id)
-            if not m.nowait:
-                self.write(send(ch.id, Q.BindOk()))
-        elif name == "Queue.Unbind":
-            qname = m.queue or ch.last_queue
-            self.check("write", qname, m)
-            self.check("read", m.exchange, m, exchange=True)
-            broker.unbind(self.vhost, m.exchange, ("q", qname), m.routing_key,
-                          m.arguments or {}, conn_id)
-            self.write(send(ch.id, Q.UnbindOk()))
-        elif name == "Queue.Purge":
-            q = self.queue(m.queue or ch.last_queue, m)
-            self.check("read", q.name, m)
-            count = broker.purge(q)
-            if not m.nowait:
-                self.write(send(ch.id, Q.PurgeOk(count)))
-        elif name == "Queue.Delete":
-            qname = m.queue or ch.last_queue
-            self.check("configure", qname, m)
-            count = broker.delete_queue(self.vhost, qname, m.if_unused, m.if_empty, conn_id)
-            if not m.nowait:
-                self.write(send(ch.id, Q.DeleteOk(count)))
-        elif name == "Exchange.Declare":
-            self.check("configure", m.exchange, m, exchange=True)
-            broker.declare_exchange(
-                self.vhost, m.exchange, m.exchange_type, passive=m.passive, durable=m.durable,
-                auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments or {})
-            if not m.nowait:
-                self.write(send(ch.id, X.DeclareOk()))
-        elif name == "Exchange.Delete":
-            self.check("configure", m.exchange, m, exchange=True)
-            broker.delete_exchange(self.vhost, m.exchange, m.if_unused)
-            if not m.nowait:
-                self.write(send(ch.id, X.DeleteOk()))
-        elif name in ("Exchange.Bind", "Exchange.Unbind"):
-            self.check("write", m.destination, m, exchange=True)
-            self.check("read", m.source, m, exchange=True)
-            op = broker.bind if name == "Exchange.Bind" else broker.unbind
-            op(self.vhost, m.source, ("e", m.destination), m.routing_key, m.arguments or {},
-               conn_id)
-            if not m.nowait:
-                ok = X.BindOk() if name == "Exchange.Bind" else X.UnbindOk()
-                self.write(send(ch.id, ok))
-        elif name == "Confirm.Select":
-            ch.confirm_select(m)
-        elif name == "Tx.Select":
-            ch.tx_select(m)
-        elif name == "Tx.Commit":
-            ch.tx_commit(m)
-        elif name == "Tx.Rollback":
-            ch.tx_rollback(m)
-        elif name == "Channel.Flow":
-            if not m.active:
-                raise ConnectionLevelError(NOT_IMPLEMENTED, "active=false", method=m)
-            self.write(send(ch.id, Ch.FlowOk(active=True)))
-        elif name == "Channel.FlowOk":
-            pass
-        else:
-            raise ConnectionLevelError(
-                NOT_IMPLEMENTED, f"{name} is not implemented", method=m)
-
     # -- flow control ------------------------------------------------------------------
 
     def check_blocked(self) -> None:
-        if self.blocked or not self.front.gateway.publisher.lagging:
+        if self.blocked or not self.publisher.lagging:
             return
         self.blocked = True
         self.conn.pause_reading()
@@ -483,7 +368,7 @@ class AmqpHandler(ConnectionHandler):
         channels, self.channels = self.channels, {}
         for ch in channels.values():
             ch.close()
-        self.front.broker.connection_closed(self.conn.id)
+        self.broker.connection_closed(self.conn.id)
 
     def _close(self, reason: str, abort: bool = False) -> None:
         if self.closed:
@@ -499,3 +384,173 @@ class AmqpHandler(ConnectionHandler):
         self._release_all()
         self.closed = True
         self.front.disconnected(self)
+
+
+# -- the method table ---------------------------------------------------------------------
+# One function per channel method: (handler, channel, method). Errors propagate to
+# AmqpHandler._method, which completes them with the channel and method ids.
+
+_Method = Callable[[AmqpHandler, AmqpChannel, Any], None]
+
+
+def _basic_ack(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    ch.settle(m.delivery_tag, m.multiple, "ack", m)
+
+
+def _basic_nack(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    ch.settle(m.delivery_tag, m.multiple, "requeue" if m.requeue else "discard", m)
+
+
+def _basic_reject(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    ch.settle(m.delivery_tag, False, "requeue" if m.requeue else "discard", m)
+
+
+def _basic_qos(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    ch.qos(m)
+    h.write(h.proto.send_method(ch.id, B.QosOk()))
+
+
+def _basic_consume(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    ch.consume(m)
+
+
+def _basic_cancel(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    ch.cancel(m.consumer_tag)
+    if not m.nowait:
+        h.write(h.proto.send_method(ch.id, B.CancelOk(m.consumer_tag)))
+
+
+def _basic_get(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    ch.get(m)
+
+
+def _basic_recover(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    ch.requeue_all()
+    if m.name == "Basic.Recover":
+        h.write(h.proto.send_method(ch.id, B.RecoverOk()))
+
+
+def _queue_declare(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    h.check("configure", m.queue, m)
+    q = h.broker.declare_queue(
+        h.vhost, m.queue, passive=m.passive, durable=m.durable, exclusive=m.exclusive,
+        auto_delete=m.auto_delete, arguments=m.arguments or {}, conn_id=h.conn.id)
+    ch.last_queue = q.name
+    if not m.nowait:
+        h.write(h.proto.send_method(ch.id, Q.DeclareOk(q.name, q.ready(), len(q.consumers))))
+
+
+def _queue_bind(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    qname = m.queue or ch.last_queue
+    h.check("write", qname, m)
+    h.check("read", m.exchange, m, exchange=True)
+    h.broker.bind(h.vhost, m.exchange, ("q", qname), m.routing_key, m.arguments or {},
+                  h.conn.id)
+    if not m.nowait:
+        h.write(h.proto.send_method(ch.id, Q.BindOk()))
+
+
+def _queue_unbind(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    qname = m.queue or ch.last_queue
+    h.check("write", qname, m)
+    h.check("read", m.exchange, m, exchange=True)
+    h.broker.unbind(h.vhost, m.exchange, ("q", qname), m.routing_key, m.arguments or {},
+                    h.conn.id)
+    h.write(h.proto.send_method(ch.id, Q.UnbindOk()))
+
+
+def _queue_purge(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    q = h.queue(m.queue or ch.last_queue, m)
+    h.check("read", q.name, m)
+    count = h.broker.purge(q)
+    if not m.nowait:
+        h.write(h.proto.send_method(ch.id, Q.PurgeOk(count)))
+
+
+def _queue_delete(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    qname = m.queue or ch.last_queue
+    h.check("configure", qname, m)
+    count = h.broker.delete_queue(h.vhost, qname, m.if_unused, m.if_empty, h.conn.id)
+    if not m.nowait:
+        h.write(h.proto.send_method(ch.id, Q.DeleteOk(count)))
+
+
+def _exchange_declare(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    h.check("configure", m.exchange, m, exchange=True)
+    h.broker.declare_exchange(
+        h.vhost, m.exchange, m.exchange_type, passive=m.passive, durable=m.durable,
+        auto_delete=m.auto_delete, internal=m.internal, arguments=m.arguments or {})
+    if not m.nowait:
+        h.write(h.proto.send_method(ch.id, X.DeclareOk()))
+
+
+def _exchange_delete(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    h.check("configure", m.exchange, m, exchange=True)
+    h.broker.delete_exchange(h.vhost, m.exchange, m.if_unused)
+    if not m.nowait:
+        h.write(h.proto.send_method(ch.id, X.DeleteOk()))
+
+
+def _exchange_bind(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    h.check("write", m.destination, m, exchange=True)
+    h.check("read", m.source, m, exchange=True)
+    bind = m.name == "Exchange.Bind"
+    op = h.broker.bind if bind else h.broker.unbind
+    op(h.vhost, m.source, ("e", m.destination), m.routing_key, m.arguments or {}, h.conn.id)
+    if not m.nowait:
+        h.write(h.proto.send_method(ch.id, X.BindOk() if bind else X.UnbindOk()))
+
+
+def _confirm_select(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    ch.confirm_select(m)
+
+
+def _tx_select(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    ch.tx_select(m)
+
+
+def _tx_commit(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    ch.tx_commit(m)
+
+
+def _tx_rollback(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    ch.tx_rollback(m)
+
+
+def _channel_flow(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    if not m.active:
+        raise ConnectionLevelError(NOT_IMPLEMENTED, "active=false", method=m)
+    h.write(h.proto.send_method(ch.id, Ch.FlowOk(active=True)))
+
+
+def _ignore(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
+    pass
+
+
+#: Channel method name -> what it does. A method not here is 540 NOT_IMPLEMENTED.
+_METHODS: dict[str, _Method] = {
+    "Basic.Ack": _basic_ack,
+    "Basic.Nack": _basic_nack,
+    "Basic.Reject": _basic_reject,
+    "Basic.Qos": _basic_qos,
+    "Basic.Consume": _basic_consume,
+    "Basic.Cancel": _basic_cancel,
+    "Basic.Get": _basic_get,
+    "Basic.Recover": _basic_recover,
+    "Basic.RecoverAsync": _basic_recover,
+    "Queue.Declare": _queue_declare,
+    "Queue.Bind": _queue_bind,
+    "Queue.Unbind": _queue_unbind,
+    "Queue.Purge": _queue_purge,
+    "Queue.Delete": _queue_delete,
+    "Exchange.Declare": _exchange_declare,
+    "Exchange.Delete": _exchange_delete,
+    "Exchange.Bind": _exchange_bind,
+    "Exchange.Unbind": _exchange_bind,
+    "Confirm.Select": _confirm_select,
+    "Tx.Select": _tx_select,
+    "Tx.Commit": _tx_commit,
+    "Tx.Rollback": _tx_rollback,
+    "Channel.Flow": _channel_flow,
+    "Channel.FlowOk": _ignore,
+}

@@ -31,7 +31,7 @@ from typing import Any
 from pamqp import commands, header
 
 from broker_core import Message, Protocol, Record
-from gateway.mqtt.messages import decode_user_properties, encode_user_properties
+from gateway.user_properties import decode_user_properties, encode_user_properties
 from lmq.topic_space import mqtt_to_amqp
 from protocol.amqp.fastpath import (
     FLAG_CONTENT_ENCODING,
@@ -211,7 +211,8 @@ def dead_letter_message(
         props = foreign_properties(record)
         old_exchange, old_key = "amq.topic", mqtt_to_amqp(record.topic)
     headers = dict(props.headers or {})
-    deaths = list(headers.get("x-death") or [])
+    raw_deaths = headers.get("x-death")
+    deaths: list[Any] = list(raw_deaths) if isinstance(raw_deaths, list) else []
     entry: dict[str, Any] | None = None
     for d in deaths:
         if isinstance(d, dict) and d.get("queue") == queue and d.get("reason") == reason:

@@ -15,25 +15,34 @@ keeps the LMQ out of idle cleanup), schedules :meth:`Queue.run` on the event loo
 (prefetch windows, writable sockets). Nothing polls, except the TTL sweep of queues
 with ``x-message-ttl`` (:meth:`Queue.sweep_expired`, called by the front end).
 
-Event-loop thread only (the listener hops onto the loop when called from elsewhere).
+Ownership points down: the :class:`~gateway.amqp.broker.Broker` creates queues and
+calls :meth:`Queue.open` (which creates the LMQs and registers the listeners: the
+constructor does no storage I/O); a queue calls upward only through
+:class:`~gateway.amqp.model.QueueOwner` (settlement batching, dead-lettering, its own
+deletion), and reaches its consumers' channels through
+:class:`~gateway.amqp.model.Deliverer`.
+
+Event-loop thread only (the listener hops onto the loop when called from elsewhere,
+with :func:`gateway.context.loop_callback`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from broker_core import StoreError
+from broker_core import MessageStore, StoreError
 from gateway.amqp.messages import expired
-from gateway.amqp.model import QueueDef
+from gateway.amqp.model import Deliverer, QueueArgs, QueueDef, QueueOwner
+from gateway.context import loop_callback
 from gateway.topic_space import amqp_queue_lmq
 
 if TYPE_CHECKING:
     from broker_core.pop import PoppedMessage
-    from gateway.amqp.channel import AmqpChannel
-    from gateway.amqp.frontend import AmqpFrontEnd
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +65,7 @@ class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "priority", "prefetch",
                  "unacked", "arguments")
 
-    def __init__(self, tag: str, channel: AmqpChannel, queue: Queue, no_ack: bool,
+    def __init__(self, tag: str, channel: Deliverer, queue: Queue, no_ack: bool,
                  exclusive: bool, priority: int, prefetch: int,
                  arguments: dict[str, Any]) -> None:
         self.tag = tag
@@ -90,9 +99,11 @@ def new_consumer_tag() -> str:
 
 
 class Queue:
-    def __init__(self, front: AmqpFrontEnd, defn: QueueDef) -> None:
-        self.front = front
-        self.store = front.store
+    def __init__(self, store: MessageStore, loop: asyncio.AbstractEventLoop, defn: QueueDef,
+                 owner: QueueOwner) -> None:
+        self.store = store
+        self.loop = loop
+        self.owner = owner
         self.defn = defn
         self.vhost = defn.vhost
         self.name = defn.name
@@ -119,17 +130,21 @@ class Queue:
         self.creator = 0
         self._scheduled = False
         self._rr = 0
-        self._expiry_timer: Any = None
-        self._listeners = []
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._listeners: list[Callable[[], None]] = []
+
+    def open(self) -> None:
+        """Create the queue's LMQs and listen to them; start the x-expires timer."""
+        on_append = loop_callback(self.loop, self._on_append)
         for lmq in self.lmqs:
             self.store.create_lmq(lmq)
-            self._listeners.append(self.store.add_listener(lmq, self._on_append))
+            self._listeners.append(self.store.add_listener(lmq, on_append))
         self.touch()
 
     # -- state -------------------------------------------------------------------------
 
     @property
-    def args(self):  # type: ignore[no-untyped-def]
+    def args(self) -> QueueArgs:
         return self.defn.args
 
     def lmq_for(self, priority: int | None) -> str:
@@ -188,13 +203,13 @@ class Queue:
             self._expiry_timer.cancel()
             self._expiry_timer = None
         if expires and not self.consumers and not self.deleted:
-            self._expiry_timer = self.front.loop.call_later(expires / 1000, self._expire_queue)
+            self._expiry_timer = self.loop.call_later(expires / 1000, self._expire_queue)
 
     def _expire_queue(self) -> None:
         self._expiry_timer = None
         if not self.consumers and not self.deleted:
             log.info("queue expired", extra={"vhost": self.vhost, "queue": self.name})
-            self.front.broker.delete_queue_now(self)
+            self.owner.queue_unused(self)
 
     # -- consumers ---------------------------------------------------------------------
 
@@ -211,7 +226,7 @@ class Queue:
         if self.deleted:
             return
         if not self.consumers and self.defn.auto_delete and self.ever_consumed:
-            self.front.broker.delete_queue_now(self)
+            self.owner.queue_unused(self)
             return
         self.touch()
         self.schedule()
@@ -219,15 +234,12 @@ class Queue:
     # -- wake-ups ----------------------------------------------------------------------
 
     def _on_append(self, _lmq: str, _next_offset: int) -> None:
-        if threading.get_ident() == self.front.loop_thread:
-            self.schedule()
-        else:
-            self.front.loop.call_soon_threadsafe(self.schedule)
+        self.schedule()
 
     def schedule(self) -> None:
         if not self._scheduled and not self.deleted:
             self._scheduled = True
-            self.front.loop.call_soon(self.run)
+            self.loop.call_soon(self.run)
 
     def run(self) -> None:
         self._scheduled = False
@@ -264,7 +276,7 @@ class Queue:
             # The deliveries go out now, not at each handler's flush a loop turn later
             # (the consumers' acks, and so their credit, come back sooner).
             for c in self.consumers:
-                c.channel.handler.flush()
+                c.channel.flush()
         if requeue:
             self.requeue(requeue)
 
@@ -278,22 +290,22 @@ class Queue:
                 popped = self.pop(consumer.credit())
                 if not popped:
                     break
-                consumer.channel.deliver_many(consumer, self, popped, self.front.now_ms())
+                consumer.channel.deliver_many(consumer, self, popped, self.owner.now_ms())
                 continue
             want = min(POP_BATCH, sum(c.credit() for c in eligible))
             popped = self.pop(want)
             if not popped:
                 break
-            now = self.front.now_ms()
+            now = self.owner.now_ms()
             for p in popped:
                 if self.drop_if_dead(p, now):
                     continue
-                consumer = self._pick(eligible)
-                if consumer is None:
+                picked = self._pick(eligible)
+                if picked is None:
                     requeue.append(p.receipt)
                     continue
                 # (deliver_many's own dead check repeats this one's: same ``now``)
-                consumer.channel.deliver_many(consumer, self, [p], now)
+                picked.channel.deliver_many(picked, self, [p], now)
 
     def drop_if_dead(self, p: PoppedMessage, now: int) -> bool:
         """Expired or over the delivery limit: settle and dead-letter it. True if so."""
@@ -310,7 +322,7 @@ class Queue:
     def get(self) -> tuple[PoppedMessage, int] | None:
         """basic.get: one message and the ready count after it, or None."""
         self.touch()
-        now = self.front.now_ms()
+        now = self.owner.now_ms()
         while True:
             popped = self.pop(1)
             if not popped:
@@ -322,11 +334,11 @@ class Queue:
 
     def ack(self, receipt: str) -> None:
         """Settle for good. The store is told at the end of this loop turn, with every
-        other ack of the turn in one write (see AmqpFrontEnd.ack_soon)."""
-        self.front.ack_soon(receipt)
+        other ack of the turn in one write (see Broker.ack_soon)."""
+        self.owner.ack_soon(receipt)
 
     def ack_all(self, receipts: list[str]) -> None:
-        self.front.ack_soon_many(receipts)
+        self.owner.ack_soon_many(receipts)
 
     def requeue(self, receipts: list[str]) -> None:
         if receipts:  # one write; notifies the listener: run() delivers them again
@@ -339,7 +351,7 @@ class Queue:
         """Settle a message for good and dead-letter it if the queue has a DLX."""
         self.ack(receipt)
         if self.args.dlx is not None:
-            self.front.dead_letter(self, record, reason)
+            self.owner.dead_letter(self, record, reason)
 
     # -- limits and TTL -----------------------------------------------------------------
 
@@ -378,7 +390,7 @@ class Queue:
         ttl = self.args.message_ttl
         if ttl is None or self.deleted:
             return
-        now = self.front.now_ms()
+        now = self.owner.now_ms()
         for lmq in self.lmqs:
             offset = self.store.get_offset(GROUP, lmq) or 0
             result = self.store.pull(lmq, offset, POP_BATCH)

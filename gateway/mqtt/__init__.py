@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gateway.mqtt.frontend import MqttFrontEnd
-    from gateway.server import Gateway
-
-
-def create_frontend(gateway: Gateway) -> MqttFrontEnd:
+    from gateway.context import GatewayContext
     from gateway.mqtt.frontend import MqttFrontEnd
 
-    return MqttFrontEnd(gateway)
+
+def create_frontend(ctx: GatewayContext) -> MqttFrontEnd:
+    from gateway.mqtt.frontend import MqttFrontEnd
+
+    return MqttFrontEnd(ctx)

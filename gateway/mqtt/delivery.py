@@ -103,7 +103,7 @@ class Reader:
         """Send what is readable, up to ``window`` QoS 1/2 messages. Returns how many
         messages were consumed (sent or skipped)."""
         store = session.front.store
-        limit = session.front.gateway.config.max_queued_messages
+        limit = session.front.ctx.config.max_queued_messages
         if limit:
             info = store.lmq(self.lmq)
             if info is not None and info.max_offset - self.next_offset > limit:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +36,7 @@ from protocol.mqtt import Properties, Publish
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
-    from gateway.server import Gateway
+    from gateway.context import GatewayContext
 
 log = logging.getLogger(__name__)
 
@@ -49,22 +48,21 @@ SYS_INTERVAL_S = 10.0
 class MqttFrontEnd(FrontEnd):
     name = "mqtt"
 
-    def __init__(self, gateway: Gateway) -> None:
-        super().__init__(gateway)
+    def __init__(self, ctx: GatewayContext) -> None:
+        super().__init__(ctx)
         self.sessions: dict[str, Session] = {}
         self.handlers: dict[int, MqttHandler] = {}
         self.dropped_too_large = 0
         self.dropped_queue_full = 0
-        self._loop_thread = 0
         #: Sessions woken during this loop turn (an ordered set), delivered to at its end.
         self._woken: dict[Session, None] = {}
 
     # -- life --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        gw = self.gateway
+        gw = self.ctx
         self.loop = gw.loop
-        self._loop_thread = threading.get_ident()
+        self._wake_any_thread = gw.loop_callback(self._wake)
         self.store = gw.store
         self.topic_space = gw.topic_space
         self.retained = RetainedStore(self.store)
@@ -302,15 +300,18 @@ class MqttFrontEnd(FrontEnd):
         self._end_session(session)
 
     def wake(self, session: Session) -> None:
-        """A subscribed LMQ gained messages, or a QoS 1/2 window opened: deliver.
+        """A subscribed LMQ gained messages, or a QoS 1/2 window opened: deliver. Any
+        thread (store listeners call it); hands over to the loop with
+        :func:`gateway.context.loop_callback`."""
+        self._wake_any_thread(session)
+
+    def _wake(self, session: Session) -> None:
+        """:meth:`wake` on the event loop.
 
         The sessions woken during one loop turn are served by ONE callback at its end,
         which fills them directly (no task switch per session, the common case when a
         publish reaches many sessions); a session with more to send than one round, or
         a connection that is not writable, is left to its delivery task."""
-        if threading.get_ident() != self._loop_thread:
-            self.loop.call_soon_threadsafe(self.wake, session)
-            return
         woken = self._woken
         if not woken:
             self.loop.call_soon(self._deliver_woken)
@@ -343,7 +344,7 @@ class MqttFrontEnd(FrontEnd):
 
     def publish_internal(self, packet: Publish, origin: str) -> None:
         message = to_store_message(packet, origin, self.now_ms())
-        fut = self.gateway.publisher.submit(message, self.topic_space.route_mqtt(packet.topic))
+        fut = self.ctx.publisher.submit(message, self.topic_space.route_mqtt(packet.topic))
 
         def stored(f: asyncio.Future[Any]) -> None:
             if f.cancelled() or f.exception() is not None:
@@ -369,13 +370,13 @@ class MqttFrontEnd(FrontEnd):
         return None if session is None else session.state.username
 
     def can_publish(self, principal: Principal, client_id: str, topic: str) -> bool:
-        auth = self.gateway.authenticator
+        auth = self.ctx.authenticator
         return True if auth is None else auth.can_publish(principal, client_id, topic)
 
     def can_subscribe(
         self, principal: Principal, client_id: str, topic_filter: str
     ) -> SubscribeDecision:
-        auth = self.gateway.authenticator
+        auth = self.ctx.authenticator
         if auth is None:
             return GRANTED
         return auth.subscribe_decision(principal, client_id, topic_filter)

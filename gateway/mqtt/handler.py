@@ -86,7 +86,7 @@ class MqttHandler(ConnectionHandler):
         super().__init__(conn)
         self.front = front
         self.proto = Connection(
-            max_packet_size=front.gateway.config.max_packet_size,
+            max_packet_size=front.ctx.config.max_packet_size,
             outbound_topic_aliases=True,
             batch_pubacks=True,
         )
@@ -101,13 +101,10 @@ class MqttHandler(ConnectionHandler):
         self._last_rx = 0.0
         self._keepalive_s = 0.0
         self._delivery: asyncio.Task[None] | None = None
-        #: Encoded packets not yet written (see queue / flush_out).
-        self.out: list[bytes] = []
-        self._flush_scheduled = False
         self.principal: Principal = ANONYMOUS_PRINCIPAL
         #: MQTT 5 Request Problem Information: reason strings on DISCONNECT.
         self.problem_information = True
-        self._rate = front.gateway.config.max_publish_rate
+        self._rate = front.ctx.config.max_publish_rate
         self._tokens = float(self._rate)
         self._tokens_at = front.loop.time()
         self._throttled = False
@@ -159,32 +156,26 @@ class MqttHandler(ConnectionHandler):
         except Exception:
             out = b""
         if out:
-            self.out.append(out)
+            self.conn.queue(out)
         self._close(f"protocol error: {exc}")
 
     def _send(self, packet: object) -> None:
         self.queue(self.proto.send(packet))  # type: ignore[arg-type]
 
     def queue(self, data: bytes) -> None:
-        """Queue bytes for the client; everything queued in one turn of the event loop
-        (acks of a batch of publishes, a round of deliveries) goes out in one write."""
-        out = self.out
-        out.append(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.front.loop.call_soon(self.flush_out)
+        """Queue bytes for the client in the connection's outbox
+        (:meth:`gateway.connection.Connection.queue`): everything queued in one turn
+        of the event loop (acks of a batch of publishes, a round of deliveries) goes
+        out in one write."""
+        self.conn.queue(data)
 
     def flush_out(self) -> None:
-        self._flush_scheduled = False
-        if self.out:
-            data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
-            self.out.clear()
-            self.conn.write(data)
+        self.conn.flush()
 
     # -- CONNECT -----------------------------------------------------------------------
 
     def _on_connect(self, connect: Connect) -> None:
-        auth = self.front.gateway.authenticator
+        auth = self.front.ctx.authenticator
         if auth is None:  # open mode (no users file, loopback): no thread hop
             self._finish_connect(connect, ANONYMOUS_PRINCIPAL)
             return
@@ -246,7 +237,7 @@ class MqttHandler(ConnectionHandler):
         assigned = None
         if not client_id:
             client_id = assigned = "lmq-" + secrets.token_hex(8)
-        self.receive_max = front.gateway.config.max_inflight
+        self.receive_max = front.ctx.config.max_inflight
         if version == _V5:
             expiry = props.session_expiry_interval or 0
             self.receive_max = min(self.receive_max, props.receive_maximum or 65535)
@@ -280,7 +271,7 @@ class MqttHandler(ConnectionHandler):
         session.online(self)
         session.save()
         connack_props = Properties()
-        max_keep_alive = front.gateway.config.max_keep_alive
+        max_keep_alive = front.ctx.config.max_keep_alive
         server_keep_alive = None
         if max_keep_alive and (connect.keep_alive == 0 or connect.keep_alive > max_keep_alive):
             server_keep_alive = max_keep_alive
@@ -288,7 +279,7 @@ class MqttHandler(ConnectionHandler):
             connack_props = Properties(
                 receive_maximum=RECEIVE_MAXIMUM,
                 topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
-                maximum_packet_size=front.gateway.config.max_packet_size,
+                maximum_packet_size=front.ctx.config.max_packet_size,
                 assigned_client_identifier=assigned,
                 server_keep_alive=server_keep_alive,
             )
@@ -346,7 +337,7 @@ class MqttHandler(ConnectionHandler):
                 return
         qos = publish.qos
         if topic.startswith("$SYS") or (
-            front.gateway.authenticator is not None
+            front.ctx.authenticator is not None
             and not front.can_publish(self.principal, session.client_id, topic)
         ):
             log.info("publish denied", extra={**self.conn.log_fields(), "topic": publish.topic})
@@ -364,13 +355,13 @@ class MqttHandler(ConnectionHandler):
             publish, session.client_id, front.now_ms(), pid if qos == 2 else None
         )
         lmqs = front.topic_space.route_mqtt(topic)
-        publisher = front.gateway.publisher
+        publisher = front.ctx.publisher
         if qos == 0 and not publish.retain:
             publisher.submit_nowait(message, lmqs)  # nothing to acknowledge
             if publisher.lagging:
                 self._paused_for_store = True
                 self.conn.pause_reading()
-                front.loop.call_later(0.05, self._store_caught_up)
+                self.conn.spawn(self._store_caught_up(), "mqtt-caught-up")
             return
         if qos:
             self.inbound_waiting += 1
@@ -383,12 +374,13 @@ class MqttHandler(ConnectionHandler):
             self._paused_for_store = True
             self.conn.pause_reading()
 
-    def _store_caught_up(self) -> None:
-        """A QoS 0 publisher paused while the store lagged (no ack will resume it)."""
+    async def _store_caught_up(self) -> None:
+        """A QoS 0 publisher paused while the store lagged (no ack will resume it):
+        resume it once the publisher's ``caught_up`` event is set."""
+        publisher = self.front.ctx.publisher
+        while publisher.lagging:
+            await publisher.caught_up.wait()
         if self.closed:
-            return
-        if self.front.gateway.publisher.lagging:
-            self.front.loop.call_later(0.05, self._store_caught_up)
             return
         if self._paused_for_store and self.inbound_waiting < RECEIVE_MAXIMUM // 2:
             self._paused_for_store = False
@@ -629,7 +621,7 @@ class MqttHandler(ConnectionHandler):
                 codes.append(ReasonCode.NOT_AUTHORIZED if v5 else 0x80)
                 continue
             key = f"$share/{shared.group}/{topic_filter}" if shared else topic_filter
-            limit = front.gateway.config.max_subscriptions_per_session
+            limit = front.ctx.config.max_subscriptions_per_session
             if (
                 limit
                 and key not in session.state.subscriptions
@@ -729,7 +721,7 @@ class MqttHandler(ConnectionHandler):
         if not conn.writable:
             return False
         done = True
-        self._flush_scheduled = True  # the caller's flush_out
+        conn.defer_flush()  # the caller's flush_out
         for reader in list(session.readers.values()):
             window = self.receive_max - session.qos_inflight()
             if reader.fill(session, self, window) >= PULL_BATCH:

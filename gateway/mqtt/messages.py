@@ -22,46 +22,18 @@ The Topic Alias and Subscription Identifiers are per connection and never stored
 
 from __future__ import annotations
 
-import struct
 import time
-from collections.abc import Sequence
 
 from broker_core import Message, Protocol, Record
+from gateway.user_properties import decode_user_properties, encode_user_properties
 from lmq.topic_space import amqp_to_mqtt
 from protocol.mqtt import MQTTVersion, Properties, Publish
 from protocol.mqtt.properties import EMPTY_PROPERTIES
-
-_U16 = struct.Struct(">H")
 
 EXPIRES_AT = "expires_at_ms"
 QOS2_KEY = "mqtt.qos2"
 #: The routing key and exchange of a message published over AMQP (set by the AMQP side).
 AMQP_ROUTING_KEY = "amqp.routing_key"
-
-
-def encode_user_properties(pairs: Sequence[tuple[str, str]]) -> bytes:
-    out = bytearray()
-    for name, value in pairs:
-        for text in (name, value):
-            raw = text.encode()
-            out += _U16.pack(len(raw))
-            out += raw
-    return bytes(out)
-
-
-def decode_user_properties(raw: bytes) -> tuple[tuple[str, str], ...]:
-    pairs: list[tuple[str, str]] = []
-    pos = 0
-    texts: list[str] = []
-    while pos < len(raw):
-        (n,) = _U16.unpack_from(raw, pos)
-        pos += 2
-        texts.append(raw[pos : pos + n].decode())
-        pos += n
-        if len(texts) == 2:
-            pairs.append((texts[0], texts[1]))
-            texts = []
-    return tuple(pairs)
 
 
 def now_ms() -> int:

@@ -1,6 +1,7 @@
 """AMQP 0-9-1, server side, sans-IO, on pamqp's codec.
 
-- :mod:`.framing`: protocol header and frame cutting (and the pamqp name-regex relaxation);
+- :mod:`.framing`: protocol header and frame cutting, and
+  :func:`relax_pamqp_name_validation` (a server calls it once; importing changes nothing);
 - :mod:`.fastpath`: struct codecs for Publish/Deliver/GetOk/Return/Ack/Nack and raw
   content headers;
 - :mod:`.connection`: :class:`AMQPConnection`, the connection state machine;
@@ -19,8 +20,10 @@ from .errors import (
 )
 from .events import NEED_DATA
 from .fastpath import ContentHeader
+from .framing import relax_pamqp_name_validation
 
 __all__ = [
     "AMQPConnection", "ConnectionState", "AMQPError", "ChannelError", "ConnectionLevelError",
     "LocalProtocolError", "ProtocolHeaderError", "amqp_error", "NEED_DATA", "ContentHeader",
+    "relax_pamqp_name_validation",
 ]

@@ -24,31 +24,8 @@ Decoders take a complete method payload (class-id, method-id, arguments) cut by
 ``ConnectionLevelError(502 SYNTAX_ERROR)``, never "need more". Encoders return
 ``bytes`` ready for the socket. Strings may be ``str`` (encoded UTF-8) or ``bytes``.
 
-Measured with ``timeit`` (best of 3, CPython 3.11, 2-core VM, quiet) in µs per
-operation; re-run with ``python -m protocol.amqp.fastpath``. Under load (loadavg
-3.5 from other jobs) both columns roughly double and the ratio stays ~10x::
-
-    operation                                   fastpath    pamqp
-    decode Basic.Publish                          0.69       6.58
-    decode Basic.Ack                              0.38       3.24
-    encode Basic.Deliver                          0.85       5.39
-    encode Basic.Ack                              0.17       2.60
-    encode Basic.GetOk                            0.70       5.35
-    decode content header (4 props + headers)     1.11      10.16
-    encode content header from raw properties     0.30       9.44
-    encode Deliver + header + 1 body frame        1.47      16.67
-
-Through ``AMQPConnection`` (framing, state checks, events included, same quiet
-run): a 100-byte publish (3 frames) to ``ContentReceived`` ~11 µs, ``send_deliver``
-~2.2 µs, a consumer ``Basic.Ack`` to ``MethodReceived`` ~2.9 µs.
-
-Later pass (same VM, not quiet; ``next_event`` over a 64 KiB stream of 100-byte
-publishes, the way a publisher's reads arrive): a publish to ``ContentReceived``
-7.7 -> 3.8 µs by taking method, header and body frames in one step
-(``AMQPConnection._publish_fast``), -> 1.9 µs reusing the decoded method and header
-when a publisher repeats them; ``send_deliver`` 1.5 -> 0.7 µs with
-:class:`DeliveryEncoder` (one join; the last delivery's exchange / routing key /
-properties / body size pieces kept).
+How much faster than pamqp each codec is (about 10x) is measured by
+``python -m bench.amqp_fastpath``; the figures are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -448,55 +425,3 @@ class DeliveryEncoder:
             self._key = key
         return b"".join((self._head, _TAG_REDELIVERED.pack(delivery_tag, redelivered),
                          self._tail, body, FRAME_END_BYTE))
-
-
-def bench_fastpath(number: int = 20000) -> dict[str, tuple[float, float]]:
-    """µs per op, (fastpath, pamqp), for the table in this module's docstring."""
-    import timeit
-
-    from pamqp import body as pamqp_body
-    from pamqp import commands, frame, header
-
-    def us(fn: Any) -> float:
-        return min(timeit.repeat(fn, number=number, repeat=3)) / number * 1e6
-
-    props = commands.Basic.Properties(
-        content_type="application/json", headers={"a": 1, "b": "x"}, delivery_mode=2,
-        expiration="60000", message_id="m-1")
-    pub = frame.marshal(commands.Basic.Publish(exchange="amq.topic", routing_key="a.b.c"), 1)
-    ack = frame.marshal(commands.Basic.Ack(delivery_tag=42), 1)
-    hdr = frame.marshal(header.ContentHeader(0, 100, props), 1)
-    pub_payload, ack_payload, hdr_payload = pub[7:-1], ack[7:-1], hdr[7:-1]
-    raw_props = ContentHeader(hdr_payload).properties_raw
-    body = b"x" * 100
-    deliver = commands.Basic.Deliver("ctag-1", 42, False, "amq.topic", "a.b.c")
-    get_ok = commands.Basic.GetOk(42, False, "amq.topic", "a.b.c", 7)
-    ch = header.ContentHeader(0, 100, props)
-    return {
-        "decode Basic.Publish": (us(lambda: decode_publish(pub_payload)),
-                                 us(lambda: frame.unmarshal(pub))),
-        "decode Basic.Ack": (us(lambda: decode_ack(ack_payload)), us(lambda: frame.unmarshal(ack))),
-        "encode Basic.Deliver": (
-            us(lambda: encode_deliver(1, "ctag-1", 42, False, "amq.topic", "a.b.c")),
-            us(lambda: frame.marshal(deliver, 1))),
-        "encode Basic.Ack": (us(lambda: encode_ack(1, 42)),
-                             us(lambda: frame.marshal(commands.Basic.Ack(42), 1))),
-        "encode Basic.GetOk": (
-            us(lambda: encode_get_ok(1, 42, False, "amq.topic", "a.b.c", 7)),
-            us(lambda: frame.marshal(get_ok, 1))),
-        "decode content header (4 props + headers)": (
-            us(lambda: ContentHeader(hdr_payload)), us(lambda: frame.unmarshal(hdr))),
-        "encode content header from raw properties": (
-            us(lambda: encode_content_header(1, raw_props, 100)), us(lambda: frame.marshal(ch, 1))),
-        "encode Deliver + header + 1 body frame": (
-            us(lambda: encode_message(
-                encode_deliver(1, "ctag-1", 42, False, "amq.topic", "a.b.c"),
-                1, raw_props, body, 131072)),
-            us(lambda: frame.marshal(deliver, 1) + frame.marshal(ch, 1)
-               + frame.marshal(pamqp_body.ContentBody(body), 1))),
-    }
-
-
-if __name__ == "__main__":  # pragma: no cover
-    for op, (fast, slow) in bench_fastpath().items():
-        print(f"{op:45s} {fast:6.2f} {slow:8.2f}")

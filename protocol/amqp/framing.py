@@ -22,8 +22,10 @@ bytes are a :class:`~protocol.amqp.errors.ConnectionLevelError`. Method payloads
 the control path are decoded by pamqp (:func:`decode_method`); any failure there
 is a malformed frame, never a short one.
 
-This module is also the one place where pamqp's name validation is relaxed (see
-:func:`relax_pamqp_name_validation`, applied at import).
+This module is also the one place that knows how to relax pamqp's name validation
+(:func:`relax_pamqp_name_validation`). Importing it changes nothing in pamqp: a server
+calls that function once (the gateway's AMQP front end does), since it changes pamqp
+for the whole process, clients in the same process included.
 """
 
 from __future__ import annotations
@@ -77,14 +79,13 @@ def relax_pamqp_name_validation() -> None:
     bound is still enforced by pamqp's short-string encoder (``TypeError``). pamqp's
     127-character check on exchange names in ``Basic.Deliver/GetOk/Return`` remains,
     which is one more reason those three are encoded by :mod:`.fastpath`.
-    Unmarshalling never validated names. Idempotent; process-wide by nature.
+    Unmarshalling never validated names. Idempotent; process-wide by nature, which is
+    why it is an explicit call and not done at import.
     """
     anything = re.compile(".*", re.S)
     constants.DOMAIN_REGEX["queue-name"] = anything
     constants.DOMAIN_REGEX["exchange-name"] = anything
 
-
-relax_pamqp_name_validation()
 
 
 def pack_frame(frame_type: int, channel: int, payload: bytes) -> bytes:

@@ -32,7 +32,15 @@ from hypothesis import strategies as st
 from pamqp import commands, frame
 from pamqp import header as pamqp_header
 
-from protocol.amqp import NEED_DATA, AMQPConnection, AMQPError, ConnectionLevelError, fastpath, sasl
+from protocol.amqp import (
+    NEED_DATA,
+    AMQPConnection,
+    AMQPError,
+    ConnectionLevelError,
+    fastpath,
+    relax_pamqp_name_validation,
+    sasl,
+)
 from protocol.amqp.errors import REPLY_NAMES, SYNTAX_ERROR
 from protocol.amqp.events import (
     AuthenticationRequested,
@@ -55,6 +63,14 @@ from protocol.amqp.framing import (
 )
 
 from ._support import chunked, corpus, examples, mutate, splice
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _relaxed_pamqp() -> None:
+    """The server's pamqp configuration (the gateway makes the same call at start):
+    the machine is fuzzed with every name RabbitMQ accepts."""
+    relax_pamqp_name_validation()
+
 
 C, Ch, B, Q, E = (commands.Connection, commands.Channel, commands.Basic, commands.Queue,
                   commands.Exchange)

@@ -20,6 +20,7 @@ import pytest
 from broker_core import MessageStore, StoreClosed, StoreError
 from gateway.config import AUTO, GatewayConfig
 from gateway.connection import Connection
+from gateway.context import GatewayContext
 from gateway.frontend import ConnectionHandler, FrontEnd
 from gateway.frontends import FrontEndSpec
 from gateway.server import Gateway
@@ -34,12 +35,12 @@ class EchoFrontEnd(FrontEnd):
 
     name = "echo"
 
-    def __init__(self, gateway: Gateway, mute: bool = False) -> None:
-        super().__init__(gateway)
+    def __init__(self, ctx: GatewayContext, mute: bool = False) -> None:
+        super().__init__(ctx)
         self.mute = mute
         self.handlers: list[EchoHandler] = []
         self.stopped = False
-        self.lines = gateway.metrics.counter("lmq_echo_lines_total", "Lines echoed")
+        self.lines = ctx.metrics.counter("lmq_echo_lines_total", "Lines echoed")
 
     def connection_made(self, conn: Connection) -> ConnectionHandler:
         handler = EchoHandler(conn, self)
@@ -52,8 +53,7 @@ class EchoFrontEnd(FrontEnd):
             conn.close("shutdown")
 
     async def stop(self) -> None:
-        assert self.gateway.store is not None
-        self.gateway.store.stats()  # the store is still open here
+        self.ctx.store.stats()  # the store is still open here
         self.stopped = True
 
 
@@ -85,7 +85,7 @@ def sniff_echo(prefix: bytes) -> bool | None:
     return prefix.startswith(b"ECHO")
 
 
-def specs(echo: Callable[[Gateway], EchoFrontEnd] | None = None) -> tuple[FrontEndSpec, ...]:
+def specs(echo: Callable[[GatewayContext], EchoFrontEnd] | None = None) -> tuple[FrontEndSpec, ...]:
     """MQTT and AMQP deliberately absent (whether or not gateway.mqtt exists yet)."""
     out = (
         FrontEndSpec("mqtt", "tests_gateway_no_such_module.mqtt", sniff_mqtt),

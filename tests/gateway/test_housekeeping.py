@@ -24,7 +24,7 @@ async def test_idle_ttl_spares_lmqs_in_use_and_retention_runs(tmp_path):
     )
     await gw.start()
     try:
-        store = gw.store
+        store = gw.ctx.store
         gw.topic_space.add_filter("subscribed/#")
         for name in ("mqtt:subscribed/#", "mqtt:nobody/#", "amqp:/:orders", "plain"):
             store.append(Message(topic="t", body=b"x"), [name])
@@ -32,7 +32,7 @@ async def test_idle_ttl_spares_lmqs_in_use_and_retention_runs(tmp_path):
             store.append(Message(topic="t", body=b"y" * 10_000), ["bulk-holder"])
         segments = len(store.log.segments())
         time.sleep(0.01)
-        await asyncio.to_thread(run_once, gw)
+        await asyncio.to_thread(run_once, store, gw.topic_space)
         assert store.lmq("mqtt:nobody/#") is None  # idle and unsubscribed: removed
         assert store.lmq("plain") is None
         assert store.lmq("mqtt:subscribed/#") is not None

@@ -79,7 +79,7 @@ def _append(store: MessageStore, qoses: list[int]) -> None:
 def _session(store: CountingStore):
     front = SimpleNamespace(
         store=store,
-        gateway=SimpleNamespace(config=SimpleNamespace(max_queued_messages=0)),
+        ctx=SimpleNamespace(config=SimpleNamespace(max_queued_messages=0)),
         dropped_queue_full=0,
     )
     return SimpleNamespace(front=front, offsets_dirty=False, qos2_sent=lambda *a: None,
@@ -200,7 +200,7 @@ def test_plain_runs_and_other_messages_keep_offset_order(
     out: list[bytes] = []
     pids = iter(range(1, 100))
     front = SimpleNamespace(
-        store=store, gateway=SimpleNamespace(config=SimpleNamespace(max_queued_messages=0)),
+        store=store, ctx=SimpleNamespace(config=SimpleNamespace(max_queued_messages=0)),
         dropped_queue_full=0, dropped_too_large=0, sent=0)
     session = SimpleNamespace(
         front=front, offsets_dirty=False, qos2_sent=lambda *a: None, inflight={},

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from pamqp import body, commands, frame, header, heartbeat
 
-from protocol.amqp import errors
+from protocol.amqp import errors, relax_pamqp_name_validation
 from protocol.amqp.framing import (
     PROTOCOL_HEADER,
     FrameReader,
@@ -164,7 +167,24 @@ def test_recover_async_decodes_without_deprecation_warning() -> None:
     assert decode_method(payload).requeue is True
 
 
+def test_importing_protocol_amqp_leaves_pamqp_alone() -> None:
+    """Only the explicit call relaxes pamqp (in a fresh interpreter: the relaxation is
+    process-wide and other tests make the call)."""
+    code = (
+        "import re\n"
+        "from pamqp import constants\n"
+        "before = dict(constants.DOMAIN_REGEX)\n"
+        "import protocol.amqp, protocol.amqp.connection, protocol.amqp.framing\n"
+        "assert constants.DOMAIN_REGEX == before, 'changed at import'\n"
+        "protocol.amqp.relax_pamqp_name_validation()\n"
+        "assert constants.DOMAIN_REGEX['queue-name'].fullmatch('weird$name/\\u00fc')\n"
+    )
+    root = Path(__file__).resolve().parents[3]
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root, timeout=60)
+
+
 def test_names_rabbitmq_accepts_are_accepted() -> None:
+    relax_pamqp_name_validation()
     name = "weird$name/ü"
     data = encode_method(1, commands.Queue.DeclareOk(name, 0, 0))
     _, _, m = frame.unmarshal(data)

@@ -1,0 +1,89 @@
+"""What a front end is given: the :class:`GatewayContext`, built once by
+:meth:`gateway.server.Gateway.start` after the store is open and before any front end
+exists (uvicorn's ``Config`` / ``ServerState`` / protocol split: the context is the
+built configuration, :class:`~gateway.state.ServerState` the shared connection table,
+the front ends the protocols).
+
+Every field is set and final: a front end never sees a half-started gateway, and no
+field is ``None`` for "not yet". ``authenticator`` is ``None`` only in open mode (no
+users file; see :mod:`gateway.security`), a value the front ends act on by skipping
+authentication, not a missing one.
+
+Also here: :func:`loop_callback`, the one hand-off from a store thread to the event
+loop (store listeners run on the appending thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from broker_core import MessageStore
+from gateway.auth import Authenticator
+from gateway.config import GatewayConfig
+from gateway.metrics import Registry
+from gateway.publisher import Publisher
+from gateway.state import ServerState
+from gateway.topic_space import TopicSpace
+
+
+class Introspection(Protocol):
+    """What the gateway tells about itself (``/health``)."""
+
+    def health(self) -> Awaitable[tuple[int, dict[str, Any]]]:
+        """``(HTTP status, health document)``: 200 when serving, 503 otherwise."""
+        ...
+
+    def store_stats(self) -> Awaitable[dict[str, Any]]:
+        """The store's statistics (also refreshes the ``lmq_store_*`` gauges)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class GatewayContext:
+    #: The gateway's configuration (the store's is ``config.store``).
+    config: GatewayConfig
+    #: The open store; closed by the gateway after every front end has stopped.
+    store: MessageStore
+    #: Appends batched per loop turn; ``caught_up`` is the back-pressure signal.
+    publisher: Publisher
+    #: MQTT filters and AMQP ``amq.topic`` bindings: one topic space.
+    topic_space: TopicSpace
+    #: Where front ends register their counters and gauges (at construction or start).
+    metrics: Registry
+    #: The event loop everything but the store's threads runs on.
+    loop: asyncio.AbstractEventLoop
+    #: Logins and permissions; ``None`` = open mode (no users file).
+    authenticator: Authenticator | None
+    #: The shared connection table and the gateway's tasks.
+    state: ServerState
+    #: The gateway's own health document.
+    introspection: Introspection
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
+        """Run ``coro`` as a gateway-owned task (cancelled at shutdown)."""
+        return self.state.tasks.spawn(coro, name)
+
+    def loop_callback(self, fn: Callable[..., None]) -> Callable[..., None]:
+        """:func:`loop_callback` on this context's loop."""
+        return loop_callback(self.loop, fn)
+
+
+def loop_callback(loop: asyncio.AbstractEventLoop, fn: Callable[..., None]) -> Callable[..., None]:
+    """``fn`` made callable from any thread: called at once on the loop's own thread
+    (an append made on the loop), handed over with ``call_soon_threadsafe`` from any
+    other (the store's appending or flushing threads). For store listeners.
+
+    Must be created on the loop's thread (it records which thread that is)."""
+    loop_thread = threading.get_ident()
+
+    def call(*args: Any) -> None:
+        if threading.get_ident() == loop_thread:
+            fn(*args)
+        else:
+            loop.call_soon_threadsafe(fn, *args)
+
+    return call
