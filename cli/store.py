@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from broker_core import StoreConfig
-from broker_core.recovery import rebuild_index, verify
 from cli.context import data_dir_option, format_bytes, open_store
 
 
@@ -23,7 +22,7 @@ def store() -> None:
 def verify_cmd(data_dir: Path, log_only: bool) -> None:
     """Check every record's CRC and position, and the index against the log."""
     with open_store(data_dir, read_only=True) as s:
-        report = verify(s, check_index=not log_only)
+        report = s.verify(check_index=not log_only)
     click.echo(
         f"{report.records} records, {format_bytes(report.bytes)},"
         f" {report.entries_checked} index entries checked"
@@ -50,7 +49,7 @@ def verify_cmd(data_dir: Path, log_only: bool) -> None:
 def rebuild_cmd(data_dir: Path, on_corrupt: str) -> None:
     """Drop the consume-queue index and rebuild it from the commit log alone."""
     with open_store(data_dir, config=StoreConfig(on_corrupt=on_corrupt)) as s:
-        report = rebuild_index(s)
+        report = s.rebuild_index()
     click.echo(f"rebuilt: {report.summary()}")
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from broker_core.cleanup import remove_lmqs
 from cli.context import Duration, data_dir_option, format_age, format_bytes, open_store
 
 
@@ -119,7 +118,7 @@ def clean(data_dir: Path, prefix: str, idle: int | None, dry_run: bool) -> None:
             )
             return
         with click.progressbar(length=len(doomed), label="removing LMQs") as bar:
-            report = remove_lmqs(store, [i.name for i in doomed], progress=bar.update)
+            report = store.remove_lmqs([i.name for i in doomed], progress=bar.update)
         click.echo(
             f"removed {report.lmqs} LMQ(s): {report.entries} messages,"
             f" {format_bytes(report.bytes)}, {report.offsets} consumer offset(s)"

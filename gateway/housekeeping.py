@@ -4,7 +4,7 @@ Every ``HOUSEKEEPING_INTERVAL_S``, in a worker thread (the store is thread-safe)
 
 - **retention**: log segments past ``retention_ms`` / ``retention_bytes`` are removed and
   every LMQ's index entries below the new log start with them
-  (:func:`broker_core.cleanup.apply_retention`);
+  (:meth:`MessageStore.apply_retention`);
 - **idle LMQs** (when ``lmq_ttl_ms`` > 0): LMQs with no write and no offset commit for
   the TTL are removed, except those still in use: an MQTT filter some session (online
   or offline) subscribes to, and AMQP queues (whose lifetime is the queue's:
@@ -17,7 +17,6 @@ import asyncio
 import logging
 
 from broker_core import MessageStore
-from broker_core.cleanup import apply_retention, idle_lmqs, remove_lmqs
 from gateway.topic_space import AMQP_PREFIX, MQTT_PREFIX, TopicSpace
 
 log = logging.getLogger(__name__)
@@ -35,7 +34,7 @@ def _in_use(store: MessageStore, topic_space: TopicSpace, name: str) -> bool:
 
 def run_once(store: MessageStore, topic_space: TopicSpace) -> None:
     """One pass of retention and idle-LMQ removal (blocking: run it in a thread)."""
-    report = apply_retention(store)
+    report = store.apply_retention()
     if report.segments_removed:
         log.info(
             "retention",
@@ -47,9 +46,9 @@ def run_once(store: MessageStore, topic_space: TopicSpace) -> None:
         )
     ttl = store.config.lmq_ttl_ms
     if ttl > 0:
-        doomed = [i.name for i in idle_lmqs(store, ttl) if not _in_use(store, topic_space, i.name)]
+        doomed = [i.name for i in store.idle_lmqs(ttl) if not _in_use(store, topic_space, i.name)]
         if doomed:
-            removed = remove_lmqs(store, doomed)
+            removed = store.remove_lmqs(doomed)
             log.info("idle LMQs removed", extra={"lmqs": removed.lmqs, "messages": removed.entries})
 
 

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core import MessageStore, Record, StoreError
-from broker_core.cleanup import remove_lmqs
 from gateway.amqp.messages import dead_letter_message
 from gateway.amqp.model import (
     EQUIVALENCE_ARGS,
@@ -412,7 +411,7 @@ class Broker:
         # Publishes routed here earlier in this loop turn are appended first: appended
         # after the removal, they would create the queue's LMQ again, orphaned.
         self.publisher.flush()
-        remove_lmqs(self.store, q.lmqs)
+        self.store.remove_lmqs(q.lmqs)
 
     def purge(self, q: Queue) -> int:
         """Drop the ready messages (unacknowledged ones stay), as RabbitMQ does."""
@@ -523,7 +522,7 @@ class Broker:
         live = {lmq for vh in self.vhosts.values() for q in vh.queues.values() for lmq in q.lmqs}
         stale = [i.name for i in self.store.lmqs(AMQP_PREFIX) if i.name not in live]
         if stale:
-            remove_lmqs(self.store, stale)
+            self.store.remove_lmqs(stale)
         queues = sum(len(vh.queues) for vh in self.vhosts.values())
         if queues or stale:
             log.info("amqp topology loaded", extra={"queues": queues, "removed": len(stale)})

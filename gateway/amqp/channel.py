@@ -52,7 +52,7 @@ from protocol.amqp.errors import (
 )
 
 if TYPE_CHECKING:
-    from broker_core.pop import PoppedMessage
+    from broker_core import PoppedMessage
     from gateway.amqp.broker import Broker
     from protocol.amqp.events import ContentReceived
 

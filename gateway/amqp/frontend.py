@@ -172,7 +172,7 @@ class AmqpFrontEnd(FrontEnd):
     async def _revive_loop(self) -> None:
         """Deliveries unacknowledged past INVISIBLE_MS go back to their queue."""
         while True:
-            due = self.store.pop_consumer.next_revive_at()
+            due = self.store.next_revive_at()
             now = self.broker.now_ms()
             wait = 1.0 if due is None else min(1.0, max(0.0, (due - now) / 1000))
             await asyncio.sleep(wait)

@@ -35,8 +35,7 @@ from protocol.amqp.errors import PRECONDITION_FAILED, ChannelError
 if TYPE_CHECKING:
     import asyncio
 
-    from broker_core import Record
-    from broker_core.pop import PoppedMessage
+    from broker_core import PoppedMessage, Record
     from gateway.amqp.queues import Consumer, Queue
     from gateway.connection import Connection
     from protocol.amqp import AMQPConnection

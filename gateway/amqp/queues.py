@@ -42,7 +42,7 @@ from gateway.context import loop_callback
 from gateway.topic_space import amqp_queue_lmq
 
 if TYPE_CHECKING:
-    from broker_core.pop import PoppedMessage
+    from broker_core import PoppedMessage
 
 log = logging.getLogger(__name__)
 
