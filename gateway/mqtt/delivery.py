@@ -26,7 +26,6 @@ Event-loop thread only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from broker_core import Protocol, Record
@@ -50,18 +49,6 @@ SHARE_INVISIBLE_MS = 60_000
 
 def share_group(group: str) -> str:
     return "mqtt-share:" + group
-
-
-@dataclass(slots=True)
-class Inflight:
-    """A QoS 1/2 PUBLISH we sent and whose flow has not completed."""
-
-    packet_id: int
-    qos: int
-    reader: Reader | SharedReader | None
-    offset: int  # in the reader's LMQ; -1 for retained messages
-    receipt: str | None = None  # pop receipt (shared subscriptions)
-    released: bool = False  # QoS 2: PUBREC received, PUBREL sent
 
 
 class Reader:
@@ -183,7 +170,8 @@ class Reader:
                     dup = again is not None or offset < self.sent_upto
                     if record is None:
                         sent = deliver_plain(
-                            session, handler, msg, sub, qos, dup, self, again  # type: ignore[arg-type]
+                            session, handler, msg, sub, qos, dup, self, again,  # type: ignore[arg-type]
+                            durable=qos == 2 and again is None,
                         )
                     else:
                         sent = deliver(
@@ -197,12 +185,11 @@ class Reader:
                             reader=self,
                             offset=offset,
                             packet_id=again,
+                            durable=qos == 2 and again is None,
                         )
                     if sent is not None and qos:
                         self.unacked[offset] = sent
                         window -= 1
-                        if qos == 2 and again is None:
-                            session.qos2_sent(sent, self.lmq, offset)
                 self.next_offset = offset + 1
                 consumed += 1
             if parts:
@@ -274,6 +261,8 @@ def deliver_plain(
     dup: bool,
     reader: Reader,
     packet_id: int | None,
+    *,
+    durable: bool = False,
 ) -> int | None:
     """:func:`deliver` for a plain stored message (see ``Reader.fill``): the PUBLISH is
     encoded from the stored topic and body bytes. No properties means no expiry and
@@ -285,7 +274,8 @@ def deliver_plain(
         and msg.origin == session.state.client_id.encode()
     ):
         return None
-    pid = (packet_id or session.allocate_packet_id()) if qos else None
+    flows = session.flows
+    pid = (packet_id or flows.allocate()) if qos else None
     try:
         data = handler.proto.send_plain_publish(
             msg.topic, msg.body, qos, msg.retain and sub.retain_as_published, dup and qos > 0, pid
@@ -297,7 +287,8 @@ def deliver_plain(
     handler.front.sent += 1
     if pid is None:
         return 0
-    session.inflight[pid] = Inflight(pid, qos, reader, msg.offset)
+    if flows.sent(pid, qos, reader, msg.offset, durable=durable):
+        session.save()  # before the bytes leave (they go at the end of this turn)
     return pid
 
 
@@ -315,6 +306,7 @@ def deliver(
     receipt: str | None = None,
     retained: bool = False,
     packet_id: int | None = None,
+    durable: bool = False,
 ) -> int | None:
     """Send one message to the client. Returns its packet id (0 for QoS 0), or None if
     it was not sent (no-local, expired, or too large for the client)."""
@@ -330,7 +322,8 @@ def deliver(
     if expiry is not None and expiry <= 0:
         return None
     proto = handler.proto
-    pid = (packet_id or session.allocate_packet_id()) if qos else None
+    flows = session.flows
+    pid = (packet_id or flows.allocate()) if qos else None
     retain = True if retained else (record.retain and sub.retain_as_published)
     try:
         data = proto.send_publish(
@@ -351,5 +344,6 @@ def deliver(
     handler.front.sent += 1
     if pid is None:
         return 0
-    session.inflight[pid] = Inflight(pid, qos, reader, offset, receipt)
+    if flows.sent(pid, qos, reader, offset, receipt, durable):
+        session.save()  # before the bytes leave (they go at the end of this turn)
     return pid

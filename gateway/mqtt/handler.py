@@ -25,6 +25,7 @@ from gateway.auth.authenticator import LoginResult
 from gateway.auth.subjects import subject_from_peercert
 from gateway.frontend import ConnectionHandler
 from gateway.mqtt.delivery import PULL_BATCH
+from gateway.mqtt.flows import Effects, Inbound
 from gateway.mqtt.messages import to_store_message
 from gateway.mqtt.session_state import NEVER, SubscriptionState, WillState
 from lmq.names import (
@@ -111,8 +112,6 @@ class MqttHandler(ConnectionHandler):
         self._tokens = float(self._rate)
         self._tokens_at = front.loop.time()
         self._throttled = False
-        #: QoS 2 packet ids whose append is under way (a resend then waits for it).
-        self._qos2_storing: set[int] = set()
 
     # -- bytes in ----------------------------------------------------------------------
 
@@ -301,11 +300,8 @@ class MqttHandler(ConnectionHandler):
         if self._keepalive_s:
             self._keepalive = front.loop.call_later(self._keepalive_s, self._check_keepalive)
         # Resume QoS 2 flows whose PUBREC came before the disconnect, then deliver.
-        from gateway.mqtt.delivery import Inflight
-
-        for pid, (_lmq, offset) in sorted(session.state.pubrel_pending.items()):
-            session.inflight[pid] = Inflight(pid, 2, None, offset, released=True)
-            self._send(Pubrel(packet_id=pid))
+        for pubrel in session.flows.resume():
+            self._send(pubrel)
         front.connected(self)
         self._delivery = self.conn.spawn(self._deliver_loop(), f"mqtt-deliver-{client_id}")
         front.wake(session)
@@ -352,13 +348,14 @@ class MqttHandler(ConnectionHandler):
             self._ack_publish(publish, ReasonCode.NOT_AUTHORIZED)
             return
         pid = publish.packet_id
-        if qos == 2 and pid in session.state.inbound_qos2:
-            self._send(Pubrec(packet_id=pid))  # a resend: stored already
-            return
-        if qos == 2 and pid in self._qos2_storing:
-            return  # a resend while the first copy is being stored: its PUBREC follows
         if qos == 2:
-            self._qos2_storing.add(pid)  # type: ignore[arg-type]
+            assert pid is not None
+            step = session.flows.inbound_publish(pid)
+            if step is Inbound.DUPLICATE:
+                self._send(Pubrec(packet_id=pid))  # a resend: stored already
+                return
+            if step is Inbound.WAIT:
+                return  # a resend while the first copy is being stored: its PUBREC follows
         message = to_store_message(
             publish, session.client_id, front.now_ms(), pid if qos == 2 else None
         )
@@ -435,8 +432,6 @@ class MqttHandler(ConnectionHandler):
     ) -> None:
         qos = publish.qos
         session = self.session
-        if qos == 2:
-            self._qos2_storing.discard(publish.packet_id)  # type: ignore[arg-type]
         if qos:
             self.inbound_waiting -= 1
             if qos == 2 and session is not None:
@@ -459,14 +454,16 @@ class MqttHandler(ConnectionHandler):
             )
             log.warning("publish not stored: %s", exc, extra=self.conn.log_fields())
             if not self.closed:
+                if qos == 2 and session is not None:
+                    session.flows.inbound_stored(publish.packet_id, False)  # type: ignore[arg-type]
                 self._ack_publish(publish, code)
             return
         if publish.retain:
             self.front.retained.set(message, result.store_ms)
         if self.closed:
-            return
+            return  # (its session's flows forgot the appends under way at the close)
         if qos == 2 and session is not None:
-            session.state.inbound_qos2.append(publish.packet_id)  # type: ignore[arg-type]
+            session.flows.inbound_stored(publish.packet_id, True)  # type: ignore[arg-type]
             session.save(qos2_upto=result.end if session.qos2_appending == 0 else None)
         self._ack_publish(publish, ReasonCode.SUCCESS)
 
@@ -506,95 +503,42 @@ class MqttHandler(ConnectionHandler):
     def _on_pubrel(self, packet: Pubrel) -> None:
         session = self.session
         assert session is not None
-        try:
-            session.state.inbound_qos2.remove(packet.packet_id)
+        code, changed = session.flows.on_pubrel(packet.packet_id, self.proto.version == _V5)
+        if changed:
             session.save()
-            code = ReasonCode.SUCCESS
-        except ValueError:
-            code = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
-        if self.proto.version != _V5:
-            code = ReasonCode.SUCCESS
         self._send(Pubcomp(packet_id=packet.packet_id, reason_code=code))
 
-    # -- acks of our deliveries --------------------------------------------------------
+    # -- acks of our deliveries: the flows decide, this carries it out -----------------
 
     def _on_puback(self, packet: Puback) -> None:
-        self._complete(packet.packet_id)
+        self._apply(self.session.flows.on_puback(packet.packet_id))  # type: ignore[union-attr]
 
     def _on_pubacks(self, acks: Pubacks) -> None:
-        """Plain PUBACKs received back to back (a draining client acks every message):
-        each completes its flow as :meth:`_complete` would, with one wake-up for all."""
-        session = self.session
-        assert session is not None
-        release = self._release
-        done = False
-        for pid in acks.packet_ids:
-            done = release(session, pid) or done
-        if done:
-            self.front.wake(session)
+        self._apply(self.session.flows.on_pubacks(acks.packet_ids))  # type: ignore[union-attr]
 
     def _on_pubrec(self, packet: Pubrec) -> None:
-        session = self.session
-        assert session is not None
-        inf = session.inflight.get(packet.packet_id)
-        if inf is None:
-            if self.proto.version == _V5:
-                self._send(
-                    Pubrel(
-                        packet_id=packet.packet_id,
-                        reason_code=ReasonCode.PACKET_IDENTIFIER_NOT_FOUND,
-                    )
-                )
-            return
-        if packet.reason_code >= 0x80:
-            self._complete(packet.packet_id)  # the client refused it: the flow ends
-            return
-        if not inf.released:
-            inf.released = True
-            lmq = inf.reader.lmq if inf.reader is not None else ""
-            if inf.reader is not None:
-                inf.reader.acked(inf.offset)
-                session.offsets_dirty = True
-            if inf.receipt is not None:
-                self._ack_receipt(inf.receipt)
-                inf.receipt = None
-            session.state.qos2_out.pop(packet.packet_id, None)
-            session.state.pubrel_pending[packet.packet_id] = [lmq, inf.offset]
-            session.save()
-        self._send(Pubrel(packet_id=packet.packet_id))
+        flows = self.session.flows  # type: ignore[union-attr]
+        v5 = self.proto.version == _V5
+        self._apply(flows.on_pubrec(packet.packet_id, packet.reason_code, v5))
 
     def _on_pubcomp(self, packet: Pubcomp) -> None:
+        self._apply(self.session.flows.on_pubcomp(packet.packet_id))  # type: ignore[union-attr]
+
+    def _apply(self, fx: Effects) -> None:
         session = self.session
         assert session is not None
-        flow = session.state.pubrel_pending.pop(packet.packet_id, None)
-        if flow is not None:
-            lmq, offset = flow
-            if lmq and offset >= 0:
-                # never sent again, even before the offset commit passes it
-                done = session.state.qos2_done.setdefault(lmq, [])
-                done.append(offset)
-                done.sort()
-            session.save()
-        self._complete(packet.packet_id)
-
-    def _complete(self, pid: int) -> None:
-        session = self.session
-        assert session is not None
-        if self._release(session, pid):
-            self.front.wake(session)
-
-    def _release(self, session: Session, pid: int) -> bool:
-        """End the outbound flow of ``pid``: its reader may commit past it, a shared
-        subscription's pop is acked. False if no such flow was in flight."""
-        inf = session.inflight.pop(pid, None)
-        if inf is None:
-            return False
-        if inf.reader is not None and not inf.released:
-            inf.reader.acked(inf.offset)
+        if fx.advance:
+            for reader, offset in fx.advance:
+                reader.acked(offset)
             session.offsets_dirty = True
-        if inf.receipt is not None:
-            self._ack_receipt(inf.receipt)
-        return True
+        for receipt in fx.receipts:
+            self._ack_receipt(receipt)
+        if fx.save:
+            session.save()
+        for packet in fx.send:
+            self._send(packet)
+        if fx.wake:
+            self.front.wake(session)
 
     def _ack_receipt(self, receipt: str) -> None:
         try:

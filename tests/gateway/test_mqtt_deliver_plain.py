@@ -10,7 +10,8 @@ import pytest
 
 from broker_core.record import Message, Protocol, decode_plain, decode_record, encode_record
 from gateway.mqtt import delivery
-from gateway.mqtt.session_state import SubscriptionState
+from gateway.mqtt.flows import Flows
+from gateway.mqtt.session_state import SessionState, SubscriptionState
 from protocol.mqtt import Connack, Connect, Connection, MQTTVersion, Properties, Role
 
 CLIENT_ID = "dev-1"
@@ -32,13 +33,8 @@ def _handler(version: MQTTVersion, max_packet_size: int | None = None):
 
 class _Session:
     def __init__(self) -> None:
-        self.state = SimpleNamespace(client_id=CLIENT_ID)
-        self.inflight: dict = {}
-        self._pid = 0
-
-    def allocate_packet_id(self) -> int:
-        self._pid += 1
-        return self._pid
+        self.state = SessionState(CLIENT_ID, expiry=0)
+        self.flows = Flows(self.state)
 
 
 def _both(message: Message, sub: SubscriptionState, qos: int, dup: bool, version, **kw):
@@ -57,7 +53,7 @@ def _both(message: Message, sub: SubscriptionState, qos: int, dup: bool, version
         else:
             pid = delivery.deliver_plain(session, handler, plain, sub, qos, dup, reader, None)
         inflight = {
-            k: (v.packet_id, v.qos, v.offset, v.receipt) for k, v in session.inflight.items()
+            k: (v.packet_id, v.qos, v.offset, v.receipt) for k, v in session.flows.inflight.items()
         }
         runs.append((pid, handler.out, inflight, vars(handler.front)))
     return runs
