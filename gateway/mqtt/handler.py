@@ -86,6 +86,8 @@ class MqttHandler(ConnectionHandler):
     def __init__(self, front: MqttFrontEnd, conn: GatewayConnection) -> None:
         super().__init__(conn)
         self.front = front
+        #: Delivery counters (see delivery.Outbox).
+        self.stats = front
         self.proto = Connection(
             max_packet_size=front.gateway.config.max_packet_size,
             outbound_topic_aliases=True,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from broker_core import Message, Protocol, Record
 from lmq.topic_space import amqp_to_mqtt
@@ -122,11 +122,15 @@ def remaining_expiry(record: Record, now: int) -> int | None:
 
 
 def publish_properties(
-    record: Record, version: MQTTVersion, expiry_left: int | None, subscription_id: int | None
+    rp: Mapping[str, bytes],
+    version: MQTTVersion,
+    expiry_left: int | None,
+    subscription_id: int | None,
 ) -> Properties:
+    """The MQTT 5 properties of a PUBLISH of a stored message whose store properties
+    are ``rp`` (EMPTY_PROPERTIES for 3.x, or when there is nothing to carry)."""
     if version != MQTTVersion.V5:
         return EMPTY_PROPERTIES
-    rp = record.properties
     if not rp and expiry_left is None and subscription_id is None:
         return EMPTY_PROPERTIES
     user = rp.get("user_properties")
