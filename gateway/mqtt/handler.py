@@ -16,24 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from typing import TYPE_CHECKING
 
 from broker_core import AppendResult, MessageTooLarge, StorageFull
 from gateway.auth import ANONYMOUS_PRINCIPAL, Authenticator, Principal
-from gateway.auth.authenticator import LoginResult
-from gateway.auth.subjects import subject_from_peercert
 from gateway.frontend import ConnectionHandler
+from gateway.mqtt.connect import RECEIVE_MAXIMUM, Refused, accept, login
 from gateway.mqtt.delivery import PULL_BATCH
 from gateway.mqtt.flows import Effects, Inbound
 from gateway.mqtt.messages import to_store_message
-from gateway.mqtt.session_state import NEVER, SubscriptionState, WillState
-from lmq.names import (
-    InvalidTopic,
-    parse_shared_subscription,
-    validate_topic_filter,
-    validate_topic_name,
-)
+from gateway.mqtt.subscribe import subscribe_codes
+from gateway.mqtt.token_bucket import TokenBucket
+from lmq.names import InvalidTopic, validate_topic_name
 from protocol.mqtt import (
     NEED_DATA,
     PAUSED,
@@ -70,13 +64,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: QoS 1/2 PUBLISHes a client may have waiting for their PUBACK/PUBREC (our Receive
-#: Maximum, sent in the MQTT 5 CONNACK). A client with more waiting is not disconnected
-#: (3.x has no Receive Maximum): its further packets wait, unprocessed, until the store
-#: catches up.
-RECEIVE_MAXIMUM = 1024
-#: Inbound topic aliases we accept (MQTT 5 Topic Alias Maximum).
-TOPIC_ALIAS_MAXIMUM = 1024
 _V5 = MQTTVersion.V5
 _PUBACK = PacketType.PUBACK
 _PUBREC = PacketType.PUBREC
@@ -110,9 +97,8 @@ class MqttHandler(ConnectionHandler):
         self.principal: Principal = ANONYMOUS_PRINCIPAL
         #: MQTT 5 Request Problem Information: reason strings on DISCONNECT.
         self.problem_information = True
-        self._rate = front.gateway.config.max_publish_rate
-        self._tokens = float(self._rate)
-        self._tokens_at = front.loop.time()
+        rate = front.gateway.config.max_publish_rate
+        self._bucket = TokenBucket(rate, front.loop.time()) if rate else None
         self._throttled = False
 
     # -- bytes in ----------------------------------------------------------------------
@@ -182,45 +168,23 @@ class MqttHandler(ConnectionHandler):
             self.out.clear()
             self.conn.write(data)
 
-    # -- CONNECT -----------------------------------------------------------------------
+    # -- CONNECT (the rules are in gateway.mqtt.connect) ------------------------------
 
     def _on_connect(self, connect: Connect) -> None:
         auth = self.front.gateway.authenticator
         if auth is None:  # open mode (no users file, loopback): no thread hop
             self._finish_connect(connect, ANONYMOUS_PRINCIPAL)
             return
-        # scrypt takes tens of milliseconds: check in a thread, reading paused meanwhile
-        # (packets pipelined after the CONNECT wait in the machine: PAUSED).
+        # the login runs in a thread, reading paused meanwhile (packets pipelined after
+        # the CONNECT wait in the machine: PAUSED)
         self.conn.pause_reading()
         self.conn.spawn(self._authenticate(auth, connect), "mqtt-auth")
 
     async def _authenticate(self, auth: Authenticator, connect: Connect) -> None:
         conn = self.conn
-        result: LoginResult | None = None
-        cert = conn.transport.get_extra_info("peercert")
-        if cert:
-            try:
-                subject = subject_from_peercert(cert)
-            except ValueError:
-                subject = ""
-            if subject:
-                by_cert = auth.authenticate_certificate(
-                    subject, client_id=connect.client_id, peer_host=conn.peer_host
-                )
-                if isinstance(by_cert, Principal) and connect.username in (
-                    None,
-                    "",
-                    by_cert.username,
-                ):
-                    result = by_cert
-        if result is None:
-            result = await asyncio.to_thread(
-                auth.authenticate,
-                connect.username,
-                connect.password,
-                client_id=connect.client_id,
-                peer_host=conn.peer_host,
-            )
+        result = await login(
+            auth, connect, conn.transport.get_extra_info("peercert"), conn.peer_host
+        )
         if self.closed:
             return
         if not isinstance(result, Principal):
@@ -229,75 +193,26 @@ class MqttHandler(ConnectionHandler):
             return
         self._finish_connect(connect, result)
         conn.resume_reading()
-        try:
-            self._process()
-        except MQTTError as exc:
-            self._protocol_error(exc)
+        self._resume_processing()
 
     def _finish_connect(self, connect: Connect, principal: Principal) -> None:
         front = self.front
-        version = connect.protocol_version
         self.principal = principal
-        props = connect.properties
-        if props.authentication_method is not None:
-            self._send(Connack(reason_code=ReasonCode.BAD_AUTHENTICATION_METHOD))
-            self._close("enhanced authentication is not supported")
+        accepted = accept(front, self, connect, principal)
+        if isinstance(accepted, Refused):
+            self._send(accepted.connack)
+            self._close(accepted.reason)
             return
-        client_id = connect.client_id
-        assigned = None
-        if not client_id:
-            client_id = assigned = "lmq-" + secrets.token_hex(8)
-        self.receive_max = front.gateway.config.max_inflight
-        if version == _V5:
-            expiry = props.session_expiry_interval or 0
-            self.receive_max = min(self.receive_max, props.receive_maximum or 65535)
-        else:
-            expiry = 0 if connect.clean_start else NEVER
-        owner = front.session_owner(client_id)
-        if owner is not None and owner != principal.username:
-            # another user's session: no takeover across users
-            self._send(Connack(reason_code=ReasonCode.NOT_AUTHORIZED))
-            self._close("client id belongs to another user")
-            return
-        session, present = front.sessions_for_connect(client_id, connect.clean_start, self)
-        session.state.username = principal.username
-        session.state.expiry = expiry
-        session.state.protocol_level = int(version)
-        will = connect.will
-        if will is not None:
-            wp = will.properties
-            session.state.will = WillState(
-                topic=will.topic,
-                payload=will.payload,
-                qos=will.qos,
-                retain=will.retain,
-                delay=(wp.will_delay_interval or 0) if version == _V5 else 0,
-                properties=front.will_properties(wp) if version == _V5 else {},
-            )
-        else:
-            session.state.will = None
-        self.session = session
+        session = self.session = accepted.session
+        self.receive_max = accepted.receive_max
+        self.problem_information = accepted.problem_information
         session.online(self)
         session.save()
-        connack_props = Properties()
-        max_keep_alive = front.gateway.config.max_keep_alive
-        server_keep_alive = None
-        if max_keep_alive and (connect.keep_alive == 0 or connect.keep_alive > max_keep_alive):
-            server_keep_alive = max_keep_alive
-        if version == _V5:
-            connack_props = Properties(
-                receive_maximum=RECEIVE_MAXIMUM,
-                topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
-                maximum_packet_size=front.gateway.config.max_packet_size,
-                assigned_client_identifier=assigned,
-                server_keep_alive=server_keep_alive,
-            )
-        self.problem_information = props.request_problem_information != 0
-        self._send(Connack(session_present=present, properties=connack_props))
+        self._send(accepted.connack)
         self.conn.established()
         keep_alive = self.proto.keep_alive or 0
-        if server_keep_alive is not None and version != _V5:
-            keep_alive = server_keep_alive  # 3.x cannot be told: enforce the cap
+        if accepted.server_keep_alive is not None and self.proto.version != _V5:
+            keep_alive = accepted.server_keep_alive  # 3.x cannot be told: enforce the cap
         self._keepalive_s = keep_alive * 1.5
         if self._keepalive_s:
             self._keepalive = front.loop.call_later(self._keepalive_s, self._check_keepalive)
@@ -305,7 +220,7 @@ class MqttHandler(ConnectionHandler):
         for pubrel in session.flows.resume():
             self._send(pubrel)
         front.connected(self)
-        self._delivery = self.conn.spawn(self._deliver_loop(), f"mqtt-deliver-{client_id}")
+        self._delivery = self.conn.spawn(self._deliver_loop(), f"mqtt-deliver-{session.client_id}")
         front.wake(session)
 
     def _check_keepalive(self) -> None:
@@ -330,8 +245,8 @@ class MqttHandler(ConnectionHandler):
         assert session is not None
         front = self.front
         front.received += 1
-        if self._rate:
-            self._throttle()
+        if self._bucket is not None:
+            self._throttle(self._bucket)
         topic = publish.topic
         if not topic:
             # The codec validated the name (UTF-8, no U+0000, no wildcards, length); an
@@ -404,18 +319,14 @@ class MqttHandler(ConnectionHandler):
         except MQTTError as exc:
             self._protocol_error(exc)
 
-    def _throttle(self) -> None:
-        """Token bucket of ``max_publish_rate``: a publisher ahead of its budget has its
-        reading paused until the bucket refills (backpressure, not a disconnect)."""
-        now = self.front.loop.time()
-        rate = self._rate
-        self._tokens = min(float(rate), self._tokens + (now - self._tokens_at) * rate)
-        self._tokens_at = now
-        self._tokens -= 1
-        if self._tokens < 0 and not self._throttled:
+    def _throttle(self, bucket: TokenBucket) -> None:
+        """``max_publish_rate``: a publisher ahead of its budget has its reading paused
+        until the bucket refills (backpressure, not a disconnect)."""
+        wait = bucket.take(self.front.loop.time())
+        if wait and not self._throttled:
             self._throttled = True
             self.conn.pause_reading()
-            self.front.loop.call_later(-self._tokens / rate, self._unthrottle)
+            self.front.loop.call_later(wait, self._unthrottle)
 
     def _unthrottle(self) -> None:
         self._throttled = False
@@ -554,53 +465,29 @@ class MqttHandler(ConnectionHandler):
         session = self.session
         assert session is not None
         front = self.front
-        v5 = self.proto.version == _V5
-        sub_id = packet.properties.subscription_identifiers
-        codes: list[int] = []
-        retained: list[tuple[SubscriptionState, int]] = []
-        for request in packet.subscriptions:
-            raw = request.topic_filter
-            try:
-                shared = parse_shared_subscription(raw)
-                topic_filter = shared.filter if shared else validate_topic_filter(raw)
-            except InvalidTopic:
-                codes.append(ReasonCode.TOPIC_FILTER_INVALID if v5 else 0x80)
-                continue
-            if shared is not None and request.no_local:
-                self._refuse(ReasonCode.PROTOCOL_ERROR, "no-local on a shared subscription")
-                return
-            if not front.can_subscribe(self.principal, session.client_id, topic_filter):
-                codes.append(ReasonCode.NOT_AUTHORIZED if v5 else 0x80)
-                continue
-            key = f"$share/{shared.group}/{topic_filter}" if shared else topic_filter
-            limit = front.gateway.config.max_subscriptions_per_session
-            if (
-                limit
-                and key not in session.state.subscriptions
-                and (len(session.state.subscriptions) >= limit)
-            ):
-                codes.append(ReasonCode.QUOTA_EXCEEDED if v5 else 0x80)
-                continue
-            sub = SubscriptionState(
-                topic_filter=topic_filter,
-                qos=request.qos,
-                no_local=request.no_local,
-                retain_as_published=request.retain_as_published,
-                retain_handling=request.retain_handling,
-                subscription_id=sub_id[0] if sub_id else None,
-                share_group=shared.group if shared else None,
-            )
+        client_id = session.client_id
+        result = subscribe_codes(
+            packet,
+            self.proto.version == _V5,
+            session.state.subscriptions,
+            front.gateway.config.max_subscriptions_per_session,
+            lambda topic_filter: front.can_subscribe(self.principal, client_id, topic_filter),
+        )
+        if result.refuse is not None:
+            self._refuse(ReasonCode.PROTOCOL_ERROR, result.refuse)
+            return
+        retained = []
+        for sub in result.granted:
             new = session.add_subscription(sub)
-            codes.append(request.qos)
-            if shared is None and (
-                request.retain_handling == 0 or (request.retain_handling == 1 and new)
+            if sub.share_group is None and (
+                sub.retain_handling == 0 or (sub.retain_handling == 1 and new)
             ):
-                retained.append((sub, request.qos))
+                retained.append(sub)
         session.save()
-        self._send(Suback(packet_id=packet.packet_id, reason_codes=tuple(codes)))
+        self._send(Suback(packet_id=packet.packet_id, reason_codes=tuple(result.codes)))
         front.subscriptions_changed()
-        for sub, qos in retained:
-            front.send_retained(self, session, sub, qos)
+        for sub in retained:
+            front.send_retained(self, session, sub, sub.qos)
         front.wake(session)
 
     def _on_unsubscribe(self, packet: Unsubscribe) -> None:
