@@ -435,3 +435,130 @@ def test_shared_subscription_beside_ordinary_ones_gives_two_copies(gateway):
     r.drain(c, 2)
     got = sorted((p.payload, p.qos, tuple(sorted(sub_ids(p)))) for p in r.wire)
     assert got == [(b"one", 1, (1,)), (b"one", 1, (2, 3))]
+
+
+def test_amqp_publish_to_amq_topic_reaches_overlapping_mqtt_filters_once(gateway):
+    """One AMQP publish is one record dispatched to every matching MQTT filter's LMQ:
+    the merge applies to records of either protocol."""
+    import pika
+
+    port = gateway.mqtt_port
+    c, _ = connect(port, "from-amqp")
+    subscribe(c, "am/+", 1, sub_id=1)
+    subscribe(c, "am/#", 0, sub_id=2)
+    subscribe(c, "+/x", 1, sub_id=3)
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", gateway.ports["amqp"], blocked_connection_timeout=10, socket_timeout=10))
+    try:
+        ch = conn.channel()
+        persistent = pika.BasicProperties(delivery_mode=2)
+        ch.basic_publish("amq.topic", "am.x", b"both", persistent)
+        ch.basic_publish("amq.topic", "am.y.z", b"deep", persistent)
+        ch.basic_publish("amq.topic", "am.y", b"transient")
+    finally:
+        conn.close()
+    r = Receiver()
+    r.drain(c, 3)
+    assert [(p.topic, p.payload, p.qos, sub_ids(p)) for p in r.wire] == [
+        ("am/x", b"both", 1, {1, 2, 3}),
+        ("am/y/z", b"deep", 0, {2}),
+        ("am/y", b"transient", 0, {1, 2}),
+    ]
+
+
+@VERSIONS
+def test_receive_maximum_counts_one_per_delivery_not_per_filter(tmp_path, version):
+    """The window (the client's Receive Maximum; max_inflight for 3.1.1) holds
+    deliveries: a backlog on three overlapping filters goes out one copy at a time
+    within it, never more in flight than it allows, in order."""
+    from .gateway_process import GatewayProcess
+
+    config = tmp_path / "window.toml"
+    config.write_text("max_inflight = 3\n")
+    gw = GatewayProcess(tmp_path / "d", "--config", str(config)).start()
+    try:
+        port = gw.mqtt_port
+        c, _ = connect(port, "window", version, clean=False, session_expiry=3600)
+        subscribe(c, "w/#", 1)
+        subscribe(c, "w/+", 1)
+        subscribe(c, "+/x", 1)
+        c.close()
+        pub = Paho(port, "pub")
+        n = 30
+        for i in range(n):
+            pub.publish("w/x", b"%d" % i, qos=1)
+        c, ack = connect(port, "window", version, clean=False, session_expiry=3600)
+        assert ack.session_present
+        got: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(got) < n:
+            window = publishes(c, 3, timeout=max(0.1, deadline - time.monotonic()))
+            assert silent(c, 0.3) == []  # the window is full: nothing more until a PUBACK
+            for p in window:
+                got.append(p.payload)
+                c.send(Puback(packet_id=p.packet_id))  # type: ignore[arg-type]
+        assert got == [b"%d" % i for i in range(n)]
+        assert silent(c) == []
+    finally:
+        gw.stop()
+
+
+def test_qos0_burst_on_overlapping_filters_once_each_in_order(gateway):
+    """QoS 0 without properties at the tail takes the plain-encoder path: it must merge
+    like the rest."""
+    port = gateway.mqtt_port
+    sub = Paho(port, "burst")
+    sub.subscribe([("z/#", 0), ("z/+", 0), ("+/q", 0)])
+    pub = Paho(port, "pub")
+    n = 1000
+    topics = ["z/q", "z/r", "y/q", "z/q/r"]
+    for i in range(n):
+        pub.client.publish(topics[i % 4], str(i).encode(), qos=0)
+    pub.publish("z/q", b"end", qos=1)  # the QoS 0 ones before it are on the wire
+    got = [m.payload for m in sub.get_n(n + 1, timeout=20)]
+    assert got == [str(i).encode() for i in range(n)] + [b"end"]
+    assert sub.nothing_more()
+
+
+def test_resubscribing_an_overlapping_filter_while_messages_flow(gateway):
+    """MQTT-3.8.4-3: a SUBSCRIBE to an existing filter replaces it (here with another
+    QoS) without interrupting the flow; with an overlapping filter beside it, nothing
+    goes twice and nothing is lost."""
+    port = gateway.mqtt_port
+    sub = Paho(port, "resub", v5=True)
+    sub.subscribe([("rs/#", 1), ("rs/+", 0)])
+    with _Stream(port, "rs/x") as stream:
+        time.sleep(0.4)
+        sub.subscribe("rs/+", qos=1)
+        time.sleep(0.3)
+        sub.subscribe("rs/#", qos=0)
+        time.sleep(0.4)
+    got = [int(m.payload) for m in sub.get_n(stream.sent, timeout=20)]
+    assert got == list(range(stream.sent))
+    assert sub.nothing_more()
+    assert stream.sent > 50
+
+
+def test_takeover_with_overlapping_filters_resumes_once(gateway):
+    """A second connection with the same client id takes the session over in the middle
+    of a backlog: the unacknowledged part comes again once (DUP), the rest once."""
+    port = gateway.mqtt_port
+    c, _ = connect(port, "taken", clean=False, session_expiry=3600)
+    subscribe(c, "t/#", 1, sub_id=1)
+    subscribe(c, "t/+", 1, sub_id=2)
+    pub = Paho(port, "pub")
+    n = 20
+    for i in range(n):
+        pub.publish("t/x", b"%d" % i, qos=1)
+    first = publishes(c, 10)
+    for p in first[:5]:
+        c.send(Puback(packet_id=p.packet_id))  # type: ignore[arg-type]
+    time.sleep(0.2)
+    d, ack = connect(port, "taken", clean=False, session_expiry=3600)
+    assert ack.session_present
+    r = Receiver()
+    r.drain(d, n - 5)
+    payloads = [p.payload for p in r.wire]
+    assert payloads == [b"%d" % i for i in range(5, n)]
+    assert all(p.dup for p in r.wire[:5])  # sent to the first connection, not acked
+    assert all(sub_ids(p) == {1, 2} for p in r.wire)
