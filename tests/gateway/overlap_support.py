@@ -12,6 +12,8 @@ from protocol.mqtt import (
     Connack,
     Connect,
     MQTTVersion,
+    Pingreq,
+    Pingresp,
     Properties,
     Puback,
     Pubcomp,
@@ -100,6 +102,20 @@ def silent(c: RawClient, wait: float = 0.7) -> list[object]:
             got.append(c.recv(timeout=left))
         except TimeoutError:
             return got
+
+
+def barrier(c: RawClient) -> list[Publish]:
+    """PINGREQ and wait for its PINGRESP: the server has handled every packet sent
+    before it (one connection's packets are handled in order). Returns the PUBLISHes
+    that came meanwhile."""
+    c.send(Pingreq())
+    got: list[Publish] = []
+    while True:
+        packet = c.recv()
+        if isinstance(packet, Pingresp):
+            return got
+        assert isinstance(packet, Publish), packet
+        got.append(packet)
 
 
 def sub_ids(p: Publish) -> set[int]:

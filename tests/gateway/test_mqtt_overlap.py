@@ -24,6 +24,7 @@ publisher) and exactly-once hold across unsubscribe, subscribe, reconnect and ki
 
 from __future__ import annotations
 
+import queue
 import shutil
 import subprocess
 import threading
@@ -39,6 +40,7 @@ from .overlap_support import (
     V5,
     V311,
     Receiver,
+    barrier,
     connect,
     publishes,
     silent,
@@ -106,24 +108,35 @@ def test_mqtt311_client_gets_one_copy_at_the_highest_qos(gateway):
 @pytest.mark.parametrize("version", ["mqttv311", "mqttv5"])
 def test_mosquitto_sub_with_overlapping_filters_prints_each_message_once(gateway, version):
     assert shutil.which("mosquitto_sub"), "mosquitto-clients missing: run make system-deps"
-    port = str(gateway.mqtt_port)
+    pub = Paho(gateway.mqtt_port, "pub")
+    # a retained marker only ms/# matches: once it is printed, the subscription is live
+    pub.publish("ms/ready/now", b"go", qos=1, retain=True)
     sub = subprocess.Popen(
-        ["mosquitto_sub", "-h", "127.0.0.1", "-p", port, "-V", version, "-q", "2",
-         "-t", "ms/+", "-t", "ms/#", "-t", "ms/a", "-v", "-W", "4"],
+        ["mosquitto_sub", "-h", "127.0.0.1", "-p", str(gateway.mqtt_port), "-V", version,
+         "-q", "2", "-t", "ms/+", "-t", "ms/#", "-t", "ms/a", "-v", "-W", "15"],
         stdout=subprocess.PIPE,
         text=True,
     )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert sub.stdout is not None
+        for line in sub.stdout:
+            lines.put(line.rstrip("\n"))
+
+    threading.Thread(target=pump, daemon=True).start()
     try:
-        time.sleep(0.7)
-        pub = Paho(gateway.mqtt_port, "pub")
+        assert lines.get(timeout=10) == "ms/ready/now go"
         for i, topic in enumerate(["ms/a", "ms/b", "ms/a/c"]):
             pub.publish(topic, b"v%d" % i, qos=1)
-        out, _ = sub.communicate(timeout=15)  # -W 4: exits 4 s after its start
+        got = [lines.get(timeout=10) for _ in range(3)]
+        time.sleep(0.7)
+        while not lines.empty():
+            got.append(lines.get())
     finally:
-        if sub.poll() is None:
-            sub.kill()
-            sub.wait()
-    assert out.splitlines() == ["ms/a v0", "ms/b v1", "ms/a/c v2"]
+        sub.kill()
+        sub.wait(timeout=10)
+    assert got == ["ms/a v0", "ms/b v1", "ms/a/c v2"]
 
 
 @VERSIONS
@@ -146,19 +159,25 @@ def test_no_local_is_applied_per_subscription_before_the_merge(gateway):
     c, _ = connect(port, "self")
     subscribe(c, "n/#", 2, sub_id=1, no_local=True)
     subscribe(c, "n/x", 1, sub_id=2)
-    c.send(Publish(topic="n/x", payload=b"own-x", qos=0))
-    c.send(Publish(topic="n/y", payload=b"own-y", qos=0))  # only n/# (no local) matches
+    c.send(Publish(topic="n/y", payload=b"own-y", qos=1, packet_id=1))  # only n/# matches
+    assert c.recv() == Puback(packet_id=1)
+    c.send(Publish(topic="n/x", payload=b"own-x", qos=1, packet_id=2))
+    got = [c.recv(), c.recv()]  # its PUBACK and n/x's copy, in either order
+    assert Puback(packet_id=2) in got
+    (own,) = [p for p in got if isinstance(p, Publish)]
+    assert (own.payload, own.qos, sub_ids(own)) == (b"own-x", 1, {2})  # n/x's only
+    c.send(Puback(packet_id=own.packet_id))  # type: ignore[arg-type]
+    assert silent(c) == []  # no copy of own-y, no second one of own-x
     other = Paho(port, "other", v5=True)
-    time.sleep(0.3)  # the own messages are appended first
     other.publish("n/x", b"other-x", qos=2)
     other.publish("n/y", b"other-y", qos=2)
     r = Receiver()
-    r.drain(c, 3)
+    r.drain(c, 2)
     assert [(p.payload, p.qos, sub_ids(p)) for p in r.wire] == [
-        (b"own-x", 0, {2}),  # n/x only: its QoS, its identifier
         (b"other-x", 2, {1, 2}),
         (b"other-y", 2, {1}),
     ]
+
 
 
 def test_retain_as_published_is_kept_if_any_matching_subscription_asks(gateway):
@@ -283,7 +302,7 @@ def test_qos1_unacknowledged_at_a_disconnect_comes_again_once(gateway, version):
     assert [p.payload for p in first] == [b"0", b"1", b"2", b"3"]
     assert silent(c) == []  # not once per filter
     c.send(Puback(packet_id=first[0].packet_id))  # type: ignore[arg-type]
-    time.sleep(0.2)
+    assert barrier(c) == []
     c.close()
     c, ack = connect(port, "q1again", version, clean=False, session_expiry=3600)
     assert ack.session_present
@@ -368,6 +387,8 @@ def _kill_with_a_window_open(gateway, client_id: str, qos: int, n: int, version=
     else:
         for p in first[10:15]:
             c.send(Puback(packet_id=p.packet_id))  # type: ignore[arg-type]
+        for p in barrier(c):
+            r.take(p)
     # PUBLISHes read while waiting for a PUBREL are received, not acknowledged: they
     # stay held (QoS 2) and come again after the restart
     r.deferred.clear()
@@ -556,7 +577,8 @@ def test_takeover_with_overlapping_filters_resumes_once(gateway):
     first = publishes(c, 10)
     for p in first[:5]:
         c.send(Puback(packet_id=p.packet_id))  # type: ignore[arg-type]
-    time.sleep(0.2)
+    rest = barrier(c)  # the other ten, not acknowledged
+    assert [p.payload for p in rest] == [b"%d" % i for i in range(10, n)]
     d, ack = connect(port, "taken", clean=False, session_expiry=3600)
     assert ack.session_present
     r = Receiver()
