@@ -161,15 +161,20 @@ class Receiver:
         if packet.qos == 1:
             c.send(Puback(packet_id=packet.packet_id))  # type: ignore[arg-type]
         elif packet.qos == 2:
-            c.send(Pubrec(packet_id=packet.packet_id))  # type: ignore[arg-type]
-            rel = c.recv()
-            while isinstance(rel, Publish):  # deliveries may come before the PUBREL
-                self.take(rel)
-                self.deferred.append(rel)
-                rel = c.recv()
-            assert rel == Pubrel(packet_id=packet.packet_id), rel  # type: ignore[arg-type]
+            self.pubrec(c, packet)
             c.send(Pubcomp(packet_id=packet.packet_id))  # type: ignore[arg-type]
             self.held.discard(packet.packet_id)  # type: ignore[arg-type]
+
+    def pubrec(self, c: RawClient, packet: Publish) -> None:
+        """PUBREC a QoS 2 PUBLISH and wait for its PUBREL (not answered: the flow stays
+        half done). Deliveries that come first are taken and kept in ``deferred``."""
+        c.send(Pubrec(packet_id=packet.packet_id))  # type: ignore[arg-type]
+        rel = c.recv()
+        while isinstance(rel, Publish):
+            self.take(rel)
+            self.deferred.append(rel)
+            rel = c.recv()
+        assert rel == Pubrel(packet_id=packet.packet_id), rel  # type: ignore[arg-type]
 
     def drain(self, c: RawClient, n: int, timeout: float = 10.0) -> None:
         """Receive and complete until the application has ``n`` messages, then check
