@@ -111,18 +111,22 @@ class Reader:
     def acked(self, offset: int) -> None:
         self.unacked.pop(offset, None)
 
+    def drop_over_limit(self, session: Session) -> None:
+        """``max_queued_messages``: a reader too far behind skips the oldest (counted,
+        like mosquitto's drops)."""
+        limit = session.front.gateway.config.max_queued_messages
+        if limit:
+            info = session.front.store.lmq(self.lmq)
+            if info is not None and info.max_offset - self.next_offset > limit:
+                skipped = info.max_offset - limit - self.next_offset
+                session.front.dropped_queue_full += skipped
+                self.next_offset = info.max_offset - limit
+
     def fill(self, session: Session, out: Outbox, window: int) -> int:
         """Send what is readable, up to ``window`` QoS 1/2 messages. Returns how many
         messages were consumed (sent or skipped)."""
         store = session.front.store
-        limit = session.front.gateway.config.max_queued_messages
-        if limit:
-            info = store.lmq(self.lmq)
-            if info is not None and info.max_offset - self.next_offset > limit:
-                # too far behind: skip the oldest (counted, like mosquitto's drops)
-                skipped = info.max_offset - limit - self.next_offset
-                session.front.dropped_queue_full += skipped
-                self.next_offset = info.max_offset - limit
+        self.drop_over_limit(session)
         # Pull no more than the window lets go out: a round that read PULL_BATCH records
         # and sent a few (the window opened by a few PUBACKs) decoded the rest for
         # nothing, and read them again next round. While the window is shut only QoS 0
@@ -285,6 +289,8 @@ def deliver(
     retained: bool = False,
     packet_id: int | None = None,
     durable: bool = False,
+    more: list[tuple[Reader, int]] | None = None,
+    subscription_ids: tuple[int, ...] | None = None,
 ) -> int | None:
     """Send one stored message to the client, as ``qos``. Returns its packet id (0 for
     QoS 0), or None if it was not sent (no-local, expired, or too large for the client).
@@ -292,7 +298,10 @@ def deliver(
     ``msg`` is a plain message (stored topic and body bytes, no properties: no expiry,
     nothing for an MQTT 5 PUBLISH to carry but a subscription identifier) or a decoded
     record; both give the same PUBLISH and the same bookkeeping. ``durable``: a QoS 2
-    message from an ordinary subscription sent for the first time (see Flows.sent)."""
+    message from an ordinary subscription sent for the first time (see Flows.sent).
+    ``more``: further ``(reader, offset)`` entries of the same record (overlapping
+    subscriptions, see gateway.mqtt.merge), advanced with ``reader``'s;
+    ``subscription_ids``: the identifiers to carry instead of ``sub``'s."""
     plain = type(msg) is PlainMessage
     if sub.no_local and not retained and msg.protocol == _MQTT:
         origin = msg.origin
@@ -312,9 +321,14 @@ def deliver(
     pid = (packet_id or flows.allocate()) if qos else None
     retain = True if retained else (msg.retain and sub.retain_as_published)
     dup = dup and qos > 0
-    sub_id = sub.subscription_id if v5 else None
+    if not v5:
+        ids: tuple[int, ...] = ()
+    elif subscription_ids is not None:
+        ids = subscription_ids
+    else:
+        ids = (sub.subscription_id,) if sub.subscription_id else ()
     try:
-        if plain and not sub_id:
+        if plain and not ids:
             data = proto.send_plain_publish(msg.topic, msg.body, qos, retain, dup, pid)  # type: ignore[arg-type]
         else:
             topic = msg.topic
@@ -327,7 +341,7 @@ def deliver(
                 retain,
                 dup,
                 pid,
-                publish_properties(props or {}, _V5, expiry, sub_id) if v5 else EMPTY_PROPERTIES,
+                publish_properties(props or {}, _V5, expiry, ids) if v5 else EMPTY_PROPERTIES,
             )
     except OutgoingPacketTooLarge:
         out.stats.dropped_too_large += 1
@@ -336,6 +350,6 @@ def deliver(
     out.stats.sent += 1
     if pid is None:
         return 0
-    if flows.sent(pid, qos, reader, offset, receipt, durable):
+    if flows.sent(pid, qos, reader, offset, receipt, durable, more):
         session.save()  # before the bytes leave (they go at the end of this turn)
     return pid

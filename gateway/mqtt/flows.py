@@ -29,10 +29,10 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.mqtt.session_state import SessionState
 from protocol.mqtt import Pubrel, ReasonCode
@@ -57,6 +57,27 @@ class Inflight:
     offset: int  # in the reader's LMQ; -1 for retained messages
     receipt: str | None = None  # pop receipt (shared subscriptions)
     released: bool = False  # QoS 2: PUBREC received, PUBREL sent
+    #: Further (reader, offset) entries of the same record: overlapping subscriptions
+    #: of the session read it through several LMQs (gateway.mqtt.merge); they advance
+    #: with ``reader``.
+    more: list[tuple[FlowReader, int]] | None = None
+
+    def entries(self) -> list[tuple[FlowReader, int]]:
+        first = [(self.reader, self.offset)] if self.reader is not None else []
+        return first + self.more if self.more else first
+
+    def durable_entries(self) -> list[Any]:
+        """The entries as kept in the durable tables: ``[lmq, offset, lmq, offset...]``
+        (``["", offset]`` when no reader is left)."""
+        flat: list[Any] = []
+        for reader, offset in self.entries():
+            flat += (reader.lmq, offset)
+        return flat or ["", self.offset]
+
+
+def pairs(flat: list[Any]) -> Iterator[tuple[str, int]]:
+    """The (lmq, offset) entries of a durable table's value."""
+    return zip(flat[::2], flat[1::2], strict=True)
 
 
 @dataclass(slots=True)
@@ -122,17 +143,20 @@ class Flows:
         offset: int,
         receipt: str | None = None,
         durable: bool = False,
+        more: Sequence[tuple[FlowReader, int]] | None = None,
     ) -> bool:
         """A QoS 1/2 PUBLISH went out with ``pid``. ``durable`` (QoS 2 from an ordinary
         subscription, first send): its id is recorded in ``qos2_out`` so that after a
         crash it is sent again with the same id, not as a new message. Returns True if
         the durable state changed (the caller saves it before the bytes leave)."""
-        self.inflight[pid] = Inflight(pid, qos, reader, offset, receipt)
+        inf = self.inflight[pid] = Inflight(
+            pid, qos, reader, offset, receipt, more=list(more) if more else None
+        )
         held = self.held
         if held:
             held.discard(pid)
         if durable and reader is not None:
-            self.state.qos2_out[pid] = [reader.lmq, offset]
+            self.state.qos2_out[pid] = inf.durable_entries() if more else [reader.lmq, offset]
             return True
         return False
 
@@ -168,15 +192,13 @@ class Flows:
             return fx
         if not inf.released:
             inf.released = True
-            reader = inf.reader
-            if reader is not None:
-                fx.advance.append((reader, inf.offset))
+            fx.advance += inf.entries()
             if inf.receipt is not None:
                 fx.receipts.append(inf.receipt)
                 inf.receipt = None
             state = self.state
             state.qos2_out.pop(pid, None)
-            state.pubrel_pending[pid] = [reader.lmq if reader is not None else "", inf.offset]
+            state.pubrel_pending[pid] = inf.durable_entries()
             fx.save = True
         fx.send.append(Pubrel(packet_id=pid))
         return fx
@@ -185,12 +207,12 @@ class Flows:
         fx = Effects()
         flow = self.state.pubrel_pending.pop(pid, None)
         if flow is not None:
-            lmq, offset = flow
-            if lmq and offset >= 0:
-                # never sent again, even before the offset commit passes it
-                done = self.state.qos2_done.setdefault(lmq, [])
-                done.append(offset)
-                done.sort()
+            for lmq, offset in pairs(flow):
+                if lmq and offset >= 0:
+                    # never sent again, even before the offset commit passes it
+                    done = self.state.qos2_done.setdefault(lmq, [])
+                    done.append(offset)
+                    done.sort()
             fx.save = True
         fx.wake = self._release(pid, fx)
         return fx
@@ -200,8 +222,8 @@ class Flows:
         inf = self.inflight.pop(pid, None)
         if inf is None:
             return False
-        if inf.reader is not None and not inf.released:
-            fx.advance.append((inf.reader, inf.offset))
+        if not inf.released:
+            fx.advance += inf.entries()
         if inf.receipt is not None:
             fx.receipts.append(inf.receipt)
         return True
@@ -214,10 +236,18 @@ class Flows:
         and offset -> packet id of those to send again with the same id (QoS 2 sent,
         no PUBREC)."""
         state = self.state
-        skip = {off for name, off in state.pubrel_pending.values() if name == lmq and off >= start}
+        skip = {
+            off
+            for flow in state.pubrel_pending.values()
+            for name, off in pairs(flow)
+            if name == lmq and off >= start
+        }
         skip.update(off for off in state.qos2_done.get(lmq, ()) if off >= start)
         resend = {
-            off: pid for pid, (name, off) in state.qos2_out.items() if name == lmq and off >= start
+            off: pid
+            for pid, flow in state.qos2_out.items()
+            for name, off in pairs(flow)
+            if name == lmq and off >= start
         }
         return skip, resend
 
@@ -225,8 +255,8 @@ class Flows:
         """After a (re)connect: the QoS 2 flows whose PUBREC came before it are in flight
         again, each waiting for its PUBCOMP; the PUBRELs to send, in packet id order."""
         out = []
-        for pid, (_lmq, offset) in sorted(self.state.pubrel_pending.items()):
-            self.inflight[pid] = Inflight(pid, 2, None, offset, released=True)
+        for pid, flow in sorted(self.state.pubrel_pending.items()):
+            self.inflight[pid] = Inflight(pid, 2, None, flow[1], released=True)
             out.append(Pubrel(packet_id=pid))
         return out
 
@@ -265,6 +295,8 @@ class Flows:
         for inf in self.inflight.values():
             if inf.reader is reader:
                 inf.reader = None
+            if inf.more:
+                inf.more = [e for e in inf.more if e[0] is not reader]
 
     # -- inbound QoS 2 -----------------------------------------------------------------
 
@@ -295,4 +327,4 @@ class Flows:
         return ReasonCode.SUCCESS, True
 
 
-__all__ = ["Effects", "FlowReader", "Flows", "Inbound", "Inflight"]
+__all__ = ["Effects", "FlowReader", "Flows", "Inbound", "Inflight", "pairs"]

@@ -560,7 +560,7 @@ class MqttHandler(ConnectionHandler):
             return False
         done = True
         self._flush_scheduled = True  # the caller's flush_out
-        for reader in list(session.readers.values()):
+        for reader in list(session.fillers()):
             window = self.receive_max - session.qos_inflight()
             if reader.fill(session, self, window) >= PULL_BATCH:
                 done = False
@@ -579,7 +579,7 @@ class MqttHandler(ConnectionHandler):
             progress = True
             while progress and not self.closed and session.handler is self:
                 progress = False
-                for reader in list(session.readers.values()):
+                for reader in list(session.fillers()):
                     if not conn.writable:
                         await conn.drain()
                         if self.closed or session.handler is not self:

@@ -125,13 +125,13 @@ def publish_properties(
     rp: Mapping[str, bytes],
     version: MQTTVersion,
     expiry_left: int | None,
-    subscription_id: int | None,
+    subscription_ids: tuple[int, ...],
 ) -> Properties:
     """The MQTT 5 properties of a PUBLISH of a stored message whose store properties
     are ``rp`` (EMPTY_PROPERTIES for 3.x, or when there is nothing to carry)."""
     if version != MQTTVersion.V5:
         return EMPTY_PROPERTIES
-    if not rp and expiry_left is None and subscription_id is None:
+    if not rp and expiry_left is None and not subscription_ids:
         return EMPTY_PROPERTIES
     user = rp.get("user_properties")
     ctype = rp.get("content_type")
@@ -143,5 +143,5 @@ def publish_properties(
         response_topic=rtopic.decode() if rtopic is not None else None,
         correlation_data=rp.get("correlation_data"),
         user_properties=decode_user_properties(user) if user else (),
-        subscription_identifiers=(subscription_id,) if subscription_id else (),
+        subscription_identifiers=subscription_ids,
     )

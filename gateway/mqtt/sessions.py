@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from gateway.mqtt.delivery import Reader, SharedReader, share_group
 from gateway.mqtt.flows import Flows
+from gateway.mqtt.merge import MergedReader
 from gateway.mqtt.session_state import (
     NEVER,
     PREFIX,
@@ -46,6 +47,7 @@ class Session:
         self.front = front
         self.state = state
         self.readers: dict[str, Reader | SharedReader] = {}
+        self._fillers: list[Reader | SharedReader | MergedReader] | None = None
         #: Packet ids and QoS flows (pure; see gateway.mqtt.flows).
         self.flows = Flows(state)
         self.handler: MqttHandler | None = None
@@ -66,6 +68,20 @@ class Session:
 
     def qos_inflight(self) -> int:
         return len(self.flows.inflight)
+
+    def fillers(self) -> list[Reader | SharedReader | MergedReader]:
+        """What a delivery round fills from: the ordinary readers merged into one when
+        there are several (one copy per message, see gateway.mqtt.merge), then each
+        shared subscription's reader."""
+        fillers = self._fillers
+        if fillers is None:
+            ordinary = [r for r in self.readers.values() if isinstance(r, Reader)]
+            shared = [r for r in self.readers.values() if isinstance(r, SharedReader)]
+            merged: list[Reader | SharedReader | MergedReader] = (
+                [MergedReader(ordinary)] if len(ordinary) > 1 else list(ordinary)
+            )
+            fillers = self._fillers = merged + shared
+        return fillers
 
     # -- subscriptions -----------------------------------------------------------------
 
@@ -90,6 +106,7 @@ class Session:
                 offset = info.max_offset if info else 0
             reader = Reader(sub, lmq, offset)
         self.readers[sub.key] = reader
+        self._fillers = None
 
     def _restore_qos2(self) -> None:
         """Before delivering after a (re)connect: messages whose QoS 2 flow got past
@@ -147,6 +164,7 @@ class Session:
         if sub is None:
             return False
         reader = self.readers.pop(key, None)
+        self._fillers = None
         if reader is not None:
             self._unlisten(reader)
             self.flows.forget_reader(reader)
@@ -236,6 +254,7 @@ class Session:
         for sub in self.state.subscriptions.values():
             self.front.topic_space.remove_filter(sub.topic_filter)
         self.readers.clear()
+        self._fillers = None
         self.state.subscriptions.clear()
         if self.state.persistent:
             store.delete_offsets(self.group, lmqs)

@@ -365,3 +365,30 @@ def test_packet_id_exhaustion(reader):
     fx = flows.on_puback(300)
     assert fx.wake and fx.advance == [(reader, 299)]
     assert flows.allocate() == 300
+
+
+# -- one delivery through several LMQs (overlapping subscriptions) -------------------------
+
+
+def test_a_merged_delivery_advances_and_remembers_every_entry():
+    a, b = FakeReader("f/a"), FakeReader("f/+")
+    s = Server(V5)
+    pid = s.flows.allocate()
+    s.flows.sent(pid, 2, a, 4, durable=True, more=[(b, 9)])
+    assert SessionState.decode(s.state.encode()).qos2_out == {pid: ["f/a", 4, "f/+", 9]}
+    crashed = Flows(SessionState.decode(s.state.encode()))
+    assert crashed.restore("f/+", 0) == (set(), {9: pid})  # resent, same id, either LMQ
+    s.apply(s.flows.on_pubrec(pid, 0, True))
+    assert a.advanced == [4] and b.advanced == [9]
+    crashed = Flows(SessionState.decode(s.saved))
+    assert crashed.restore("f/a", 0)[0] == {4} and crashed.restore("f/+", 0)[0] == {9}
+    s.apply(s.flows.on_pubcomp(pid))
+    assert SessionState.decode(s.saved).qos2_done == {"f/a": [4], "f/+": [9]}
+
+
+def test_forgetting_one_reader_of_a_merged_delivery_keeps_the_other():
+    a, b = FakeReader("f/a"), FakeReader("f/+")
+    flows = Flows(SessionState("c"))
+    flows.sent(7, 1, a, 1, more=[(b, 2)])
+    flows.forget_reader(a)
+    assert flows.on_puback(7).advance == [(b, 2)]
