@@ -124,7 +124,8 @@ def test_mosquitto_sub_with_overlapping_filters_prints_each_message_once(gateway
         for line in sub.stdout:
             lines.put(line.rstrip("\n"))
 
-    threading.Thread(target=pump, daemon=True).start()
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
     try:
         assert lines.get(timeout=10) == "ms/ready/now go"
         for i, topic in enumerate(["ms/a", "ms/b", "ms/a/c"]):
@@ -136,6 +137,9 @@ def test_mosquitto_sub_with_overlapping_filters_prints_each_message_once(gateway
     finally:
         sub.kill()
         sub.wait(timeout=10)
+        reader.join(timeout=10)
+        assert sub.stdout is not None
+        sub.stdout.close()
     assert got == ["ms/a v0", "ms/b v1", "ms/a/c v2"]
 
 
