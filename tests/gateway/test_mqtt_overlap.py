@@ -665,3 +665,65 @@ def test_resubscribing_with_a_new_identifier_replaces_it_in_the_merged_copy(gate
     r = Receiver()
     r.drain(c, 1)
     assert [(p.payload, p.qos, sub_ids(p)) for p in r.wire] == [(b"one", 2, {1, 5})]
+
+
+def test_max_queued_messages_with_overlapping_filters(tmp_path):
+    """``max_queued_messages`` bounds each subscription's backlog; with overlapping
+    filters the client still gets each remaining message once, in order. The bound
+    asserted holds whether the merge keeps what any subscription kept or cuts at the
+    newest cut: nothing older than every subscription's newest N, all of the session's
+    newest N, no duplicate."""
+    from .gateway_process import GatewayProcess
+
+    config = tmp_path / "queued.toml"
+    config.write_text("max_queued_messages = 10\n")
+    gw = GatewayProcess(tmp_path / "d", "--config", str(config)).start()
+    try:
+        port = gw.mqtt_port
+        sub = Paho(port, "behind", v5=True, clean=False, session_expiry=3600)
+        sub.subscribe([("q/#", 1), ("q/a", 1)])
+        sub.disconnect()
+        pub = Paho(port, "pub")
+        n = 30
+        for i in range(n):  # q/a gets the even ones: its newest ten are 10, 12, ..., 28
+            pub.publish("q/a" if i % 2 == 0 else "q/b", b"%d" % i, qos=1)
+        sub = Paho(port, "behind", v5=True, clean=False, session_expiry=3600)
+        assert sub.session_present
+        got: list[int] = []
+        while True:
+            try:
+                got.append(int(sub.get(timeout=1.5).payload))
+            except queue.Empty:
+                break
+        assert got == sorted(set(got)), got  # in order, once each
+        assert set(range(20, n)) <= set(got)  # q/#'s newest ten
+        assert set(got) <= set(range(20, n)) | set(range(10, 20, 2))  # q/a's newest ten
+    finally:
+        gw.stop()
+
+
+def test_message_expiry_with_overlapping_filters(gateway):
+    """One copy carrying the remaining expiry; an expired backlog message is not sent
+    through any of the filters."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties as PahoProperties
+
+    port = gateway.mqtt_port
+    c, _ = connect(port, "expiring", clean=False, session_expiry=3600)
+    subscribe(c, "x/#", 1, sub_id=1)
+    subscribe(c, "x/+", 1, sub_id=2)
+    c.close()
+    pub = Paho(port, "pub", v5=True)
+    props = PahoProperties(PacketTypes.PUBLISH)
+    props.MessageExpiryInterval = 1
+    pub.publish("x/y", b"short", qos=1, properties=props)
+    props = PahoProperties(PacketTypes.PUBLISH)
+    props.MessageExpiryInterval = 600
+    pub.publish("x/y", b"long", qos=1, properties=props)
+    time.sleep(2.2)
+    c, _ = connect(port, "expiring", clean=False, session_expiry=3600)
+    r = Receiver()
+    r.drain(c, 1)
+    assert [(p.payload, sub_ids(p)) for p in r.wire] == [(b"long", {1, 2})]
+    expiry = r.wire[0].properties.message_expiry_interval
+    assert expiry is not None and 590 <= expiry <= 598
