@@ -727,3 +727,28 @@ def test_message_expiry_with_overlapping_filters(gateway):
     assert [(p.payload, sub_ids(p)) for p in r.wire] == [(b"long", {1, 2})]
     expiry = r.wire[0].properties.message_expiry_interval
     assert expiry is not None and 590 <= expiry <= 598
+
+
+def test_large_backlog_across_read_batches_then_live_once_each_in_order(gateway):
+    """A backlog of several read batches on filters of different density (one holds
+    every message, the others a third or two thirds), with live messages arriving while
+    the session catches up from the log to the tail: each message once, in order."""
+    port = gateway.mqtt_port
+    kwargs = dict(v5=True, clean=False, session_expiry=3600)
+    sub = Paho(port, "catchup", **kwargs)
+    sub.subscribe([("L/#", 1), ("+/a", 1), ("L/a", 0)])
+    sub.disconnect()
+    pub = Paho(port, "pub")
+    topics = ["L/a", "L/b/c", "M/a"]  # matched by 3, 1 and 1 filters
+    backlog, live = 1500, 300
+    for i in range(backlog):
+        info = pub.client.publish(topics[i % 3], str(i).encode(), qos=1)
+    info.wait_for_publish(30)
+    sub = Paho(port, "catchup", **kwargs)
+    assert sub.session_present
+    for i in range(backlog, backlog + live):
+        info = pub.client.publish(topics[i % 3], str(i).encode(), qos=1)
+    info.wait_for_publish(30)
+    got = [int(m.payload) for m in sub.get_n(backlog + live, timeout=60)]
+    assert got == list(range(backlog + live))
+    assert sub.nothing_more()
