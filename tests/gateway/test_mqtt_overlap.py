@@ -752,3 +752,50 @@ def test_large_backlog_across_read_batches_then_live_once_each_in_order(gateway)
     got = [int(m.payload) for m in sub.get_n(backlog + live, timeout=60)]
     assert got == list(range(backlog + live))
     assert sub.nothing_more()
+
+
+def test_subscribing_an_overlapping_filter_while_a_backlog_drains(gateway):
+    """The new filter's LMQ starts at its end, far ahead of the old filter's backlog:
+    the live messages it shares with the old filter wait their turn in the merge."""
+    port = gateway.mqtt_port
+    kwargs = dict(v5=True, clean=False, session_expiry=3600)
+    sub = Paho(port, "late", **kwargs)
+    sub.subscribe("j/#", qos=1)
+    sub.disconnect()
+    pub = Paho(port, "pub")
+    backlog = 1000
+    for i in range(backlog):
+        info = pub.client.publish("j/x", str(i).encode(), qos=1)
+    info.wait_for_publish(30)
+    sub = Paho(port, "late", **kwargs)
+    sub.subscribe("j/+", qos=1)  # while the backlog goes out
+    live = 200
+    for i in range(backlog, backlog + live):
+        info = pub.client.publish("j/x", str(i).encode(), qos=1)
+    info.wait_for_publish(30)
+    got = [int(m.payload) for m in sub.get_n(backlog + live, timeout=60)]
+    assert got == list(range(backlog + live))
+    assert sub.nothing_more()
+
+
+def test_retained_copies_belong_to_the_new_subscription_live_ones_are_merged(gateway):
+    """MQTT 3.3.1.3: a SUBSCRIBE sends the retained messages matching its filter (that
+    subscription's identifier only), also when another subscription already matched
+    them; live messages afterwards go once."""
+    port = gateway.mqtt_port
+    pub = Paho(port, "pub", v5=True)
+    pub.publish("rt/t", b"kept", qos=1, retain=True)
+    c, _ = connect(port, "ret")
+    subscribe(c, "rt/#", 1, sub_id=1)
+    (first,) = publishes(c, 1)
+    assert (first.payload, first.retain, sub_ids(first)) == (b"kept", True, {1})
+    c.send(Puback(packet_id=first.packet_id))  # type: ignore[arg-type]
+    subscribe(c, "rt/+", 1, sub_id=2)
+    (second,) = publishes(c, 1)
+    assert (second.payload, second.retain, sub_ids(second)) == (b"kept", True, {2})
+    c.send(Puback(packet_id=second.packet_id))  # type: ignore[arg-type]
+    assert silent(c) == []
+    pub.publish("rt/t", b"live", qos=1)
+    r = Receiver()
+    r.drain(c, 1)
+    assert [(p.payload, p.retain, sub_ids(p)) for p in r.wire] == [(b"live", False, {1, 2})]
