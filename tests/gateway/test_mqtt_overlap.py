@@ -124,8 +124,8 @@ def test_mosquitto_sub_with_overlapping_filters_prints_each_message_once(gateway
         for line in sub.stdout:
             lines.put(line.rstrip("\n"))
 
-    pumping = threading.Thread(target=pump, daemon=True)
-    pumping.start()
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
     try:
         assert lines.get(timeout=10) == "ms/ready/now go"
         for i, topic in enumerate(["ms/a", "ms/b", "ms/a/c"]):
@@ -137,9 +137,9 @@ def test_mosquitto_sub_with_overlapping_filters_prints_each_message_once(gateway
     finally:
         sub.kill()
         sub.wait(timeout=10)
-        pumping.join(timeout=10)
+        reader.join(timeout=10)
         assert sub.stdout is not None
-        sub.stdout.close()  # else its FileIO is collected open (a ResourceWarning)
+        sub.stdout.close()
     assert got == ["ms/a v0", "ms/b v1", "ms/a/c v2"]
 
 
@@ -673,3 +673,137 @@ def test_resubscribing_with_a_new_identifier_replaces_it_in_the_merged_copy(gate
     r = Receiver()
     r.drain(c, 1)
     assert [(p.payload, p.qos, sub_ids(p)) for p in r.wire] == [(b"one", 2, {1, 5})]
+
+
+def test_max_queued_messages_with_overlapping_filters(tmp_path):
+    """``max_queued_messages`` bounds each subscription's backlog; with overlapping
+    filters the client still gets each remaining message once, in order. The bound
+    asserted holds whether the merge keeps what any subscription kept or cuts at the
+    newest cut: nothing older than every subscription's newest N, all of the session's
+    newest N, no duplicate."""
+    from .gateway_process import GatewayProcess
+
+    config = tmp_path / "queued.toml"
+    config.write_text("max_queued_messages = 10\n")
+    gw = GatewayProcess(tmp_path / "d", "--config", str(config)).start()
+    try:
+        port = gw.mqtt_port
+        sub = Paho(port, "behind", v5=True, clean=False, session_expiry=3600)
+        sub.subscribe([("q/#", 1), ("q/a", 1)])
+        sub.disconnect()
+        pub = Paho(port, "pub")
+        n = 30
+        for i in range(n):  # q/a gets the even ones: its newest ten are 10, 12, ..., 28
+            pub.publish("q/a" if i % 2 == 0 else "q/b", b"%d" % i, qos=1)
+        sub = Paho(port, "behind", v5=True, clean=False, session_expiry=3600)
+        assert sub.session_present
+        got: list[int] = []
+        while True:
+            try:
+                got.append(int(sub.get(timeout=1.5).payload))
+            except queue.Empty:
+                break
+        assert got == sorted(set(got)), got  # in order, once each
+        assert set(range(20, n)) <= set(got)  # q/#'s newest ten
+        assert set(got) <= set(range(20, n)) | set(range(10, 20, 2))  # q/a's newest ten
+    finally:
+        gw.stop()
+
+
+def test_message_expiry_with_overlapping_filters(gateway):
+    """One copy carrying the remaining expiry; an expired backlog message is not sent
+    through any of the filters."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties as PahoProperties
+
+    port = gateway.mqtt_port
+    c, _ = connect(port, "expiring", clean=False, session_expiry=3600)
+    subscribe(c, "x/#", 1, sub_id=1)
+    subscribe(c, "x/+", 1, sub_id=2)
+    c.close()
+    pub = Paho(port, "pub", v5=True)
+    props = PahoProperties(PacketTypes.PUBLISH)
+    props.MessageExpiryInterval = 1
+    pub.publish("x/y", b"short", qos=1, properties=props)
+    props = PahoProperties(PacketTypes.PUBLISH)
+    props.MessageExpiryInterval = 600
+    pub.publish("x/y", b"long", qos=1, properties=props)
+    time.sleep(2.2)
+    c, _ = connect(port, "expiring", clean=False, session_expiry=3600)
+    r = Receiver()
+    r.drain(c, 1)
+    assert [(p.payload, sub_ids(p)) for p in r.wire] == [(b"long", {1, 2})]
+    expiry = r.wire[0].properties.message_expiry_interval
+    assert expiry is not None and 590 <= expiry <= 598
+
+
+def test_large_backlog_across_read_batches_then_live_once_each_in_order(gateway):
+    """A backlog of several read batches on filters of different density (one holds
+    every message, the others a third or two thirds), with live messages arriving while
+    the session catches up from the log to the tail: each message once, in order."""
+    port = gateway.mqtt_port
+    kwargs = dict(v5=True, clean=False, session_expiry=3600)
+    sub = Paho(port, "catchup", **kwargs)
+    sub.subscribe([("L/#", 1), ("+/a", 1), ("L/a", 0)])
+    sub.disconnect()
+    pub = Paho(port, "pub")
+    topics = ["L/a", "L/b/c", "M/a"]  # matched by 3, 1 and 1 filters
+    backlog, live = 1500, 300
+    for i in range(backlog):
+        info = pub.client.publish(topics[i % 3], str(i).encode(), qos=1)
+    info.wait_for_publish(30)
+    sub = Paho(port, "catchup", **kwargs)
+    assert sub.session_present
+    for i in range(backlog, backlog + live):
+        info = pub.client.publish(topics[i % 3], str(i).encode(), qos=1)
+    info.wait_for_publish(30)
+    got = [int(m.payload) for m in sub.get_n(backlog + live, timeout=60)]
+    assert got == list(range(backlog + live))
+    assert sub.nothing_more()
+
+
+def test_subscribing_an_overlapping_filter_while_a_backlog_drains(gateway):
+    """The new filter's LMQ starts at its end, far ahead of the old filter's backlog:
+    the live messages it shares with the old filter wait their turn in the merge."""
+    port = gateway.mqtt_port
+    kwargs = dict(v5=True, clean=False, session_expiry=3600)
+    sub = Paho(port, "late", **kwargs)
+    sub.subscribe("j/#", qos=1)
+    sub.disconnect()
+    pub = Paho(port, "pub")
+    backlog = 1000
+    for i in range(backlog):
+        info = pub.client.publish("j/x", str(i).encode(), qos=1)
+    info.wait_for_publish(30)
+    sub = Paho(port, "late", **kwargs)
+    sub.subscribe("j/+", qos=1)  # while the backlog goes out
+    live = 200
+    for i in range(backlog, backlog + live):
+        info = pub.client.publish("j/x", str(i).encode(), qos=1)
+    info.wait_for_publish(30)
+    got = [int(m.payload) for m in sub.get_n(backlog + live, timeout=60)]
+    assert got == list(range(backlog + live))
+    assert sub.nothing_more()
+
+
+def test_retained_copies_belong_to_the_new_subscription_live_ones_are_merged(gateway):
+    """MQTT 3.3.1.3: a SUBSCRIBE sends the retained messages matching its filter (that
+    subscription's identifier only), also when another subscription already matched
+    them; live messages afterwards go once."""
+    port = gateway.mqtt_port
+    pub = Paho(port, "pub", v5=True)
+    pub.publish("rt/t", b"kept", qos=1, retain=True)
+    c, _ = connect(port, "ret")
+    subscribe(c, "rt/#", 1, sub_id=1)
+    (first,) = publishes(c, 1)
+    assert (first.payload, first.retain, sub_ids(first)) == (b"kept", True, {1})
+    c.send(Puback(packet_id=first.packet_id))  # type: ignore[arg-type]
+    subscribe(c, "rt/+", 1, sub_id=2)
+    (second,) = publishes(c, 1)
+    assert (second.payload, second.retain, sub_ids(second)) == (b"kept", True, {2})
+    c.send(Puback(packet_id=second.packet_id))  # type: ignore[arg-type]
+    assert silent(c) == []
+    pub.publish("rt/t", b"live", qos=1)
+    r = Receiver()
+    r.drain(c, 1)
+    assert [(p.payload, p.retain, sub_ids(p)) for p in r.wire] == [(b"live", False, {1, 2})]
