@@ -21,8 +21,11 @@ records in log-position order. Invariants:
 - a record whose QoS 2 flow got past PUBREC in any of its entries is skipped in all;
   one sent before a reconnect goes again with its packet id (any entry holds it).
 
-A session with one ordinary subscription uses its :class:`~gateway.mqtt.delivery.Reader`
-directly (the plain-record fast paths); shared subscriptions are never merged.
+Only readers whose filters can overlap are merged (:func:`groups`): a topic matches
+filters of one group only, so each group is read on its own, and a reader that
+overlaps no other stays a plain :class:`~gateway.mqtt.delivery.Reader` with its
+plain-record fast paths (MQTT orders messages per topic, not across unrelated filters).
+Shared subscriptions are never merged.
 
 Event-loop thread only.
 """
@@ -42,6 +45,47 @@ if TYPE_CHECKING:
 
 _MQTT = Protocol.MQTT
 _V5 = MQTTVersion.V5
+
+
+#: Above this many ordinary subscriptions a session's overlap groups are not computed
+#: (pairwise, at each SUBSCRIBE / UNSUBSCRIBE): they are all merged, which is correct
+#: for any filters, only slower to read.
+MAX_GROUPED = 64
+
+
+def filters_overlap(a: str, b: str) -> bool:
+    """Whether some topic name matches both filters (MQTT 4.7; a filter starting with a
+    wildcard matches no topic starting with ``$``, MQTT-4.7.2-1)."""
+    la, lb = a.split("/"), b.split("/")
+    wild = ("+", "#")
+    if (la[0][:1] == "$" and lb[0] in wild) or (lb[0][:1] == "$" and la[0] in wild):
+        return False
+    for x, y in zip(la, lb, strict=False):
+        if x == "#" or y == "#":
+            return True
+        if x != y and x != "+" and y != "+":
+            return False
+    if len(la) == len(lb):
+        return True
+    longer = la if len(la) > len(lb) else lb
+    return longer[min(len(la), len(lb))] == "#"  # "a/#" also matches "a"
+
+
+def groups(readers: list[Reader]) -> list[list[Reader]]:
+    """The readers grouped by overlap (the connected parts of "their filters can
+    overlap"), in the order of their first reader."""
+    if len(readers) > MAX_GROUPED:
+        return [readers]
+    parts: list[list[Reader]] = []
+    for reader in readers:
+        f = reader.sub.topic_filter
+        joined = [p for p in parts if any(filters_overlap(f, o.sub.topic_filter) for o in p)]
+        merged = [reader]
+        for part in joined:
+            merged = part + merged
+            parts.remove(part)
+        parts.append(merged)
+    return parts
 
 
 class MergedReader:
@@ -159,4 +203,4 @@ class MergedReader:
         return consumed
 
 
-__all__ = ["MergedReader"]
+__all__ = ["MAX_GROUPED", "MergedReader", "filters_overlap", "groups"]

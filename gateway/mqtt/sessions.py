@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from gateway.mqtt.delivery import Reader, SharedReader, share_group
 from gateway.mqtt.flows import Flows
-from gateway.mqtt.merge import MergedReader
+from gateway.mqtt.merge import MergedReader, groups
 from gateway.mqtt.session_state import (
     NEVER,
     PREFIX,
@@ -70,18 +70,17 @@ class Session:
         return len(self.flows.inflight)
 
     def fillers(self) -> list[Reader | SharedReader | MergedReader]:
-        """What a delivery round fills from: the ordinary readers merged into one when
-        there are several (one copy per message, see gateway.mqtt.merge), then each
-        shared subscription's reader."""
-        fillers = self._fillers
-        if fillers is None:
+        """What a delivery round fills from: the ordinary readers, those whose filters
+        can overlap merged into one (one copy per message, see gateway.mqtt.merge),
+        then each shared subscription's reader."""
+        if self._fillers is None:
             ordinary = [r for r in self.readers.values() if isinstance(r, Reader)]
-            shared = [r for r in self.readers.values() if isinstance(r, SharedReader)]
-            merged: list[Reader | SharedReader | MergedReader] = (
-                [MergedReader(ordinary)] if len(ordinary) > 1 else list(ordinary)
-            )
-            fillers = self._fillers = merged + shared
-        return fillers
+            fillers: list[Reader | SharedReader | MergedReader] = [
+                MergedReader(part) if len(part) > 1 else part[0] for part in groups(ordinary)
+            ]
+            fillers += [r for r in self.readers.values() if isinstance(r, SharedReader)]
+            self._fillers = fillers
+        return self._fillers
 
     # -- subscriptions -----------------------------------------------------------------
 
