@@ -13,9 +13,14 @@ Each subscription of a session reads its filter's LMQ:
   PUBREC) acks the pop receipt; receipts still held when a member disconnects are made
   visible again at once and go to another member.
 
-A reader pulls with ``pull_plain``: plain stored messages (no properties) are sent from
-their stored topic and body bytes by :func:`deliver_plain`, the others decoded in full
-and sent by :func:`deliver`; the two give the same PUBLISH and the same bookkeeping.
+A reader pulls with ``pull_plain``: plain stored messages (no properties) come as
+their stored topic and body bytes, the others decoded in full; :func:`deliver` sends
+either (the same PUBLISH, the same bookkeeping). A run of plain QoS 0 records from the
+hot tail is encoded in one go by the protocol's plain encoder.
+
+Delivery writes to an :class:`Outbox` (the connection handler): the protocol machine
+and a queue of bytes written once per loop turn; the QoS flows go to the session's
+:class:`~gateway.mqtt.flows.Flows`.
 
 The window is the client's Receive Maximum: QoS 1/2 messages in flight never exceed it
 (QoS 0 ones do not count). Delivery stops while the socket's write buffer is above its
@@ -26,17 +31,16 @@ Event-loop thread only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from typing import Protocol as Interface
 
 from broker_core import Protocol, Record
 from broker_core.record import PlainMessage
 from gateway.mqtt.messages import mqtt_topic, now_ms, publish_properties, remaining_expiry
 from gateway.mqtt.session_state import SubscriptionState
-from protocol.mqtt import EMPTY_PROPERTIES, MQTTVersion, OutgoingPacketTooLarge
+from protocol.mqtt import EMPTY_PROPERTIES, Connection, MQTTVersion, OutgoingPacketTooLarge
 
 if TYPE_CHECKING:
-    from gateway.mqtt.handler import MqttHandler
     from gateway.mqtt.sessions import Session
 
 PULL_BATCH = 256  # messages a reader takes per round (one store pull, one socket write)
@@ -52,16 +56,24 @@ def share_group(group: str) -> str:
     return "mqtt-share:" + group
 
 
-@dataclass(slots=True)
-class Inflight:
-    """A QoS 1/2 PUBLISH we sent and whose flow has not completed."""
+class DeliveryStats(Interface):
+    """Counters a delivery adds to (plain ints, copied into metrics at scrape time)."""
 
-    packet_id: int
-    qos: int
-    reader: Reader | SharedReader | None
-    offset: int  # in the reader's LMQ; -1 for retained messages
-    receipt: str | None = None  # pop receipt (shared subscriptions)
-    released: bool = False  # QoS 2: PUBREC received, PUBREL sent
+    sent: int
+    dropped_too_large: int
+
+
+class Outbox(Interface):
+    """Where delivery writes: the client's protocol machine (version, encoders, limits)
+    and the queue of bytes written at the end of this loop turn."""
+
+    @property
+    def proto(self) -> Connection: ...
+
+    @property
+    def stats(self) -> DeliveryStats: ...
+
+    def queue(self, data: bytes) -> None: ...
 
 
 class Reader:
@@ -99,18 +111,22 @@ class Reader:
     def acked(self, offset: int) -> None:
         self.unacked.pop(offset, None)
 
-    def fill(self, session: Session, handler: MqttHandler, window: int) -> int:
-        """Send what is readable, up to ``window`` QoS 1/2 messages. Returns how many
-        messages were consumed (sent or skipped)."""
-        store = session.front.store
+    def drop_over_limit(self, session: Session) -> None:
+        """``max_queued_messages``: a reader too far behind skips the oldest (counted,
+        like mosquitto's drops)."""
         limit = session.front.ctx.config.max_queued_messages
         if limit:
-            info = store.lmq(self.lmq)
+            info = session.front.store.lmq(self.lmq)
             if info is not None and info.max_offset - self.next_offset > limit:
-                # too far behind: skip the oldest (counted, like mosquitto's drops)
                 skipped = info.max_offset - limit - self.next_offset
                 session.front.dropped_queue_full += skipped
                 self.next_offset = info.max_offset - limit
+
+    def fill(self, session: Session, out: Outbox, window: int) -> int:
+        """Send what is readable, up to ``window`` QoS 1/2 messages. Returns how many
+        messages were consumed (sent or skipped)."""
+        store = session.front.store
+        self.drop_over_limit(session)
         # Pull no more than the window lets go out: a round that read PULL_BATCH records
         # and sent a few (the window opened by a few PUBACKs) decoded the rest for
         # nothing, and read them again next round. While the window is shut only QoS 0
@@ -120,15 +136,15 @@ class Reader:
         consumed = 0
         now = now_ms()
         # Plain records (no properties: no expiry, nothing for an MQTT 5 PUBLISH to
-        # carry) go out from their stored bytes, without a full decode (pull_plain,
-        # deliver_plain); with a subscription identifier to add, every one is decoded.
-        sub_id = handler.proto.version == _V5 and sub.subscription_id is not None
+        # carry) go out from their stored bytes, without a full decode (pull_plain);
+        # with a subscription identifier to add, every one is decoded.
+        sub_id = out.proto.version == _V5 and sub.subscription_id is not None
         pull = store.pull if sub_id else store.pull_plain
         # Records at the tail (from memory) that are QoS 0 without properties (most of a
         # fleet's telemetry) are encoded in a run by the protocol's plain encoder, one
         # join per round; anything else goes out after the run so far (wire order is
         # offset order).
-        plain = None if sub_id or sub.deny is not None else handler.proto.plain_publish_encoder()
+        plain = None if sub_id or sub.deny is not None else out.proto.plain_publish_encoder()
         no_local_id = session.state.client_id if sub.no_local else None
         retain_as_published = sub.retain_as_published
         parts: list[bytes] = []
@@ -174,39 +190,32 @@ class Reader:
                             consumed += 1
                             continue
                     if parts:
-                        handler.queue(b"".join(parts))
+                        out.queue(b"".join(parts))
                         parts.clear()
                     if qos and window <= 0:
                         blocked = True
                         break
                     again = resend.pop(offset, None)
-                    dup = again is not None or offset < self.sent_upto
-                    if record is None:
-                        sent = deliver_plain(
-                            session, handler, msg, sub, qos, dup, self, again  # type: ignore[arg-type]
-                        )
-                    else:
-                        sent = deliver(
-                            session,
-                            handler,
-                            record,
-                            sub,
-                            qos,
-                            now,
-                            dup=dup,
-                            reader=self,
-                            offset=offset,
-                            packet_id=again,
-                        )
+                    sent = deliver(
+                        session,
+                        out,
+                        msg if record is None else record,  # type: ignore[arg-type]
+                        sub,
+                        qos,
+                        now,
+                        dup=again is not None or offset < self.sent_upto,
+                        reader=self,
+                        offset=offset,
+                        packet_id=again,
+                        durable=qos == 2 and again is None,
+                    )
                     if sent is not None and qos:
                         self.unacked[offset] = sent
                         window -= 1
-                        if qos == 2 and again is None:
-                            session.qos2_sent(sent, self.lmq, offset)
                 self.next_offset = offset + 1
                 consumed += 1
             if parts:
-                handler.queue(b"".join(parts))
+                out.queue(b"".join(parts))
                 parts.clear()
             if self.next_offset > self.sent_upto:
                 self.sent_upto = self.next_offset
@@ -214,7 +223,7 @@ class Reader:
             if blocked or self.next_offset >= result.max_offset:
                 break
         if n_plain:
-            handler.front.sent += n_plain
+            out.stats.sent += n_plain
         return consumed
 
 
@@ -239,7 +248,7 @@ class SharedReader:
     def acked(self, offset: int) -> None:
         pass
 
-    def fill(self, session: Session, handler: MqttHandler, window: int) -> int:
+    def fill(self, session: Session, out: Outbox, window: int) -> int:
         store = session.front.store
         want = PULL_BATCH if self.sub.qos == 0 else min(PULL_BATCH, window)
         if want <= 0:
@@ -250,7 +259,7 @@ class SharedReader:
             qos = min(p.message.record.qos, self.sub.qos)
             pid = deliver(
                 session,
-                handler,
+                out,
                 p.message.record,
                 self.sub,
                 qos,
@@ -265,48 +274,10 @@ class SharedReader:
         return len(popped)
 
 
-def deliver_plain(
-    session: Session,
-    handler: MqttHandler,
-    msg: PlainMessage,
-    sub: SubscriptionState,
-    qos: int,
-    dup: bool,
-    reader: Reader,
-    packet_id: int | None,
-) -> int | None:
-    """:func:`deliver` for a plain stored message (see ``Reader.fill``): the PUBLISH is
-    encoded from the stored topic and body bytes. No properties means no expiry and
-    nothing to carry in an MQTT 5 PUBLISH (the caller rules out a subscription
-    identifier). Same result and bookkeeping as :func:`deliver`."""
-    if (
-        sub.no_local
-        and msg.protocol == _MQTT
-        and msg.origin == session.state.client_id.encode()
-    ):
-        return None
-    if sub.deny is not None and sub.deny(msg.topic.decode()):
-        return None
-    pid = (packet_id or session.allocate_packet_id()) if qos else None
-    try:
-        data = handler.proto.send_plain_publish(
-            msg.topic, msg.body, qos, msg.retain and sub.retain_as_published, dup and qos > 0, pid
-        )
-    except OutgoingPacketTooLarge:
-        handler.front.dropped_too_large += 1
-        return None
-    handler.queue(data)  # written with the rest of this loop turn
-    handler.front.sent += 1
-    if pid is None:
-        return 0
-    session.inflight[pid] = Inflight(pid, qos, reader, msg.offset)
-    return pid
-
-
 def deliver(
     session: Session,
-    handler: MqttHandler,
-    record: Record,
+    out: Outbox,
+    msg: PlainMessage | Record,
     sub: SubscriptionState,
     qos: int,
     now: int,
@@ -317,45 +288,70 @@ def deliver(
     receipt: str | None = None,
     retained: bool = False,
     packet_id: int | None = None,
+    durable: bool = False,
+    more: list[tuple[Reader, int]] | None = None,
+    subscription_ids: tuple[int, ...] | None = None,
 ) -> int | None:
-    """Send one message to the client. Returns its packet id (0 for QoS 0), or None if
-    it was not sent (no-local, denied by the subscription's ACL filter, expired, or too
-    large for the client)."""
-    if (
-        sub.no_local
-        and record.protocol == Protocol.MQTT
-        and record.origin == session.state.client_id
-        and not retained
-    ):
-        return None
-    topic = record.topic if record.protocol != _AMQP else mqtt_topic(record)
-    if sub.deny is not None and sub.deny(topic):
-        return None
-    props = record.properties
-    expiry = remaining_expiry(record, now) if props else None
-    if expiry is not None and expiry <= 0:
-        return None
-    proto = handler.proto
-    pid = (packet_id or session.allocate_packet_id()) if qos else None
-    retain = True if retained else (record.retain and sub.retain_as_published)
+    """Send one stored message to the client, as ``qos``. Returns its packet id (0 for
+    QoS 0), or None if it was not sent (no-local, denied by the subscription's ACL
+    filter, expired, or too large for the client).
+
+    ``msg`` is a plain message (stored topic and body bytes, no properties: no expiry,
+    nothing for an MQTT 5 PUBLISH to carry but a subscription identifier) or a decoded
+    record; both give the same PUBLISH and the same bookkeeping. ``durable``: a QoS 2
+    message from an ordinary subscription sent for the first time (see Flows.sent).
+    ``more``: further ``(reader, offset)`` entries of the same record (overlapping
+    subscriptions, see gateway.mqtt.merge), advanced with ``reader``'s;
+    ``subscription_ids``: the identifiers to carry instead of ``sub``'s."""
+    plain = type(msg) is PlainMessage
+    if sub.no_local and not retained and msg.protocol == _MQTT:
+        origin = msg.origin
+        if (origin.decode() if plain else origin) == session.state.client_id:  # type: ignore[union-attr]
+            return None
+    topic: str | bytes
+    if plain:
+        topic = msg.topic
+        if sub.deny is not None and sub.deny(topic.decode()):  # type: ignore[union-attr]
+            return None
+        expiry = None
+        props = None
+    else:
+        topic = msg.topic if msg.protocol != _AMQP else mqtt_topic(msg)  # type: ignore[arg-type]
+        if sub.deny is not None and sub.deny(topic):  # type: ignore[arg-type]
+            return None
+        props = msg.properties  # type: ignore[union-attr]
+        expiry = remaining_expiry(msg, now) if props else None  # type: ignore[arg-type]
+        if expiry is not None and expiry <= 0:
+            return None
+    proto = out.proto
+    v5 = proto.version == _V5
+    flows = session.flows
+    pid = (packet_id or flows.allocate()) if qos else None
+    retain = True if retained else (msg.retain and sub.retain_as_published)
+    dup = dup and qos > 0
+    if not v5:
+        ids: tuple[int, ...] = ()
+    elif subscription_ids is not None:
+        ids = subscription_ids
+    else:
+        ids = (sub.subscription_id,) if sub.subscription_id else ()
     try:
         data = proto.send_publish(
             topic,
-            record.body,
+            msg.body,
             qos,
             retain,
-            dup and qos > 0,
+            dup,
             pid,
-            publish_properties(record, proto.version, expiry, sub.subscription_id)
-            if proto.version == _V5
-            else EMPTY_PROPERTIES,
+            publish_properties(props or {}, _V5, expiry, ids) if v5 else EMPTY_PROPERTIES,
         )
     except OutgoingPacketTooLarge:
-        handler.front.dropped_too_large += 1
+        out.stats.dropped_too_large += 1
         return None
-    handler.queue(data)  # written with the rest of this loop turn
-    handler.front.sent += 1
+    out.queue(data)  # written with the rest of this loop turn
+    out.stats.sent += 1
     if pid is None:
         return 0
-    session.inflight[pid] = Inflight(pid, qos, reader, offset, receipt)
+    if flows.sent(pid, qos, reader, offset, receipt, durable, more):
+        session.save()  # before the bytes leave (they go at the end of this turn)
     return pid

@@ -130,13 +130,9 @@ class MqttFrontEnd(FrontEnd):
     def _recover_qos2(self, crashed: list[Session]) -> None:
         """Put back QoS 2 packet ids whose append was acknowledged but not yet recorded
         when the gateway died (see gateway.mqtt.sessions)."""
-        from broker_core.commit_log import ScanStop
-
-        start = max(self.store.log.min_position, min(s.state.qos2_upto for s in crashed))
+        start = min(s.state.qos2_upto for s in crashed)
         by_client = {s.client_id: s for s in crashed}
-        for item in self.store.log.scan(start):
-            if isinstance(item, ScanStop):
-                break
+        for item in self.store.records_from(start):
             marker = item.properties.get(QOS2_KEY)
             if marker is None:
                 continue
@@ -404,7 +400,7 @@ class MqttFrontEnd(FrontEnd):
         """Shared subscriptions: messages whose invisible time ran out go back to the
         group (the revive notifies the LMQ's listeners, which wakes the members)."""
         while True:
-            due = self.store.pop_consumer.next_revive_at()
+            due = self.store.next_revive_at()
             now = self.now_ms()
             wait = 1.0 if due is None else min(1.0, max(0.0, (due - now) / 1000))
             await asyncio.sleep(wait)
@@ -424,7 +420,7 @@ class MqttFrontEnd(FrontEnd):
                 ),
                 "$SYS/broker/messages/received": str(self.received),
                 "$SYS/broker/messages/sent": str(self.sent),
-                "$SYS/broker/store/log_bytes": str(self.store.log.size_bytes),
+                "$SYS/broker/store/log_bytes": str(self.store.log_bytes),
                 "$SYS/broker/retained messages/count": str(self.retained.count()),
             }
             for topic, text in values.items():

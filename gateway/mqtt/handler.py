@@ -5,8 +5,10 @@ yields; replies are written in order. A protocol error answers with the machine'
 ``error_response()`` (CONNACK or DISCONNECT with the reason code) and closes this
 connection only. Inbound PUBLISHes go to the shared :class:`~gateway.publisher.Publisher`;
 their PUBACK/PUBREC is sent when the store acknowledges the append (so an acknowledged
-message survives kill -9). Reading pauses while the client has ``RECEIVE_MAXIMUM``
-QoS 1/2 messages waiting for the store, or the store lags.
+message survives kill -9). Reading pauses while the client has more than
+``RECEIVE_MAXIMUM`` QoS 1/2 messages waiting for the store (only a 3.x client can: an
+MQTT 5 client's one-too-many is parsed, and the machine answers DISCONNECT 0x93), or
+the store lags.
 
 Per-connection state only; the session (which may outlive this) is in
 :mod:`gateway.mqtt.sessions`. Event-loop thread only.
@@ -16,23 +18,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from broker_core import AppendResult, MessageTooLarge, StorageFull
 from gateway.auth import ANONYMOUS_PRINCIPAL, Authenticator, Principal
-from gateway.auth.authenticator import LoginResult
-from gateway.auth.subjects import subject_from_peercert
 from gateway.frontend import ConnectionHandler
+from gateway.mqtt.connect import RECEIVE_MAXIMUM, Refused, accept, login
 from gateway.mqtt.delivery import PULL_BATCH
+from gateway.mqtt.flows import Effects, Inbound
 from gateway.mqtt.messages import to_store_message
-from gateway.mqtt.session_state import NEVER, SubscriptionState, WillState
-from lmq.names import (
-    InvalidTopic,
-    parse_shared_subscription,
-    validate_topic_filter,
-    validate_topic_name,
-)
+from gateway.mqtt.subscribe import subscribe_codes
+from gateway.mqtt.token_bucket import TokenBucket
+from lmq.names import InvalidTopic, validate_topic_name
 from protocol.mqtt import (
     NEED_DATA,
     PAUSED,
@@ -69,13 +67,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: QoS 1/2 PUBLISHes a client may have waiting for their PUBACK/PUBREC (our Receive
-#: Maximum, sent in the MQTT 5 CONNACK). A client with more waiting is not disconnected
-#: (3.x has no Receive Maximum): its further packets wait, unprocessed, until the store
-#: catches up.
-RECEIVE_MAXIMUM = 1024
-#: Inbound topic aliases we accept (MQTT 5 Topic Alias Maximum).
-TOPIC_ALIAS_MAXIMUM = 1024
 _V5 = MQTTVersion.V5
 _PUBACK = PacketType.PUBACK
 _PUBREC = PacketType.PUBREC
@@ -85,6 +76,8 @@ class MqttHandler(ConnectionHandler):
     def __init__(self, front: MqttFrontEnd, conn: GatewayConnection) -> None:
         super().__init__(conn)
         self.front = front
+        #: Delivery counters (see delivery.Outbox).
+        self.stats = front
         self.proto = Connection(
             max_packet_size=front.ctx.config.max_packet_size,
             outbound_topic_aliases=True,
@@ -104,12 +97,9 @@ class MqttHandler(ConnectionHandler):
         self.principal: Principal = ANONYMOUS_PRINCIPAL
         #: MQTT 5 Request Problem Information: reason strings on DISCONNECT.
         self.problem_information = True
-        self._rate = front.ctx.config.max_publish_rate
-        self._tokens = float(self._rate)
-        self._tokens_at = front.loop.time()
+        rate = front.ctx.config.max_publish_rate
+        self._bucket = TokenBucket(rate, front.loop.time()) if rate else None
         self._throttled = False
-        #: QoS 2 packet ids whose append is under way (a resend then waits for it).
-        self._qos2_storing: set[int] = set()
 
     # -- bytes in ----------------------------------------------------------------------
 
@@ -172,45 +162,23 @@ class MqttHandler(ConnectionHandler):
     def flush_out(self) -> None:
         self.conn.flush()
 
-    # -- CONNECT -----------------------------------------------------------------------
+    # -- CONNECT (the rules are in gateway.mqtt.connect) ------------------------------
 
     def _on_connect(self, connect: Connect) -> None:
         auth = self.front.ctx.authenticator
         if auth is None:  # open mode (no users file, loopback): no thread hop
             self._finish_connect(connect, ANONYMOUS_PRINCIPAL)
             return
-        # scrypt takes tens of milliseconds: check in a thread, reading paused meanwhile
-        # (packets pipelined after the CONNECT wait in the machine: PAUSED).
+        # the login runs in a thread, reading paused meanwhile (packets pipelined after
+        # the CONNECT wait in the machine: PAUSED)
         self.conn.pause_reading()
         self.conn.spawn(self._authenticate(auth, connect), "mqtt-auth")
 
     async def _authenticate(self, auth: Authenticator, connect: Connect) -> None:
         conn = self.conn
-        result: LoginResult | None = None
-        cert = conn.transport.get_extra_info("peercert")
-        if cert:
-            try:
-                subject = subject_from_peercert(cert)
-            except ValueError:
-                subject = ""
-            if subject:
-                by_cert = auth.authenticate_certificate(
-                    subject, client_id=connect.client_id, peer_host=conn.peer_host
-                )
-                if isinstance(by_cert, Principal) and connect.username in (
-                    None,
-                    "",
-                    by_cert.username,
-                ):
-                    result = by_cert
-        if result is None:
-            result = await asyncio.to_thread(
-                auth.authenticate,
-                connect.username,
-                connect.password,
-                client_id=connect.client_id,
-                peer_host=conn.peer_host,
-            )
+        result = await login(
+            auth, connect, conn.transport.get_extra_info("peercert"), conn.peer_host
+        )
         if self.closed:
             return
         if not isinstance(result, Principal):
@@ -219,87 +187,35 @@ class MqttHandler(ConnectionHandler):
             return
         self._finish_connect(connect, result)
         conn.resume_reading()
-        try:
-            self._process()
-        except MQTTError as exc:
-            self._protocol_error(exc)
+        self._resume_processing()
 
     def _finish_connect(self, connect: Connect, principal: Principal) -> None:
         front = self.front
-        version = connect.protocol_version
         self.principal = principal
-        props = connect.properties
-        if props.authentication_method is not None:
-            self._send(Connack(reason_code=ReasonCode.BAD_AUTHENTICATION_METHOD))
-            self._close("enhanced authentication is not supported")
+        accepted = accept(front, self, connect, principal)
+        if isinstance(accepted, Refused):
+            self._send(accepted.connack)
+            self._close(accepted.reason)
             return
-        client_id = connect.client_id
-        assigned = None
-        if not client_id:
-            client_id = assigned = "lmq-" + secrets.token_hex(8)
-        self.receive_max = front.ctx.config.max_inflight
-        if version == _V5:
-            expiry = props.session_expiry_interval or 0
-            self.receive_max = min(self.receive_max, props.receive_maximum or 65535)
-        else:
-            expiry = 0 if connect.clean_start else NEVER
-        owner = front.session_owner(client_id)
-        if owner is not None and owner != principal.username:
-            # another user's session: no takeover across users
-            self._send(Connack(reason_code=ReasonCode.NOT_AUTHORIZED))
-            self._close("client id belongs to another user")
-            return
-        session, present = front.sessions_for_connect(client_id, connect.clean_start, self)
-        session.state.username = principal.username
-        session.state.expiry = expiry
-        session.state.protocol_level = int(version)
-        will = connect.will
-        if will is not None:
-            wp = will.properties
-            session.state.will = WillState(
-                topic=will.topic,
-                payload=will.payload,
-                qos=will.qos,
-                retain=will.retain,
-                delay=(wp.will_delay_interval or 0) if version == _V5 else 0,
-                properties=front.will_properties(wp) if version == _V5 else {},
-            )
-        else:
-            session.state.will = None
-        self.session = session
+        session = self.session = accepted.session
+        self.receive_max = accepted.receive_max
+        self.problem_information = accepted.problem_information
         front.apply_acl(principal, session)
         session.online(self)
         session.save()
-        connack_props = Properties()
-        max_keep_alive = front.ctx.config.max_keep_alive
-        server_keep_alive = None
-        if max_keep_alive and (connect.keep_alive == 0 or connect.keep_alive > max_keep_alive):
-            server_keep_alive = max_keep_alive
-        if version == _V5:
-            connack_props = Properties(
-                receive_maximum=RECEIVE_MAXIMUM,
-                topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
-                maximum_packet_size=front.ctx.config.max_packet_size,
-                assigned_client_identifier=assigned,
-                server_keep_alive=server_keep_alive,
-            )
-        self.problem_information = props.request_problem_information != 0
-        self._send(Connack(session_present=present, properties=connack_props))
+        self._send(accepted.connack)
         self.conn.established()
         keep_alive = self.proto.keep_alive or 0
-        if server_keep_alive is not None and version != _V5:
-            keep_alive = server_keep_alive  # 3.x cannot be told: enforce the cap
+        if accepted.server_keep_alive is not None and self.proto.version != _V5:
+            keep_alive = accepted.server_keep_alive  # 3.x cannot be told: enforce the cap
         self._keepalive_s = keep_alive * 1.5
         if self._keepalive_s:
             self._keepalive = front.loop.call_later(self._keepalive_s, self._check_keepalive)
         # Resume QoS 2 flows whose PUBREC came before the disconnect, then deliver.
-        from gateway.mqtt.delivery import Inflight
-
-        for pid, (_lmq, offset) in sorted(session.state.pubrel_pending.items()):
-            session.inflight[pid] = Inflight(pid, 2, None, offset, released=True)
-            self._send(Pubrel(packet_id=pid))
+        for pubrel in session.flows.resume():
+            self._send(pubrel)
         front.connected(self)
-        self._delivery = self.conn.spawn(self._deliver_loop(), f"mqtt-deliver-{client_id}")
+        self._delivery = self.conn.spawn(self._deliver_loop(), f"mqtt-deliver-{session.client_id}")
         front.wake(session)
 
     def _check_keepalive(self) -> None:
@@ -324,8 +240,8 @@ class MqttHandler(ConnectionHandler):
         assert session is not None
         front = self.front
         front.received += 1
-        if self._rate:
-            self._throttle()
+        if self._bucket is not None:
+            self._throttle(self._bucket)
         topic = publish.topic
         if not topic:
             # The codec validated the name (UTF-8, no U+0000, no wildcards, length); an
@@ -344,13 +260,14 @@ class MqttHandler(ConnectionHandler):
             self._ack_publish(publish, ReasonCode.NOT_AUTHORIZED)
             return
         pid = publish.packet_id
-        if qos == 2 and pid in session.state.inbound_qos2:
-            self._send(Pubrec(packet_id=pid))  # a resend: stored already
-            return
-        if qos == 2 and pid in self._qos2_storing:
-            return  # a resend while the first copy is being stored: its PUBREC follows
         if qos == 2:
-            self._qos2_storing.add(pid)  # type: ignore[arg-type]
+            assert pid is not None
+            step = session.flows.inbound_publish(pid)
+            if step is Inbound.DUPLICATE:
+                self._send(Pubrec(packet_id=pid))  # a resend: stored already
+                return
+            if step is Inbound.WAIT:
+                return  # a resend while the first copy is being stored: its PUBREC follows
         message = to_store_message(
             publish, session.client_id, front.now_ms(), pid if qos == 2 else None
         )
@@ -370,7 +287,7 @@ class MqttHandler(ConnectionHandler):
         publisher.submit_callback(
             message, lmqs, lambda result, exc: self._published(result, exc, publish, message)
         )
-        if self.inbound_waiting >= RECEIVE_MAXIMUM or publisher.lagging:
+        if self.inbound_waiting > RECEIVE_MAXIMUM or publisher.lagging:
             self._paused_for_store = True
             self.conn.pause_reading()
 
@@ -398,18 +315,14 @@ class MqttHandler(ConnectionHandler):
         except MQTTError as exc:
             self._protocol_error(exc)
 
-    def _throttle(self) -> None:
-        """Token bucket of ``max_publish_rate``: a publisher ahead of its budget has its
-        reading paused until the bucket refills (backpressure, not a disconnect)."""
-        now = self.front.loop.time()
-        rate = self._rate
-        self._tokens = min(float(rate), self._tokens + (now - self._tokens_at) * rate)
-        self._tokens_at = now
-        self._tokens -= 1
-        if self._tokens < 0 and not self._throttled:
+    def _throttle(self, bucket: TokenBucket) -> None:
+        """``max_publish_rate``: a publisher ahead of its budget has its reading paused
+        until the bucket refills (backpressure, not a disconnect)."""
+        wait = bucket.take(self.front.loop.time())
+        if wait and not self._throttled:
             self._throttled = True
             self.conn.pause_reading()
-            self.front.loop.call_later(-self._tokens / rate, self._unthrottle)
+            self.front.loop.call_later(wait, self._unthrottle)
 
     def _unthrottle(self) -> None:
         self._throttled = False
@@ -428,8 +341,6 @@ class MqttHandler(ConnectionHandler):
     ) -> None:
         qos = publish.qos
         session = self.session
-        if qos == 2:
-            self._qos2_storing.discard(publish.packet_id)  # type: ignore[arg-type]
         if qos:
             self.inbound_waiting -= 1
             if qos == 2 and session is not None:
@@ -452,14 +363,16 @@ class MqttHandler(ConnectionHandler):
             )
             log.warning("publish not stored: %s", exc, extra=self.conn.log_fields())
             if not self.closed:
+                if qos == 2 and session is not None:
+                    session.flows.inbound_stored(publish.packet_id, False)  # type: ignore[arg-type]
                 self._ack_publish(publish, code)
             return
         if publish.retain:
             self.front.retained.set(message, result.store_ms)
         if self.closed:
-            return
+            return  # (its session's flows forgot the appends under way at the close)
         if qos == 2 and session is not None:
-            session.state.inbound_qos2.append(publish.packet_id)  # type: ignore[arg-type]
+            session.flows.inbound_stored(publish.packet_id, True)  # type: ignore[arg-type]
             session.save(qos2_upto=result.end if session.qos2_appending == 0 else None)
         self._ack_publish(publish, ReasonCode.SUCCESS)
 
@@ -499,95 +412,42 @@ class MqttHandler(ConnectionHandler):
     def _on_pubrel(self, packet: Pubrel) -> None:
         session = self.session
         assert session is not None
-        try:
-            session.state.inbound_qos2.remove(packet.packet_id)
+        code, changed = session.flows.on_pubrel(packet.packet_id, self.proto.version == _V5)
+        if changed:
             session.save()
-            code = ReasonCode.SUCCESS
-        except ValueError:
-            code = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
-        if self.proto.version != _V5:
-            code = ReasonCode.SUCCESS
         self._send(Pubcomp(packet_id=packet.packet_id, reason_code=code))
 
-    # -- acks of our deliveries --------------------------------------------------------
+    # -- acks of our deliveries: the flows decide, this carries it out -----------------
 
     def _on_puback(self, packet: Puback) -> None:
-        self._complete(packet.packet_id)
+        self._apply(self.session.flows.on_puback(packet.packet_id))  # type: ignore[union-attr]
 
     def _on_pubacks(self, acks: Pubacks) -> None:
-        """Plain PUBACKs received back to back (a draining client acks every message):
-        each completes its flow as :meth:`_complete` would, with one wake-up for all."""
-        session = self.session
-        assert session is not None
-        release = self._release
-        done = False
-        for pid in acks.packet_ids:
-            done = release(session, pid) or done
-        if done:
-            self.front.wake(session)
+        self._apply(self.session.flows.on_pubacks(acks.packet_ids))  # type: ignore[union-attr]
 
     def _on_pubrec(self, packet: Pubrec) -> None:
-        session = self.session
-        assert session is not None
-        inf = session.inflight.get(packet.packet_id)
-        if inf is None:
-            if self.proto.version == _V5:
-                self._send(
-                    Pubrel(
-                        packet_id=packet.packet_id,
-                        reason_code=ReasonCode.PACKET_IDENTIFIER_NOT_FOUND,
-                    )
-                )
-            return
-        if packet.reason_code >= 0x80:
-            self._complete(packet.packet_id)  # the client refused it: the flow ends
-            return
-        if not inf.released:
-            inf.released = True
-            lmq = inf.reader.lmq if inf.reader is not None else ""
-            if inf.reader is not None:
-                inf.reader.acked(inf.offset)
-                session.offsets_dirty = True
-            if inf.receipt is not None:
-                self._ack_receipt(inf.receipt)
-                inf.receipt = None
-            session.state.qos2_out.pop(packet.packet_id, None)
-            session.state.pubrel_pending[packet.packet_id] = [lmq, inf.offset]
-            session.save()
-        self._send(Pubrel(packet_id=packet.packet_id))
+        flows = self.session.flows  # type: ignore[union-attr]
+        v5 = self.proto.version == _V5
+        self._apply(flows.on_pubrec(packet.packet_id, packet.reason_code, v5))
 
     def _on_pubcomp(self, packet: Pubcomp) -> None:
+        self._apply(self.session.flows.on_pubcomp(packet.packet_id))  # type: ignore[union-attr]
+
+    def _apply(self, fx: Effects) -> None:
         session = self.session
         assert session is not None
-        flow = session.state.pubrel_pending.pop(packet.packet_id, None)
-        if flow is not None:
-            lmq, offset = flow
-            if lmq and offset >= 0:
-                # never sent again, even before the offset commit passes it
-                done = session.state.qos2_done.setdefault(lmq, [])
-                done.append(offset)
-                done.sort()
-            session.save()
-        self._complete(packet.packet_id)
-
-    def _complete(self, pid: int) -> None:
-        session = self.session
-        assert session is not None
-        if self._release(session, pid):
-            self.front.wake(session)
-
-    def _release(self, session: Session, pid: int) -> bool:
-        """End the outbound flow of ``pid``: its reader may commit past it, a shared
-        subscription's pop is acked. False if no such flow was in flight."""
-        inf = session.inflight.pop(pid, None)
-        if inf is None:
-            return False
-        if inf.reader is not None and not inf.released:
-            inf.reader.acked(inf.offset)
+        if fx.advance:
+            for reader, offset in fx.advance:
+                reader.acked(offset)
             session.offsets_dirty = True
-        if inf.receipt is not None:
-            self._ack_receipt(inf.receipt)
-        return True
+        for receipt in fx.receipts:
+            self._ack_receipt(receipt)
+        if fx.save:
+            session.save()
+        for packet in fx.send:
+            self._send(packet)
+        if fx.wake:
+            self.front.wake(session)
 
     def _ack_receipt(self, receipt: str) -> None:
         try:
@@ -601,55 +461,29 @@ class MqttHandler(ConnectionHandler):
         session = self.session
         assert session is not None
         front = self.front
-        v5 = self.proto.version == _V5
-        sub_id = packet.properties.subscription_identifiers
-        codes: list[int] = []
-        retained: list[tuple[SubscriptionState, int]] = []
-        for request in packet.subscriptions:
-            raw = request.topic_filter
-            try:
-                shared = parse_shared_subscription(raw)
-                topic_filter = shared.filter if shared else validate_topic_filter(raw)
-            except InvalidTopic:
-                codes.append(ReasonCode.TOPIC_FILTER_INVALID if v5 else 0x80)
-                continue
-            if shared is not None and request.no_local:
-                self._refuse(ReasonCode.PROTOCOL_ERROR, "no-local on a shared subscription")
-                return
-            decision = front.can_subscribe(self.principal, session.client_id, topic_filter)
-            if not decision.granted:
-                codes.append(ReasonCode.NOT_AUTHORIZED if v5 else 0x80)
-                continue
-            key = f"$share/{shared.group}/{topic_filter}" if shared else topic_filter
-            limit = front.ctx.config.max_subscriptions_per_session
-            if (
-                limit
-                and key not in session.state.subscriptions
-                and (len(session.state.subscriptions) >= limit)
-            ):
-                codes.append(ReasonCode.QUOTA_EXCEEDED if v5 else 0x80)
-                continue
-            sub = SubscriptionState(
-                topic_filter=topic_filter,
-                qos=request.qos,
-                no_local=request.no_local,
-                retain_as_published=request.retain_as_published,
-                retain_handling=request.retain_handling,
-                subscription_id=sub_id[0] if sub_id else None,
-                share_group=shared.group if shared else None,
-                deny=decision.deny,
-            )
+        client_id = session.client_id
+        result = subscribe_codes(
+            packet,
+            self.proto.version == _V5,
+            session.state.subscriptions,
+            front.ctx.config.max_subscriptions_per_session,
+            lambda topic_filter: front.can_subscribe(self.principal, client_id, topic_filter),
+        )
+        if result.refuse is not None:
+            self._refuse(ReasonCode.PROTOCOL_ERROR, result.refuse)
+            return
+        retained = []
+        for sub in result.granted:
             new = session.add_subscription(sub)
-            codes.append(request.qos)
-            if shared is None and (
-                request.retain_handling == 0 or (request.retain_handling == 1 and new)
+            if sub.share_group is None and (
+                sub.retain_handling == 0 or (sub.retain_handling == 1 and new)
             ):
-                retained.append((sub, request.qos))
+                retained.append(sub)
         session.save()
-        self._send(Suback(packet_id=packet.packet_id, reason_codes=tuple(codes)))
+        self._send(Suback(packet_id=packet.packet_id, reason_codes=tuple(result.codes)))
         front.subscriptions_changed()
-        for sub, qos in retained:
-            front.send_retained(self, session, sub, qos)
+        for sub in retained:
+            front.send_retained(self, session, sub, sub.qos)
         front.wake(session)
 
     def _on_unsubscribe(self, packet: Unsubscribe) -> None:
@@ -690,7 +524,7 @@ class MqttHandler(ConnectionHandler):
     def _on_closed(self, _event: ConnectionClosed) -> None:
         self._close("peer closed")
 
-    _handlers = {
+    _handlers: ClassVar[dict[type, Callable[[MqttHandler, Any], None]]] = {
         Connect: _on_connect,
         Publish: _on_publish,
         Puback: _on_puback,
@@ -722,7 +556,7 @@ class MqttHandler(ConnectionHandler):
             return False
         done = True
         conn.defer_flush()  # the caller's flush_out
-        for reader in list(session.readers.values()):
+        for reader in list(session.fillers()):
             window = self.receive_max - session.qos_inflight()
             if reader.fill(session, self, window) >= PULL_BATCH:
                 done = False
@@ -741,7 +575,7 @@ class MqttHandler(ConnectionHandler):
             progress = True
             while progress and not self.closed and session.handler is self:
                 progress = False
-                for reader in list(session.readers.values()):
+                for reader in list(session.fillers()):
                     if not conn.writable:
                         await conn.drain()
                         if self.closed or session.handler is not self:

@@ -23,6 +23,7 @@ The Topic Alias and Subscription Identifiers are per connection and never stored
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from broker_core import Message, Protocol, Record
 from gateway.user_properties import decode_user_properties, encode_user_properties
@@ -94,12 +95,16 @@ def remaining_expiry(record: Record, now: int) -> int | None:
 
 
 def publish_properties(
-    record: Record, version: MQTTVersion, expiry_left: int | None, subscription_id: int | None
+    rp: Mapping[str, bytes],
+    version: MQTTVersion,
+    expiry_left: int | None,
+    subscription_ids: tuple[int, ...],
 ) -> Properties:
+    """The MQTT 5 properties of a PUBLISH of a stored message whose store properties
+    are ``rp`` (EMPTY_PROPERTIES for 3.x, or when there is nothing to carry)."""
     if version != MQTTVersion.V5:
         return EMPTY_PROPERTIES
-    rp = record.properties
-    if not rp and expiry_left is None and subscription_id is None:
+    if not rp and expiry_left is None and not subscription_ids:
         return EMPTY_PROPERTIES
     user = rp.get("user_properties")
     ctype = rp.get("content_type")
@@ -111,5 +116,5 @@ def publish_properties(
         response_topic=rtopic.decode() if rtopic is not None else None,
         correlation_data=rp.get("correlation_data"),
         user_properties=decode_user_properties(user) if user else (),
-        subscription_identifiers=(subscription_id,) if subscription_id else (),
+        subscription_identifiers=subscription_ids,
     )

@@ -58,7 +58,8 @@ class WillState:
     qos: int
     retain: bool
     delay: int = 0  # seconds (MQTT 5 Will Delay Interval)
-    properties: dict[str, str] = field(default_factory=dict)  # encoded store properties
+    #: The will's MQTT 5 properties as JSON values (see MqttFrontEnd.will_properties).
+    properties: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -71,9 +72,10 @@ class SessionState:
     #: QoS 2 PUBLISHes received (stored, PUBREC sent) whose PUBREL has not come yet.
     inbound_qos2: list[int] = field(default_factory=list)
     #: Outbound QoS 2 messages whose PUBREC came: PUBREL must be (re)sent, not PUBLISH.
-    #: packet id -> [lmq, offset]
+    #: packet id -> [lmq, offset, ...] (one pair per LMQ of the session the record was
+    #: read through: overlapping subscriptions, see gateway.mqtt.merge)
     pubrel_pending: dict[int, list[Any]] = field(default_factory=dict)
-    #: Outbound QoS 2 PUBLISHes sent and not yet PUBREC'd: packet id -> [lmq, offset].
+    #: Outbound QoS 2 PUBLISHes sent and not yet PUBREC'd: packet id -> [lmq, offset, ...].
     #: After a reconnect or restart they are sent again with the same packet id (DUP).
     qos2_out: dict[int, list[Any]] = field(default_factory=dict)
     #: Outbound QoS 2 flows completed (PUBCOMP) above the committed offset: lmq ->

@@ -23,7 +23,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
-from gateway.mqtt.delivery import Inflight, Reader, SharedReader, share_group
+from gateway.mqtt.delivery import Reader, SharedReader, share_group
+from gateway.mqtt.flows import Flows
+from gateway.mqtt.merge import MergedReader, groups
 from gateway.mqtt.session_state import (
     NEVER,
     PREFIX,
@@ -45,11 +47,9 @@ class Session:
         self.front = front
         self.state = state
         self.readers: dict[str, Reader | SharedReader] = {}
-        self.inflight: dict[int, Inflight] = {}
-        self._next_pid = 1
-        #: Readers may hold packet ids for resends (set when they are rewound, cleared
-        #: by allocate_packet_id once none does): spares a scan on every delivery.
-        self._resends_held = False
+        self._fillers: list[Reader | SharedReader | MergedReader] | None = None
+        #: Packet ids and QoS flows (pure; see gateway.mqtt.flows).
+        self.flows = Flows(state)
         self.handler: MqttHandler | None = None
         self.wakeup = asyncio.Event()
         self.offsets_dirty = False
@@ -66,44 +66,21 @@ class Session:
     def group(self) -> str:
         return offset_group(self.state.client_id)
 
-    # -- packet identifiers ------------------------------------------------------------
-
-    def allocate_packet_id(self) -> int:
-        """A packet id in use by no flow: in flight now, PUBREL-pending, or held for a
-        resend after a reconnect. (The held ones are only collected when there are any:
-        this runs for every QoS 1/2 delivery.)"""
-        used = self.inflight
-        pending = self.state.pubrel_pending
-        held = self.state.qos2_out
-        reserved: set[int] | None = None
-        for _ in range(65535):
-            pid = self._next_pid
-            self._next_pid = pid % 65535 + 1
-            if pid in used or pid in pending or pid in held:
-                continue
-            if not self._resends_held:
-                return pid
-            if reserved is None:
-                reserved = {
-                    p
-                    for r in self.readers.values()
-                    if isinstance(r, Reader) and r.resend
-                    for p in r.resend.values()
-                }
-                if not reserved:
-                    self._resends_held = False
-            if pid not in reserved:
-                return pid
-        raise RuntimeError("no free packet identifier")  # the window is far smaller
-
-    def qos2_sent(self, pid: int, lmq: str, offset: int) -> None:
-        """A QoS 2 PUBLISH goes out: its packet id is remembered durably first, so that
-        after a crash it is sent again with the same id, not as a new message."""
-        self.state.qos2_out[pid] = [lmq, offset]
-        self.save()
-
     def qos_inflight(self) -> int:
-        return len(self.inflight)
+        return len(self.flows.inflight)
+
+    def fillers(self) -> list[Reader | SharedReader | MergedReader]:
+        """What a delivery round fills from: the ordinary readers, those whose filters
+        can overlap merged into one (one copy per message, see gateway.mqtt.merge),
+        then each shared subscription's reader."""
+        if self._fillers is None:
+            ordinary = [r for r in self.readers.values() if isinstance(r, Reader)]
+            fillers: list[Reader | SharedReader | MergedReader] = [
+                MergedReader(part) if len(part) > 1 else part[0] for part in groups(ordinary)
+            ]
+            fillers += [r for r in self.readers.values() if isinstance(r, SharedReader)]
+            self._fillers = fillers
+        return self._fillers
 
     # -- subscriptions -----------------------------------------------------------------
 
@@ -128,22 +105,16 @@ class Session:
                 offset = info.max_offset if info else 0
             reader = Reader(sub, lmq, offset)
         self.readers[sub.key] = reader
+        self._fillers = None
 
     def _restore_qos2(self) -> None:
         """Before delivering after a (re)connect: messages whose QoS 2 flow got past
         PUBREC are not sent again; those sent and not PUBREC'd go again, same id."""
-        state = self.state
+        restore = self.flows.restore
         for reader in self.readers.values():
-            if not isinstance(reader, Reader):
-                continue
-            lmq, start = reader.lmq, reader.next_offset
-            reader.skip = {
-                off for name, off in state.pubrel_pending.values() if name == lmq and off >= start
-            }
-            reader.skip.update(off for off in state.qos2_done.get(lmq, ()) if off >= start)
-            for pid, (name, off) in state.qos2_out.items():
-                if name == lmq and off >= start:
-                    reader.resend[off] = pid
+            if isinstance(reader, Reader):
+                reader.skip, resend = restore(reader.lmq, reader.next_offset)
+                reader.resend.update(resend)
 
     def listen(self) -> None:
         """Wake the delivery loop whenever a subscribed LMQ gains messages."""
@@ -192,11 +163,10 @@ class Session:
         if sub is None:
             return False
         reader = self.readers.pop(key, None)
+        self._fillers = None
         if reader is not None:
             self._unlisten(reader)
-            for inf in self.inflight.values():
-                if inf.reader is reader:
-                    inf.reader = None
+            self.flows.forget_reader(reader)
             if not reader.shared:
                 self.front.store.delete_offsets(self.group, [reader.lmq])
         self.front.topic_space.remove_filter(sub.topic_filter)
@@ -215,22 +185,22 @@ class Session:
         """The connection is gone: give back shared messages, rewind, commit."""
         self.handler = None
         self.unlisten()
-        store = self.front.store
-        for inf in list(self.inflight.values()):
-            if inf.receipt is not None and not inf.released:
-                try:
-                    store.change_invisible_time(inf.receipt, 0)
-                except Exception:  # already revived or acked: nothing to give back
-                    pass
-        # PUBREL-pending flows are rebuilt from the durable state on reconnect.
-        self.inflight = {}
+        self._give_back(self.flows.offline())
         for reader in self.readers.values():
             reader.rewind()
-        self._resends_held = True
         self.commit_offsets(force=True)
         self.state.connected = False
         self.state.disconnected_ms = self.front.now_ms()
         self.wakeup.clear()
+
+    def _give_back(self, receipts: list[str]) -> None:
+        """Shared messages in flight go back to the group at once."""
+        store = self.front.store
+        for receipt in receipts:
+            try:
+                store.change_invisible_time(receipt, 0)
+            except Exception:  # already revived or acked: nothing to give back
+                pass
 
     def commit_offsets(self, force: bool = False) -> None:
         if not self.state.persistent or not (self.offsets_dirty or force):
@@ -263,7 +233,7 @@ class Session:
         if qos2_upto is not None:
             self.state.qos2_upto = max(self.state.qos2_upto, qos2_upto)
         elif self.qos2_appending == 0:
-            self.state.qos2_upto = self.front.store.log.end
+            self.state.qos2_upto = self.front.store.log_end
         self.front.store.put_meta(PREFIX + self.client_id, self.state.encode())
 
     def cancel_timers(self) -> None:
@@ -278,17 +248,12 @@ class Session:
         self.cancel_timers()
         self.unlisten()
         store = self.front.store
-        for inf in self.inflight.values():
-            if inf.receipt is not None and not inf.released:
-                try:
-                    store.change_invisible_time(inf.receipt, 0)
-                except Exception:
-                    pass
-        self.inflight.clear()
+        self._give_back(self.flows.end())
         lmqs = [r.lmq for r in self.readers.values() if not r.shared]
         for sub in self.state.subscriptions.values():
             self.front.topic_space.remove_filter(sub.topic_filter)
         self.readers.clear()
+        self._fillers = None
         self.state.subscriptions.clear()
         if self.state.persistent:
             store.delete_offsets(self.group, lmqs)

@@ -516,13 +516,6 @@ class Connection:
             plain = self._plain = PlainPublishEncoder(self.version, self.peer_max_packet_size)
         return plain
 
-    def send_plain_publish(
-        self, topic: bytes, payload: bytes, qos: int, retain: bool, dup: bool,
-        packet_id: int | None,
-    ) -> bytes:
-        """To be removed once gateway/mqtt/delivery.py calls :meth:`send_publish`."""
-        return self.send_publish(topic, payload, qos, retain, dup, packet_id)
-
     def send_ack_success(self, ptype: PacketType, packet_id: int) -> bytes:
         """:meth:`send` for a successful PUBACK / PUBREC / PUBCOMP (reason code 0, no
         properties) in the CONNECTED state: the same four bytes ``send`` would encode

@@ -1,6 +1,7 @@
-"""deliver_plain (a plain stored message sent from its stored bytes) against deliver (the
-same message decoded in full): the same PUBLISH bytes, packet ids, inflight entries and
-counters, for every version, QoS, retain-as-published and no-local case."""
+"""deliver of a plain stored message (sent from its stored bytes) against deliver of the
+same message decoded in full (a Record): the same PUBLISH bytes, packet ids, inflight
+entries and counters, for every version, QoS, retain-as-published, no-local and
+subscription identifier case."""
 
 from __future__ import annotations
 
@@ -10,8 +11,17 @@ import pytest
 
 from broker_core.record import Message, Protocol, decode_plain, decode_record, encode_record
 from gateway.mqtt import delivery
-from gateway.mqtt.session_state import SubscriptionState
-from protocol.mqtt import Connack, Connect, Connection, MQTTVersion, Properties, Role
+from gateway.mqtt.flows import Flows
+from gateway.mqtt.session_state import SessionState, SubscriptionState
+from protocol.mqtt import (
+    Connack,
+    Connect,
+    Connection,
+    MQTTVersion,
+    Properties,
+    Role,
+    decode_packet,
+)
 
 CLIENT_ID = "dev-1"
 
@@ -24,21 +34,16 @@ def _handler(version: MQTTVersion, max_packet_size: int | None = None):
     server.next_event()
     client.receive_data(server.send(Connack()))
     client.next_event()
-    front = SimpleNamespace(sent=0, dropped_too_large=0)
-    handler = SimpleNamespace(proto=server, front=front, out=[])
+    stats = SimpleNamespace(sent=0, dropped_too_large=0)
+    handler = SimpleNamespace(proto=server, stats=stats, out=[])
     handler.queue = handler.out.append
     return handler
 
 
 class _Session:
     def __init__(self) -> None:
-        self.state = SimpleNamespace(client_id=CLIENT_ID)
-        self.inflight: dict = {}
-        self._pid = 0
-
-    def allocate_packet_id(self) -> int:
-        self._pid += 1
-        return self._pid
+        self.state = SessionState(CLIENT_ID, expiry=0)
+        self.flows = Flows(self.state)
 
 
 def _both(message: Message, sub: SubscriptionState, qos: int, dup: bool, version, **kw):
@@ -50,16 +55,14 @@ def _both(message: Message, sub: SubscriptionState, qos: int, dup: bool, version
     for path in ("full", "plain"):
         session, handler = _Session(), _handler(version, **kw)
         reader = object()
-        if path == "full":
-            pid = delivery.deliver(
-                session, handler, record, sub, qos, 0, dup=dup, reader=reader, offset=3
-            )
-        else:
-            pid = delivery.deliver_plain(session, handler, plain, sub, qos, dup, reader, None)
+        pid = delivery.deliver(
+            session, handler, record if path == "full" else plain, sub, qos, 0, dup=dup,
+            reader=reader, offset=3
+        )
         inflight = {
-            k: (v.packet_id, v.qos, v.offset, v.receipt) for k, v in session.inflight.items()
+            k: (v.packet_id, v.qos, v.offset, v.receipt) for k, v in session.flows.inflight.items()
         }
-        runs.append((pid, handler.out, inflight, vars(handler.front)))
+        runs.append((pid, handler.out, inflight, vars(handler.stats)))
     return runs
 
 
@@ -94,3 +97,18 @@ def test_too_large_for_the_client():
     full, plain = _both(msg, sub, 1, False, MQTTVersion.V5, max_packet_size=64)
     assert plain == full
     assert plain[0] is None and plain[3]["dropped_too_large"] == 1
+
+
+@pytest.mark.parametrize("version", list(MQTTVersion), ids=lambda v: f"v{int(v)}")
+def test_subscription_identifier(version):
+    """A plain message to an MQTT 5 subscription with an identifier carries it (only
+    the properties differ from the plain encoding: the same as the decoded record)."""
+    msg = Message("a/b", b"x", None, "other", "", 1, False, Protocol.MQTT, 0)
+    sub = SubscriptionState("a/#", qos=1, subscription_id=7)
+    full, plain = _both(msg, sub, 1, False, version)
+    assert plain == full
+    (data,) = plain[1]
+    packet, used = decode_packet(memoryview(data), version)
+    assert used == len(data)
+    expected = (7,) if version == MQTTVersion.V5 else ()
+    assert packet.properties.subscription_identifiers == expected

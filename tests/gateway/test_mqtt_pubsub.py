@@ -23,14 +23,12 @@ def test_qos_levels_wildcards_and_overlaps(gateway, v5):
         pub.publish("a/b/c", b"q%d" % qos, qos=qos)
     pub.publish("x/y", b"exact", qos=2)
     pub.publish("other", b"nobody", qos=1)
-    got = sorted((m.topic, m.payload, m.qos) for m in sub.get_n(7))
-    # overlapping filters: one copy per subscription, each at min(publish, subscription)
+    got = sorted((m.topic, m.payload, m.qos) for m in sub.get_n(4))
+    # overlapping filters: one copy (issue 14, MQTT 5 3.3.4), at min(publish QoS, the
+    # highest QoS granted among the matching subscriptions)
     assert got == [
         ("a/b/c", b"q0", 0),
-        ("a/b/c", b"q0", 0),
         ("a/b/c", b"q1", 1),
-        ("a/b/c", b"q1", 1),
-        ("a/b/c", b"q2", 1),
         ("a/b/c", b"q2", 2),
         ("x/y", b"exact", 0),
     ]
@@ -58,8 +56,8 @@ def test_dollar_topics_are_not_matched_by_leading_wildcards(gateway):
     pub = Paho(gateway.mqtt_port, "pub")
     pub.publish("$app/info", b"hidden", qos=1)
     pub.publish("app/info", b"seen", qos=1)
-    got = [m.payload for m in sub.get_n(2)]
-    assert got == [b"seen", b"seen"] and sub.nothing_more()
+    got = [m.payload for m in sub.get_n(1)]  # one copy for the two matching filters
+    assert got == [b"seen"] and sub.nothing_more()
 
 
 @pytest.mark.parametrize("v5", [False, True], ids=["3.1.1", "5.0"])
@@ -103,9 +101,10 @@ def test_mqtt5_retain_handling_and_retain_as_published(gateway):
     sub.subscribe("r/#", options=SubscribeOptions(qos=1, retainAsPublished=True, retainHandling=1))
     assert sub.nothing_more()  # handling 1: only for a new subscription
     pub.publish("r/t", b"live", qos=1, retain=True)
-    got = sorted((m.topic, m.payload, m.retain) for m in sub.get_n(2))
-    # r/t (rap off) loses the flag; r/# (rap on) keeps it
-    assert got == [("r/t", b"live", False), ("r/t", b"live", True)]
+    got = [(m.topic, m.payload, m.retain) for m in sub.get_n(1)]
+    # one copy for r/t (rap off) and r/# (rap on): it keeps the flag, as published to r/#
+    assert got == [("r/t", b"live", True)]
+    assert sub.nothing_more()
 
 
 def test_will_on_abnormal_disconnect_only(gateway):

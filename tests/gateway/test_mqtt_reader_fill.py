@@ -14,6 +14,8 @@ from broker_core import MessageStore
 from broker_core.record import Message, Protocol
 from gateway.mqtt import delivery
 from gateway.mqtt.delivery import PULL_BATCH, Reader
+from gateway.mqtt.flows import Flows
+from gateway.mqtt.session_state import SessionState
 from protocol.mqtt import MQTTVersion
 
 LMQ = "t/x"
@@ -58,12 +60,7 @@ def sent(monkeypatch):
         out.append((offset, qos))
         return (kw.get("packet_id") or next(pid)) if qos else 0
 
-    def fake_deliver_plain(session, handler, msg, sub, qos, dup, reader, packet_id):
-        return fake_deliver(session, handler, msg, sub, qos, 0, offset=msg.offset,
-                            packet_id=packet_id)
-
     monkeypatch.setattr(delivery, "deliver", fake_deliver)
-    monkeypatch.setattr(delivery, "deliver_plain", fake_deliver_plain)
     return out
 
 
@@ -82,7 +79,7 @@ def _session(store: CountingStore):
         ctx=SimpleNamespace(config=SimpleNamespace(max_queued_messages=0)),
         dropped_queue_full=0,
     )
-    return SimpleNamespace(front=front, offsets_dirty=False, qos2_sent=lambda *a: None,
+    return SimpleNamespace(front=front, offsets_dirty=False,
                            state=SimpleNamespace(client_id="me"))
 
 
@@ -198,14 +195,12 @@ def test_plain_runs_and_other_messages_keep_offset_order(
         for i, (q, r, props, origin) in enumerate(specs)
     ])
     out: list[bytes] = []
-    pids = iter(range(1, 100))
     front = SimpleNamespace(
         store=store, ctx=SimpleNamespace(config=SimpleNamespace(max_queued_messages=0)),
         dropped_queue_full=0, dropped_too_large=0, sent=0)
-    session = SimpleNamespace(
-        front=front, offsets_dirty=False, qos2_sent=lambda *a: None, inflight={},
-        state=SimpleNamespace(client_id="me"), allocate_packet_id=lambda: next(pids))
-    handler = SimpleNamespace(proto=server, queue=out.append, front=front)
+    state = SessionState("me", expiry=0)
+    session = SimpleNamespace(front=front, offsets_dirty=False, flows=Flows(state), state=state)
+    handler = SimpleNamespace(proto=server, queue=out.append, stats=front)
     sub = SimpleNamespace(qos=1, no_local=no_local, retain_as_published=True,
                           subscription_id=sub_id, deny=denied.__contains__ if denied else None)
     reader = Reader(sub, LMQ, 0)

@@ -429,6 +429,18 @@ def test_deny_rule_filters_what_a_wider_subscription_delivers(denying, version):
     assert _topics_until(c, "a/end") == ["a/b", "secretive", "a/end"]
 
 
+@pytest.mark.parametrize("version", [V311, V5], ids=["3.1.1", "5.0"])
+def test_deny_rule_filters_overlapping_subscriptions(denying, version):
+    """'#' and '+/x' overlap each other (one merged delivery per message) and the deny
+    rule: a denied topic matched by both is delivered through neither."""
+    c, ack = login(denying.mqtt_port, "carol-o", "carol", "carol-pw", version)
+    assert ack.reason_code == 0
+    c.send(Subscribe(packet_id=1, subscriptions=(Subscription("#", 1), Subscription("+/x", 1))))
+    assert c.recv().reason_codes == (1, 1)
+    _write(denying.mqtt_port, "a/x", "secret/x", "secret/y", "b/x", "a/end")
+    assert _topics_until(c, "a/end") == ["a/x", "b/x", "a/end"]
+
+
 def test_deny_rule_filters_shared_subscriptions(denying):
     c, _ = login(denying.mqtt_port, "carol-s", "carol", "carol-pw")
     c.send(
