@@ -33,7 +33,7 @@ def _setup(store, version=MQTTVersion.V5, subs=(("a/#", 1, 1), ("a/b", 2, 2))):
     client.next_event()
     state = SessionState("me", expiry=0)
     front = SimpleNamespace(
-        store=store, gateway=SimpleNamespace(config=SimpleNamespace(max_queued_messages=0)),
+        store=store, ctx=SimpleNamespace(config=SimpleNamespace(max_queued_messages=0)),
         dropped_queue_full=0)
     session = SimpleNamespace(front=front, state=state, flows=Flows(state),
                               offsets_dirty=False, save=lambda: None)
