@@ -56,6 +56,15 @@ def share_group(group: str) -> str:
     return "mqtt-share:" + group
 
 
+def pull_size(top_qos: int, window: int, room: int) -> int:
+    """How many records a round pulls: up to ``room`` when only QoS 0 can go out; no more
+    than the open window otherwise (records pulled and not sent would be read again);
+    a peek of ``_PEEK`` while the window is shut (QoS 0 and skipped records still go)."""
+    if not top_qos:
+        return room
+    return min(window if window > 0 else _PEEK, room)
+
+
 class DeliveryStats(Interface):
     """Counters a delivery adds to (plain ints, copied into metrics at scrape time)."""
 
@@ -150,13 +159,7 @@ class Reader:
         parts: list[bytes] = []
         n_plain = 0
         while consumed < PULL_BATCH:
-            room = PULL_BATCH - consumed
-            if not sub_qos:
-                want = room
-            elif window > 0:
-                want = min(window, room)
-            else:
-                want = min(_PEEK, room)
+            want = pull_size(sub_qos, window, PULL_BATCH - consumed)
             result = pull(self.lmq, self.next_offset, max_count=want)
             if not result.messages:
                 self.next_offset = max(self.next_offset, result.next_offset)

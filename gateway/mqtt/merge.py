@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker_core import Protocol, Record
-from gateway.mqtt.delivery import _PEEK, PULL_BATCH, Outbox, Reader, deliver
+from gateway.mqtt.delivery import PULL_BATCH, Outbox, Reader, deliver, pull_size
 from gateway.mqtt.messages import mqtt_topic, now_ms
 from gateway.mqtt.session_state import SubscriptionState
 from protocol.mqtt import MQTTVersion
@@ -111,13 +111,7 @@ class MergedReader:
         now = now_ms()
         consumed = 0
         while consumed < PULL_BATCH:
-            room = PULL_BATCH - consumed
-            if not top_qos:
-                want = room
-            elif window > 0:
-                want = min(window, room)
-            else:
-                want = min(_PEEK, room)
+            want = pull_size(top_qos, window, PULL_BATCH - consumed)
             # position -> (record, [(reader, offset)]); the bound of this round
             by_position: dict[int, tuple[Record, list[tuple[Reader, int]]]] = {}
             horizon: int | None = None
