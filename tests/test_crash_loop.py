@@ -8,24 +8,13 @@ The harness is ``bench/crash_loop.py`` (run it for 20+ kills); this is its short
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+import importlib
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def _harness():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "bench_crash_loop", ROOT / "bench" / "crash_loop.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("bench.crash_loop")
 
 
 @pytest.mark.slow

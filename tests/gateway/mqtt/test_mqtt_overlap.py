@@ -35,7 +35,7 @@ import pytest
 
 from protocol.mqtt import Puback, Publish, Pubrec, Pubrel, Unsuback, Unsubscribe
 
-from .mqtt_clients import Paho
+from ..mqtt_clients import Paho
 from .overlap_support import (
     V5,
     V311,
@@ -506,7 +506,7 @@ def test_receive_maximum_counts_one_per_delivery_not_per_filter(tmp_path, versio
     """The window (the client's Receive Maximum; max_inflight for 3.1.1) holds
     deliveries: a backlog on three overlapping filters goes out one copy at a time
     within it, never more in flight than it allows, in order."""
-    from .gateway_process import GatewayProcess
+    from ..gateway_process import GatewayProcess
 
     config = tmp_path / "window.toml"
     config.write_text("max_inflight = 3\n")
@@ -681,7 +681,7 @@ def test_max_queued_messages_with_overlapping_filters(tmp_path):
     asserted holds whether the merge keeps what any subscription kept or cuts at the
     newest cut: nothing older than every subscription's newest N, all of the session's
     newest N, no duplicate."""
-    from .gateway_process import GatewayProcess
+    from ..gateway_process import GatewayProcess
 
     config = tmp_path / "queued.toml"
     config.write_text("max_queued_messages = 10\n")

@@ -13,9 +13,7 @@ from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from cli.queues import queues
 
-from .test_amqp_support import ThreadGateway, drain, gw, pika_connect
-
-__all__ = ["gw"]
+from ..amqp_support import ThreadGateway, drain, pika_connect
 
 
 def bodies(ch, queue: str) -> list[bytes]:

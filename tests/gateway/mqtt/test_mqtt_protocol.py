@@ -26,7 +26,7 @@ from protocol.mqtt import (
     packet_bytes,
 )
 
-from .mqtt_clients import Paho, RawClient
+from ..mqtt_clients import Paho, RawClient
 
 V5 = MQTTVersion.V5
 V311 = MQTTVersion.V3_1_1
@@ -366,7 +366,7 @@ def test_shared_subscription_redelivers_unacked_to_another_member(gateway):
 
 
 def test_server_keep_alive_caps_the_clients(tmp_path):
-    from .gateway_process import GatewayProcess
+    from ..gateway_process import GatewayProcess
 
     config = tmp_path / "ka.toml"
     config.write_text("max_keep_alive = 1\n")

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from .mqtt_clients import Paho
+from ..mqtt_clients import Paho
 
 
 @pytest.mark.parametrize("v5", [False, True], ids=["3.1.1", "5.0"])

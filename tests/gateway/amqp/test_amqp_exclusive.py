@@ -16,9 +16,7 @@ import pytest
 from amqp.exceptions import ResourceLocked
 from pika.exceptions import ChannelClosedByBroker
 
-from .test_amqp_support import BOUND, ThreadGateway, gw, pika_connect
-
-__all__ = ["gw"]
+from ..amqp_support import BOUND, ThreadGateway, pika_connect
 
 #: Every queue operation RabbitMQ refuses on another connection's exclusive queue.
 FOREIGN_ACTIONS: dict[str, Callable[[Any, str], Any]] = {

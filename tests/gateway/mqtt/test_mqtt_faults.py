@@ -21,7 +21,7 @@ from protocol.mqtt import (
     packet_bytes,
 )
 
-from .mqtt_clients import Paho, RawClient
+from ..mqtt_clients import Paho, RawClient
 
 V5 = MQTTVersion.V5
 

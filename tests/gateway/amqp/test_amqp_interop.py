@@ -9,10 +9,8 @@ from paho.mqtt.properties import Properties
 
 from broker_core.commit_log import ScanStop
 
-from .mqtt_clients import Paho
-from .test_amqp_support import ThreadGateway, drain, gw, pika_connect
-
-__all__ = ["gw"]
+from ..amqp_support import ThreadGateway, drain, pika_connect
+from ..mqtt_clients import Paho
 
 
 def log_records(gateway: ThreadGateway, since: int) -> list:

@@ -14,10 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pamqp import commands, frame
 
-from .test_amqp_faults import Raw
-from .test_amqp_support import ThreadGateway, gw, pika_connect
-
-__all__ = ["gw"]
+from ..amqp_support import Raw, ThreadGateway, pika_connect
 
 VALID = [
     frame.marshal(commands.Basic.Publish(exchange="", routing_key="fuzz"), 1),

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from cli.main import main
 
-from .gateway_process import GatewayProcess
+from ..gateway_process import GatewayProcess
 
 
 def lmq(*args: str) -> None:

@@ -25,7 +25,7 @@ from protocol.mqtt import (
     Subscription,
 )
 
-from .mqtt_clients import RawClient
+from ..mqtt_clients import RawClient
 
 V5 = MQTTVersion.V5
 V311 = MQTTVersion.V3_1_1

@@ -12,9 +12,7 @@ import aio_pika
 import aiormq
 import pytest
 
-from .test_amqp_support import BOUND, ThreadGateway, gw
-
-__all__ = ["gw"]
+from ..amqp_support import BOUND, ThreadGateway
 
 
 async def test_aiormq_confirms_returns_and_raw_headers(gw: ThreadGateway) -> None:

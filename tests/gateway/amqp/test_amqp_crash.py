@@ -12,7 +12,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from .gateway_process import GatewayProcess
+from ..gateway_process import GatewayProcess
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ from protocol.mqtt import (
     packet_bytes,
 )
 
-from .mqtt_clients import TIMEOUT, RawClient
+from ..mqtt_clients import TIMEOUT, RawClient
 
 V5 = MQTTVersion.V5
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import kombu
 
-from .gateway_process import GatewayProcess
+from ..gateway_process import GatewayProcess
 
 
 def test_kombu_publish_consume_and_reject(gateway: GatewayProcess):

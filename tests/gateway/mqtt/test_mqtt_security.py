@@ -26,8 +26,8 @@ from protocol.mqtt import (
     Unsubscribe,
 )
 
-from .gateway_process import GatewayProcess
-from .mqtt_clients import OPEN, Paho, RawClient
+from ..gateway_process import GatewayProcess
+from ..mqtt_clients import OPEN, Paho, RawClient
 
 V5, V311 = MQTTVersion.V5, MQTTVersion.V3_1_1
 

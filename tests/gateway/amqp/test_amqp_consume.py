@@ -11,9 +11,7 @@ import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
 
-from .test_amqp_support import ThreadGateway, drain, gw, pika_connect
-
-__all__ = ["gw"]
+from ..amqp_support import ThreadGateway, drain, pika_connect
 
 
 def settle(conn: pika.BlockingConnection, seconds: float) -> None:
@@ -318,7 +316,7 @@ def test_consumer_priorities(gw: ThreadGateway) -> None:
 
 
 def test_queue_limit_per_connection(tmp_path) -> None:
-    from .test_amqp_support import ThreadGateway as TG
+    from ..amqp_support import ThreadGateway as TG
 
     g = TG(tmp_path / "d", max_queues_per_connection=2).start()
     try:

@@ -7,16 +7,18 @@ data directory."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pika
-import pytest
+from pamqp import commands, frame
 
 from gateway.config import AUTO, GatewayConfig
 from gateway.server import Gateway
+from protocol.amqp.framing import PROTOCOL_HEADER
 
 BOUND = 15.0
 
@@ -96,15 +98,6 @@ class ThreadGateway:
         return self.start()
 
 
-@pytest.fixture
-def gw(tmp_path: Path) -> Iterator[ThreadGateway]:
-    gateway = ThreadGateway(tmp_path / "data").start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
-
-
 def pika_connect(gateway: ThreadGateway, **params: Any) -> pika.BlockingConnection:
     return pika.BlockingConnection(pika.ConnectionParameters(
         "127.0.0.1", gateway.port, blocked_connection_timeout=BOUND,
@@ -123,3 +116,56 @@ def drain(channel: Any, queue: str, timeout: float = 0.5,
             channel.basic_ack(method.delivery_tag)
     channel.cancel()
     return out
+
+
+class Raw:
+    """A hand-driven AMQP client: handshake with pamqp, then arbitrary bytes."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def method(self, channel: int, m: object) -> None:
+        self.send(frame.marshal(m, channel))
+
+    def read(self) -> tuple[int, object] | None:
+        while True:
+            if len(self.buf) >= 7:
+                _t, _ch, size = struct.unpack(">BHI", self.buf[:7])
+                if len(self.buf) >= size + 8:
+                    used, channel, f = frame.unmarshal(self.buf)
+                    self.buf = self.buf[used:]
+                    return channel, f
+            try:
+                data = self.sock.recv(65536)
+            except ConnectionResetError:  # our CloseOk raced the gateway's close
+                return None
+            if not data:
+                return None
+            self.buf += data
+
+    def expect(self, name: str) -> object:
+        while True:
+            got = self.read()
+            assert got is not None, f"closed while waiting for {name}"
+            if getattr(got[1], "name", "") == name:
+                return got[1]
+
+    def handshake(self) -> None:
+        self.send(PROTOCOL_HEADER)
+        self.expect("Connection.Start")
+        self.method(0, commands.Connection.StartOk(
+            client_properties={}, mechanism="PLAIN", response="\0guest\0guest"))
+        self.expect("Connection.Tune")
+        self.method(0, commands.Connection.TuneOk(channel_max=10, frame_max=131072,
+                                                  heartbeat=0))
+        self.method(0, commands.Connection.Open(virtual_host="/"))
+        self.expect("Connection.OpenOk")
+        self.method(1, commands.Channel.Open())
+        self.expect("Channel.OpenOk")
+
+    def close(self) -> None:
+        self.sock.close()
