@@ -40,7 +40,8 @@ class GatewayConfig:
     #: The data directory of the store (created if missing).
     data_dir: Path = Path("./lmq-data")
     #: The address every listener binds. 127.0.0.1 by default: exposing the gateway is an
-    #: explicit choice (issue 7 will require authentication or --allow-anonymous for it).
+    #: explicit choice: a non-loopback bind needs users (docs/security.md) or
+    #: ``allow_anonymous``.
     bind: str = "127.0.0.1"
     #: Plain MQTT listener.
     mqtt_port: Port = 1883

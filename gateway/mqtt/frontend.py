@@ -18,6 +18,7 @@ thread.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-VERSION = "0.1.0"
+VERSION = importlib.metadata.version("lmq-gateway")
 COMMIT_INTERVAL_S = 1.0
 SYS_INTERVAL_S = 10.0
 
