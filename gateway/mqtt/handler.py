@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from gateway.auth import ANONYMOUS_PRINCIPAL, Authenticator, Principal
 from gateway.frontend import ConnectionHandler
 from gateway.mqtt.connect import Refused, accept, login
-from gateway.mqtt.delivery import PULL_BATCH
+from gateway.mqtt.delivery_loop import deliver_loop, fill_now
 from gateway.mqtt.flows import Effects
 from gateway.mqtt.intake import PublishIntake
 from gateway.mqtt.subscribe import subscribe_codes
@@ -218,7 +218,7 @@ class MqttHandler(ConnectionHandler):
         for pubrel in session.flows.resume():
             self._send(pubrel)
         front.connected(self)
-        self._delivery = self.conn.spawn(self._deliver_loop(), f"mqtt-deliver-{session.client_id}")
+        self._delivery = self.conn.spawn(deliver_loop(self), f"mqtt-deliver-{session.client_id}")
         front.wake(session)
 
     def _check_keepalive(self) -> None:
@@ -392,52 +392,11 @@ class MqttHandler(ConnectionHandler):
         ConnectionClosed: _on_closed,
     }
 
-    # -- delivery ----------------------------------------------------------------------
+    # -- delivery: when is gateway.mqtt.delivery_loop's, what is the readers' ----------
 
     def fill_now(self) -> bool:
-        """One round of delivery from every reader, right now, into :attr:`out` (see
-        MqttFrontEnd.wake): the caller writes it with :meth:`flush_out`, which it must
-        call even if this raises (no flush is scheduled for what is queued here).
-        False if the delivery task must go on: the connection is not writable, or a
-        reader filled a whole round (there may be more)."""
-        session = self.session
-        if self.closed or session is None or session.handler is not self:
-            return False
-        conn = self.conn
-        if not conn.writable:
-            return False
-        done = True
-        conn.defer_flush()  # the caller's flush_out
-        for reader in list(session.fillers()):
-            window = self.receive_max - session.qos_inflight()
-            if reader.fill(session, self, window) >= PULL_BATCH:
-                done = False
-            if not conn.writable:
-                done = False
-                break
-        return done
-
-    async def _deliver_loop(self) -> None:
-        session = self.session
-        assert session is not None
-        conn = self.conn
-        while not self.closed:
-            await session.wakeup.wait()
-            session.wakeup.clear()
-            progress = True
-            while progress and not self.closed and session.handler is self:
-                progress = False
-                for reader in list(session.fillers()):
-                    if not conn.writable:
-                        await conn.drain()
-                        if self.closed or session.handler is not self:
-                            return
-                    window = self.receive_max - session.qos_inflight()
-                    if reader.fill(session, self, window):
-                        progress = True
-                    self.flush_out()
-                if progress:
-                    await asyncio.sleep(0)  # let other connections run between batches
+        """One round of delivery right now (see :func:`delivery_loop.fill_now`)."""
+        return fill_now(self)
 
     # -- closing -----------------------------------------------------------------------
 
