@@ -117,6 +117,9 @@ class MqttHandler(ConnectionHandler):
             event = proto.next_event()
             if event is NEED_DATA or event is PAUSED:
                 return
+            if type(event) is Publish:  # the hot path: straight to the intake
+                intake.publish(event)
+                continue
             handler = self._handlers.get(type(event))
             if handler is None:
                 raise_unexpected(event)
@@ -236,10 +239,7 @@ class MqttHandler(ConnectionHandler):
             self._keepalive_s - idle, self._check_keepalive
         )
 
-    # -- PUBLISH in: checks, store submission and acks are the intake's -----------
-
-    def _on_publish(self, publish: Publish) -> None:
-        self.intake.publish(publish)
+    # -- PUBLISH in: _process hands it to the intake (checks, store, acks) ---------
 
     def resume_processing(self) -> None:
         """Handle packets that arrived while processing was paused (they wait, decoded
@@ -378,7 +378,6 @@ class MqttHandler(ConnectionHandler):
 
     _handlers: ClassVar[dict[type, Callable[[MqttHandler, Any], None]]] = {
         Connect: _on_connect,
-        Publish: _on_publish,
         Puback: _on_puback,
         Pubacks: _on_pubacks,
         Pubrec: _on_pubrec,
