@@ -19,6 +19,8 @@ Keys and values (integers big-endian; ``s16`` = u16 length + UTF-8 bytes)::
 
 - ``offset`` keys start with the LMQ, so removing an LMQ removes all its offsets with
   one range delete; ``retry`` likewise.
+  :meth:`broker_core.store.MessageStore.commit_offsets` writes several ``offset`` keys
+  of one group (an MQTT session's LMQs) in one write batch: a crash keeps all or none.
 - ``inflight`` is the time-ordered pop table (RIP-73): reviving is a range scan up to
   now, ack is a delete, changing the invisible time is a delete plus a put. The receipt
   handle a consumer gets is this key, so an ack needs no lookup.

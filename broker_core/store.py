@@ -23,7 +23,7 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -312,20 +312,36 @@ class MessageStore:
     def commit_offset(self, group: str, lmq: str, offset: int) -> None:
         """Commit ``group``'s next offset on ``lmq``. Also marks the LMQ as in use for
         the idle TTL."""
+        self.commit_offsets(group, {lmq: offset})
+
+    def commit_offsets(self, group: str, offsets: Mapping[str, int]) -> None:
+        """Commit ``group``'s next offset on each LMQ of ``offsets`` in ONE state write
+        batch: after a crash either every one of them is committed or none is. Checks
+        all of them before writing anything (read-only store, unknown LMQ, negative
+        offset: the same errors as :meth:`commit_offset`, and nothing is written).
+        Marks each LMQ as in use for the idle TTL."""
         if self.read_only:
             raise StoreError("the store was opened read-only")
-        meta = self.lmq_table.meta_for_read(lmq)
-        if meta is None:
-            raise UnknownLmq(f"no LMQ named {lmq!r}")
-        if offset < 0:
-            raise ValueError("an offset cannot be negative")
+        metas = []
+        for lmq, offset in offsets.items():
+            meta = self.lmq_table.meta_for_read(lmq)
+            if meta is None:
+                raise UnknownLmq(f"no LMQ named {lmq!r}")
+            if offset < 0:
+                raise ValueError("an offset cannot be negative")
+            metas.append(meta)
+        if not metas:
+            return
         batch = self.state.new_batch()
-        batch.set_offset(lmq, group, offset)
+        for lmq, offset in offsets.items():
+            batch.set_offset(lmq, group, offset)
         self.state.write(batch)
         now = now_ms()
-        if now - meta.touched_ms >= 60_000:
+        stale = [meta for meta in metas if now - meta.touched_ms >= 60_000]
+        if stale:
             with self.locks.append:
-                self.dispatcher.touch_locked(meta, now)
+                for meta in stale:
+                    self.dispatcher.touch_locked(meta, now)
 
     def delete_offsets(self, group: str, lmqs: Iterable[str]) -> None:
         """Forget ``group``'s offsets on ``lmqs`` (a session or consumer group ended)."""

@@ -3,12 +3,10 @@
 ``data_received`` feeds :class:`protocol.mqtt.Connection` and handles every event it
 yields; replies are written in order. A protocol error answers with the machine's
 ``error_response()`` (CONNACK or DISCONNECT with the reason code) and closes this
-connection only. Inbound PUBLISHes go to the shared :class:`~gateway.publisher.Publisher`;
-their PUBACK/PUBREC is sent when the store acknowledges the append (so an acknowledged
-message survives kill -9). Reading pauses while the client has more than
-``RECEIVE_MAXIMUM`` QoS 1/2 messages waiting for the store (only a 3.x client can: an
-MQTT 5 client's one-too-many is parsed, and the machine answers DISCONNECT 0x93), or
-the store lags.
+connection only. Inbound PUBLISHes go to the connection's
+:class:`~gateway.mqtt.intake.PublishIntake` (checks, store submission, PUBACK/PUBREC
+once stored, the Receive Maximum / store-lag pause and the publish-rate throttle);
+event handling stops while the intake holds reading paused.
 
 Per-connection state only; the session (which may outlive this) is in
 :mod:`gateway.mqtt.sessions`. Event-loop thread only.
@@ -18,19 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from broker_core import AppendResult, MessageTooLarge, StorageFull
 from gateway.auth import ANONYMOUS_PRINCIPAL, Authenticator, Principal
 from gateway.frontend import ConnectionHandler
-from gateway.mqtt.connect import RECEIVE_MAXIMUM, Refused, accept, login
-from gateway.mqtt.delivery import PULL_BATCH
-from gateway.mqtt.flows import Effects, Inbound
-from gateway.mqtt.messages import to_store_message
+from gateway.mqtt.connect import Refused, accept, login
+from gateway.mqtt.delivery_loop import deliver_loop, fill_now
+from gateway.mqtt.flows import Effects
+from gateway.mqtt.intake import PublishIntake
 from gateway.mqtt.subscribe import subscribe_codes
-from gateway.mqtt.token_bucket import TokenBucket
-from lmq.names import InvalidTopic, validate_topic_name
 from protocol.mqtt import (
     NEED_DATA,
     PAUSED,
@@ -42,7 +37,6 @@ from protocol.mqtt import (
     Disconnect,
     MQTTError,
     MQTTVersion,
-    PacketType,
     Pingreq,
     Pingresp,
     Properties,
@@ -68,8 +62,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _V5 = MQTTVersion.V5
-_PUBACK = PacketType.PUBACK
-_PUBREC = PacketType.PUBREC
 
 
 class MqttHandler(ConnectionHandler):
@@ -88,8 +80,6 @@ class MqttHandler(ConnectionHandler):
         self.normal_disconnect = False
         self.publish_will = True
         self.receive_max = 65535
-        self.inbound_waiting = 0  # QoS 1/2 publishes not yet acknowledged by the store
-        self._paused_for_store = False
         self._keepalive: asyncio.TimerHandle | None = None
         self._last_rx = 0.0
         self._keepalive_s = 0.0
@@ -97,9 +87,7 @@ class MqttHandler(ConnectionHandler):
         self.principal: Principal = ANONYMOUS_PRINCIPAL
         #: MQTT 5 Request Problem Information: reason strings on DISCONNECT.
         self.problem_information = True
-        rate = front.ctx.config.max_publish_rate
-        self._bucket = TokenBucket(rate, front.loop.time()) if rate else None
-        self._throttled = False
+        self.intake = PublishIntake(self, front, self.proto)
 
     # -- bytes in ----------------------------------------------------------------------
 
@@ -124,10 +112,14 @@ class MqttHandler(ConnectionHandler):
 
     def _process(self) -> None:
         proto = self.proto
-        while not self.closed and not self._throttled and not self._paused_for_store:
+        intake = self.intake
+        while not self.closed and not intake.throttled and not intake.paused_for_store:
             event = proto.next_event()
             if event is NEED_DATA or event is PAUSED:
                 return
+            if type(event) is Publish:  # the hot path: straight to the intake
+                intake.publish(event)
+                continue
             handler = self._handlers.get(type(event))
             if handler is None:
                 raise_unexpected(event)
@@ -147,7 +139,7 @@ class MqttHandler(ConnectionHandler):
             out = b""
         if out:
             self.conn.queue(out)
-        self._close(f"protocol error: {exc}")
+        self.close(f"protocol error: {exc}")
 
     def _send(self, packet: object) -> None:
         self.queue(self.proto.send(packet))  # type: ignore[arg-type]
@@ -161,6 +153,20 @@ class MqttHandler(ConnectionHandler):
 
     def flush_out(self) -> None:
         self.conn.flush()
+
+    # -- what the publish intake uses (gateway.mqtt.intake.IntakeHost) ----------------
+
+    def pause_reading(self) -> None:
+        self.conn.pause_reading()
+
+    def resume_reading(self) -> None:
+        self.conn.resume_reading()
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self.conn.spawn(coro, name)
+
+    def log_fields(self) -> dict[str, object]:
+        return self.conn.log_fields()
 
     # -- CONNECT (the rules are in gateway.mqtt.connect) ------------------------------
 
@@ -183,11 +189,11 @@ class MqttHandler(ConnectionHandler):
             return
         if not isinstance(result, Principal):
             self._send(Connack(reason_code=result.mqtt5_reason_code))
-            self._close(f"login refused: {result.reason.name.lower()}")
+            self.close(f"login refused: {result.reason.name.lower()}")
             return
         self._finish_connect(connect, result)
         conn.resume_reading()
-        self._resume_processing()
+        self.resume_processing()
 
     def _finish_connect(self, connect: Connect, principal: Principal) -> None:
         front = self.front
@@ -195,7 +201,7 @@ class MqttHandler(ConnectionHandler):
         accepted = accept(front, self, connect, principal)
         if isinstance(accepted, Refused):
             self._send(accepted.connack)
-            self._close(accepted.reason)
+            self.close(accepted.reason)
             return
         session = self.session = accepted.session
         self.receive_max = accepted.receive_max
@@ -215,7 +221,7 @@ class MqttHandler(ConnectionHandler):
         for pubrel in session.flows.resume():
             self._send(pubrel)
         front.connected(self)
-        self._delivery = self.conn.spawn(self._deliver_loop(), f"mqtt-deliver-{session.client_id}")
+        self._delivery = self.conn.spawn(deliver_loop(self), f"mqtt-deliver-{session.client_id}")
         front.wake(session)
 
     def _check_keepalive(self) -> None:
@@ -227,187 +233,33 @@ class MqttHandler(ConnectionHandler):
             log.info("keep-alive expired", extra=self.conn.log_fields())
             if self.proto.version == _V5:
                 self._try_send(Disconnect(reason_code=ReasonCode.KEEP_ALIVE_TIMEOUT))
-            self._close("keep-alive timeout")
+            self.close("keep-alive timeout")
             return
         self._keepalive = self.front.loop.call_later(
             self._keepalive_s - idle, self._check_keepalive
         )
 
-    # -- PUBLISH in --------------------------------------------------------------------
+    # -- PUBLISH in: _process hands it to the intake (checks, store, acks) ---------
 
-    def _on_publish(self, publish: Publish) -> None:
-        session = self.session
-        assert session is not None
-        front = self.front
-        front.received += 1
-        if self._bucket is not None:
-            self._throttle(self._bucket)
-        topic = publish.topic
-        if not topic:
-            # The codec validated the name (UTF-8, no U+0000, no wildcards, length); an
-            # alias resolves to a non-empty one, so this is a safeguard only.
-            try:
-                validate_topic_name(topic)
-            except InvalidTopic as exc:
-                self._refuse(ReasonCode.TOPIC_NAME_INVALID, str(exc))
-                return
-        qos = publish.qos
-        if topic.startswith("$SYS") or (
-            front.ctx.authenticator is not None
-            and not front.can_publish(self.principal, session.client_id, topic)
-        ):
-            log.info("publish denied", extra={**self.conn.log_fields(), "topic": publish.topic})
-            self._ack_publish(publish, ReasonCode.NOT_AUTHORIZED)
-            return
-        pid = publish.packet_id
-        if qos == 2:
-            assert pid is not None
-            step = session.flows.inbound_publish(pid)
-            if step is Inbound.DUPLICATE:
-                self._send(Pubrec(packet_id=pid))  # a resend: stored already
-                return
-            if step is Inbound.WAIT:
-                return  # a resend while the first copy is being stored: its PUBREC follows
-        message = to_store_message(
-            publish, session.client_id, front.now_ms(), pid if qos == 2 else None
-        )
-        lmqs = front.topic_space.route_mqtt(topic)
-        publisher = front.ctx.publisher
-        if qos == 0 and not publish.retain:
-            publisher.submit_nowait(message, lmqs)  # nothing to acknowledge
-            if publisher.lagging:
-                self._paused_for_store = True
-                self.conn.pause_reading()
-                self.conn.spawn(self._store_caught_up(), "mqtt-caught-up")
-            return
-        if qos:
-            self.inbound_waiting += 1
-            if qos == 2:
-                session.qos2_appending += 1
-        publisher.submit_callback(
-            message, lmqs, lambda result, exc: self._published(result, exc, publish, message)
-        )
-        if self.inbound_waiting > RECEIVE_MAXIMUM or publisher.lagging:
-            self._paused_for_store = True
-            self.conn.pause_reading()
-
-    async def _store_caught_up(self) -> None:
-        """A QoS 0 publisher paused while the store lagged (no ack will resume it):
-        resume it once the publisher's ``caught_up`` event is set."""
-        publisher = self.front.ctx.publisher
-        while publisher.lagging:
-            await publisher.caught_up.wait()
-        if self.closed:
-            return
-        if self._paused_for_store and self.inbound_waiting < RECEIVE_MAXIMUM // 2:
-            self._paused_for_store = False
-            if not self._throttled:
-                self.conn.resume_reading()
-                self._resume_processing()
-
-    def _resume_processing(self) -> None:
+    def resume_processing(self) -> None:
         """Handle packets that arrived while processing was paused (they wait, decoded
         or not, in the machine's buffer)."""
-        if self.closed or self._throttled or self._paused_for_store:
+        intake = self.intake
+        if self.closed or intake.throttled or intake.paused_for_store:
             return
         try:
             self._process()
         except MQTTError as exc:
             self._protocol_error(exc)
 
-    def _throttle(self, bucket: TokenBucket) -> None:
-        """``max_publish_rate``: a publisher ahead of its budget has its reading paused
-        until the bucket refills (backpressure, not a disconnect)."""
-        wait = bucket.take(self.front.loop.time())
-        if wait and not self._throttled:
-            self._throttled = True
-            self.conn.pause_reading()
-            self.front.loop.call_later(wait, self._unthrottle)
-
-    def _unthrottle(self) -> None:
-        self._throttled = False
-        if self.closed:
-            return
-        if not self._paused_for_store:
-            self.conn.resume_reading()
-        self._resume_processing()
-
-    def _published(  # type: ignore[no-untyped-def]
-        self,
-        result: AppendResult | None,
-        exc: BaseException | None,
-        publish: Publish,
-        message,
-    ) -> None:
-        qos = publish.qos
-        session = self.session
-        if qos:
-            self.inbound_waiting -= 1
-            if qos == 2 and session is not None:
-                session.qos2_appending -= 1
-        if self._paused_for_store and self.inbound_waiting < RECEIVE_MAXIMUM // 2:
-            self._paused_for_store = False
-            if not self._throttled:
-                self.conn.resume_reading()
-                if not self.closed:
-                    self.front.loop.call_soon(self._resume_processing)
-        if exc is not None or result is None:
-            code = (
-                ReasonCode.QUOTA_EXCEEDED
-                if isinstance(exc, StorageFull)
-                else (
-                    ReasonCode.PACKET_TOO_LARGE
-                    if isinstance(exc, MessageTooLarge)
-                    else ReasonCode.UNSPECIFIED_ERROR
-                )
-            )
-            log.warning("publish not stored: %s", exc, extra=self.conn.log_fields())
-            if not self.closed:
-                if qos == 2 and session is not None:
-                    session.flows.inbound_stored(publish.packet_id, False)  # type: ignore[arg-type]
-                self._ack_publish(publish, code)
-            return
-        if publish.retain:
-            self.front.retained.set(message, result.store_ms)
-        if self.closed:
-            return  # (its session's flows forgot the appends under way at the close)
-        if qos == 2 and session is not None:
-            session.flows.inbound_stored(publish.packet_id, True)  # type: ignore[arg-type]
-            session.save(qos2_upto=result.end if session.qos2_appending == 0 else None)
-        self._ack_publish(publish, ReasonCode.SUCCESS)
-
-    def _ack_publish(self, publish: Publish, code: int) -> None:
-        """PUBACK / PUBREC with ``code``; 3.x has no failure acks, so a failure there
-        closes the connection (the client resends after reconnecting)."""
-        if publish.qos == 0 or self.closed:
-            return
-        if code >= 0x80 and self.proto.version != _V5:
-            if code == ReasonCode.NOT_AUTHORIZED:
-                code = ReasonCode.SUCCESS  # 3.x: acknowledge and drop, as mosquitto does
-            else:
-                self._close("publish failed")
-                return
-        pid = publish.packet_id
-        assert pid is not None
-        if code == ReasonCode.SUCCESS:
-            self.queue(self.proto.send_ack_success(
-                _PUBACK if publish.qos == 1 else _PUBREC, pid
-            ))
-            return
-        self._send(
-            Puback(packet_id=pid, reason_code=code)
-            if publish.qos == 1
-            else Pubrec(packet_id=pid, reason_code=code)
-        )
-
-    def _refuse(self, code: int, text: str) -> None:
+    def refuse(self, code: int, text: str) -> None:
         """A protocol violation the machine cannot see: DISCONNECT (v5) and close."""
         log.info("mqtt: %s", text, extra=self.conn.log_fields())
         self.front.protocol_errors.inc()
         if self.proto.version == _V5:
             props = Properties(reason_string=text) if self.problem_information else Properties()
             self._try_send(Disconnect(reason_code=code, properties=props))
-        self._close(text)
+        self.close(text)
 
     def _on_pubrel(self, packet: Pubrel) -> None:
         session = self.session
@@ -470,7 +322,7 @@ class MqttHandler(ConnectionHandler):
             lambda topic_filter: front.can_subscribe(self.principal, client_id, topic_filter),
         )
         if result.refuse is not None:
-            self._refuse(ReasonCode.PROTOCOL_ERROR, result.refuse)
+            self.refuse(ReasonCode.PROTOCOL_ERROR, result.refuse)
             return
         retained = []
         for sub in result.granted:
@@ -514,19 +366,18 @@ class MqttHandler(ConnectionHandler):
         expiry = packet.properties.session_expiry_interval
         if session is not None and expiry is not None:
             session.state.expiry = expiry
-        self._close("client disconnected")
+        self.close("client disconnected")
 
     def _on_auth(self, _packet: Auth) -> None:
-        self._refuse(
+        self.refuse(
             ReasonCode.BAD_AUTHENTICATION_METHOD, "enhanced authentication is not supported"
         )
 
     def _on_closed(self, _event: ConnectionClosed) -> None:
-        self._close("peer closed")
+        self.close("peer closed")
 
     _handlers: ClassVar[dict[type, Callable[[MqttHandler, Any], None]]] = {
         Connect: _on_connect,
-        Publish: _on_publish,
         Puback: _on_puback,
         Pubacks: _on_pubacks,
         Pubrec: _on_pubrec,
@@ -540,52 +391,11 @@ class MqttHandler(ConnectionHandler):
         ConnectionClosed: _on_closed,
     }
 
-    # -- delivery ----------------------------------------------------------------------
+    # -- delivery: when is gateway.mqtt.delivery_loop's, what is the readers' ----------
 
     def fill_now(self) -> bool:
-        """One round of delivery from every reader, right now, into :attr:`out` (see
-        MqttFrontEnd.wake): the caller writes it with :meth:`flush_out`, which it must
-        call even if this raises (no flush is scheduled for what is queued here).
-        False if the delivery task must go on: the connection is not writable, or a
-        reader filled a whole round (there may be more)."""
-        session = self.session
-        if self.closed or session is None or session.handler is not self:
-            return False
-        conn = self.conn
-        if not conn.writable:
-            return False
-        done = True
-        conn.defer_flush()  # the caller's flush_out
-        for reader in list(session.fillers()):
-            window = self.receive_max - session.qos_inflight()
-            if reader.fill(session, self, window) >= PULL_BATCH:
-                done = False
-            if not conn.writable:
-                done = False
-                break
-        return done
-
-    async def _deliver_loop(self) -> None:
-        session = self.session
-        assert session is not None
-        conn = self.conn
-        while not self.closed:
-            await session.wakeup.wait()
-            session.wakeup.clear()
-            progress = True
-            while progress and not self.closed and session.handler is self:
-                progress = False
-                for reader in list(session.fillers()):
-                    if not conn.writable:
-                        await conn.drain()
-                        if self.closed or session.handler is not self:
-                            return
-                    window = self.receive_max - session.qos_inflight()
-                    if reader.fill(session, self, window):
-                        progress = True
-                    self.flush_out()
-                if progress:
-                    await asyncio.sleep(0)  # let other connections run between batches
+        """One round of delivery right now (see :func:`delivery_loop.fill_now`)."""
+        return fill_now(self)
 
     # -- closing -----------------------------------------------------------------------
 
@@ -604,15 +414,15 @@ class MqttHandler(ConnectionHandler):
             self._try_send(Disconnect(reason_code=ReasonCode.SERVER_SHUTTING_DOWN))
         self.publish_will = False
         self.normal_disconnect = True
-        self._close("server shutting down")
+        self.close("server shutting down")
 
     def taken_over(self) -> None:
         """Another connection took this client id (MQTT 5 DISCONNECT 0x8E)."""
         if self.proto.version == _V5:
             self._try_send(Disconnect(reason_code=ReasonCode.SESSION_TAKEN_OVER))
-        self._close("session taken over")
+        self.close("session taken over")
 
-    def _close(self, reason: str) -> None:
+    def close(self, reason: str) -> None:
         if self.closed:
             return
         self.flush_out()  # what was queued (a CONNACK, a DISCONNECT) goes before the close

@@ -207,14 +207,22 @@ class Session:
             return
         self.offsets_dirty = False
         store = self.front.store
-        pruned = False
-        done = self.state.qos2_done
+        moved: dict[str, int] = {}
         for reader in self.readers.values():
             if isinstance(reader, Reader):
                 point = reader.commit_point()
                 if point != reader.committed and store.lmq(reader.lmq) is not None:
-                    store.commit_offset(self.group, reader.lmq, point)
-                    reader.committed = point
+                    moved[reader.lmq] = point
+        if moved:
+            # one write batch: a crash keeps every LMQ's new offset or none of them, so
+            # overlapping subscriptions never see one LMQ committed past another
+            store.commit_offsets(self.group, moved)
+        pruned = False
+        done = self.state.qos2_done
+        for reader in self.readers.values():
+            if isinstance(reader, Reader):
+                if reader.lmq in moved:
+                    reader.committed = moved[reader.lmq]
                 offsets = done.get(reader.lmq)
                 if offsets and offsets[0] < reader.committed:
                     kept = [o for o in offsets if o >= reader.committed]
