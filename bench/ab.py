@@ -35,7 +35,7 @@ def _run(tree: Path, args: list[str], out: Path) -> dict:
 
 def _rate(run: dict, scenario: str) -> float | None:
     res = run["results"].get(scenario, {}).get("gateway", {})
-    rate = res.get("del_rate")
+    rate = res.get("del_rate") or res.get("drain_rate")
     return float(rate) if rate else None
 
 

@@ -346,7 +346,9 @@ def deliver(
             retain,
             dup,
             pid,
-            publish_properties(props or {}, _V5, expiry, ids) if v5 else EMPTY_PROPERTIES,
+            publish_properties(props or {}, _V5, expiry, ids)
+            if v5 and (props or ids)
+            else EMPTY_PROPERTIES,
         )
     except OutgoingPacketTooLarge:
         out.stats.dropped_too_large += 1

@@ -150,7 +150,7 @@ class Flows:
         crash it is sent again with the same id, not as a new message. Returns True if
         the durable state changed (the caller saves it before the bytes leave)."""
         inf = self.inflight[pid] = Inflight(
-            pid, qos, reader, offset, receipt, more=list(more) if more else None
+            pid, qos, reader, offset, receipt, False, list(more) if more else None
         )
         held = self.held
         if held:
@@ -223,7 +223,11 @@ class Flows:
         if inf is None:
             return False
         if not inf.released:
-            fx.advance += inf.entries()
+            reader = inf.reader
+            if inf.more:
+                fx.advance += inf.entries()
+            elif reader is not None:
+                fx.advance.append((reader, inf.offset))
         if inf.receipt is not None:
             fx.receipts.append(inf.receipt)
         return True

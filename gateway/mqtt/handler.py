@@ -70,6 +70,11 @@ class MqttHandler(ConnectionHandler):
         self.front = front
         #: Delivery counters (see delivery.Outbox).
         self.stats = front
+        #: The connection's outbox (:meth:`gateway.connection.Connection.queue`), bound
+        #: here because delivery calls it once per message: everything queued in one
+        #: turn of the event loop (acks of a batch of publishes, a round of deliveries)
+        #: goes out in one write.
+        self.queue: Callable[[bytes], None] = conn.queue
         self.proto = Connection(
             max_packet_size=front.ctx.config.max_packet_size,
             outbound_topic_aliases=True,
@@ -143,13 +148,6 @@ class MqttHandler(ConnectionHandler):
 
     def _send(self, packet: object) -> None:
         self.queue(self.proto.send(packet))  # type: ignore[arg-type]
-
-    def queue(self, data: bytes) -> None:
-        """Queue bytes for the client in the connection's outbox
-        (:meth:`gateway.connection.Connection.queue`): everything queued in one turn
-        of the event loop (acks of a batch of publishes, a round of deliveries) goes
-        out in one write."""
-        self.conn.queue(data)
 
     def flush_out(self) -> None:
         self.conn.flush()
