@@ -3,11 +3,7 @@ batch (all or nothing across a kill -9), with the checks of ``commit_offset``.""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,41 +11,15 @@ import pytest
 from broker_core import Message, MessageStore, StoreError, UnknownLmq
 
 from .conftest import SMALL
+from .killed_writer import run_and_kill
 
 WRITER = Path(__file__).with_name("offset_commit_writer.py")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def commit_and_kill(data_dir: Path, start: int, run_for: float) -> list[int]:
     """Run the writer for ``run_for`` seconds, SIGKILL it, return the acknowledged
     commits (``seq`` of every call that returned)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, str(WRITER), str(data_dir), str(start)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "READY"
-        deadline = time.monotonic() + run_for
-        lines: list[str] = []
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-        lines.extend(proc.stdout.read().splitlines(keepends=True))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-    return [int(ln.split()[1]) for ln in lines if ln.endswith("\n")]
+    return [int(ln.split()[1]) for ln in run_and_kill(WRITER, data_dir, start, run_for)]
 
 
 @pytest.mark.slow

@@ -3,11 +3,6 @@ same offsets."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,39 +10,13 @@ import pytest
 from broker_core import MessageStore, StoreConfig
 from broker_core.recovery import verify
 
+from . import killed_writer
+
 WRITER = Path(__file__).with_name("crash_writer.py")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_and_kill(data_dir: Path, seed: int, run_for: float) -> list[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, str(WRITER), str(data_dir), str(seed)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "READY"
-        deadline = time.monotonic() + run_for
-        lines: list[str] = []
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-        # acks already written to the pipe before the kill count too
-        lines.extend(proc.stdout.read().splitlines(keepends=True))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        assert proc.stdout is not None
-        proc.stdout.close()
-    return [ln for ln in lines if ln.endswith("\n")]
+    return killed_writer.run_and_kill(WRITER, data_dir, seed, run_for)
 
 
 @pytest.mark.slow
