@@ -1,0 +1,258 @@
+"""RocketMQ's naming model on LMQs: topics of N queues, consumer groups, retry and
+dead-letter topics, and the mapping between MQTT topics and RocketMQ topics.
+
+This module is the one definition the RocketMQ front ends (remoting, later gRPC and
+HTTP), the topic space and the ``lmq`` CLI share. It imports only the standard library.
+
+LMQs
+----
+Queue ``q`` of RocketMQ topic ``T`` is the LMQ ``rmq:T:q`` (:func:`queue_lmq`). RocketMQ
+topic names contain no ``:`` (see :data:`NAME_PATTERN`), so the name splits back
+unambiguously (:func:`parse_queue_lmq`), and the ``rmq:`` prefix keeps RocketMQ queues
+apart from MQTT filters (``mqtt:``) and AMQP queues (``amqp:``).
+
+Persisted configuration
+-----------------------
+A topic's configuration is front-end metadata in the store under
+``rmq/topic/<name>`` (:data:`TOPIC_META_PREFIX`), a consumer group's under
+``rmq/group/<name>`` (:data:`GROUP_META_PREFIX`); both are UTF-8 JSON objects written
+by :meth:`TopicConfig.encode` / :meth:`GroupConfig.encode`. Unknown JSON keys are
+ignored on decode (a newer gateway may add fields), missing ones take the defaults.
+
+MQTT <-> RocketMQ
+-----------------
+As in Aliyun MQ for MQTT and RocketMQ's own MQTT gateways, the first level of an MQTT
+topic is the RocketMQ topic and the rest, with its leading ``/``, travels in the message
+property ``mqttSecondTopic``: ``orders/eu/42`` <-> topic ``orders`` + ``/eu/42``; a bare
+``orders`` has no second topic. :func:`split_mqtt_topic` and :func:`join_mqtt_topic`
+are inverse on every MQTT topic name whose first level is a valid RocketMQ topic name.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+__all__ = [
+    "DEFAULT_QUEUE_NUMS",
+    "DLQ_PREFIX",
+    "GROUP_META_PREFIX",
+    "LMQ_PREFIX",
+    "MAX_GROUP_LENGTH",
+    "MAX_TOPIC_LENGTH",
+    "MQTT_SECOND_TOPIC",
+    "NAME_PATTERN",
+    "RETRY_PREFIX",
+    "TOPIC_META_PREFIX",
+    "GroupConfig",
+    "InvalidName",
+    "MessageType",
+    "Perm",
+    "TopicConfig",
+    "dlq_topic",
+    "group_meta_key",
+    "is_system_topic",
+    "join_mqtt_topic",
+    "parse_queue_lmq",
+    "queue_lmq",
+    "retry_topic",
+    "split_mqtt_topic",
+    "topic_meta_key",
+    "validate_group",
+    "validate_topic",
+]
+
+#: Prefix of every RocketMQ queue's LMQ name.
+LMQ_PREFIX = "rmq:"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+#: The message property that carries an MQTT topic's levels after the first.
+MQTT_SECOND_TOPIC = "mqttSecondTopic"
+#: Read and write queues of an auto-created topic (RocketMQ's defaultTopicQueueNums
+#: is 4 on the client and 8 on the broker; the broker's wins).
+DEFAULT_QUEUE_NUMS = 8
+#: RocketMQ's TopicValidator: at most 127 characters of ``[%|a-zA-Z0-9_-]``.
+MAX_TOPIC_LENGTH = 127
+#: RocketMQ's group names: the same characters, at most 255.
+MAX_GROUP_LENGTH = 255
+NAME_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+TOPIC_META_PREFIX = "rmq/topic/"
+GROUP_META_PREFIX = "rmq/group/"
+
+#: Topics RocketMQ reserves for itself (clients may not send to them).
+_SYSTEM_TOPICS = frozenset(
+    {
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "BenchmarkTest",
+        "OFFSET_MOVED_EVENT",
+        "SELF_TEST_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+    }
+)
+_SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
+
+
+class InvalidName(ValueError):
+    """A topic or group name RocketMQ would refuse."""
+
+
+class MessageType(enum.Enum):
+    """A topic's message type, as RocketMQ 5 checks it on send (``TopicMessageType``)."""
+
+    NORMAL = "NORMAL"
+    FIFO = "FIFO"
+    DELAY = "DELAY"
+    TRANSACTION = "TRANSACTION"
+
+
+class Perm(enum.IntFlag):
+    """Topic permission bits (RocketMQ ``PermName``)."""
+
+    INHERIT = 1
+    WRITE = 2
+    READ = 4
+
+
+def validate_topic(name: str) -> str:
+    """``name`` if RocketMQ accepts it as a topic name, else :class:`InvalidName`."""
+    return _validate(name, "topic", MAX_TOPIC_LENGTH)
+
+
+def validate_group(name: str) -> str:
+    """``name`` if RocketMQ accepts it as a consumer or producer group name."""
+    return _validate(name, "group", MAX_GROUP_LENGTH)
+
+
+def _validate(name: str, what: str, limit: int) -> str:
+    if not name:
+        raise InvalidName(f"the {what} name is empty")
+    if len(name) > limit:
+        raise InvalidName(f"the {what} name is longer than {limit} characters")
+    if NAME_PATTERN.match(name) is None:
+        raise InvalidName(
+            f"the {what} name {name!r} contains characters other than [%|a-zA-Z0-9_-]"
+        )
+    return name
+
+
+def is_system_topic(name: str) -> bool:
+    return name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_TOPIC_PREFIXES)
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
+def queue_lmq(topic: str, queue_id: int) -> str:
+    """The LMQ that holds queue ``queue_id`` of ``topic``."""
+    return f"{LMQ_PREFIX}{topic}:{queue_id}"
+
+
+def parse_queue_lmq(lmq: str) -> tuple[str, int] | None:
+    """``(topic, queue_id)`` of a RocketMQ queue's LMQ; ``None`` for any other LMQ."""
+    if not lmq.startswith(LMQ_PREFIX):
+        return None
+    topic, sep, queue = lmq[len(LMQ_PREFIX) :].rpartition(":")
+    if not sep or not topic or not queue.isdigit():
+        return None
+    return topic, int(queue)
+
+
+def split_mqtt_topic(mqtt_topic: str) -> tuple[str, str]:
+    """``(first level, rest with its leading "/")``; the rest is ``""`` for a one-level
+    topic. The first level is not validated (see :func:`validate_topic`)."""
+    first, sep, _ = mqtt_topic.partition("/")
+    return first, mqtt_topic[len(first) :] if sep else ""
+
+
+def join_mqtt_topic(topic: str, second: str) -> str:
+    """The MQTT topic of a RocketMQ message of ``topic`` whose ``mqttSecondTopic`` is
+    ``second`` (``""`` or absent: the topic alone). A second topic without its leading
+    ``/`` (some producers write ``eu/42``) is joined with one."""
+    if not second:
+        return topic
+    return topic + second if second.startswith("/") else f"{topic}/{second}"
+
+
+def topic_meta_key(topic: str) -> str:
+    return TOPIC_META_PREFIX + topic
+
+
+def group_meta_key(group: str) -> str:
+    return GROUP_META_PREFIX + group
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    name: str
+    read_queues: int = DEFAULT_QUEUE_NUMS
+    write_queues: int = DEFAULT_QUEUE_NUMS
+    perm: int = Perm.READ | Perm.WRITE
+    message_type: MessageType = MessageType.NORMAL
+
+    def __post_init__(self) -> None:
+        validate_topic(self.name)
+        for label, value in (("read", self.read_queues), ("write", self.write_queues)):
+            if not 1 <= value <= 1024:
+                raise ValueError(f"{label} queue count must be 1-1024, not {value}")
+        if self.perm & ~0x7:
+            raise ValueError(f"perm must be a combination of 1, 2 and 4, not {self.perm}")
+
+    @property
+    def queue_count(self) -> int:
+        """Queues that exist (hold LMQs): the larger of the read and write counts."""
+        return max(self.read_queues, self.write_queues)
+
+    def lmqs(self) -> list[str]:
+        return [queue_lmq(self.name, q) for q in range(self.queue_count)]
+
+    def encode(self) -> bytes:
+        data = asdict(self)
+        data["message_type"] = self.message_type.value
+        return json.dumps(data, sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> TopicConfig:
+        data = _known(cls, json.loads(raw))
+        if "message_type" in data:
+            data["message_type"] = MessageType(data["message_type"])
+        return cls(**data)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    name: str
+    #: Redeliveries through ``%RETRY%<group>`` before a message goes to ``%DLQ%<group>``.
+    retry_max_times: int = 16
+    consume_enable: bool = True
+    #: Consume from the oldest message when the group has no offset yet (RocketMQ's
+    #: CONSUME_FROM_FIRST_OFFSET is the client's choice; this is the broker default).
+    consume_from_min_enable: bool = True
+
+    def __post_init__(self) -> None:
+        validate_group(self.name)
+        if self.retry_max_times < 0:
+            raise ValueError("retry_max_times must be >= 0")
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> GroupConfig:
+        return cls(**_known(cls, json.loads(raw)))
+
+
+def _known(cls: type, data: object) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__}: expected a JSON object")
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
