@@ -39,6 +39,12 @@ def _rate(run: dict, scenario: str) -> float | None:
     return float(rate) if rate else None
 
 
+def _cpu(run: dict, scenario: str) -> float | None:
+    """The broker's CPU microseconds per message, where the scenario measures it."""
+    cpu = run["results"].get(scenario, {}).get("gateway", {}).get("drain_cpu_us")
+    return float(cpu) if cpu else None
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.split("\n")[0])
     ap.add_argument("--base", type=Path, required=True, help="the other checkout (A)")
@@ -71,6 +77,15 @@ def main(argv: list[str] | None = None) -> None:
         runs += " ".join(f"{y / 1000:.1f}k" for y in b if y)
         ratio = statistics.median(pairs)
         print(f"{scenario:<20} {am:>12,.0f} {bm:>12,.0f} {ratio:>11.2f}x  {runs}")
+        a_cpu = [_cpu(r, scenario) for r in a_runs]
+        b_cpu = [_cpu(r, scenario) for r in b_runs]
+        cpu_pairs = [y / x for x, y in zip(a_cpu, b_cpu, strict=True) if x and y]
+        if cpu_pairs:
+            print(
+                f"{'  broker CPU us/msg':<20} {statistics.median(x for x in a_cpu if x):>12.2f}"
+                f" {statistics.median(y for y in b_cpu if y):>12.2f}"
+                f" {statistics.median(cpu_pairs):>11.2f}x  (B/A > 1: B costs more)"
+            )
 
 
 if __name__ == "__main__":

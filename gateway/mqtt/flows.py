@@ -160,6 +160,14 @@ class Flows:
             return True
         return False
 
+    def sent_plain(self, pid: int, qos: int, reader: FlowReader, offset: int) -> None:
+        """:meth:`sent` for the delivery twin of plain messages (an ordinary reader, one
+        entry, not durable): the same in-flight entry, nothing to save."""
+        self.inflight[pid] = Inflight(pid, qos, reader, offset)
+        held = self.held
+        if held:
+            held.discard(pid)
+
     def on_puback(self, pid: int) -> Effects:
         fx = Effects()
         fx.wake = self._release(pid, fx)

@@ -1,8 +1,9 @@
-"""Reader.fill against a real store, with ``deliver`` stubbed: it pulls no more records
-than the QoS 1/2 window lets go out, still lets QoS 0 messages through a shut window,
-stops at the first QoS 1/2 message the window cannot take, and says "maybe more" (a
-whole PULL_BATCH consumed) exactly as before. The last tests use a real protocol
-machine's plain QoS 0 encoder instead, with a client machine decoding what is sent."""
+"""Reader.fill against a real store, with ``deliver`` (and its plain twin) stubbed: it
+pulls no more records than the QoS 1/2 window lets go out, still lets QoS 0 messages
+through a shut window, stops at the first QoS 1/2 message the window cannot take, and
+says "maybe more" (a whole PULL_BATCH consumed) exactly as before. The last tests use a
+real protocol machine's plain QoS 0 encoder instead, with a client machine decoding what
+is sent."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from protocol.mqtt import MQTTVersion
 
 LMQ = "t/x"
 #: fill only asks the handler's protocol machine which MQTT version the client speaks and
-#: for its plain QoS 0 encoder: none here, so every message goes to ``deliver`` (stubbed).
+#: for its plain QoS 0 encoder: none here, so every message goes to ``deliver`` or its
+#: twin ``deliver_plain`` (both stubbed).
 HANDLER = SimpleNamespace(proto=SimpleNamespace(version=MQTTVersion.V3_1_1,
                                                 plain_publish_encoder=lambda: None))
 
@@ -60,7 +62,12 @@ def sent(monkeypatch):
         out.append((offset, qos))
         return (kw.get("packet_id") or next(pid)) if qos else 0
 
+    def fake_deliver_plain(session, handler, msg, qos, retain, dup, reader, packet_id, origin):
+        out.append((msg.offset, qos))
+        return (packet_id or next(pid)) if qos else 0
+
     monkeypatch.setattr(delivery, "deliver", fake_deliver)
+    monkeypatch.setattr(delivery, "deliver_plain", fake_deliver_plain)
     return out
 
 
