@@ -14,9 +14,11 @@ import dataclasses
 import ipaddress
 import json
 import logging
+import socket
 import ssl
 import struct
 import subprocess
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -33,6 +35,8 @@ from gateway.server import Gateway
 from gateway.sniff import H2_PREFACE, sniff_remoting
 from protocol.mqtt import Connect, MQTTVersion, packet_bytes
 from protocol.proxy import V2_SIGNATURE
+
+from .gateway_process import GatewayProcess
 
 BOUND = 10.0
 CONNECT = packet_bytes(Connect(client_id="behind-lb", protocol_version=MQTTVersion.V3_1_1))
@@ -369,3 +373,29 @@ async def test_remoting_frames_on_every_port(start, self_signed):
         assert conn.listener == listener and conn.protocol == "remoting"
         writer.close()
     assert len(front_end.received) == 4
+
+
+# -- lmq serve: the flags, end to end ----------------------------------------------------
+
+
+def test_serve_flags_remoting_port_and_proxy_protocol(tmp_path):
+    gw = GatewayProcess(
+        tmp_path / "data", "--remoting-port", "auto", "--proxy-protocol", "any",
+        "--proxy-protocol-networks", "127.0.0.1,::1", "--advertised-address", "gw.test:9876",
+    ).start()
+    try:
+        assert {"mqtt", "unified", "remoting"} <= set(gw.ports)
+        with socket.create_connection(("127.0.0.1", gw.ports["unified"]), timeout=BOUND) as s:
+            s.sendall(proxy_v2("198.51.100.20", 61000) + CONNECT)
+            assert s.recv(4) == CONNACK_OK
+        # the forwarded address is in the process's connection log
+        deadline = time.monotonic() + BOUND
+        while time.monotonic() < deadline and not any(
+            "connection closed" in line and "198.51.100.20:61000" in line for line in gw.output
+        ):
+            time.sleep(0.05)
+        assert any("PROXY header" in line and "198.51.100.20:61000" in line for line in gw.output)
+        assert any("connection closed" in line and "198.51.100.20:61000" in line
+                   for line in gw.output)
+    finally:
+        assert gw.stop() == 0
