@@ -6,7 +6,7 @@ import base64
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.remoting import bodies as b
@@ -175,6 +175,7 @@ def test_lenient_reader_leaves_strings_and_arrays_alone():
         b.loads_lenient("{-:1}")
 
 
+@settings(deadline=None)
 @given(st.text(max_size=60))
 def test_lenient_reader_raises_only_body_error(text):
     try:
@@ -192,6 +193,7 @@ json_values = st.recursive(
 )
 
 
+@settings(deadline=None)
 @given(json_values)
 def test_lenient_reader_agrees_with_json_on_standard_text(value):
     assert b.loads_lenient(json.dumps(value)) == value

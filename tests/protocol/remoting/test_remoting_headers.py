@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.remoting import HeaderError, PullSysFlag, RequestCode, pop
@@ -199,6 +199,7 @@ def _value(kind: str):
 
 
 @pytest.mark.parametrize("cls", HEADER_CLASSES, ids=lambda c: c.__name__)
+@settings(deadline=None)
 @given(data=st.data())
 def test_header_round_trip_and_required_fields(cls, data):
     values = {}
@@ -251,6 +252,7 @@ def test_extra_info_errors(text, message):
         pop.ExtraInfo.parse(text)
 
 
+@settings(deadline=None)
 @given(st.text(max_size=40))
 def test_extra_info_parse_never_raises_anything_else(text):
     try:

@@ -6,7 +6,7 @@ import base64
 import hashlib
 import hmac
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.remoting import signature as sig
@@ -57,6 +57,7 @@ def test_sort_is_java_utf16_order():
     assert sig.signed_content(fields) == b"xy"
 
 
+@settings(deadline=None)
 @given(
     st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=6),
     st.binary(max_size=20),
