@@ -158,6 +158,21 @@ def test_route_both_dialects():
         json.loads(fastjson)  # the reason for the lenient reader
 
 
+def test_route_standard_escapes_non_ascii_like_browser_compatible():
+    route = TopicRouteData(
+        (QueueData("zoé", 1, 1),), (BrokerData("ç", "zoé", {1: "h:1", 0: "h:0"}),)
+    )
+    standard = route.serialize()
+    assert standard.isascii() and b'"zo\\u00e9"' in standard
+    assert b'{"0":"h:0","1":"h:1"}' in standard  # MapSortField
+    assert "zoé".encode() in route.serialize(standard=False)
+    assert (
+        TopicRouteData.parse(standard)
+        == route
+        == TopicRouteData.parse(route.serialize(standard=False))
+    )
+
+
 def test_route_dialect_rule():
     assert wants_standard_json(401, None) and wants_standard_json(0, True)
     assert not wants_standard_json(400, False) and not wants_standard_json(121, None)
