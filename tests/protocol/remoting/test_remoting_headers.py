@@ -261,6 +261,16 @@ def test_extra_info_parse_never_raises_anything_else(text):
         pass
 
 
+def test_receipts_split_as_java_does():
+    # String.split drops trailing empty strings: a trailing space or ';' is harmless.
+    info = pop.ExtraInfo.parse("1 2 3 4 0 gw 5 ")
+    assert info.queue_id == 5 and info.queue_offset is None
+    assert pop.parse_offset_info("0 1 5;") == {"0@1": "5"}
+    assert pop.java_split("   ", " ") == [] and pop.java_split("", " ") == [""]
+    with pytest.raises(HeaderError, match="popTime: not an int"):
+        pop.ExtraInfo.parse("1  3 4 0 gw 5")  # an empty part inside still counts
+
+
 def test_offset_info_build_and_parse():
     start = pop.build_offset_info([("orders", 1, 100), ("%RETRY%g_orders", 0, 7)])
     assert start == "0 1 100;1 0 7"
