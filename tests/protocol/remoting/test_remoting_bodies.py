@@ -199,12 +199,14 @@ def test_lenient_reader_raises_only_body_error(text):
         pass
 
 
+def _containers(children: st.SearchStrategy) -> st.SearchStrategy:
+    return st.lists(children, max_size=3) | st.dictionaries(
+        st.text(max_size=4), children, max_size=3
+    )
+
+
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3)
-    ),
-    max_leaves=10,
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5), _containers, max_leaves=10
 )
 
 
