@@ -45,9 +45,16 @@ from lmq.rocketmq import (
     validate_topic,
 )
 
-__all__ = ["QueueInUse", "TopicRegistry", "TopicListener"]
+__all__ = [
+    "AUTO_CREATE_GROUPS", "AUTO_CREATE_TOPICS", "QueueInUse", "TopicListener", "TopicRegistry",
+]
 
 log = logging.getLogger(__name__)
+
+#: The gateway's defaults (RocketMQ's ``autoCreateTopicEnable`` and
+#: ``autoCreateSubscriptionGroup``, both on by default there too).
+AUTO_CREATE_TOPICS = True
+AUTO_CREATE_GROUPS = True
 
 #: Called with a topic's name after it was created, changed or deleted.
 TopicListener = Callable[[str], None]
