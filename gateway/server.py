@@ -41,11 +41,14 @@ from gateway.frontends import FRONT_ENDS, FrontEndSpec, load_front_end
 from gateway.housekeeping import housekeeping_loop
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
+from gateway.rocketmq.groups import GroupRegistry
+from gateway.rocketmq.topics import AUTO_CREATE_GROUPS, AUTO_CREATE_TOPICS, TopicRegistry
 from gateway.security import make_authenticator, make_tls_context
 from gateway.sniff import Sniffer
 from gateway.state import ServerState
 from gateway.tasks import TaskOwner
 from gateway.topic_space import TopicSpace
+from lmq.rocketmq import DEFAULT_QUEUE_NUMS
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +139,17 @@ class Gateway:
         self._tls_context = make_tls_context(cfg) if cfg.tls_cert else None
         log.info("opening store", extra={"data_dir": str(cfg.data_dir)})
         store = await asyncio.to_thread(MessageStore.open, cfg.data_dir, cfg.store)
+        try:
+            rmq_topics, rmq_groups = await asyncio.to_thread(_rocketmq_registries, store)
+        except BaseException:
+            store.close()
+            raise
+        self.topic_space.set_rocketmq_topics(rmq_topics.get)
+        rmq_topics.add_listener(self.topic_space.rocketmq_topics_changed)
         self._ctx = ctx = GatewayContext(
             config=cfg, store=store, publisher=Publisher(store, loop),
-            topic_space=self.topic_space, metrics=self.metrics, loop=loop,
+            topic_space=self.topic_space, rocketmq_topics=rmq_topics,
+            rocketmq_groups=rmq_groups, metrics=self.metrics, loop=loop,
             authenticator=authenticator, state=self.state, introspection=self)
         recovery = store.recovery
         log.info("store open", extra={"recovery": recovery.summary() if recovery else "-"})
@@ -328,3 +339,10 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+def _rocketmq_registries(store: MessageStore) -> tuple[TopicRegistry, GroupRegistry]:
+    """The RocketMQ topic and group registries, loaded from the store (a worker thread:
+    loading may create the queue LMQs an index rebuild forgot)."""
+    topics = TopicRegistry(store, AUTO_CREATE_TOPICS, DEFAULT_QUEUE_NUMS)
+    return topics, GroupRegistry(store, AUTO_CREATE_GROUPS)

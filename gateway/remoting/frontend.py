@@ -1,0 +1,147 @@
+"""The remoting front end: shared RocketMQ state and background work.
+
+Shared state (this object): the topic and group registries (``gateway.rocketmq``), the
+:class:`~gateway.remoting.consumers.ConsumerManager` (clients and consumer groups from
+heartbeats), the :class:`~gateway.remoting.locks.LockManager` (ordered consumers'
+queue locks), the request table (:mod:`gateway.remoting.dispatch`), the connection
+handlers and the metrics. Per-connection state is in
+:class:`~gateway.remoting.handler.RemotingHandler`.
+
+Background work: one task that every 10 s forgets clients silent for two minutes and
+expired locks. Nothing else runs on a timer: suspended pulls wait on store listeners
+(:mod:`gateway.remoting.pull`).
+
+Event-loop thread only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from gateway.frontend import FrontEnd
+from gateway.remoting.consumers import ConsumerManager
+from gateway.remoting.dispatch import build_table
+from gateway.remoting.handler import RemotingHandler
+from gateway.remoting.locks import LockManager
+from gateway.rocketmq.groups import GroupRegistry
+from gateway.rocketmq.topics import TopicRegistry
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
+    from gateway.context import GatewayContext
+    from protocol.remoting import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_S = 10.0
+
+
+class RemotingFrontEnd(FrontEnd):
+    name = "remoting"
+
+    def __init__(self, ctx: GatewayContext) -> None:
+        super().__init__(ctx)
+        cfg = ctx.config
+        self.loop = ctx.loop
+        self.store = ctx.store
+        self.publisher = ctx.publisher
+        self.handlers: dict[int, RemotingHandler] = {}
+        self.table = build_table()
+        self.consumers = ConsumerManager(self._group_changed)
+        self.locks = LockManager(cfg.rocketmq_lock_expiry)
+        self.max_frame = cfg.remoting_max_frame
+        #: ``host:port`` brokers are advertised at in routes ("" = the address each
+        #: client connected to).
+        self.advertised_address = cfg.advertised_address
+        self.topics = TopicRegistry(
+            ctx.store, cfg.rocketmq_auto_create_topics, cfg.rocketmq_default_queue_nums)
+        self.groups = GroupRegistry(ctx.store, cfg.rocketmq_auto_create_groups)
+        self._register_metrics()
+
+    def _register_metrics(self) -> None:
+        m = self.ctx.metrics
+        self.requests = m.counter(
+            "lmq_remoting_requests_total", "Remoting requests received", ("code",))
+        self.errors = m.counter(
+            "lmq_remoting_errors_total", "Remoting requests answered with an error code",
+            ("code",))
+        self.protocol_errors = m.counter(
+            "lmq_remoting_protocol_errors_total",
+            "Remoting connections closed for a malformed frame")
+        self.messages_sent = m.counter(
+            "lmq_remoting_messages_received_total", "Messages stored from remoting sends")
+        self.messages_pulled = m.counter(
+            "lmq_remoting_messages_pulled_total", "Messages returned by remoting pulls")
+        connections = m.gauge("lmq_remoting_connections", "Open remoting connections")
+        clients = m.gauge("lmq_remoting_clients", "RocketMQ clients known from heartbeats")
+        suspended = m.gauge("lmq_remoting_suspended_pulls", "Long-polling pulls waiting")
+        locks = m.gauge("lmq_remoting_queue_locks", "Queue locks held by ordered consumers")
+        #: Pulls suspended now (maintained by gateway.remoting.pull).
+        self.suspended = 0
+
+        def collect() -> None:
+            connections.set(len(self.handlers))
+            clients.set(len(self.consumers.clients))
+            suspended.set(self.suspended)
+            locks.set(self.locks.count())
+
+        m.on_collect(collect)
+
+    # -- life --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.ctx.spawn(self._sweep_loop(), "remoting-sweep")
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL_S)
+            for client_id in self.consumers.expire():
+                self.locks.release_client(client_id)
+                log.info("remoting client expired", extra={"client_id": client_id})
+            self.locks.sweep()
+
+    def connection_made(self, conn: Connection) -> RemotingHandler:
+        handler = RemotingHandler(self, conn)
+        self.handlers[conn.id] = handler
+        return handler
+
+    def connection_closed(self, handler: RemotingHandler) -> None:
+        self.handlers.pop(handler.conn.id, None)
+        for client_id in self.consumers.channel_closed(handler):
+            self.locks.release_client(client_id)
+
+    def goodbye(self, conn: Connection) -> None:
+        # Remoting has no goodbye message: RocketMQ's clients reconnect (or fail over to
+        # another broker) when the connection closes. Suspended pulls are answered
+        # PULL_NOT_FOUND first so the client does not wait for its timeout.
+        handler = self.handlers.get(conn.id)
+        if handler is not None:
+            handler.goodbye()
+        else:
+            conn.close("shutdown")
+
+    async def stop(self) -> None:
+        pass
+
+    # -- consumer groups ---------------------------------------------------------------
+
+    def _group_changed(self, group: str, channels: list[Any]) -> None:
+        """A group gained or lost a client: tell its clients to rebalance now."""
+        from gateway.remoting.clients import notify_consumer_ids_changed
+
+        for channel in channels:
+            if not channel.closed:
+                notify_consumer_ids_changed(channel, group)
+
+    # -- security ----------------------------------------------------------------------
+
+    def authorize(self, handler: RemotingHandler, cmd: RemotingCommand) -> RemotingCommand | None:
+        """``None`` when ``cmd`` may be served (open mode: always), else the error
+        response (see :mod:`gateway.remoting.security`)."""
+        if self.ctx.authenticator is None:
+            return None
+        from gateway.remoting.security import authorize
+
+        return authorize(self, handler, cmd)
