@@ -87,6 +87,9 @@ class RequestContext(Protocol):
     principal: Principal
     #: The client id of the last heartbeat on this connection ("" before one).
     client_id: str
+    #: Callbacks that end a suspended request early (shutdown, close): a handler that
+    #: waits adds one while it waits and removes it after.
+    wakers: set[Callable[[], None]]
 
     def reply(self, request: RemotingCommand, response: RemotingCommand) -> None:
         """Send ``response`` to ``request`` (its opaque, the response flag), unless the

@@ -25,12 +25,12 @@ from gateway.remoting.consumers import ConsumerManager
 from gateway.remoting.dispatch import build_table
 from gateway.remoting.handler import RemotingHandler
 from gateway.remoting.locks import LockManager
-from gateway.rocketmq.groups import GroupRegistry
-from gateway.rocketmq.topics import TopicRegistry
+from gateway.remoting.pull import PullWaiters
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
     from gateway.context import GatewayContext
+    from gateway.remoting.dispatch import RequestContext
     from protocol.remoting import RemotingCommand
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,13 @@ class RemotingFrontEnd(FrontEnd):
         self.loop = ctx.loop
         self.store = ctx.store
         self.publisher = ctx.publisher
+        self.topic_space = ctx.topic_space
+        #: Messages stored from sends and returned by pulls (plain ints on the hot
+        #: paths, copied into the counters at scrape time).
+        self.sent = 0
+        self.pulled = 0
+        #: Pulls suspended now (maintained by gateway.remoting.pull).
+        self.suspended = 0
         self.handlers: dict[int, RemotingHandler] = {}
         self.table = build_table()
         self.consumers = ConsumerManager(self._group_changed)
@@ -55,9 +62,19 @@ class RemotingFrontEnd(FrontEnd):
         #: ``host:port`` brokers are advertised at in routes ("" = the address each
         #: client connected to).
         self.advertised_address = cfg.advertised_address
-        self.topics = TopicRegistry(
-            ctx.store, cfg.rocketmq_auto_create_topics, cfg.rocketmq_default_queue_nums)
-        self.groups = GroupRegistry(ctx.store, cfg.rocketmq_auto_create_groups)
+        #: The gateway's RocketMQ topics and groups (shared with the topic space and
+        #: the other RocketMQ front ends).
+        self.topics = ctx.rocketmq_topics
+        self.groups = ctx.rocketmq_groups
+        # The registries are built before any front end; the remoting options decide
+        # auto-creation for every RocketMQ front end.
+        self.topics.auto_create = cfg.rocketmq_auto_create_topics
+        self.topics.default_queues = cfg.rocketmq_default_queue_nums
+        self.groups.auto_create = cfg.rocketmq_auto_create_groups
+        #: Suspended pulls by LMQ (one store listener per LMQ waited on).
+        self.waiters = PullWaiters(self)
+        #: Set by the first goodbye: suspended pulls are answered, none suspends again.
+        self.stopping = False
         self._register_metrics()
 
     def _register_metrics(self) -> None:
@@ -78,10 +95,10 @@ class RemotingFrontEnd(FrontEnd):
         clients = m.gauge("lmq_remoting_clients", "RocketMQ clients known from heartbeats")
         suspended = m.gauge("lmq_remoting_suspended_pulls", "Long-polling pulls waiting")
         locks = m.gauge("lmq_remoting_queue_locks", "Queue locks held by ordered consumers")
-        #: Pulls suspended now (maintained by gateway.remoting.pull).
-        self.suspended = 0
 
         def collect() -> None:
+            self.messages_sent.inc(self.sent - self.messages_sent.value())
+            self.messages_pulled.inc(self.pulled - self.messages_pulled.value())
             connections.set(len(self.handlers))
             clients.set(len(self.consumers.clients))
             suspended.set(self.suspended)
@@ -116,6 +133,7 @@ class RemotingFrontEnd(FrontEnd):
         # Remoting has no goodbye message: RocketMQ's clients reconnect (or fail over to
         # another broker) when the connection closes. Suspended pulls are answered
         # PULL_NOT_FOUND first so the client does not wait for its timeout.
+        self.stopping = True
         handler = self.handlers.get(conn.id)
         if handler is not None:
             handler.goodbye()
@@ -135,6 +153,23 @@ class RemotingFrontEnd(FrontEnd):
             if not channel.closed:
                 notify_consumer_ids_changed(channel, group)
 
+    # -- back-pressure -----------------------------------------------------------------
+
+    def throttle(self, handler: RequestContext) -> None:
+        """After a send: while the store lags, stop reading this connection's requests
+        until it has caught up (the client's own send timeout then bounds the wait)."""
+        publisher = self.publisher
+        if not publisher.lagging or handler.closed:
+            return
+        conn = handler.conn
+        conn.pause_reading()
+
+        async def resume() -> None:
+            await publisher.caught_up.wait()
+            conn.resume_reading()
+
+        conn.spawn(resume(), "remoting-resume")
+
     # -- security ----------------------------------------------------------------------
 
     def authorize(self, handler: RemotingHandler, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -145,3 +180,19 @@ class RemotingFrontEnd(FrontEnd):
         from gateway.remoting.security import authorize
 
         return authorize(self, handler, cmd)
+
+    def check_publish(self, handler: RequestContext, topic: str) -> None:
+        """Raise NO_PERMISSION unless the request's principal may send to ``topic``."""
+        if self.ctx.authenticator is None:
+            return
+        from gateway.remoting.security import check_publish
+
+        check_publish(self, handler, topic)
+
+    def check_subscribe(self, handler: RequestContext, topic: str, group: str) -> None:
+        """Raise NO_PERMISSION unless the principal may consume ``topic`` as ``group``."""
+        if self.ctx.authenticator is None:
+            return
+        from gateway.remoting.security import check_subscribe
+
+        check_subscribe(self, handler, topic, group)
