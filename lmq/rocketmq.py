@@ -47,7 +47,6 @@ __all__ = [
     "MAX_TOPIC_LENGTH",
     "MQTT_SECOND_TOPIC",
     "NAME_PATTERN",
-    "RECONSUME_TIMES_PROPERTY",
     "RETRY_PREFIX",
     "TOPIC_META_PREFIX",
     "GroupConfig",
@@ -76,11 +75,6 @@ RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 #: The message property that carries an MQTT topic's levels after the first.
 MQTT_SECOND_TOPIC = "mqttSecondTopic"
-#: The stored record property that holds a message's reconsume count (RocketMQ keeps it
-#: in the stored layout's RECONSUMETIMES field; our records have no such field). Written
-#: by send-back on the copy it redelivers; a reader renders it as RECONSUMETIMES and
-#: does not pass it on as a property. Absent means 0.
-RECONSUME_TIMES_PROPERTY = "__RECONSUME_TIMES"
 #: Read and write queues of an auto-created topic (RocketMQ's defaultTopicQueueNums
 #: is 4 on the client and 8 on the broker; the broker's wins).
 DEFAULT_QUEUE_NUMS = 8

@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from broker_core import AppendResult, Message, MessageStore, StoredMessage, UnknownLmq
+from broker_core import AppendResult, Message, MessageStore, Record, StoredMessage, UnknownLmq
 from broker_core.errors import UnknownReceipt
 from broker_core.receipts import decode_receipt
 from gateway.remoting.pop_receipts import (
@@ -49,7 +49,8 @@ from gateway.remoting.pop_receipts import (
     pop_retry_topic,
     store_receipt,
 )
-from lmq.rocketmq import RECONSUME_TIMES_PROPERTY, dlq_topic, queue_lmq
+from gateway.remoting.records import RECONSUME, record_reconsume_times, with_rocketmq_properties
+from lmq.rocketmq import dlq_topic, queue_lmq
 
 __all__ = ["OffsetOutOfRange", "PollingFull", "PopItem", "PopResult", "PopService", "Source"]
 
@@ -60,6 +61,8 @@ RETRY_FIRST_PERCENT = 20
 #: RocketMQ's ``maxPopPollingSize`` (suspended pops per queue) and total.
 MAX_POLLING_PER_KEY = 1024
 MAX_POLLING_TOTAL = 100_000
+#: Pops of filtered-out messages in a row before an empty answer (the client pops again).
+FILTER_ROUNDS = 16
 
 Submit = Callable[[Message, Sequence[str]], Awaitable[AppendResult]]
 
@@ -196,7 +199,7 @@ class PopService:
             if want <= 0:
                 break
             for popped in store.pop(group, src.lmq, want, invisible_ms, pop_time):
-                base = _record_reconsume(popped.message.record.properties)
+                base = record_reconsume_times(popped.message.record)
                 result.items.append(
                     PopItem(popped.message, src, base + popped.deliveries - 1)
                 )
@@ -233,13 +236,15 @@ class PopService:
 
     async def pop(
         self, group: str, topic: str, queue_id: int, max_nums: int, invisible_ms: int,
-        poll_ms: int,
+        poll_ms: int, accept: Callable[[Record], bool] | None = None,
     ) -> PopResult:
         """Pop, and when nothing is there wait up to ``poll_ms`` for something to pop.
-        Messages past the group's retry limit are dead-lettered, not returned."""
+        Messages past the group's retry limit are dead-lettered, not returned; messages
+        ``accept`` refuses (a tag filter) are acked at once, as RocketMQ's pop moves
+        past messages its filter does not match."""
         deadline = self.loop.time() + max(0, poll_ms) / 1000
         while True:
-            result = await self._pop_live(group, topic, queue_id, max_nums, invisible_ms)
+            result = await self._pop_live(group, topic, queue_id, max_nums, invisible_ms, accept)
             if result.items or poll_ms <= 0:
                 return result
             remaining = deadline - self.loop.time()
@@ -247,27 +252,37 @@ class PopService:
                 return result
             woke = await self.wait_for_messages(group, topic, queue_id, remaining)
             if not woke:
-                return await self._pop_live(group, topic, queue_id, max_nums, invisible_ms)
+                return await self._pop_live(
+                    group, topic, queue_id, max_nums, invisible_ms, accept)
 
     async def _pop_live(
-        self, group: str, topic: str, queue_id: int, max_nums: int, invisible_ms: int
+        self, group: str, topic: str, queue_id: int, max_nums: int, invisible_ms: int,
+        accept: Callable[[Record], bool] | None,
     ) -> PopResult:
-        result = self.pop_now(group, topic, queue_id, max_nums, invisible_ms)
         limit = self.max_times(group)
-        dead = [item for item in result.items if item.reconsume_times > limit]
-        if not dead:
-            return result
-        for item in dead:
-            await self._dead_letter(group, item)
-        result.items = [item for item in result.items if item.reconsume_times <= limit]
-        self._receipts(group, result)
+        for _ in range(FILTER_ROUNDS):
+            result = self.pop_now(group, topic, queue_id, max_nums, invisible_ms)
+            if not result.items:
+                return result
+            keep = []
+            for item in result.items:
+                if accept is not None and not accept(item.message.record):
+                    self._ack_popped(group, item)
+                elif item.reconsume_times > limit:
+                    await self._dead_letter(group, item)
+                else:
+                    keep.append(item)
+            if len(keep) != len(result.items):
+                result.items = keep
+                self._receipts(group, result)
+            if keep:
+                return result
         return result
 
     async def _dead_letter(self, group: str, item: PopItem) -> None:
         rec = item.message.record
-        props = dict(rec.properties)
-        props[RECONSUME_TIMES_PROPERTY] = str(item.reconsume_times).encode()
-        props.setdefault("RETRY_TOPIC", item.source.topic.encode())
+        props = with_rocketmq_properties(rec, {"RETRY_TOPIC": item.source.topic})
+        props[RECONSUME] = str(item.reconsume_times).encode()
         topic = dlq_topic(group)
         if self.ensure_topic is not None:
             self.ensure_topic(topic)
@@ -368,7 +383,7 @@ class PopService:
             want = max_nums - len(result.items)
             if want > 0:
                 for msg in store.pull(src.lmq, start, want).messages:
-                    base = _record_reconsume(msg.record.properties)
+                    base = record_reconsume_times(msg.record)
                     result.items.append(PopItem(msg, src, base))
         result.rest_num -= len(result.items)
         return result
@@ -457,9 +472,3 @@ class PopService:
             self._revive_timer.cancel()
             self._revive_timer = None
 
-
-def _record_reconsume(props: dict[str, bytes]) -> int:
-    try:
-        return max(0, int(props.get(RECONSUME_TIMES_PROPERTY, b"0")))
-    except ValueError:
-        return 0

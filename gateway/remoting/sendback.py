@@ -6,11 +6,13 @@ to ``%DLQ%<group>`` once it was consumed too often (RocketMQ's
 What happens to the message at log position ``offset`` (the header's ``offset`` is the
 commit-log offset of the pulled message, ``PHYSICALOFFSET`` in the stored layout):
 
-- its reconsume count is the record's :data:`~lmq.rocketmq.RECONSUME_TIMES_PROPERTY`
-  (0 when absent); the copy carries that count plus one;
-- ``RETRY_TOPIC`` is set to the message's RocketMQ topic unless it is there already (a
-  message sent back a second time keeps the first), ``ORIGIN_MESSAGE_ID`` to the
-  message's offsetMsgId unless there already;
+- its reconsume count is what the stored layout gives a consumer (the record's
+  ``rmq.reconsume``, :mod:`gateway.remoting.messages`; 0 when absent); the copy
+  carries that count plus one;
+- the copy's RocketMQ properties (``rmq.props``, built from the record's own when it
+  came from MQTT or AMQP) get ``RETRY_TOPIC``, the message's RocketMQ topic, unless it
+  is there already (a message sent back a second time keeps the first), and
+  ``ORIGIN_MESSAGE_ID``, the message's offsetMsgId, unless there already;
 - to ``%DLQ%<group>`` (queue 0, at once) when the count is at least the maximum
   (the header's ``maxReconsumeTimes``, else the group's ``retry_max_times``, 16) or
   the header's ``delayLevel`` is negative;
@@ -29,9 +31,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from broker_core import AppendResult, Message, MessageStore, Record, RecordType
+from gateway.remoting.records import (
+    RECONSUME,
+    record_reconsume_times,
+    with_rocketmq_properties,
+)
 from gateway.rocketmq.schedule import ScheduleService
 from lmq.rocketmq import (
-    RECONSUME_TIMES_PROPERTY,
     dlq_topic,
     offset_msg_id,
     queue_lmq,
@@ -88,13 +94,6 @@ def record_at(store: MessageStore, position: int) -> Record | None:
     return rec
 
 
-def reconsume_times(props: dict[str, bytes]) -> int:
-    try:
-        return max(0, int(props.get(RECONSUME_TIMES_PROPERTY, b"0")))
-    except ValueError:
-        return 0
-
-
 class SendBackService:
     """Send-back over the store, the schedule and an appender (``Publisher.submit``).
 
@@ -135,17 +134,17 @@ class SendBackService:
         rec = record_at(self.store, position)
         if rec is None:
             raise MessageNotFound(f"look message by offset failed, {position}")
-        times = reconsume_times(rec.properties)
+        times = record_reconsume_times(rec)
         if max_reconsume_times is None:
             limit = self.max_times(group) if self.max_times else DEFAULT_MAX_RECONSUME_TIMES
         else:
             limit = max_reconsume_times
-        props = dict(rec.properties)
-        props.setdefault(PROP_RETRY_TOPIC, split_mqtt_topic(rec.topic)[0].encode())
-        if PROP_ORIGIN_MESSAGE_ID not in props:
-            host, port = store_host
-            props[PROP_ORIGIN_MESSAGE_ID] = offset_msg_id(host, port, rec.position).encode()
-        props[RECONSUME_TIMES_PROPERTY] = str(times + 1).encode()
+        host, port = store_host
+        props = with_rocketmq_properties(rec, {
+            PROP_RETRY_TOPIC: split_mqtt_topic(rec.topic)[0],
+            PROP_ORIGIN_MESSAGE_ID: offset_msg_id(host, port, rec.position),
+        })
+        props[RECONSUME] = str(times + 1).encode()
         copy = Message(
             topic=rec.topic, body=rec.body, properties=props, origin=rec.origin, tag=rec.tag,
             qos=rec.qos, retain=False, protocol=rec.protocol, born_ms=rec.born_ms,

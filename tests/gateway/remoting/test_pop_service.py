@@ -16,6 +16,7 @@ import pytest
 from broker_core import Message, MessageStore, StoreConfig
 from broker_core.clock import now_ms
 from gateway.publisher import Publisher
+from gateway.remoting.messages import PROPS, RECONSUME, decode_properties
 from gateway.remoting.pop_receipts import (
     BadReceipt,
     ExtraInfo,
@@ -31,7 +32,7 @@ from gateway.remoting.sendback import (
     SendBackService,
 )
 from gateway.rocketmq.schedule import PROP_REAL_TOPIC, ScheduleService, level_lmq
-from lmq.rocketmq import RECONSUME_TIMES_PROPERTY, offset_msg_id, queue_lmq
+from lmq.rocketmq import offset_msg_id, queue_lmq
 
 QUEUES = 4
 
@@ -200,7 +201,7 @@ async def test_dead_letter_after_retry_max_times(tmp_path: Path) -> None:
         assert got.items == []
         dlq = e.store.pull(queue_lmq("%DLQ%g", 0), 0, 10).messages
         assert [m.body for m in dlq] == [b"poison"]
-        assert dlq[0].record.properties[RECONSUME_TIMES_PROPERTY] == b"2"
+        assert dlq[0].record.properties[RECONSUME] == b"2"
         assert e.store.inflight_count("g") == 0 and e.pop.dead_lettered == 1
     finally:
         e.close()
@@ -221,22 +222,24 @@ async def test_send_back_goes_through_the_schedule_to_retry(env: Env) -> None:
         await asyncio.sleep(0.02)
     rec = env.store.pull(retry, 0, 1).messages[0].record
     assert rec.body == b"fail" and rec.topic == "orders/eu" and rec.tag == "T"
-    assert rec.properties[PROP_RETRY_TOPIC] == b"orders"
-    assert rec.properties[RECONSUME_TIMES_PROPERTY] == b"1"
+    rmq = decode_properties(rec.properties[PROPS].decode())
+    assert rmq[PROP_RETRY_TOPIC] == "orders" and rmq["TAGS"] == "T"
+    assert rmq["mqttSecondTopic"] == "/eu"
+    assert rec.properties[RECONSUME] == b"1"
     assert rec.properties["KEYS"] == b"k"
-    origin = offset_msg_id("10.0.0.1", 8080, position).encode()
-    assert rec.properties[PROP_ORIGIN_MESSAGE_ID] == origin
+    origin = offset_msg_id("10.0.0.1", 8080, position)
+    assert rmq[PROP_ORIGIN_MESSAGE_ID] == origin
     # sent back again from the retry topic: level 3 + 1, origin and retry topic kept
     retried_at = env.store.pull(retry, 0, 1).messages[0].record.position
     again = await env.sendback.send_back("g", retried_at)
     assert again.level == 4 and again.reconsume_times == 2
     held = env.store.pull(level_lmq(4), 0, 1).messages[0].record
-    assert held.properties[PROP_ORIGIN_MESSAGE_ID] == origin
-    assert held.properties[PROP_RETRY_TOPIC] == b"orders"
+    rmq = decode_properties(held.properties[PROPS].decode())
+    assert rmq[PROP_ORIGIN_MESSAGE_ID] == origin and rmq[PROP_RETRY_TOPIC] == "orders"
 
 
 async def test_send_back_to_dlq_and_bad_positions(env: Env) -> None:
-    position = await env.send(b"fail", 0, **{RECONSUME_TIMES_PROPERTY: b"3"})
+    position = await env.send(b"fail", 0, **{PROPS: b"", RECONSUME: b"3"})
     out = await env.sendback.send_back("g", position, max_reconsume_times=3)
     assert out.dead_lettered and out.topic == "%DLQ%g" and out.reconsume_times == 4
     dlq = env.store.pull(queue_lmq("%DLQ%g", 0), 0, 1).messages[0].record
