@@ -53,8 +53,8 @@ from gateway.remoting.replies import error, response
 from gateway.remoting.route import BROKER_NAME
 from gateway.remoting.sendback import MessageNotFound, SendBackService
 from gateway.remoting.stored import encode_stored, pack_host
-from gateway.rocketmq.schedule import ScheduleService
-from lmq.rocketmq import InvalidName
+from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService
+from lmq.rocketmq import InvalidName, TopicConfig
 from protocol.remoting import HeaderError, RemotingCommand, RequestCode, ResponseCode
 from protocol.remoting.bodies import BatchAckMessageRequestBody
 from protocol.remoting.errors import BodyError
@@ -112,9 +112,17 @@ def _build(front: RemotingFrontEnd) -> Services:
 
 
 def start(front: RemotingFrontEnd) -> None:
-    """Start the schedule (moves delays left by an earlier run) and adopt every known
-    group for pop (see :meth:`PopService.adopt`)."""
+    """Start the schedule (moves delays left by an earlier run; its level queues are
+    the topic ``SCHEDULE_TOPIC_XXXX``) and adopt every known group for pop (see
+    :meth:`PopService.adopt`)."""
     found = services(front)
+    levels = found.schedule.max_level
+    config = front.topics.get(SCHEDULE_TOPIC)
+    if config is None or config.queue_count < levels:
+        # a topic like any other to the registry: listed by `lmq topics`, its queues
+        # never removed as idle (RocketMQ's broker lists it among its topics too)
+        front.topics.create(TopicConfig(SCHEDULE_TOPIC, read_queues=levels,
+                                        write_queues=levels))
     found.schedule.start()
     for name in front.groups.names():
         found.pop.adopt(name)
