@@ -39,6 +39,11 @@ A handler module defines ``register(table: DispatchTable) -> None`` and calls
 listed in :data:`MODULES` (one line per module). A code registered twice is a
 programming error (``ValueError`` at start). Codes nobody registered are answered
 ``REQUEST_CODE_NOT_SUPPORTED`` with a remark naming the code.
+
+A family whose services must run without a request (the pop family's persistent
+schedule moves delayed messages after a restart) appends ``fn(front)`` to
+``table.on_start`` and ``table.on_stop``; the front end calls them when it starts and
+stops.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ MODULES: tuple[str, ...] = (
     "gateway.remoting.clients",
     "gateway.remoting.route",
     "gateway.remoting.query",
+    "gateway.remoting.pop",
 )
 
 
@@ -129,6 +135,10 @@ class DispatchTable:
 
     def __init__(self) -> None:
         self._handlers: dict[int, tuple[Handler, bool]] = {}
+        #: Called with the front end when it starts and stops (a family's services that
+        #: must run without a request: the persistent schedule).
+        self.on_start: list[Callable[[RemotingFrontEnd], None]] = []
+        self.on_stop: list[Callable[[RemotingFrontEnd], None]] = []
 
     def register(self, code: int, handler: Handler) -> None:
         if code in self._handlers:

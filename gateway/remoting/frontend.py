@@ -110,6 +110,8 @@ class RemotingFrontEnd(FrontEnd):
 
     async def start(self) -> None:
         self.ctx.spawn(self._sweep_loop(), "remoting-sweep")
+        for hook in self.table.on_start:
+            hook(self)
 
     async def _sweep_loop(self) -> None:
         while True:
@@ -141,7 +143,8 @@ class RemotingFrontEnd(FrontEnd):
             conn.close("shutdown")
 
     async def stop(self) -> None:
-        pass
+        for hook in self.table.on_stop:
+            hook(self)
 
     # -- consumer groups ---------------------------------------------------------------
 
