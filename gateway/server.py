@@ -59,9 +59,11 @@ LISTENERS: tuple[ListenerSpec, ...] = (
     ListenerSpec("mqtt", "mqtt"),
     ListenerSpec("amqp", "amqp"),
     ListenerSpec("unified", None),
+    ListenerSpec("remoting", "remoting"),
     ListenerSpec("mqtts", "mqtt", tls=True),
     ListenerSpec("amqps", "amqp", tls=True),
     ListenerSpec("unified_tls", None, tls=True),
+    ListenerSpec("remoting_tls", "remoting", tls=True),
 )
 
 
@@ -88,6 +90,8 @@ class Gateway:
         self.sniffers: list[tuple[str, Sniffer]] = [
             (s.name, s.sniff) for s in self.specs if s.unified
         ]
+        #: What a connection of a protocol whose front end is unavailable is told.
+        self.refusals: dict[str, bytes] = {s.name: s.refusal for s in self.specs if s.refusal}
         self.listeners: list[BoundListener] = []
         self.metrics = Registry()
         self.state = ServerState(config, self.metrics)
@@ -174,7 +178,8 @@ class Gateway:
     ) -> None:
         server = await loop.create_server(
             functools.partial(
-                GatewayProtocol, self.state, listener, self.front_ends, self.sniffers),
+                GatewayProtocol, self.state, listener, self.front_ends, self.sniffers,
+                self.refusals),
             self.config.bind,
             port,
             reuse_address=True,

@@ -9,10 +9,12 @@ turn), paired with their request by its opaque.
 
 Bad input (see docs/rocketmq.md, "Bad input"):
 
-- a frame whose header cannot be decoded (bad JSON, a bad binary header, a missing
-  required field) but whose bytes were consumed: answered with an error response when
-  its opaque could be read, dropped otherwise; the connection goes on;
-- framing lost (a length that lies, a frame over ``remoting_max_frame``): this
+- a frame whose header cannot be decoded (a bad field type, a missing code, a bad
+  binary header) but whose opaque could be read: answered with SYSTEM_ERROR and a
+  remark; the connection goes on (a missing required ``extFields`` entry is the
+  request handler's INVALID_PARAMETER);
+- framing lost (a length that lies, a frame over ``remoting_max_frame``), or a frame
+  whose opaque cannot be read (its JSON does not parse): nobody can be answered, this
   connection is closed; everything already stored stays stored and every other
   connection goes on;
 - an unknown request code: ``REQUEST_CODE_NOT_SUPPORTED`` with a remark.
@@ -117,16 +119,14 @@ class RemotingHandler(ConnectionHandler):
     def _bad_frame(self, exc: FrameError) -> None:
         front = self.front
         front.protocol_errors.inc()
-        if exc.fatal:
-            log.info(
-                "remoting framing error: %s", exc,
-                extra={**self.conn.log_fields(), "client_id": self.client_id or "-"})
+        fields = {**self.conn.log_fields(), "client_id": self.client_id or "-"}
+        if exc.fatal or exc.opaque is None:
+            # Framing lost, or a frame nobody can be told about: close this connection.
+            log.info("remoting protocol error: %s", exc, extra=fields)
             self.close(f"protocol error: {exc}")
             return
-        log.info(
-            "remoting bad frame: %s", exc,
-            extra={**self.conn.log_fields(), "opaque": exc.opaque})
-        if exc.opaque is not None and not (exc.flag or 0) & (ONEWAY_FLAG | RESPONSE_FLAG):
+        log.info("remoting bad frame: %s", exc, extra={**fields, "opaque": exc.opaque})
+        if not (exc.flag or 0) & (ONEWAY_FLAG | RESPONSE_FLAG):
             response = error(ResponseCode.SYSTEM_ERROR, f"bad frame: {exc}")
             self.conn.queue(dataclasses.replace(
                 response, opaque=exc.opaque, flag=RESPONSE_FLAG).encode())
