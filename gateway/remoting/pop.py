@@ -54,7 +54,7 @@ from gateway.remoting.route import BROKER_NAME
 from gateway.remoting.sendback import MessageNotFound, SendBackService
 from gateway.remoting.stored import encode_stored, pack_host
 from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService
-from lmq.rocketmq import InvalidName, TopicConfig
+from lmq.rocketmq import InvalidName, TopicConfig, retry_topic
 from protocol.remoting import HeaderError, RemotingCommand, RequestCode, ResponseCode
 from protocol.remoting.bodies import BatchAckMessageRequestBody
 from protocol.remoting.errors import BodyError
@@ -253,6 +253,7 @@ async def pop_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingComm
                      " orderly push consumer (LOCK_BATCH_MQ and pull)")
     accept = _tag_filter(get_str(cmd, "expType", ""), get_str(cmd, "exp", "*"))
     _topic(ctx, topic)
+    ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         result = await found.pop.pop(group, topic, queue_id, max_nums, invisible, poll, accept)
@@ -273,6 +274,7 @@ def ack_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     queue_id = get_int(cmd, "queueId")
     extra = get_str(cmd, "extraInfo")
     offset = get_int(cmd, "offset")
+    ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         found.pop.ack(group, topic, queue_id, offset, extra)
@@ -292,6 +294,7 @@ def batch_ack_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingComm
     except (BodyError, HeaderError) as exc:
         return error(ResponseCode.INVALID_PARAMETER, f"unreadable batch ack body: {exc}")
     for ack, topic in acks:
+        ctx.front.check_subscribe(ctx, topic, ack.consumer_group)
         found = _group(ctx, ack.consumer_group)
         try:
             found.pop.batch_ack(ack.consumer_group, topic, ack.queue_id,
@@ -310,6 +313,7 @@ def change_invisible_time(ctx: RequestContext, cmd: RemotingCommand) -> Remoting
     invisible = get_int(cmd, "invisibleTime")
     if invisible < 0:
         return error(ResponseCode.INVALID_PARAMETER, "invisibleTime cannot be negative")
+    ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         pop_time, invisible = found.pop.change_invisible_time(
@@ -329,6 +333,7 @@ def peek_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     queue_id = get_int(cmd, "queueId")
     max_nums = get_int(cmd, "maxMsgNums")
     _topic(ctx, topic)
+    ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         result = found.pop.peek(group, topic, queue_id, max(1, min(max_nums, MAX_POP_NUMS)))
@@ -346,6 +351,7 @@ async def notification(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCom
     queue_id = get_int(cmd, "queueId")
     poll = get_int(cmd, "pollTime")
     _topic(ctx, topic)
+    ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         normal, retry = found.pop.sources(group, topic, queue_id)
@@ -364,6 +370,7 @@ def polling_info(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     topic = get_str(cmd, "topic")
     queue_id = get_int(cmd, "queueId")
     _topic(ctx, topic)
+    ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     return response(fields={"pollingNum": found.pop.polling.get((group, topic, queue_id), 0)})
 
@@ -375,6 +382,8 @@ async def consumer_send_msg_back(ctx: RequestContext, cmd: RemotingCommand) -> R
     max_times = (
         get_int(cmd, "maxReconsumeTimes") if cmd.ext_fields.get("maxReconsumeTimes") else None
     )
+    origin = cmd.ext_fields.get("originTopic") or retry_topic(group)
+    ctx.front.check_subscribe(ctx, origin, group)
     found = _group(ctx, group)
     host, port = ctx.local_address
     try:
