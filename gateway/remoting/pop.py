@@ -126,6 +126,7 @@ def start(front: RemotingFrontEnd) -> None:
     found.schedule.start()
     for name in front.groups.names():
         found.pop.adopt(name)
+    found.pop.arm_revive()
 
 
 def stop(front: RemotingFrontEnd) -> None:
