@@ -1,0 +1,402 @@
+"""The remoting command and its two header encodings.
+
+Theory of operation. Every RocketMQ remoting message, request or response, is one frame
+(all integers big-endian)::
+
+    +-----------+------------------------------+----------------+------------+
+    | length    | header mark                  | header         | body       |
+    | int32     | int32: type << 24 | hlen     | hlen bytes     | the rest   |
+    +-----------+------------------------------+----------------+------------+
+    length = 4 + hlen + len(body)   (it does not count itself)
+
+The header mark's top byte is the :class:`SerializeType` of the header, its low 24 bits
+the header length. A **JSON** header is the command object as fastjson writes it: the
+getters in alphabetical order, nulls left out, ``language`` by name, ``extFields`` a map
+of strings::
+
+    {"code":10,"extFields":{"a":"g1"},"flag":0,"language":"JAVA","opaque":7,
+     "serializeTypeCurrentRPC":"JSON","version":479}
+
+A **ROCKETMQ** (binary) header is::
+
+    i16 code | i8 language | i16 version | i32 opaque | i32 flag
+    | i32 remarkLen, remark | i32 extLen, { i16 kLen, k | i32 vLen, v }*
+
+where a string length of 0 means null. ``code`` and ``version`` are 16 bits there, so the
+pop family (200050 and up) can only travel with a JSON header; encoding one in binary is
+a :class:`CommandError`, not a silent truncation as Java's ``writeShort`` would do.
+
+``flag`` bit 0 marks a response, bit 1 a oneway request; ``opaque`` is the request id a
+response echoes. Decoding is tolerant where real clients differ (ali-ons writes numbers
+and booleans unquoted in ``extFields``; they become the strings Java would see) and strict
+where the bytes are simply wrong (lengths that do not add up, bad UTF-8, trailing bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from .codes import I16_MAX, I16_MIN, LanguageCode, SerializeType
+from .errors import CommandError, FrameError
+
+#: Netty's ``LengthFieldBasedFrameDecoder(16777216, ...)``: the largest frame, counting
+#: its own 4-byte length field, that RocketMQ accepts.
+MAX_FRAME_LENGTH = 16 * 1024 * 1024
+#: The header length is the low 24 bits of the header mark.
+MAX_HEADER_LENGTH = (1 << 24) - 1
+#: ``MQVersion.Version.V5_3_3.ordinal()``: the version our responses announce.
+SERVER_VERSION = 479
+
+RESPONSE_FLAG = 0x1
+ONEWAY_FLAG = 0x2
+
+I32_MIN = -(1 << 31)
+I32_MAX = (1 << 31) - 1
+
+_FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_MARK = struct.Struct(">iI")  # length, header mark
+
+
+@dataclass(frozen=True, slots=True)
+class RemotingCommand:
+    """One request or response. ``ext_fields`` values are always strings."""
+
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    language: LanguageCode = LanguageCode.JAVA
+    version: int = 0
+    remark: str | None = None
+    ext_fields: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    serialize_type: SerializeType = SerializeType.JSON
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & RESPONSE_FLAG)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & ONEWAY_FLAG)
+
+    @classmethod
+    def request(
+        cls,
+        code: int,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        *,
+        opaque: int = 0,
+        oneway: bool = False,
+        language: LanguageCode = LanguageCode.JAVA,
+        version: int = SERVER_VERSION,
+        remark: str | None = None,
+        serialize_type: SerializeType = SerializeType.JSON,
+    ) -> RemotingCommand:
+        return cls(
+            code=int(code),
+            opaque=opaque,
+            flag=ONEWAY_FLAG if oneway else 0,
+            language=language,
+            version=version,
+            remark=remark,
+            ext_fields=dict(ext_fields or {}),
+            body=body,
+            serialize_type=serialize_type,
+        )
+
+    @classmethod
+    def response_to(
+        cls,
+        request: RemotingCommand,
+        code: int,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        *,
+        version: int = SERVER_VERSION,
+        serialize_type: SerializeType = SerializeType.JSON,
+    ) -> RemotingCommand:
+        """A response to ``request``: its opaque, the response flag.
+
+        The header defaults to JSON whatever the request used, as a RocketMQ server
+        answers in its own configured type and ali-ons can only read JSON.
+        """
+        return cls(
+            code=int(code),
+            opaque=request.opaque,
+            flag=RESPONSE_FLAG,
+            language=LanguageCode.JAVA,
+            version=version,
+            remark=remark,
+            ext_fields=dict(ext_fields or {}),
+            body=body,
+            serialize_type=serialize_type,
+        )
+
+    def encode(self, serialize_type: SerializeType | None = None) -> bytes:
+        """The whole frame, length field included."""
+        kind = self.serialize_type if serialize_type is None else SerializeType(serialize_type)
+        header = encode_header(self, kind)
+        length = 4 + len(header) + len(self.body)
+        if length + 4 > MAX_FRAME_LENGTH:
+            raise CommandError(
+                f"frame of {length + 4} bytes exceeds the maximum of {MAX_FRAME_LENGTH}"
+            )
+        return b"".join((_MARK.pack(length, (kind << 24) | len(header)), header, self.body))
+
+
+def encode_header(cmd: RemotingCommand, kind: SerializeType) -> bytes:
+    """The header bytes alone, in ``kind``'s encoding."""
+    for name in ("opaque", "flag", "code", "version"):
+        value = getattr(cmd, name)
+        if not I32_MIN <= value <= I32_MAX:
+            raise CommandError(f"{name} {value} does not fit a 32-bit signed integer")
+    if kind == SerializeType.JSON:
+        header = _encode_json(cmd)
+    else:
+        header = _encode_binary(cmd)
+    if len(header) > MAX_HEADER_LENGTH:
+        raise CommandError(f"header of {len(header)} bytes exceeds {MAX_HEADER_LENGTH}")
+    return header
+
+
+def _encode_json(cmd: RemotingCommand) -> bytes:
+    # fastjson's order (alphabetical getters), nulls and an empty map left out.
+    obj: dict[str, Any] = {"code": cmd.code}
+    if cmd.ext_fields:
+        obj["extFields"] = cmd.ext_fields
+    obj["flag"] = cmd.flag
+    obj["language"] = _language_name(cmd.language)
+    obj["opaque"] = cmd.opaque
+    if cmd.remark is not None:
+        obj["remark"] = cmd.remark
+    obj["serializeTypeCurrentRPC"] = "JSON"
+    obj["version"] = cmd.version
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _language_name(language: int) -> str:
+    try:
+        return LanguageCode(language).name
+    except ValueError:
+        return LanguageCode.OTHER.name
+
+
+def _encode_binary(cmd: RemotingCommand) -> bytes:
+    for name in ("code", "version"):
+        value = getattr(cmd, name)
+        if not I16_MIN <= value <= I16_MAX:
+            raise CommandError(
+                f"{name} {value} does not fit the ROCKETMQ binary header's 16-bit "
+                f"{name} field ({I16_MIN}..{I16_MAX}); send this command with a JSON header"
+            )
+    if not 0 <= cmd.language <= 0xFF:
+        raise CommandError(f"language {cmd.language} does not fit a byte")
+    parts = [_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag)]
+    remark = cmd.remark.encode() if cmd.remark else b""
+    parts += [_I32.pack(len(remark)), remark]
+    ext = bytearray()
+    for key, value in cmd.ext_fields.items():
+        k, v = key.encode(), value.encode()
+        if len(k) > I16_MAX:
+            raise CommandError(f"extFields key of {len(k)} bytes exceeds {I16_MAX}")
+        ext += _I16.pack(len(k))
+        ext += k
+        ext += _I32.pack(len(v))
+        ext += v
+    parts += [_I32.pack(len(ext)), bytes(ext)]
+    return b"".join(parts)
+
+
+def decode_command(frame: bytes | bytearray | memoryview) -> RemotingCommand:
+    """Decode a frame without its length field: header mark, header, body.
+
+    Raises a non-fatal :class:`FrameError` (with ``opaque`` when it could be read).
+    """
+    view = memoryview(frame)
+    if len(view) < 4:
+        raise FrameError(f"frame of {len(view)} bytes has no 4-byte header mark")
+    mark = int.from_bytes(view[:4], "big")
+    kind, header_len = mark >> 24, mark & 0xFFFFFF
+    if header_len > len(view) - 4:
+        raise FrameError(
+            f"header length {header_len} is longer than the {len(view) - 4} bytes "
+            "the frame has after its header mark"
+        )
+    header, body = view[4 : 4 + header_len], bytes(view[4 + header_len :])
+    if kind == SerializeType.JSON:
+        fields = _decode_json(header)
+    elif kind == SerializeType.ROCKETMQ:
+        fields = _decode_binary(header)
+    else:
+        raise FrameError(f"unknown serialize type {kind} (JSON is 0, ROCKETMQ is 1)")
+    return RemotingCommand(body=body, serialize_type=SerializeType(kind), **fields)
+
+
+def _decode_json(header: memoryview) -> dict[str, Any]:
+    try:
+        obj = json.loads(str(header, "utf-8"))
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"JSON header is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    except (ValueError, RecursionError) as exc:
+        raise FrameError(f"bad JSON header: {exc}") from None
+    if not isinstance(obj, dict):
+        raise FrameError(f"JSON header is a {type(obj).__name__}, not an object")
+    raw_opaque = obj.get("opaque")
+    opaque = raw_opaque if _is_i32(raw_opaque) else None
+    try:
+        if "code" not in obj:
+            raise FrameError("JSON header has no code")
+        return {
+            "code": _json_int(obj, "code", 0),
+            "opaque": _json_int(obj, "opaque", 0),
+            "flag": _json_int(obj, "flag", 0),
+            "version": _json_int(obj, "version", 0),
+            "language": _json_language(obj.get("language")),
+            "remark": _json_remark(obj.get("remark")),
+            "ext_fields": _json_ext_fields(obj.get("extFields")),
+        }
+    except FrameError as exc:
+        raise FrameError(str(exc), opaque=opaque) from None
+
+
+def _is_i32(value: object) -> bool:
+    return type(value) is int and I32_MIN <= value <= I32_MAX
+
+
+def _json_int(obj: dict[str, Any], name: str, default: int) -> int:
+    value = obj.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, str):
+        # fastjson reads a quoted number into an int field as well.
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise FrameError(f"JSON header field {name}: not an int") from None
+    if not _is_i32(value):
+        raise FrameError(f"JSON header field {name}: not a 32-bit int")
+    return int(value)
+
+
+def _json_language(value: object) -> LanguageCode:
+    # fastjson reads an enum by name or by ordinal; an unknown language is not worth
+    # refusing a client over.
+    if isinstance(value, str) and value in LanguageCode.__members__:
+        return LanguageCode[value]
+    if type(value) is int and value in LanguageCode._value2member_map_:
+        return LanguageCode(value)
+    if value is None:
+        return LanguageCode.JAVA
+    return LanguageCode.OTHER
+
+
+def _json_remark(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    raise FrameError("JSON header field remark: not a string")
+
+
+def _text(value: str) -> str:
+    # JSON escapes can spell lone surrogates, which no later encode() would survive.
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise FrameError("JSON header holds a lone surrogate (\\ud800-\\udfff)") from None
+    return value
+
+
+def _json_ext_fields(value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise FrameError("JSON header field extFields: not an object")
+    fields: dict[str, str] = {}
+    for key, item in value.items():
+        if item is None:
+            continue  # Java's map would hold null, which every reader treats as absent
+        if isinstance(item, str):
+            fields[_text(key)] = _text(item)
+        elif isinstance(item, bool):
+            fields[_text(key)] = "true" if item else "false"
+        elif isinstance(item, (int, float)):
+            # ali-ons puts numbers in extFields unquoted; Java would see their text.
+            fields[_text(key)] = json.dumps(item)
+        else:
+            raise FrameError(f"JSON header extFields[{key!r}]: not a string or number")
+    return fields
+
+
+def _decode_binary(header: memoryview) -> dict[str, Any]:
+    if len(header) < _FIXED.size + 8:
+        raise FrameError(
+            f"binary header of {len(header)} bytes is shorter than its "
+            f"{_FIXED.size + 8} fixed bytes"
+        )
+    code, language, version, opaque, flag = _FIXED.unpack_from(header, 0)
+    try:
+        pos = _FIXED.size
+        remark_bytes, pos = _read_block(header, pos, _I32, "remark")
+        ext_len = _I32.unpack_from(header, pos)[0]
+        pos += 4
+        if not 0 <= ext_len <= len(header) - pos:
+            raise FrameError(
+                f"binary header extFields length {ext_len} does not fit the "
+                f"{len(header) - pos} bytes left"
+            )
+        ext_view = header[pos : pos + ext_len]
+        if pos + ext_len != len(header):
+            raise FrameError(
+                f"binary header has {len(header) - pos - ext_len} bytes after its extFields"
+            )
+        ext: dict[str, str] = {}
+        p = 0
+        while p < len(ext_view):
+            key, p = _read_block(ext_view, p, _I16, "extFields key")
+            value, p = _read_block(ext_view, p, _I32, "extFields value")
+            # A zero length is Java's null: a null key or value is as good as absent.
+            if key and value:
+                ext[_utf8(key, "extFields key")] = _utf8(value, "extFields value")
+        remark = _utf8(remark_bytes, "remark") if remark_bytes else None
+    except FrameError as exc:
+        raise FrameError(str(exc), opaque=opaque, code=code, flag=flag) from None
+    return {
+        "code": code,
+        "opaque": opaque,
+        "flag": flag,
+        "version": version,
+        "language": LanguageCode(language)
+        if language in LanguageCode._value2member_map_
+        else LanguageCode.OTHER,
+        "remark": remark,
+        "ext_fields": ext,
+    }
+
+
+def _read_block(view: memoryview, pos: int, size: struct.Struct, what: str) -> tuple[bytes, int]:
+    if pos + size.size > len(view):
+        raise FrameError(f"binary header ends inside the length of {what}")
+    n = size.unpack_from(view, pos)[0]
+    pos += size.size
+    if n < 0 or n > len(view) - pos:
+        raise FrameError(
+            f"binary header {what} length {n} does not fit the {len(view) - pos} bytes left"
+        )
+    return bytes(view[pos : pos + n]), pos + n
+
+
+def _utf8(data: bytes, what: str) -> str:
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"binary header {what} is not UTF-8: {exc.reason}") from None
