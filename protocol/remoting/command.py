@@ -347,6 +347,8 @@ def _decode_binary(header: memoryview) -> dict[str, Any]:
     try:
         pos = _FIXED.size
         remark_bytes, pos = _read_block(header, pos, _I32, "remark")
+        if pos + 4 > len(header):
+            raise FrameError("binary header ends inside the length of extFields")
         ext_len = _I32.unpack_from(header, pos)[0]
         pos += 4
         if not 0 <= ext_len <= len(header) - pos:

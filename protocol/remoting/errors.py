@@ -11,6 +11,8 @@ fields that are wrong, and every class is also a ``ValueError``.
   and go on with the next frame.
 * :class:`HeaderError` -- a decoded command's ``extFields`` lack a required field or hold
   a value of the wrong type. The caller answers with an error response.
+* :class:`BodyError` -- a JSON body (heartbeat, lock batch, route, batch ack...) is not
+  what its request code needs.
 * :class:`MessageError` -- a message body (stored-message layout, batch body, properties,
   UNIQ_KEY, route JSON) is malformed.
 * :class:`CommandError` -- we tried to build or encode a command that cannot be put on
@@ -48,6 +50,10 @@ class FrameError(RemotingError):
 
 class HeaderError(RemotingError):
     """A required ``extFields`` entry is missing or has the wrong type."""
+
+
+class BodyError(RemotingError):
+    """A JSON body is malformed or lacks a field its code needs."""
 
 
 class MessageError(RemotingError):

@@ -75,6 +75,13 @@ CASES = [
         False,
     ),
     (
+        # The remark eats the bytes where the extFields length should be.
+        "binary-remark-eats-ext-length",
+        frame(fixed() + struct.pack(">i", 4) + b"abcd", kind=1),
+        "ends inside the length of extFields",
+        False,
+    ),
+    (
         "binary-ext-too-long",
         frame(fixed() + struct.pack(">ii", 0, 9) + b"\x00\x01k", kind=1),
         "extFields length 9 does not fit",
@@ -183,7 +190,7 @@ def _fields(cmd: RemotingCommand) -> dict:
     return {name: getattr(cmd, name) for name in RemotingCommand.__dataclass_fields__}
 
 
-@settings(suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=300))
 def test_random_bytes_never_raise_anything_else(data):
     out = FrameDecoder(max_frame_length=1024).receive(data)
@@ -191,6 +198,7 @@ def test_random_bytes_never_raise_anything_else(data):
         assert isinstance(item, (RemotingCommand, FrameError))
 
 
+@settings(max_examples=1000)
 @given(commands, st.data())
 def test_mutated_frames_never_raise_anything_else(cmd, data):
     raw = bytearray(cmd.encode())
