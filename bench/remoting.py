@@ -31,8 +31,7 @@ import psutil
 from bench.loadgen import Monitor, Publisher, pump
 from bench.mqtt_wire import Stats
 from bench.peers import Broker
-from bench.scenarios import Skip
-from gateway.clients import PushConsumer, RemotingClient, RemotingConnection
+from gateway.clients import PushConsumer, ReceivedMessage, RemotingClient, RemotingConnection
 from protocol.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
 from protocol.remoting import messages as wire
 
@@ -43,6 +42,8 @@ _stamp = struct.Struct(">dQ")
 def _address(b: Broker) -> str:
     port = getattr(b, "remoting_port", None)
     if not port:
+        from bench.scenarios import Skip  # registered by bench.scenarios: import late
+
         raise Skip("no RocketMQ remoting listener")
     return f"127.0.0.1:{port}"
 
@@ -107,7 +108,7 @@ async def _consumers(
 ) -> tuple[list[RemotingClient], list[PushConsumer]]:
     clients, consumers = [], []
 
-    async def handler(message: wire.MessageExt) -> None:
+    async def handler(message: ReceivedMessage) -> None:
         t, _ = _stamp.unpack_from(message.body)
         lat = stats.latencies
         if len(lat) < stats.max_latency_samples:

@@ -566,8 +566,8 @@ DESCRIPTIONS = {
     "amqp_topic": "AMQP topic exchange with 1,000 bindings",
 }
 
-# The RocketMQ remoting scenarios live in their own module (which imports Skip from this
-# one, defined above); registered here so `python -m bench --scenarios` lists them.
+# The RocketMQ remoting scenarios live in their own module; registered here so
+# `python -m bench --scenarios` lists them.
 from bench import remoting as _remoting  # noqa: E402
 
 SCENARIOS.update(_remoting.SCENARIOS)

@@ -12,14 +12,20 @@ of one group share every queue.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
 from protocol.remoting import RequestCode, ResponseCode
-from protocol.remoting import messages as wire
+from protocol.remoting.bodies import ConsumerData, HeartbeatData, SubscriptionData
 
-from .remoting import DEFAULT_TIMEOUT, RemotingClient, RemotingError
+from .remoting import (
+    DEFAULT_TIMEOUT,
+    ReceivedMessage,
+    RemotingClient,
+    RemotingConnection,
+    RemotingError,
+    decode_messages,
+)
 
 _POP_OK = (ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT, ResponseCode.NO_MESSAGE)
 
@@ -28,7 +34,7 @@ _POP_OK = (ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT, ResponseCode.NO_M
 class PoppedMessage:
     """A popped message and the receipt that acks it."""
 
-    message: wire.MessageExt
+    message: ReceivedMessage
     receipt: str
 
     @property
@@ -92,7 +98,7 @@ class PopConsumer:
         if response.code != ResponseCode.SUCCESS or not response.body:
             return []
         out = []
-        for message in wire.decode_messages(response.body):
+        for message in decode_messages(response.body):
             receipt = message.properties.get("POP_CK")
             if not receipt:
                 raise RemotingError(
@@ -122,7 +128,9 @@ class PopConsumer:
         for p in popped:
             await self.ack(p)
 
-    async def change_invisible_time(self, popped: PoppedMessage, invisible_ms: int) -> PoppedMessage:
+    async def change_invisible_time(
+        self, popped: PoppedMessage, invisible_ms: int
+    ) -> PoppedMessage:
         """Hide the message ``invisible_ms`` from now; returns it with its new receipt."""
         conn = await self._conn(popped)
         response = await conn.call(
@@ -145,31 +153,21 @@ class PopConsumer:
             parts[3] = f.get("reviveQid", parts[3])
         return PoppedMessage(popped.message, " ".join(parts))
 
-    async def _conn(self, popped: PoppedMessage):  # type: ignore[no-untyped-def]
+    async def _conn(self, popped: PoppedMessage) -> RemotingConnection:
+        # ExtraInfo's sixth field is the broker name.
         parts = popped.receipt.split(" ")
-        broker = parts[5] if len(parts) > 5 else sorted((await self.client.route(popped.topic)).brokers)[0]
+        if len(parts) > 5:
+            broker = parts[5]
+        else:
+            broker = sorted((await self.client.route(popped.topic)).brokers)[0]
         return await self.client.broker(broker, popped.topic)
 
 
 def heartbeat_body(client_id: str, group: str, topics: list[str]) -> bytes:
     """A HEART_BEAT body announcing a pop consumer (consumeType CONSUME_POP)."""
-    return json.dumps(
-        {
-            "clientID": client_id,
-            "consumerDataSet": [
-                {
-                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                    "consumeType": "CONSUME_POP",
-                    "groupName": group,
-                    "messageModel": "CLUSTERING",
-                    "subscriptionDataSet": [
-                        {"expressionType": "TAG", "subString": "*", "topic": t, "tagsSet": []}
-                        for t in topics
-                    ],
-                    "unitMode": False,
-                }
-            ],
-            "producerDataSet": [],
-        },
-        separators=(",", ":"),
-    ).encode()
+    consumer = ConsumerData(
+        group_name=group,
+        consume_type="CONSUME_POP",
+        subscription_data_set=tuple(SubscriptionData(t) for t in topics),
+    )
+    return HeartbeatData(client_id, consumers=(consumer,)).serialize()

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -41,13 +40,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.remoting import RemotingCommand, RequestCode, ResponseCode
-from protocol.remoting import messages as wire
+from protocol.remoting.bodies import (
+    ConsumerData,
+    ConsumerListBody,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+)
 from protocol.remoting.client import allocate_averagely, parse_tag_expression, subscription_data
 
 from .remoting import (
     DEFAULT_TIMEOUT,
     MessageQueue,
     PullConsumer,
+    ReceivedMessage,
     RemotingClient,
     RemotingError,
 )
@@ -55,7 +61,7 @@ from .remoting import (
 log = logging.getLogger("lmq.client.push")
 
 #: The handler's verdict: ``True``/``None`` consumed, ``False`` (or an exception) retry.
-Handler = Callable[[wire.MessageExt], Awaitable[bool | None]]
+Handler = Callable[[ReceivedMessage], Awaitable[bool | None]]
 
 RETRY_PREFIX = "%RETRY%"
 
@@ -175,26 +181,18 @@ class PushConsumer:
     # -- heartbeat and rebalance ----------------------------------------------------------
 
     def heartbeat_body(self) -> bytes:
-        data = {
-            "clientID": self.client.client_id,
-            "consumerDataSet": [
-                {
-                    "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET"
-                    if self.consume_from == "first"
-                    else "CONSUME_FROM_LAST_OFFSET",
-                    "consumeType": "CONSUME_PASSIVELY",
-                    "groupName": self.group,
-                    "messageModel": "CLUSTERING",
-                    "subscriptionDataSet": [
-                        subscription_data(s.topic, s.expression, s.version)
-                        for s in self._subs.values()
-                    ],
-                    "unitMode": False,
-                }
-            ],
-            "producerDataSet": [],
-        }
-        return json.dumps(data, separators=(",", ":")).encode()
+        consumer = ConsumerData(
+            group_name=self.group,
+            consume_type="CONSUME_PASSIVELY",
+            message_model="CLUSTERING",
+            consume_from_where="CONSUME_FROM_FIRST_OFFSET"
+            if self.consume_from == "first"
+            else "CONSUME_FROM_LAST_OFFSET",
+            subscription_data_set=tuple(
+                subscription_data(s.topic, s.expression, s.version) for s in self._subs.values()
+            ),
+        )
+        return HeartbeatData(self.client.client_id, consumers=(consumer,)).serialize()
 
     async def heartbeat(self) -> None:
         body = self.heartbeat_body()
@@ -232,7 +230,7 @@ class PushConsumer:
             RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group},
             timeout=self.timeout,
         )
-        return list(json.loads(response.body or b"{}").get("consumerIdList") or [])
+        return list(ConsumerListBody.parse(response.body).consumer_id_list)
 
     async def rebalance(self) -> None:
         """Take this client's share of every subscribed topic's queues."""
@@ -297,15 +295,7 @@ class PushConsumer:
     # -- orderly locks ----------------------------------------------------------------------
 
     def _lock_body(self, mqs: list[MessageQueue]) -> bytes:
-        return json.dumps(
-            {
-                "clientId": self.client.client_id,
-                "consumerGroup": self.group,
-                "mqSet": [mq.to_json() for mq in mqs],
-                "onlyThisBroker": False,
-            },
-            separators=(",", ":"),
-        ).encode()
+        return LockBatchRequestBody(self.group, self.client.client_id, tuple(mqs)).serialize()
 
     async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
         """LOCK_BATCH_MQ; returns the queues this client now holds."""
@@ -315,10 +305,7 @@ class PushConsumer:
         response = await conn.call(
             RequestCode.LOCK_BATCH_MQ, None, self._lock_body(mqs), timeout=self.timeout
         )
-        got = {
-            MessageQueue(q["topic"], q["brokerName"], int(q["queueId"]))
-            for q in json.loads(response.body or b"{}").get("lockOKMQSet") or []
-        }
+        got = set(LockBatchResponseBody.parse(response.body).lock_ok_mq_set)
         until = time.monotonic() + 30.0  # the Java client's own expiry of a held lock
         for mq in got:
             if mq in self._queues:
@@ -369,7 +356,9 @@ class PushConsumer:
                 st.offset = message.queue_offset + 1
             st.offset = result.next_begin_offset
 
-    async def _consume(self, mq: MessageQueue, sub: _Subscription, message: wire.MessageExt) -> None:
+    async def _consume(
+        self, mq: MessageQueue, sub: _Subscription, message: ReceivedMessage
+    ) -> None:
         attempts = 0
         while not self._closing:
             try:
@@ -394,7 +383,7 @@ class PushConsumer:
                 return
             await asyncio.sleep(1.0)
 
-    async def send_back(self, message: wire.MessageExt, delay_level: int = 0) -> None:
+    async def send_back(self, message: ReceivedMessage, delay_level: int = 0) -> None:
         """CONSUMER_SEND_MSG_BACK: the server redelivers the message (found by its log
         position) through the group's retry topic; ``delay_level`` 0 lets it choose the
         delay, -1 sends it straight to the dead-letter queue."""
@@ -415,13 +404,13 @@ class PushConsumer:
             timeout=self.timeout,
         )
 
-    def _broker_of(self, message: wire.MessageExt) -> str:
+    def _broker_of(self, message: ReceivedMessage) -> str:
         for mq in self._queues:
             if mq.topic == message.topic:
                 return mq.broker_name
         return next(iter(self._queues)).broker_name
 
-    async def _retry_handler(self, message: wire.MessageExt) -> bool | None:
+    async def _retry_handler(self, message: ReceivedMessage) -> bool | None:
         origin = message.properties.get("RETRY_TOPIC")
         sub = self._subs.get(origin or "")
         if sub is None or origin is None or origin.startswith(RETRY_PREFIX):

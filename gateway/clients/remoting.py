@@ -44,7 +44,10 @@ from protocol.remoting import (
 )
 from protocol.remoting import messages as wire
 from protocol.remoting import signature as acl
+from protocol.remoting.bodies import MessageQueue
 from protocol.remoting.client import ClientConnection, Response, ServerRequest
+from protocol.remoting.ids import UniqKeyFactory
+from protocol.remoting.route import TopicRouteData
 
 log = logging.getLogger("lmq.client.remoting")
 
@@ -85,18 +88,6 @@ def _code_name(code: int) -> str:
         return "ERROR"
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class MessageQueue:
-    """One queue of a topic on one broker (RocketMQ's ``MessageQueue``)."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
-
-
 @dataclass(frozen=True, slots=True)
 class TopicRoute:
     """What GET_ROUTEINFO_BY_TOPIC says: brokers (name -> master address) and queues."""
@@ -128,8 +119,78 @@ class Message:
             props["KEYS"] = " ".join(self.keys)
         props.setdefault("WAIT", "true")
         if "UNIQ_KEY" not in props:
-            self.properties["UNIQ_KEY"] = props["UNIQ_KEY"] = wire.new_uniq_key()
+            self.properties["UNIQ_KEY"] = props["UNIQ_KEY"] = new_uniq_key()
         return props
+
+
+_uniq: list[UniqKeyFactory] = []
+
+
+def new_uniq_key() -> str:
+    """A UNIQ_KEY as MessageClientIDSetter makes it: this host's address, the pid, a
+    per-process salt, the milliseconds into the month and a counter, in hex."""
+    if not _uniq:
+        salt = int.from_bytes(os.urandom(4)) >> 1
+        _uniq.append(UniqKeyFactory(_local_ip(), os.getpid(), salt=salt))
+    return _uniq[0].next(int(time.time() * 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """A pulled or popped message (RocketMQ's ``MessageExt`` as a client sees it).
+
+    ``msg_id`` is the UNIQ_KEY the producer set, or the store's ``offset_msg_id`` when
+    there is none (as the Java client's ``getMsgId``); the body is inflated if it was
+    sent compressed.
+    """
+
+    topic: str
+    body: bytes
+    properties: dict[str, str]
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    offset_msg_id: str
+    reconsume_times: int = 0
+    born_timestamp: int = 0
+    store_timestamp: int = 0
+    sys_flag: int = 0
+    flag: int = 0
+
+    @property
+    def msg_id(self) -> str:
+        return self.properties.get("UNIQ_KEY") or self.offset_msg_id
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get("TAGS")
+
+    @property
+    def keys(self) -> str | None:
+        """The keys, space-separated as KEYS carries them."""
+        return self.properties.get("KEYS")
+
+    @classmethod
+    def from_stored(cls, m: wire.StoredMessage) -> ReceivedMessage:
+        return cls(
+            topic=m.topic,
+            body=m.body,
+            properties=m.properties,
+            queue_id=m.queue_id,
+            queue_offset=m.queue_offset,
+            commit_log_offset=m.commit_log_offset,
+            offset_msg_id=m.msg_id,
+            reconsume_times=m.reconsume_times,
+            born_timestamp=m.born_timestamp,
+            store_timestamp=m.store_timestamp,
+            sys_flag=m.sys_flag,
+            flag=m.flag,
+        )
+
+
+def decode_messages(body: bytes) -> list[ReceivedMessage]:
+    """The messages of a PULL or POP response body."""
+    return [ReceivedMessage.from_stored(m) for m in wire.decode_stored(body)] if body else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +215,7 @@ class PullResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    messages: list[wire.MessageExt]
+    messages: list[ReceivedMessage]
 
     @property
     def found(self) -> bool:
@@ -464,10 +525,10 @@ def _local_ip() -> str:
 
 def parse_route(topic: str, body: bytes) -> TopicRoute:
     """The route JSON (standard or fastjson style) as a :class:`TopicRoute`."""
-    data = wire.decode_route(body)
+    data = TopicRouteData.parse(body)
     brokers: dict[str, str] = {}
     for broker in data.broker_datas:
-        master = broker.broker_addrs.get(0)
+        master = broker.master_addr
         if master:
             brokers[broker.broker_name] = master
     read: list[MessageQueue] = []
@@ -583,7 +644,7 @@ class Producer:
         for m in messages:
             props = m.wire_properties()
             ids.append(props["UNIQ_KEY"])
-            entries.append(wire.BatchEntry(body=m.body, flag=m.flag, properties=props))
+            entries.append(wire.BatchMessage(body=m.body, properties=props, flag=m.flag))
         body = wire.encode_batch(entries)
         fields = self._header(mq, 0, 0, wire.encode_properties({"WAIT": "true"}))
         fields["m"] = True
@@ -593,7 +654,9 @@ class Producer:
         )
         return _send_result(response, mq, ",".join(ids))
 
-    def _header(self, mq: MessageQueue, sys_flag: int, flag: int, properties: str) -> dict[str, Any]:
+    def _header(
+        self, mq: MessageQueue, sys_flag: int, flag: int, properties: str
+    ) -> dict[str, Any]:
         # SendMessageRequestHeaderV2's one-letter names; null fields are left out, as
         # fastjson leaves them out.
         return {
@@ -697,7 +760,7 @@ class PullConsumer:
             code, fields, timeout=self.timeout + suspend_ms / 1000, ok=_PULL_OK
         )
         f = response.ext_fields
-        messages = wire.decode_messages(response.body) if response.body else []
+        messages = decode_messages(response.body)
         return PullResult(
             status=response.code,
             next_begin_offset=int(f.get("nextBeginOffset", offset)),

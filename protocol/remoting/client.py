@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from .bodies import SubscriptionData
 from .codes import LanguageCode
 from .command import RemotingCommand
 from .frames import FrameDecoder
@@ -200,18 +201,16 @@ def parse_tag_expression(expression: str | None) -> list[str]:
     return [t.strip() for t in expression.split("||") if t.strip()]
 
 
-def subscription_data(topic: str, expression: str | None, sub_version: int) -> dict[str, Any]:
+def subscription_data(topic: str, expression: str | None, sub_version: int) -> SubscriptionData:
     """One entry of a heartbeat's ``subscriptionDataSet`` as the Java client fills it."""
     tags = parse_tag_expression(expression)
-    return {
-        "classFilterMode": False,
-        "codeSet": [java_string_hash(t) for t in tags],
-        "expressionType": "TAG",
-        "subString": "*" if not tags else " || ".join(tags),
-        "subVersion": sub_version,
-        "tagsSet": tags,
-        "topic": topic,
-    }
+    return SubscriptionData(
+        topic=topic,
+        sub_string="*" if not tags else " || ".join(tags),
+        tags_set=tuple(tags),
+        code_set=tuple(java_string_hash(t) for t in tags),
+        sub_version=sub_version,
+    )
 
 
 def tag_matches(tags: Sequence[str], message_tag: str | None) -> bool:

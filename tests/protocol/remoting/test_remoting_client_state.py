@@ -90,7 +90,10 @@ def test_responses_match_by_opaque_whatever_the_order() -> None:
     o1, _ = conn.send_request(10, {})
     o2, _ = conn.send_request(11, {})
     r2 = b'{"code":0,"flag":1,"language":"JAVA","opaque":%d,"version":479}' % o2
-    r1 = b'{"code":17,"flag":1,"language":"JAVA","opaque":%d,"remark":"no topic","version":479}' % o1
+    r1 = (
+        b'{"code":17,"flag":1,"language":"JAVA","opaque":%d,"remark":"no topic",'
+        b'"version":479}' % o1
+    )
     data = frame(r2, b"body2") + frame(r1)
     events = []
     for i in range(len(data)):  # byte by byte: every strict prefix gives nothing more
@@ -144,7 +147,9 @@ def test_a_frame_over_the_limit_is_fatal() -> None:
         (4, ["x"], {"x": [0, 1, 2, 3], "y": []}),  # unknown client: nothing
     ],
 )
-def test_average_allocation(queues: int, clients: list[str], expected: dict[str, list[int]]) -> None:
+def test_average_allocation(
+    queues: int, clients: list[str], expected: dict[str, list[int]]
+) -> None:
     qs = list(range(queues))[::-1]
     for cid, want in expected.items():
         assert allocate_averagely(qs, clients, cid) == want
@@ -170,10 +175,11 @@ def test_java_string_hash() -> None:
 def test_subscription_data_and_tag_filter() -> None:
     assert parse_tag_expression("*") == []
     assert parse_tag_expression(" a || b ||") == ["a", "b"]
-    sub = subscription_data("orders", "eu || us", 7)
+    sub = subscription_data("orders", "eu || us", 7).to_json()
     assert sub["tagsSet"] == ["eu", "us"]
     assert sub["codeSet"] == [java_string_hash("eu"), java_string_hash("us")]
     assert sub["subString"] == "eu || us" and sub["subVersion"] == 7
-    assert subscription_data("orders", None, 1)["subString"] == "*"
+    assert sub["expressionType"] == "TAG" and sub["topic"] == "orders"
+    assert subscription_data("orders", None, 1).sub_string == "*"
     assert tag_matches([], None) and tag_matches(["a"], "a")
     assert not tag_matches(["a"], "b") and not tag_matches(["a"], None)
