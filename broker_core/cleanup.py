@@ -3,7 +3,8 @@
 - **Retention** removes whole segments, oldest first: those whose last write (file mtime,
   as RocketMQ does) is older than ``retention_ms``, and more while the log is larger than
   ``retention_bytes``. The active segment is never removed. Then the index is trimmed:
-  every LMQ drops its entries below the new log start and its ``min_offset`` moves up.
+  every LMQ drops its entries below the new log start and its ``min_offset`` moves up,
+  and the key index drops the keys of the removed records.
   Its ``next_offset`` never moves: cleaning never resets a live LMQ's offsets.
 - **LMQ removal** (``remove_lmqs``; the idle TTL and ``lmq topics clean`` use it) first
   appends an LMQ-removal control record to the log, so a replay removes the same LMQs at
@@ -111,6 +112,8 @@ def trim_index(parts: StoreParts, log_min: int) -> int:
                 batch.put_meta(meta)
                 removed += count
             batch.commit()
+    # the key index's entries of the removed records, before the checkpoint says done
+    parts.keys.trim(log_min)
     with lock:
         lmqs.cleaned_to = log_min
         batch = index.new_batch()

@@ -64,6 +64,13 @@ class StoreConfig:
     #: always cut off; damage in an old record is never served (reads of it raise
     #: CorruptRecord). The index rebuild (``lmq store rebuild-index``) follows it too.
     on_corrupt: str = "refuse"
+    #: Message properties whose values (split on spaces) are keys of the key index
+    #: (:mod:`broker_core.key_index`): ``MessageStore.find_by_key(topic, key)``. The
+    #: default names RocketMQ's ``KEYS`` and ``UNIQ_KEY``; a message carrying neither
+    #: (every MQTT and AMQP message, unless a client sets a property of that name) is
+    #: not indexed and costs nothing. Empty: no key index. A rebuild of the index
+    #: (``lmq store rebuild-index``) indexes by the setting it runs with.
+    key_index_properties: tuple[str, ...] = ("KEYS", "UNIQ_KEY")
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 64 * 1024:

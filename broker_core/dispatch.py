@@ -29,6 +29,7 @@ from broker_core.commit_log import CommitLog
 from broker_core.config import StoreConfig
 from broker_core.consume_queue import ENTRY, ConsumeQueueIndex, LmqMeta
 from broker_core.errors import MessageTooLarge
+from broker_core.key_index import KeyIndex
 from broker_core.listeners import Listeners
 from broker_core.lmq_table import LmqTable, Pending
 from broker_core.record import (
@@ -48,7 +49,7 @@ _COUNT = Struct(">I")  # a dispatch list's count (broker_core.record)
 
 
 class Dispatcher:
-    __slots__ = ("log", "index", "lmqs", "tail", "listeners", "config")
+    __slots__ = ("log", "index", "lmqs", "tail", "listeners", "config", "keys")
 
     def __init__(
         self,
@@ -58,6 +59,7 @@ class Dispatcher:
         tail: TailCache,
         listeners: Listeners,
         config: StoreConfig,
+        keys: KeyIndex,
     ) -> None:
         self.log = log
         self.index = index
@@ -65,6 +67,8 @@ class Dispatcher:
         self.tail = tail
         self.listeners = listeners
         self.config = config
+        #: The key index, written in the same batch as the entries it belongs with.
+        self.keys = keys
 
     def write_locked(
         self,
@@ -100,6 +104,8 @@ class Dispatcher:
         encode = encode_record_with_tail
         new_result = tuple.__new__  # a NamedTuple's own __new__ is a Python lambda
         is_message = rtype == RecordType.MESSAGE
+        # the key index's put, or None when no property is indexed (one test per message)
+        put_keys = self.keys.put if self.keys.properties and is_message else None
         try:
             for message, targets in items:
                 if is_message and len(targets) == 1:
@@ -115,6 +121,8 @@ class Dispatcher:
                     if len(buf) + size > room:
                         buf, room = self._room_for(buf, size, seg_room)
                     buf += record
+                    if put_keys is not None and message.properties:
+                        put_keys(put, message.topic, message.properties, pos, now)
                     if listened and name in listened:
                         hot[(meta.id, offset)] = of_message(
                             message, pos, size, now, ((name, offset),))
@@ -158,6 +166,8 @@ class Dispatcher:
                     buf, room = self._room_for(buf, size, seg_room)
                 buf += record
                 if is_message:
+                    if put_keys is not None and message.properties:
+                        put_keys(put, message.topic, message.properties, pos, now)
                     body = len(message.body)
                     thash = tag_hash(message.tag) if message.tag else 0
                     value = pack_entry(pos, size, body, thash, now)

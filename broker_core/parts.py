@@ -13,6 +13,7 @@ from broker_core.commit_log import CommitLog
 from broker_core.config import StoreConfig
 from broker_core.consume_queue import ConsumeQueueIndex
 from broker_core.consumer_state import ConsumerState
+from broker_core.key_index import KeyIndex
 from broker_core.lmq_table import LmqTable
 from broker_core.locks import StoreLocks
 from broker_core.tail_cache import TailCache
@@ -27,3 +28,4 @@ class StoreParts:
     tail: TailCache
     locks: StoreLocks
     config: StoreConfig
+    keys: KeyIndex

@@ -18,7 +18,8 @@ Recovery runs in numbered passes:
    damaged bytes to that record, reports them (``RecoveryReport.skipped``) and logs them.
 4. **Redispatch.** Valid records after the checkpoint are dispatched again, in batches
    that carry the checkpoint. Dispatch is idempotent: a replayed record produces the
-   same keys and values it produced live.
+   same keys and values it produced live, its key-index entries
+   (:mod:`broker_core.key_index`) included.
 5. **Trim.** If retention removed segments but the index was not yet trimmed to the new
    log start (a crash in between), the trim is finished.
 """
@@ -118,6 +119,12 @@ class _Replayer:
         if record.type == RecordType.MESSAGE:
             thash = tag_hash(record.tag)
             body = len(record.body)
+            if record.properties and parts.keys.properties:
+                # the same puts the live append made (idempotent if they are there)
+                parts.keys.put(
+                    batch.put_raw, record.topic, record.properties, record.position,
+                    record.store_ms,
+                )
             pending = Pending()
             for name, offset in record.dispatch:
                 meta = parts.lmqs.meta_for_write(name, record.store_ms, batch, pending)

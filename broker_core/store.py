@@ -36,13 +36,14 @@ from broker_core.consumer_state import ConsumerState
 from broker_core.dispatch import Dispatcher
 from broker_core.errors import MessageTooLarge, StoreClosed, StoreError, UnknownLmq
 from broker_core.group_commit import Flusher
+from broker_core.key_index import KeyIndex
 from broker_core.listeners import Listener, Listeners
 from broker_core.lmq_table import LmqTable
 from broker_core.locks import StoreLocks
 from broker_core.parts import StoreParts
 from broker_core.pop import PopConsumer, PoppedMessage
 from broker_core.reads import Reader
-from broker_core.record import Message, Record
+from broker_core.record import Message, Record, RecordType, peek_size
 from broker_core.recovery import RecoveryReport
 from broker_core.results import AppendResult, LmqInfo, PullResult, StoredMessage
 from broker_core.tail_cache import TailCache
@@ -86,8 +87,9 @@ class MessageStore:
         self.lmq_table = LmqTable(self.index, config.lmq_cache_size, config.max_lmq_name_bytes)
         self.tail = TailCache()
         self.listeners = Listeners()
+        self.keys = KeyIndex(self.index, tuple(config.key_index_properties))
         self.dispatcher = Dispatcher(
-            self.log, self.index, self.lmq_table, self.tail, self.listeners, config
+            self.log, self.index, self.lmq_table, self.tail, self.listeners, config, self.keys
         )
         self.reader = Reader(self.log, self.index, self.lmq_table, self.tail, config)
         self.flusher: Flusher | None = None
@@ -127,7 +129,7 @@ class MessageStore:
     def _parts(self) -> StoreParts:
         return StoreParts(
             self.log, self.index, self.state, self.lmq_table, self.tail, self.locks,
-            self.config,
+            self.config, self.keys,
         )
 
     def __enter__(self) -> MessageStore:
@@ -302,6 +304,47 @@ class MessageStore:
                 return
             yield item
 
+    # -- lookups by key and by position (see broker_core.key_index) -------------------
+
+    def find_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+    ) -> list[Record]:
+        """The newest ``max_num`` records (oldest first) whose key properties
+        (``StoreConfig.key_index_properties``) name ``key``, on ``topic`` or a topic
+        below it (``orders`` finds ``orders/eu/42``: keys are indexed under a topic's
+        first level), stored in ``[begin_ms, end_ms]``. Records retention removed are
+        not returned."""
+        positions = self.keys.find(
+            topic, key, max_num, begin_ms, end_ms, min_position=self.log.min_position
+        )
+        records = []
+        for position in positions:
+            record = self.record_at(position)
+            if record is not None:
+                records.append(record)
+        return records
+
+    def record_at(self, position: int) -> Record | None:
+        """The message record that starts at log ``position`` (RocketMQ's offsetMsgId
+        names one), or None if no valid message record starts there (removed by
+        retention, past the end, inside a record, damaged, or a control record)."""
+        log_ = self.log
+        if not log_.min_position <= position < log_.end:
+            return None
+        try:
+            size = peek_size(log_.read_raw(position, 8))
+            if position + size > log_.end:
+                return None
+            record = log_.read(position, size)
+        except (StoreError, ValueError):
+            return None
+        return record if record.type == RecordType.MESSAGE else None
+
     # -- consumer offsets --------------------------------------------------------------
 
     def get_offset(self, group: str, lmq: str) -> int | None:
@@ -392,9 +435,13 @@ class MessageStore:
     # -- pop (see broker_core.pop) -----------------------------------------------------
 
     def pop(
-        self, group: str, lmq: str, max_messages: int, invisible_ms: int
+        self, group: str, lmq: str, max_messages: int, invisible_ms: int,
+        now: int | None = None,
     ) -> list[PoppedMessage]:
-        return self.pop_consumer.pop(group, lmq, max_messages, invisible_ms)
+        """See :meth:`broker_core.pop.PopConsumer.pop`. ``now`` (wall-clock ms, default
+        the store's clock) is the pop time: a front end that pops several LMQs for one
+        request passes one time to all, so their receipts share one visible time."""
+        return self.pop_consumer.pop(group, lmq, max_messages, invisible_ms, now)
 
     def ack(self, receipt: str) -> None:
         self.pop_consumer.ack(receipt)

@@ -17,6 +17,8 @@ _GROUPS: dict[str, tuple[str, str]] = {
     "queues": ("cli.queues", "queues"),
     "users": ("cli.users", "users"),
     "vhosts": ("cli.vhosts", "vhosts"),
+    "groups": ("cli.groups", "groups"),
+    "messages": ("cli.messages", "messages"),
 }
 
 

@@ -59,6 +59,11 @@ _FLAGS = {
     "mqtts_port": "mqtts_port",
     "amqps_port": "amqps_port",
     "unified_tls_port": "unified_tls_port",
+    "remoting_port": "remoting_port",
+    "remoting_tls_port": "remoting_tls_port",
+    "advertised_address": "advertised_address",
+    "proxy_protocol": "proxy_protocol",
+    "proxy_protocol_networks": "proxy_protocol_networks",
     "tls_cert": "tls_cert",
     "tls_key": "tls_key",
     "tls_ca": "tls_ca",
@@ -117,6 +122,27 @@ _FLAGS = {
 @click.option(
     "--unified-tls-port", callback=_checked("unified_tls_port"),
     help="Unified port over TLS (needs --tls-cert). [default: 8443]",
+)
+@click.option(
+    "--remoting-port", callback=_checked("remoting_port"),
+    help="Dedicated RocketMQ remoting port (the unified port serves remoting too);"
+    " e.g. 10911. [default: 0, disabled]",
+)
+@click.option(
+    "--remoting-tls-port", callback=_checked("remoting_tls_port"),
+    help="RocketMQ remoting over TLS (needs --tls-cert). [default: 0, disabled]",
+)
+@click.option(
+    "--advertised-address", callback=_checked("advertised_address"),
+    help="host:port RocketMQ route replies name. [default: the address connected to]",
+)
+@click.option(
+    "--proxy-protocol", type=click.Choice(["off", "v1", "v2", "any"]),
+    help="Expect a PROXY protocol header from --proxy-protocol-networks. [default: off]",
+)
+@click.option(
+    "--proxy-protocol-networks", callback=_checked("proxy_protocol_networks"),
+    help="Comma-separated networks (CIDR) PROXY headers are accepted from.",
 )
 @click.option("--tls-cert", help="PEM certificate chain; enables the TLS listeners.")
 @click.option("--tls-key", help="PEM private key (if not in --tls-cert).")

@@ -1,4 +1,5 @@
-"""``lmq topics``: list, inspect and clean LMQs (topics, filters, queues)."""
+"""``lmq topics``: list, inspect and clean LMQs (topics, filters, queues), and create,
+show and delete RocketMQ topics (:mod:`cli.rmq_topics`)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ from pathlib import Path
 
 import click
 
+from cli import rmq_topics
 from cli.context import Duration, data_dir_option, format_age, format_bytes, open_store
 
 
 @click.group()
 def topics() -> None:
-    """List, inspect and clean up LMQs."""
+    """List, inspect and clean up LMQs; create, show and delete RocketMQ topics."""
+
+
+topics.add_command(rmq_topics.create)
+topics.add_command(rmq_topics.delete)
 
 
 def _select(store, prefix: str, idle_ms: int | None):  # type: ignore[no-untyped-def]
@@ -72,12 +78,26 @@ def _info_dict(info) -> dict:  # type: ignore[no-untyped-def]
 @topics.command("show")
 @data_dir_option
 @click.argument("name")
-def show(data_dir: Path, name: str) -> None:
-    """Show one LMQ and the offsets committed on it."""
+@click.option("--lmq", "as_lmq", is_flag=True, help="Show the LMQ NAME even if a RocketMQ"
+              " topic has that name.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object.")
+def show(data_dir: Path, name: str, as_lmq: bool, as_json: bool) -> None:
+    """Show RocketMQ topic NAME (configuration, each queue's offsets), or else the LMQ
+    NAME and the offsets committed on it."""
     with open_store(data_dir, read_only=True) as store:
+        if not as_lmq and rmq_topics.show_topic(store, name, as_json):
+            return
         info = store.lmq(name)
         if info is None:
-            raise click.ClickException(f"no LMQ named {name!r}")
+            raise click.ClickException(f"no LMQ named {name!r} (and no RocketMQ topic)")
+        if as_json:
+            data = _info_dict(info)
+            data["consumers"] = [
+                {"group": group, "offset": offset, "lag": max(0, info.max_offset - offset)}
+                for _, group, offset in store.offsets(name)
+            ]
+            click.echo(json.dumps(data))
+            return
         click.echo(f"name:        {info.name}")
         click.echo(f"id:          {info.id}")
         click.echo(f"messages:    {info.messages}")

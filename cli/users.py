@@ -1,5 +1,6 @@
-"""``lmq users``: users, passwords, tags, certificate subjects, AMQP permissions and MQTT
-topic ACLs in the users file (``<data-dir>/users.json`` unless ``--users-file``).
+"""``lmq users``: users, passwords, tags, certificate subjects, RocketMQ access keys, AMQP
+permissions and MQTT topic ACLs in the users file (``<data-dir>/users.json`` unless
+``--users-file``).
 
 A running gateway picks changes up when it reloads the file (docs/security.md).
 """
@@ -27,6 +28,7 @@ from gateway.auth.users import (
     UsersError,
     default_users_file,
     edit_users_file,
+    generate_access_key,
 )
 
 users_file_option = click.option(
@@ -83,6 +85,53 @@ def _new_password(password: str | None, no_password: bool) -> str | None:
     return hash_password(password)
 
 
+def access_key_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--access-key``, ``--secret-key``, ``--generate-access-key``."""
+    for option in reversed((
+        click.option("--access-key", help="A RocketMQ access key (6-128 of A-Z a-z 0-9 _ . -)."),
+        click.option(
+            "--secret-key",
+            help="Its secret key (prompted for, hidden, when --access-key is given without"
+            " it; generated with --generate-access-key).",
+        ),
+        click.option(
+            "--generate-access-key", "generate", is_flag=True,
+            help="Generate the access key and secret key missing (printed once).",
+        ),
+    )):
+        fn = option(fn)
+    return fn
+
+
+def _access_key_pair(
+    access_key: str | None, secret_key: str | None, generate: bool, *, required: bool
+) -> tuple[str, str, bool] | None:
+    """The (access key, secret key, whether the secret was generated) the options ask
+    for; None when none (and not ``required``)."""
+    if access_key is None and secret_key is None and not generate:
+        if not required:
+            return None
+        generate = True
+    if access_key is None and not generate:
+        raise click.UsageError("--secret-key needs --access-key (or --generate-access-key)")
+    new_access, new_secret = generate_access_key()
+    access_key = access_key or new_access
+    if secret_key is not None:
+        return access_key, secret_key, False
+    if generate:
+        return access_key, new_secret, True
+    secret_key = click.prompt(
+        "Secret key", hide_input=True, confirmation_prompt=True, show_default=False
+    )
+    return access_key, secret_key, False
+
+
+def _echo_pair(pair: tuple[str, str, bool]) -> None:
+    click.echo(f"access key: {pair[0]}")
+    if pair[2]:  # a secret the operator typed is not echoed
+        click.echo(f"secret key: {pair[1]}  (shown once; stored in the users file)")
+
+
 @click.group()
 def users() -> None:
     """Manage users, their AMQP permissions and MQTT topic ACLs."""
@@ -97,6 +146,7 @@ def users() -> None:
 @click.option(
     "--cert-subject", "subjects", multiple=True, help="A client-certificate subject (repeatable)."
 )
+@access_key_options
 def add(
     path: Path,
     name: str,
@@ -104,14 +154,22 @@ def add(
     no_password: bool,
     tags: tuple[str, ...],
     subjects: tuple[str, ...],
+    access_key: str | None,
+    secret_key: str | None,
+    generate: bool,
 ) -> None:
-    """Add user NAME."""
+    """Add user NAME (optionally with a RocketMQ access key)."""
     if name in reading(path).users:  # before prompting; checked again under the lock
         raise click.ClickException(f"user {name!r} already exists")
     password_hash = _new_password(password, no_password)
+    pair = _access_key_pair(access_key, secret_key, generate, required=False)
     with editing(path) as db:
         db.add_user(name, password_hash, tags, subjects)
+        if pair is not None:
+            db.add_access_key(name, pair[0], pair[1])
     click.echo(f"added user {name} to {path}")
+    if pair is not None:
+        _echo_pair(pair)
 
 
 @users.command("delete")
@@ -161,6 +219,7 @@ def list_(path: Path, as_json: bool) -> None:
     for name, user in sorted(db.users.items()):
         login = ["password"] if user.password_hash else []
         login += ["certificate"] if user.certificate_subjects else []
+        login += ["access-key"] if user.access_keys else []
         vhosts = sorted(db.permissions.get(name, {}))
         if as_json:
             row = {
@@ -168,6 +227,7 @@ def list_(path: Path, as_json: bool) -> None:
                 "tags": list(user.tags),
                 "password": bool(user.password_hash),
                 "certificate_subjects": list(user.certificate_subjects),
+                "access_keys": sorted(user.access_keys),
                 "vhosts": vhosts,
                 "acl_rules": len(db.acl.get(name, [])),
             }
@@ -200,6 +260,53 @@ def unmap_cert(path: Path, subject: str) -> None:
     with editing(path) as db:
         name = db.unmap_certificate(subject)
     click.echo(f"certificate {subject} no longer maps to {name}")
+
+
+@users.group("access-keys")
+def access_keys() -> None:
+    """RocketMQ access keys: a client signs its requests with the secret key and sends
+    the access key (docs/security.md). The secret is kept in the users file as is
+    (an HMAC cannot be verified against a hash), so protect that file."""
+
+
+@access_keys.command("add")
+@users_file_options
+@click.argument("name")
+@access_key_options
+def access_keys_add(
+    path: Path, name: str, access_key: str | None, secret_key: str | None, generate: bool
+) -> None:
+    """Give user NAME an access key (generated when none is given)."""
+    pair = _access_key_pair(access_key, secret_key, generate, required=True)
+    assert pair is not None
+    with editing(path) as db:
+        db.add_access_key(name, pair[0], pair[1])
+    click.echo(f"access key {pair[0]} -> {name}")
+    _echo_pair(pair)
+
+
+@access_keys.command("delete")
+@users_file_options
+@click.argument("access_key")
+def access_keys_delete(path: Path, access_key: str) -> None:
+    """Revoke ACCESS_KEY."""
+    with editing(path) as db:
+        name = db.delete_access_key(access_key)
+    click.echo(f"access key {access_key} of {name} deleted")
+
+
+@access_keys.command("list")
+@users_file_options
+@click.argument("name", required=False)
+def access_keys_list(path: Path, name: str | None) -> None:
+    """List access keys (never their secrets), of NAME or of every user."""
+    db = reading(path)
+    if name is not None and name not in db.users:
+        raise click.ClickException(f"no user {name!r}")
+    for owner, user in sorted(db.users.items()):
+        if name is None or owner == name:
+            for access_key in sorted(user.access_keys):
+                click.echo(f"{access_key:32} {owner}")
 
 
 @users.command("set-permissions")

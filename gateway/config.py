@@ -13,6 +13,7 @@ not TOML — raises :class:`ConfigError` with a one-line message naming the key.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import tomllib
 import typing
 from collections.abc import Callable, Mapping
@@ -27,7 +28,15 @@ Port = int | str
 AUTO = "auto"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-TLS_LISTENERS = ("mqtts", "amqps", "unified_tls")
+TLS_LISTENERS = ("mqtts", "amqps", "unified_tls", "remoting_tls")
+PROXY_PROTOCOL_MODES = ("off", "v1", "v2", "any")
+#: Listener names ``proxy_protocol_listeners`` may list (gateway.server.LISTENERS).
+LISTENER_NAMES = (
+    "mqtt", "amqp", "unified", "remoting", "mqtts", "amqps", "unified_tls", "remoting_tls"
+)
+#: Largest ``remoting_max_frame``: a remoting frame's length field then has a first
+#: byte below 0x10, which keeps the unified port's sniffers disjoint (gateway.sniff).
+REMOTING_FRAME_LIMIT = 2**28 - 1
 CLIENT_CERT_MODES = ("none", "optional", "required")
 
 
@@ -47,9 +56,13 @@ class GatewayConfig:
     mqtt_port: Port = 1883
     #: Plain AMQP 0-9-1 listener.
     amqp_port: Port = 5672
-    #: The unified port: the first bytes of a connection choose MQTT, AMQP or HTTP
-    #: (/health, /metrics).
+    #: The unified port: the first bytes of a connection choose MQTT, AMQP, HTTP
+    #: (/health, /metrics) or RocketMQ remoting. 8080 is also RocketMQ 5's proxy
+    #: remoting port, so RocketMQ clients pointed at the proxy address need nothing more.
     unified_port: Port = 8080
+    #: A dedicated RocketMQ remoting listener (no sniffing). Disabled by default: the
+    #: unified port already serves remoting; 10911 (a broker's port) is the usual choice.
+    remoting_port: Port = 0
     #: Open connections, all listeners together; more are closed at accept.
     max_connections: int = 10_000
     #: Open connections from one source address (0 = no per-address limit).
@@ -78,6 +91,9 @@ class GatewayConfig:
     #: The unified port over TLS: MQTT, AMQP and HTTPS sniffed after the handshake (only
     #: with ``tls_cert``).
     unified_tls_port: Port = 8443
+    #: RocketMQ remoting over TLS (only with ``tls_cert``; disabled by default, as
+    #: ``remoting_port``).
+    remoting_tls_port: Port = 0
     #: PEM certificate chain of the TLS listeners ("" = no TLS listeners).
     tls_cert: str = ""
     #: PEM private key of ``tls_cert`` ("" = the key is in the ``tls_cert`` file).
@@ -112,6 +128,36 @@ class GatewayConfig:
     #: PUBLISH packets per second one MQTT connection may send; faster publishers are
     #: slowed down (reading pauses), not disconnected. 0 = no limit.
     max_publish_rate: int = 0
+    #: Seconds a new connection on a sniffing listener (the unified ports) has to send
+    #: the bytes that identify its protocol (and its PROXY header, when one is
+    #: required); a silent one is closed. The handshake itself is ``connect_timeout``.
+    sniff_timeout: float = 5.0
+    #: PROXY protocol (HAProxy) header in front of a connection: ``off``, ``v1``, ``v2``
+    #: or ``any``. When on, a connection from ``proxy_protocol_networks`` on one of
+    #: ``proxy_protocol_listeners`` must start with the header, and the address it names
+    #: is the client's (logs, limits, ACLs). Off by default: a client could forge it.
+    proxy_protocol: str = "off"
+    #: Source networks (CIDR) a PROXY header is accepted from: the load balancers.
+    #: Connections from elsewhere are taken as direct (a header from them is unknown
+    #: bytes). Required when ``proxy_protocol`` is on.
+    proxy_protocol_networks: tuple[str, ...] = ()
+    #: Plain listeners the PROXY header is expected on (empty = every plain listener).
+    proxy_protocol_listeners: tuple[str, ...] = ()
+    #: ``host:port`` the RocketMQ route reply names as the broker's address; "" = the
+    #: address the client connected to (right unless a NAT or load balancer is between).
+    advertised_address: str = ""
+    #: Largest RocketMQ remoting frame accepted, in bytes (RocketMQ's default, 16 MiB).
+    remoting_max_frame: int = 16 * 1024 * 1024
+    #: A RocketMQ producer sending to (or a route query for) an unknown topic creates
+    #: it, with ``rocketmq_default_queue_nums`` queues.
+    rocketmq_auto_create_topics: bool = True
+    #: A consumer group heartbeating, pulling or committing for the first time creates it.
+    rocketmq_auto_create_groups: bool = True
+    #: Queues of an auto-created RocketMQ topic (RocketMQ's defaultTopicQueueNums).
+    rocketmq_default_queue_nums: int = 8
+    #: Seconds an orderly consumer's queue lock lasts without renewal
+    #: (RocketMQ's rebalance lock expiry).
+    rocketmq_lock_expiry: float = 60.0
     #: Log line format: ``text`` or ``json`` (one JSON object per line).
     log_format: str = "text"
     #: Least severe log level written: debug, info, warning, error.
@@ -120,6 +166,16 @@ class GatewayConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
+        if self.proxy_protocol != "off" and not self.proxy_protocol_networks:
+            raise ConfigError(
+                "proxy_protocol needs proxy_protocol_networks (the load balancers' addresses)"
+            )
+        tls = [name for name in self.proxy_protocol_listeners if name in TLS_LISTENERS]
+        if tls:
+            raise ConfigError(
+                f"proxy_protocol_listeners: {tls[0]}: PROXY headers are read on plain"
+                " listeners only (terminate TLS at the load balancer)"
+            )
         if self.write_buffer_max < self.max_packet_size + self.write_buffer_high:
             raise ConfigError(
                 "write_buffer_max must be at least max_packet_size + write_buffer_high"
@@ -135,6 +191,15 @@ class GatewayConfig:
         if value == AUTO:
             return 0
         return int(value) or None
+
+
+    def proxy_protocol_on(self, listener: str) -> bool:
+        """Whether connections on ``listener`` may carry a PROXY header (plain
+        listeners only: on a TLS listener the header would come before the handshake,
+        which asyncio's TLS listeners perform before the gateway sees a byte)."""
+        return self.proxy_protocol != "off" and listener not in TLS_LISTENERS and (
+            not self.proxy_protocol_listeners or listener in self.proxy_protocol_listeners
+        )
 
 
 # -- value checkers: each returns the converted value or raises ValueError(problem) -----
@@ -212,12 +277,50 @@ def _port(value: object) -> Port:
     return value
 
 
+def _list_of(item: Callable[[object], str]) -> Callable[[object], tuple[str, ...]]:
+    """A TOML array of strings, or one comma-separated string (flags)."""
+
+    def check(value: object) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"expected a list of strings, got {value!r}")
+        return tuple(dict.fromkeys(item(v) for v in value))
+
+    return check
+
+
+def _network(value: object) -> str:
+    try:
+        return str(ipaddress.ip_network(_nonempty(value).strip(), strict=False))
+    except ValueError:
+        raise ValueError(f"expected a network like 10.0.0.0/8, got {value!r}") from None
+
+
+def _host_port(value: object) -> str:
+    """``host:port`` or ``[v6]:port`` ("" = not set)."""
+    text = _str(value).strip()
+    if not text:
+        return ""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        if ":" not in host:
+            host = ""
+    elif ":" in host:
+        host = ""  # an IPv6 address must be bracketed
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"expected host:port or [ipv6]:port, got {value!r}")
+    return text
+
+
 _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "data_dir": _path,
     "bind": _nonempty,
     "mqtt_port": _port,
     "amqp_port": _port,
     "unified_port": _port,
+    "remoting_port": _port,
     "max_connections": _int(1),
     "max_connections_per_address": _int(0),
     "max_packet_size": _int(1024, 268_435_455),
@@ -228,6 +331,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "mqtts_port": _port,
     "amqps_port": _port,
     "unified_tls_port": _port,
+    "remoting_tls_port": _port,
     "tls_cert": _str,
     "tls_key": _str,
     "tls_ca": _str,
@@ -240,6 +344,16 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "max_keep_alive": _int(0, 65535),
     "max_queues_per_connection": _int(0),
     "max_publish_rate": _int(0),
+    "sniff_timeout": _seconds,
+    "proxy_protocol": _choice(*PROXY_PROTOCOL_MODES),
+    "proxy_protocol_networks": _list_of(_network),
+    "proxy_protocol_listeners": _list_of(_choice(*LISTENER_NAMES)),
+    "advertised_address": _host_port,
+    "remoting_max_frame": _int(1024, REMOTING_FRAME_LIMIT),
+    "rocketmq_auto_create_topics": _bool,
+    "rocketmq_auto_create_groups": _bool,
+    "rocketmq_default_queue_nums": _int(1, 1024),
+    "rocketmq_lock_expiry": _seconds,
     "log_format": _choice(*LOG_FORMATS),
     "log_level": _choice(*LOG_LEVELS),
 }

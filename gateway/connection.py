@@ -7,8 +7,11 @@ Life of a connection (see also docs/architecture.md):
    :class:`~gateway.state.ServerState` to :meth:`~gateway.state.ServerState.admit` it
    (limits; a refused socket is closed at once). A connect timer starts.
 2. **protocol known**: on a plain port at once; on the unified port the protocol
-   buffers the first bytes until the sniffers decide (:mod:`gateway.sniff`). The
-   state :meth:`~gateway.state.ServerState.assign`\ s it, and the front end's
+   buffers the first bytes until the sniffers decide (:mod:`gateway.sniff`), within
+   ``sniff_timeout``. Before that, a connection from a configured load balancer must
+   send its PROXY protocol header (:mod:`gateway.proxy_header`), which is consumed and
+   makes ``conn.peer`` the client's address (:meth:`~gateway.state.ServerState.readdress`).
+   The state :meth:`~gateway.state.ServerState.assign`\ s it, and the front end's
    ``connection_made(conn)`` returns the :class:`~gateway.frontend.ConnectionHandler`
    that from then on receives every byte, the already-read prefix first.
 3. **established**: the front end calls :meth:`Connection.established` when its
@@ -36,8 +39,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from gateway.flow_control import FlowControl
+from gateway.proxy_header import expected_versions
 from gateway.sniff import Sniffer, classify
 from gateway.tasks import TaskOwner
+from protocol.proxy import ProxyProtocolError
+from protocol.proxy import parse as parse_proxy_header
 
 if TYPE_CHECKING:
     from gateway.frontend import ConnectionHandler, FrontEnd
@@ -237,18 +243,32 @@ class GatewayProtocol(asyncio.Protocol):
         listener: ListenerSpec,
         front_ends: Mapping[str, FrontEnd],
         sniffers: Sequence[tuple[str, Sniffer]],
+        refusals: Mapping[str, bytes] | None = None,
     ) -> None:
         self.state = state
         self.listener = listener
         self.front_ends = front_ends
         self.sniffers = sniffers
+        #: Bytes for a protocol whose front end is unavailable (FrontEndSpec.refusal).
+        self.refusals = refusals or {}
         self.conn: Connection | None = None
         self._prefix = b""
+        #: PROXY header versions still expected first; empty once read or when none is.
+        self._proxy_versions: frozenset[int] = frozenset()
+        self._sniff_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A stream transport (uvloop's is not an asyncio.Transport subclass, hence the cast)
-        self.conn = self.state.admit(self.listener.name, cast(asyncio.Transport, transport))
-        if self.conn is not None and self.listener.protocol is not None:
+        self.conn = conn = self.state.admit(self.listener.name, cast(asyncio.Transport, transport))
+        if conn is None:
+            return
+        config = self.state.config
+        self._proxy_versions = expected_versions(config, self.listener.name, conn.peer_host)
+        if self._proxy_versions or self.listener.protocol is None:
+            self._sniff_timer = asyncio.get_running_loop().call_later(
+                config.sniff_timeout, self._sniff_timed_out
+            )
+        else:
             self._attach(self.listener.protocol, b"")
 
     def data_received(self, data: bytes) -> None:
@@ -260,6 +280,14 @@ class GatewayProtocol(asyncio.Protocol):
             self._call(conn.handler.data_received, data)
             return
         self._prefix += data
+        if self._proxy_versions and not self._read_proxy_header(conn):
+            return
+        if self.listener.protocol is not None:  # a plain listener, after the PROXY header
+            prefix, self._prefix = self._prefix, b""
+            self._attach(self.listener.protocol, prefix)
+            return
+        if not self._prefix:
+            return
         decision = classify(self._prefix, self.sniffers)
         if decision is None:
             return
@@ -275,9 +303,49 @@ class GatewayProtocol(asyncio.Protocol):
         assert isinstance(decision, str)
         self._attach(decision, prefix)
 
+    def _read_proxy_header(self, conn: Connection) -> bool:
+        """Consume the PROXY header from the prefix; False while it is incomplete or
+        when it was refused (the connection is then closing)."""
+        try:
+            header = parse_proxy_header(self._prefix, self._proxy_versions)
+        except ProxyProtocolError as exc:
+            self.state.count_rejected("bad_proxy_header")
+            log.info(
+                "bad PROXY header",
+                extra={**conn.log_fields(), "error": str(exc),
+                       "first_bytes": self._prefix[:16].hex()},
+            )
+            self._prefix = b""
+            conn.close("bad PROXY header")
+            return False
+        if header is None:
+            return False
+        self._prefix = self._prefix[header.length :]
+        self._proxy_versions = frozenset()
+        # LOCAL (the balancer's own check) and UNKNOWN keep the balancer's address.
+        return header.source is None or self.state.readdress(conn, header.source)
+
+    def _sniff_timed_out(self) -> None:
+        self._sniff_timer = None
+        conn = self.conn
+        if conn is None or conn.handler is not None or conn.transport.is_closing():
+            return
+        self.state.count_rejected("sniff_timeout")
+        log.info(
+            "no protocol identified in time, closing",
+            extra={**conn.log_fields(), "first_bytes": self._prefix[:16].hex()},
+        )
+        conn.abort("sniff timeout")
+
+    def _stop_sniff_timer(self) -> None:
+        if self._sniff_timer is not None:
+            self._sniff_timer.cancel()
+            self._sniff_timer = None
+
     def _attach(self, protocol: str, prefix: bytes) -> None:
         conn = self.conn
         assert conn is not None
+        self._stop_sniff_timer()
         front_end = self.front_ends.get(protocol)
         if front_end is None:
             self.state.count_rejected("front_end_unavailable")
@@ -285,6 +353,9 @@ class GatewayProtocol(asyncio.Protocol):
                 "front end not available, closing",
                 extra={**conn.log_fields(), "wanted": protocol},
             )
+            refusal = self.refusals.get(protocol)
+            if refusal:
+                conn.write(refusal)
             conn.close(f"{protocol} front end not available")
             return
         self.state.assign(conn, protocol)
@@ -316,6 +387,7 @@ class GatewayProtocol(asyncio.Protocol):
         return bool(self._call(conn.handler.eof_received))
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_sniff_timer()
         conn = self.conn
         if conn is None:
             return

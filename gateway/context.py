@@ -26,6 +26,8 @@ from gateway.auth import Authenticator
 from gateway.config import GatewayConfig
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
+from gateway.rocketmq.groups import GroupRegistry
+from gateway.rocketmq.topics import TopicRegistry
 from gateway.state import ServerState
 from gateway.topic_space import TopicSpace
 
@@ -50,8 +52,11 @@ class GatewayContext:
     store: MessageStore
     #: Appends batched per loop turn; ``caught_up`` is the back-pressure signal.
     publisher: Publisher
-    #: MQTT filters and AMQP ``amq.topic`` bindings: one topic space.
+    #: MQTT filters, AMQP ``amq.topic`` bindings and RocketMQ topics: one topic space.
     topic_space: TopicSpace
+    #: RocketMQ topics (their queue LMQs) and consumer groups, loaded from the store.
+    rocketmq_topics: TopicRegistry
+    rocketmq_groups: GroupRegistry
     #: Where front ends register their counters and gauges (at construction or start).
     metrics: Registry
     #: The event loop everything but the store's threads runs on.

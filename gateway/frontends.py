@@ -1,6 +1,6 @@
 """The one place that lists the gateway's front ends and how to recognise them.
 
-To add a protocol (RocketMQ remoting is next, RIP-55): one package under ``gateway/``
+To add a protocol: one package under ``gateway/``
 with ``create_frontend(ctx)`` (see :mod:`gateway.frontend`), one sniffing rule in
 :mod:`gateway.sniff`, and one :class:`FrontEndSpec` in :data:`FRONT_ENDS`. A dedicated
 port, if the protocol has one, is a config option plus an entry in
@@ -16,7 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.sniff import Sniffer, sniff_amqp, sniff_http, sniff_mqtt
+from gateway.sniff import (
+    Sniffer,
+    sniff_amqp,
+    sniff_h2,
+    sniff_http,
+    sniff_mqtt,
+    sniff_remoting,
+)
 
 if TYPE_CHECKING:
     from gateway.context import GatewayContext
@@ -38,13 +45,35 @@ class FrontEndSpec:
     #: Builds the front end directly instead of importing ``module`` (tests, plug-ins
     #: that live outside ``gateway/``).
     factory: Callable[[GatewayContext], FrontEnd] | None = None
+    #: Written to a connection of this protocol, before it is closed, while the front
+    #: end is not available: the protocol's own "not served here", if it has one.
+    refusal: bytes = b""
+
+
+#: HTTP/2 error code REFUSED_STREAM (RFC 9113 section 7).
+H2_REFUSED_STREAM = 0x7
+
+
+def h2_goaway(debug: bytes) -> bytes:
+    """The server's side of an HTTP/2 connection that serves nothing (RFC 9113): its
+    preface (an empty SETTINGS frame), then GOAWAY with last stream 0, REFUSED_STREAM
+    (no request was processed; a gRPC client reports UNAVAILABLE) and ``debug``."""
+    settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+    payload = (0).to_bytes(4, "big") + H2_REFUSED_STREAM.to_bytes(4, "big") + debug
+    return settings + len(payload).to_bytes(3, "big") + b"\x07\x00" + bytes(4) + payload
 
 
 FRONT_ENDS: tuple[FrontEndSpec, ...] = (
     FrontEndSpec("mqtt", "gateway.mqtt", sniff_mqtt),
     FrontEndSpec("amqp", "gateway.amqp", sniff_amqp),
     FrontEndSpec("http", "gateway.http", sniff_http),
-    # FrontEndSpec("remoting", "gateway.remoting", sniff_remoting),  # RIP-55, later
+    # RocketMQ remoting (RIP-55): the unified ports and its own remoting_port.
+    FrontEndSpec("remoting", "gateway.remoting", sniff_remoting),
+    # RocketMQ gRPC (issue 15 part 2): recognised by the HTTP/2 preface; until
+    # gateway.grpc exists such a connection gets GOAWAY and is closed.
+    FrontEndSpec(
+        "grpc", "gateway.grpc", sniff_h2, refusal=h2_goaway(b"gRPC is not served here yet")
+    ),
 )
 
 

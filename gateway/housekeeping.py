@@ -7,8 +7,10 @@ Every ``HOUSEKEEPING_INTERVAL_S``, in a worker thread (the store is thread-safe)
   (:meth:`MessageStore.apply_retention`);
 - **idle LMQs** (when ``lmq_ttl_ms`` > 0): LMQs with no write and no offset commit for
   the TTL are removed, except those still in use: an MQTT filter some session (online
-  or offline) subscribes to, and AMQP queues (whose lifetime is the queue's:
-  ``x-expires``, delete). So an offline device's backlog is never cleaned away under it.
+  or offline) subscribes to, AMQP queues (whose lifetime is the queue's:
+  ``x-expires``, delete) and the queues of existing RocketMQ topics (whose lifetime is
+  the topic's: ``lmq topics delete``). So an offline device's backlog is never
+  cleaned away under it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def _in_use(store: MessageStore, topic_space: TopicSpace, name: str) -> bool:
         return True
     if name.startswith(MQTT_PREFIX):
         return topic_space.subscriptions_on(name[len(MQTT_PREFIX) :]) > 0
+    if topic_space.is_rocketmq_queue(name):
+        return True
     return store.has_listeners(name)
 
 

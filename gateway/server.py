@@ -41,11 +41,14 @@ from gateway.frontends import FRONT_ENDS, FrontEndSpec, load_front_end
 from gateway.housekeeping import housekeeping_loop
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
+from gateway.rocketmq.groups import GroupRegistry
+from gateway.rocketmq.topics import AUTO_CREATE_GROUPS, AUTO_CREATE_TOPICS, TopicRegistry
 from gateway.security import make_authenticator, make_tls_context
 from gateway.sniff import Sniffer
 from gateway.state import ServerState
 from gateway.tasks import TaskOwner
 from gateway.topic_space import TopicSpace
+from lmq.rocketmq import DEFAULT_QUEUE_NUMS
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +59,11 @@ LISTENERS: tuple[ListenerSpec, ...] = (
     ListenerSpec("mqtt", "mqtt"),
     ListenerSpec("amqp", "amqp"),
     ListenerSpec("unified", None),
+    ListenerSpec("remoting", "remoting"),
     ListenerSpec("mqtts", "mqtt", tls=True),
     ListenerSpec("amqps", "amqp", tls=True),
     ListenerSpec("unified_tls", None, tls=True),
+    ListenerSpec("remoting_tls", "remoting", tls=True),
 )
 
 
@@ -85,6 +90,8 @@ class Gateway:
         self.sniffers: list[tuple[str, Sniffer]] = [
             (s.name, s.sniff) for s in self.specs if s.unified
         ]
+        #: What a connection of a protocol whose front end is unavailable is told.
+        self.refusals: dict[str, bytes] = {s.name: s.refusal for s in self.specs if s.refusal}
         self.listeners: list[BoundListener] = []
         self.metrics = Registry()
         self.state = ServerState(config, self.metrics)
@@ -136,9 +143,17 @@ class Gateway:
         self._tls_context = make_tls_context(cfg) if cfg.tls_cert else None
         log.info("opening store", extra={"data_dir": str(cfg.data_dir)})
         store = await asyncio.to_thread(MessageStore.open, cfg.data_dir, cfg.store)
+        try:
+            rmq_topics, rmq_groups = await asyncio.to_thread(_rocketmq_registries, store)
+        except BaseException:
+            store.close()
+            raise
+        self.topic_space.set_rocketmq_topics(rmq_topics.get)
+        rmq_topics.add_listener(self.topic_space.rocketmq_topics_changed)
         self._ctx = ctx = GatewayContext(
             config=cfg, store=store, publisher=Publisher(store, loop),
-            topic_space=self.topic_space, metrics=self.metrics, loop=loop,
+            topic_space=self.topic_space, rocketmq_topics=rmq_topics,
+            rocketmq_groups=rmq_groups, metrics=self.metrics, loop=loop,
             authenticator=authenticator, state=self.state, introspection=self)
         recovery = store.recovery
         log.info("store open", extra={"recovery": recovery.summary() if recovery else "-"})
@@ -163,7 +178,8 @@ class Gateway:
     ) -> None:
         server = await loop.create_server(
             functools.partial(
-                GatewayProtocol, self.state, listener, self.front_ends, self.sniffers),
+                GatewayProtocol, self.state, listener, self.front_ends, self.sniffers,
+                self.refusals),
             self.config.bind,
             port,
             reuse_address=True,
@@ -328,3 +344,10 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+def _rocketmq_registries(store: MessageStore) -> tuple[TopicRegistry, GroupRegistry]:
+    """The RocketMQ topic and group registries, loaded from the store (a worker thread:
+    loading may create the queue LMQs an index rebuild forgot)."""
+    topics = TopicRegistry(store, AUTO_CREATE_TOPICS, DEFAULT_QUEUE_NUMS)
+    return topics, GroupRegistry(store, AUTO_CREATE_GROUPS)

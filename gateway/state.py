@@ -90,6 +90,32 @@ class ServerState:
         log.info("connection accepted", extra=conn.log_fields())
         return conn
 
+    def readdress(self, conn: Connection, address: tuple[str, int]) -> bool:
+        """``conn`` came through a load balancer whose PROXY header names the client at
+        ``address``: from now on it is that client's (logs, per-address limit, ACLs).
+        False (the connection is closed and the refusal counted) when the client's
+        address is at its ``max_connections_per_address``."""
+        host = address[0]
+        limit = self.config.max_connections_per_address
+        if host != conn.peer_host and limit and self._per_address[host] >= limit:
+            self.count_rejected("max_connections_per_address")
+            log.warning(
+                "connection refused",
+                extra={**conn.log_fields(), "client": format_address(address),
+                       "reason": "max_connections_per_address"},
+            )
+            conn.close("max_connections_per_address")
+            return False
+        self._per_address[conn.peer_host] -= 1
+        if self._per_address[conn.peer_host] <= 0:
+            del self._per_address[conn.peer_host]
+        self._per_address[host] += 1
+        balancer = conn.peer
+        conn.peer_host = host
+        conn.peer = format_address(address)
+        log.info("PROXY header", extra={**conn.log_fields(), "via": balancer})
+        return True
+
     def assign(self, conn: Connection, protocol: str) -> None:
         """``conn`` speaks ``protocol`` from now on (it was "pending")."""
         conn.protocol = protocol

@@ -1,4 +1,5 @@
-"""One topic space for MQTT subscription filters and AMQP ``amq.topic`` bindings.
+"""One topic space for MQTT subscription filters, AMQP ``amq.topic`` bindings and
+RocketMQ topics.
 
 DESIGN.md: "MQTT topics and the amq.topic exchange share one topic space (``a/b/c`` <->
 routing key ``a.b.c``, ``+`` <-> ``*``, ``#`` <-> ``#``), as RabbitMQ's MQTT plugin does.
@@ -10,7 +11,22 @@ This object answers "which LMQs does a message go to" for both front ends:
   the AMQP front end's ``amq.topic`` router returns for it (the router is given the MQTT
   topic and translates it with ``mqtt_to_amqp`` only when ``amq.topic`` has bindings);
 - ``route_amq_topic(routing_key)``: the MQTT filter LMQs matching ``amqp_to_mqtt(key)``
-  (the AMQP front end adds its own bound queues).
+  (the AMQP front end adds its own bound queues);
+- ``route_rocketmq(topic, second)``: for a RocketMQ send, the MQTT filter LMQs and
+  ``amq.topic`` queues matching the MQTT name ``join_mqtt_topic(topic, second)`` (the
+  RocketMQ front end adds the queue LMQ it chose).
+
+RocketMQ topics (given as a lookup, :meth:`TopicSpace.set_rocketmq_topics`): an MQTT
+publish on ``T/rest`` (or on ``T``), and an AMQP publish to ``amq.topic`` whose routing
+key maps to it, also goes to ONE queue of RocketMQ topic ``T`` when ``T`` is a RocketMQ
+topic with write permission: ``rmq:T:q`` with ``q = crc32(full MQTT topic, UTF-8) %
+write_queues`` (:func:`rocketmq_queue_for`), so every message of one device topic lands
+in the same queue, in publish order. Retry and dead-letter topics (``%`` names) are
+never reached this way. An MQTT or AMQP publish never creates a RocketMQ topic: a
+device fleet publishes to millions of first levels, and each would become a topic of N
+LMQs; the operator creates the topics RocketMQ consumers read (``lmq topics create``).
+The record's ``topic`` stays the full MQTT name; a RocketMQ reader derives
+``mqttSecondTopic`` from it.
 
 MQTT filters are reference-counted: every subscription of every session that holds a
 filter (online, or offline with a persistent session whose backlog must accumulate)
@@ -24,7 +40,11 @@ Which MQTT filters match a topic is remembered per topic (at most
 ``ROUTE_CACHE_SIZE`` topics; the whole memo is dropped when a filter enters or leaves the
 trie, or when it is full): a device fleet publishes to the same topics over and over, and
 the trie walk is the costliest step of routing. The AMQP router is asked every time (its
-bindings change without telling this object). ``route_mqtt`` returns the memo's tuple
+bindings change without telling this object). The RocketMQ queue LMQ of a topic is part
+of the memo: the owner of the RocketMQ topics calls :meth:`TopicSpace.rocketmq_topics_changed`
+when one is created, changed or deleted, which drops the memo. With no RocketMQ topic,
+routing costs what it did (a memo hit; a miss adds one dict lookup).
+``route_mqtt`` returns the memo's tuple
 itself when the router adds nothing: callers treat the result as read-only.
 
 Event-loop thread only.
@@ -32,8 +52,11 @@ Event-loop thread only.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 
+from lmq.rocketmq import LMQ_PREFIX as RMQ_PREFIX
+from lmq.rocketmq import Perm, TopicConfig, join_mqtt_topic, parse_queue_lmq, queue_lmq
 from lmq.topic_space import amqp_to_mqtt
 from lmq.topic_trie import TopicTrie
 
@@ -51,12 +74,24 @@ def amqp_queue_lmq(vhost: str, queue: str) -> str:
     return f"{AMQP_PREFIX}{vhost}:{queue}"
 
 
+#: The configuration of a RocketMQ topic by name, or None (``TopicRegistry.get``).
+RocketMQTopics = Callable[[str], TopicConfig | None]
+
+
+def rocketmq_queue_for(config: TopicConfig, mqtt_topic: str) -> str:
+    """The queue LMQ of ``config`` an MQTT or AMQP publish on ``mqtt_topic`` goes to:
+    ``crc32(mqtt_topic) % write_queues``, stable across restarts and processes, so one
+    MQTT topic always maps to one queue and keeps its order there."""
+    return queue_lmq(config.name, zlib.crc32(mqtt_topic.encode()) % config.write_queues)
+
+
 class TopicSpace:
-    def __init__(self) -> None:
+    def __init__(self, rocketmq_topics: RocketMQTopics | None = None) -> None:
         self._filters: TopicTrie[str] = TopicTrie()
         self._refs: dict[str, int] = {}
         self._amq_topic: Callable[[str], list[str]] | None = None
         self._routes: dict[str, tuple[str, ...]] = {}
+        self._rocketmq = rocketmq_topics
 
     # -- MQTT filters --------------------------------------------------------------------
 
@@ -92,16 +127,54 @@ class TopicSpace:
         routing key ``mqtt_to_amqp(topic)``)."""
         self._amq_topic = router
 
+    # -- RocketMQ -----------------------------------------------------------------------
+
+    def set_rocketmq_topics(self, lookup: RocketMQTopics | None) -> None:
+        """The RocketMQ topics MQTT and AMQP publishes reach (None: none)."""
+        self._rocketmq = lookup
+        self._routes.clear()
+
+    def rocketmq_topics_changed(self, name: str = "") -> None:
+        """A RocketMQ topic was created, changed or deleted: forget the memo (the
+        signature fits ``TopicRegistry.add_listener``)."""
+        self._routes.clear()
+
+    def is_rocketmq_queue(self, lmq: str) -> bool:
+        """Whether ``lmq`` is a queue of an existing RocketMQ topic (its lifetime is the
+        topic's: housekeeping never removes it as idle)."""
+        parsed = parse_queue_lmq(lmq)
+        if parsed is None or self._rocketmq is None:
+            return False
+        config = self._rocketmq(parsed[0])
+        return config is not None and parsed[1] < config.queue_count
+
+    def rocketmq_queue(self, mqtt_topic: str) -> str | None:
+        """The RocketMQ queue LMQ a publish on ``mqtt_topic`` also goes to, if any."""
+        lookup = self._rocketmq
+        if lookup is None:
+            return None
+        first = mqtt_topic.partition("/")[0]
+        config = lookup(first)
+        if config is None or not config.perm & Perm.WRITE or "%" in first:
+            return None
+        return rocketmq_queue_for(config, mqtt_topic)
+
     # -- routing ----------------------------------------------------------------------
 
     def mqtt_matches(self, topic: str) -> list[str]:
-        return list(self._filter_lmqs(topic))
+        """The LMQs of the MQTT filters matching ``topic`` (no RocketMQ queue)."""
+        return list(self._filters.matches(topic))
 
     def _filter_lmqs(self, topic: str) -> tuple[str, ...]:
+        """The memo: filter LMQs matching ``topic``, then its RocketMQ queue if any."""
         routes = self._routes
         lmqs = routes.get(topic)
         if lmqs is None:
             lmqs = tuple(self._filters.matches(topic))
+            if self._rocketmq is not None:
+                queue = self.rocketmq_queue(topic)
+                if queue is not None:
+                    lmqs = (*lmqs, queue)
             if len(routes) >= ROUTE_CACHE_SIZE:
                 routes.clear()
             routes[topic] = lmqs
@@ -127,3 +200,22 @@ class TopicSpace:
         if not topic or "+" in topic or "#" in topic or "\x00" in topic:
             return []
         return list(self._filter_lmqs(topic))
+
+    def route_rocketmq(self, topic: str, second: str = "") -> list[str]:
+        """The MQTT filter LMQs and ``amq.topic`` queue LMQs a RocketMQ send to ``topic``
+        with ``mqttSecondTopic`` ``second`` also goes to: those matching the MQTT name
+        ``join_mqtt_topic(topic, second)``. Not the RocketMQ queue itself (the front end
+        picks it). Retry and dead-letter topics, and a name that is not a valid MQTT
+        topic name (wildcards, U+0000), reach nothing else."""
+        name = join_mqtt_topic(topic, second)
+        if "%" in topic or "+" in name or "#" in name or "\x00" in name:
+            return []
+        lmqs = self._filter_lmqs(name)
+        if lmqs and lmqs[-1].startswith(RMQ_PREFIX):
+            lmqs = lmqs[:-1]
+        router = self._amq_topic
+        if router is not None:
+            queues = router(name)
+            if queues:
+                return [*lmqs, *queues]
+        return list(lmqs)

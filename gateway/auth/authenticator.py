@@ -85,8 +85,9 @@ class Principal:
     """An authenticated (or anonymous) client identity.
 
     ``username`` is None for the anonymous principal. ``method`` is ``"password"``,
-    ``"certificate"`` or ``"anonymous"``. ``tags`` are the user's tags at login (the
-    checks themselves read the current database).
+    ``"certificate"``, ``"access_key"`` (a RocketMQ signed request) or ``"anonymous"``.
+    ``tags`` are the user's tags at login (the checks themselves read the current
+    database).
     """
 
     username: str | None
@@ -269,6 +270,7 @@ class Authenticator:
     def _install(self, database: UsersDatabase | None) -> None:
         self._db = database
         self._subjects = database.subject_index() if database is not None else {}
+        self._access_keys = database.access_key_index() if database is not None else {}
         self._dummy = _dummy_for(database)
 
     # -- logins -------------------------------------------------------------------------
@@ -348,6 +350,62 @@ class Authenticator:
             )
             return Refusal(RefusalReason.BAD_CREDENTIALS)
         return Principal(user.name, "certificate", frozenset(user.tags))
+
+    def lookup_access_key(self, access_key: str) -> tuple[Principal, str] | None:
+        """The user ``access_key`` belongs to, as a principal (method ``access_key``),
+        with its secret key, to verify a request's signature; None when no user has it.
+        A dictionary lookup and a ``stat`` of the users file: fine on the event loop.
+        Prefer :meth:`authenticate_signature`, which also counts failures."""
+        self.refresh()
+        db = self._db
+        user = self._access_keys.get(access_key)
+        if user is None or db is None or db.users.get(user.name) is not user:
+            return None
+        secret = user.access_keys.get(access_key)
+        if secret is None:
+            return None
+        return Principal(user.name, "access_key", frozenset(user.tags)), secret
+
+    def authenticate_signature(
+        self,
+        access_key: str | None,
+        verify: Callable[[str], bool],
+        *,
+        client_id: str = "",
+        peer_host: str | None = None,
+    ) -> LoginResult:
+        """A request signed with an access key: ``verify(secret_key)`` says whether the
+        request's signature is right (the caller computes it over the request, e.g. with
+        RocketMQ's HMAC). No access key asks for anonymous access, as :meth:`authenticate`
+        without a username. An unknown key or a wrong signature is a failed login,
+        counted per address and per user like a wrong password (so locked out alike).
+        Cheap (one HMAC, no scrypt): callable on the event loop."""
+        if not access_key:
+            return self.authenticate(None, None, client_id=client_id, peer_host=peer_host)
+        self.refresh()
+        if self._db is None:
+            if self.allow_anonymous:
+                return ANONYMOUS_PRINCIPAL  # open mode: signatures are not checked
+            self._log_refusal(access_key, peer_host, client_id, RefusalReason.NOT_AUTHORIZED)
+            return Refusal(RefusalReason.NOT_AUTHORIZED)
+        found = self.lookup_access_key(access_key)
+        # an unknown key is counted under the key itself: it names no user to lock
+        username = found[0].username if found is not None else access_key
+        assert username is not None
+        address = address_key(peer_host)
+        with self._lock:
+            wait = self._by_address.retry_after(address)
+            if (username, address) not in self._trusted:
+                wait = max(wait, self._by_user.retry_after(username))
+        if wait > 0:
+            return Refusal(RefusalReason.RATE_LIMITED, retry_after=wait)
+        if found is not None and verify(found[1]):
+            with self._lock:
+                self._by_user.reset(username)
+                self._trusted.add(username, address)
+            return found[0]
+        self._record_failure(username, address, peer_host, client_id)
+        return Refusal(RefusalReason.BAD_CREDENTIALS)
 
     def _record_failure(
         self, username: str, address: str, peer_host: str | None, client_id: str

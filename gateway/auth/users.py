@@ -10,7 +10,9 @@ configuration can point elsewhere). Format, version 1::
         "alice":    {"password": "$scrypt$n=16384,r=8,p=1$<salt>$<hash>",
                      "tags": ["administrator"], "certificate_subjects": []},
         "device-1": {"password": null, "tags": [],
-                     "certificate_subjects": ["CN=device-1,O=Acme"]}
+                     "certificate_subjects": ["CN=device-1,O=Acme"]},
+        "orders-app": {"password": null, "tags": [], "certificate_subjects": [],
+                       "access_keys": {"LMQ4F2A9C1D0B7E": "<secret key>"}}
       },
       "vhosts": {"/": {"description": "default virtual host"}},
       "permissions": {
@@ -28,6 +30,10 @@ configuration can point elsewhere). Format, version 1::
   ``administrator`` means something to the gateway (it may read ``$SYS/#``).
 * ``certificate_subjects`` are RFC 4514 subjects (:mod:`gateway.auth.subjects`); each
   subject maps to at most one user.
+* ``access_keys`` (optional): access key -> secret key pairs, RocketMQ's ACL credentials:
+  a client signs each request with HMAC over the secret and sends the access key. The
+  secret is stored as it is, not hashed, because verifying an HMAC needs it (the file is
+  written mode 0600; docs/security.md). Each access key belongs to at most one user.
 * ``vhosts``: AMQP virtual hosts. ``/`` always exists and cannot be deleted.
 * ``permissions``: per user (or ``@anonymous``) and vhost, three regular expressions
   with RabbitMQ's meaning (:class:`Permissions`).
@@ -54,6 +60,7 @@ import fcntl
 import json
 import os
 import re
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +80,9 @@ ANONYMOUS = "@anonymous"
 DEFAULT = "@default"
 ADMINISTRATOR = "administrator"
 _TAG = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: RocketMQ wants at least 6 characters for both (PlainAccessValidator).
+_ACCESS_KEY = re.compile(r"^[A-Za-z0-9_.-]{6,128}$")
+_SECRET_KEY = re.compile(r"^[\x21-\x7e]{6,128}$")
 _PERMISSION_KINDS = ("configure", "write", "read")
 
 
@@ -109,6 +119,27 @@ def check_vhost(name: object) -> str:
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise UsersError(f"vhost name {name!r} contains a control character")
     return name
+
+
+def check_access_key(access_key: object) -> str:
+    if not isinstance(access_key, str) or not _ACCESS_KEY.match(access_key):
+        raise UsersError(
+            f"access key {access_key!r} must be 6-128 letters, digits, '_', '.' or '-'"
+        )
+    return access_key
+
+
+def check_secret_key(secret_key: object) -> str:
+    # The secret itself never goes into a message.
+    if not isinstance(secret_key, str) or not _SECRET_KEY.match(secret_key):
+        raise UsersError("a secret key must be 6-128 printable ASCII characters, no spaces")
+    return secret_key
+
+
+def generate_access_key() -> tuple[str, str]:
+    """A new (access key, secret key): ``LMQ`` + 17 upper-case hex digits, and 40
+    URL-safe characters (240 random bits)."""
+    return "LMQ" + secrets.token_hex(9).upper()[:17], secrets.token_urlsafe(30)
 
 
 def check_tag(tag: object) -> str:
@@ -165,17 +196,22 @@ class User:
     password_hash: str | None = None
     tags: tuple[str, ...] = ()
     certificate_subjects: tuple[str, ...] = ()
+    #: access key -> secret key (RocketMQ ACL signatures).
+    access_keys: dict[str, str] = field(default_factory=dict)
 
     @property
     def is_administrator(self) -> bool:
         return ADMINISTRATOR in self.tags
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "password": self.password_hash,
             "tags": list(self.tags),
             "certificate_subjects": list(self.certificate_subjects),
         }
+        if self.access_keys:  # absent when unused: files stay as they were
+            out["access_keys"] = dict(sorted(self.access_keys.items()))
+        return out
 
 
 @dataclass(slots=True)
@@ -239,6 +275,29 @@ class UsersDatabase:
             raise UsersError(f"certificate subject {subject!r} maps to no user")
         owner.certificate_subjects = tuple(s for s in owner.certificate_subjects if s != subject)
         return owner.name
+
+    def add_access_key(self, name: str, access_key: str, secret_key: str) -> None:
+        user = self.user(name)
+        check_access_key(access_key)
+        check_secret_key(secret_key)
+        owner = self.user_for_access_key(access_key)
+        if owner is not None:
+            raise UsersError(f"access key {access_key!r} already belongs to {owner.name!r}")
+        user.access_keys[access_key] = secret_key
+
+    def delete_access_key(self, access_key: str) -> str:
+        """Remove ``access_key``; the name of the user who had it."""
+        owner = self.user_for_access_key(access_key)
+        if owner is None:
+            raise UsersError(f"no access key {access_key!r}")
+        del owner.access_keys[access_key]
+        return owner.name
+
+    def user_for_access_key(self, access_key: str) -> User | None:
+        return next((u for u in self.users.values() if access_key in u.access_keys), None)
+
+    def access_key_index(self) -> dict[str, User]:
+        return {ak: u for u in self.users.values() for ak in u.access_keys}
 
     def user_for_subject(self, subject: str) -> User | None:
         return self.subject_index().get(subject)
@@ -344,10 +403,15 @@ class UsersDatabase:
         db.vhosts.setdefault(DEFAULT_VHOST, "default virtual host")
         for name, entry in _object(top.get("users", {}), "users").items():
             where = f"users[{name!r}]"
-            entry = _object(entry, where, {"password", "tags", "certificate_subjects"})
+            entry = _object(
+                entry, where, {"password", "tags", "certificate_subjects", "access_keys"}
+            )
             tags = tuple(_list(entry.get("tags", []), f"{where}.tags"))
             subjects = tuple(_list(entry.get("certificate_subjects", []), where))
             _at(where, db.add_user, name, entry.get("password"), tags, subjects)
+            keys = _object(entry.get("access_keys", {}), f"{where}.access_keys")
+            for access_key, secret_key in keys.items():
+                _at(f"{where}.access_keys", db.add_access_key, name, access_key, secret_key)
         for name, per_vhost in _object(top.get("permissions", {}), "permissions").items():
             if name != ANONYMOUS:
                 _at(f"permissions[{name!r}]", db.user, name)

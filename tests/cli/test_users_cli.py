@@ -251,3 +251,63 @@ def test_rate_limit_reason_is_reported(data_dir):
     assert (
         auth.authenticate("bob", "pw", peer_host="192.0.2.2").reason is RefusalReason.RATE_LIMITED
     )
+
+
+def test_access_keys(data_dir):
+    # given on add: the typed secret is stored, never echoed
+    code, out = run(
+        users, data_dir, "add", "orders-app", "--no-password",
+        "--access-key", "AK_orders_1", "--secret-key", "typed-secret",
+    )
+    assert code == 0 and "access key: AK_orders_1" in out and "typed-secret" not in out
+    auth = Authenticator(load(data_dir))
+    principal, secret = auth.lookup_access_key("AK_orders_1")
+    assert principal.username == "orders-app" and secret == "typed-secret"
+    # generated: shown once
+    code, out = run(users, data_dir, "access-keys", "add", "orders-app")
+    assert code == 0
+    generated = dict(
+        line.split(": ", 1) for line in out.splitlines()
+        if line.startswith(("access key: ", "secret key: "))
+    )
+    access_key, secret_key = generated["access key"], generated["secret key"].split()[0]
+    found = Authenticator(load(data_dir)).lookup_access_key(access_key)
+    assert found is not None and found[1] == secret_key
+    # an access key with its secret prompted for, hidden
+    code, out = run(
+        users, data_dir, "access-keys", "add", "orders-app", "--access-key", "AK_orders_3",
+        input="prompted-1\nprompted-1\n",
+    )
+    assert code == 0 and "prompted-1" not in out.replace("Secret key", "")
+    assert load(data_dir).user("orders-app").access_keys["AK_orders_3"] == "prompted-1"
+    # add --generate-access-key
+    code, out = run(users, data_dir, "add", "bob", "--no-password", "--generate-access-key")
+    assert code == 0 and "secret key: " in out
+    code, out = run(users, data_dir, "access-keys", "list")
+    listed = [line.split() for line in out.splitlines()]
+    assert sorted(listed) == sorted(
+        [["AK_orders_1", "orders-app"], [access_key, "orders-app"],
+         ["AK_orders_3", "orders-app"], [next(iter(load(data_dir).user("bob").access_keys)),
+                                         "bob"]]
+    )
+    assert "typed-secret" not in out and secret_key not in out
+    code, out = run(users, data_dir, "list", "--json")
+    rows = {r["name"]: r for r in map(json.loads, out.splitlines())}
+    assert rows["orders-app"]["access_keys"] == sorted([access_key, "AK_orders_1", "AK_orders_3"])
+    code, out = run(users, data_dir, "list")
+    assert "access-key" in out
+    # errors, one line each
+    for args, message in [
+        (("access-keys", "add", "bob", "--access-key", "AK_orders_1", "--secret-key", "xxxxxx"),
+         "already belongs to 'orders-app'"),
+        (("access-keys", "add", "ghost"), "no user 'ghost'"),
+        (("access-keys", "add", "bob", "--access-key", "ab", "--secret-key", "xxxxxx"),
+         "must be 6-128"),
+        (("access-keys", "add", "bob", "--secret-key", "xxxxxxx"), "needs --access-key"),
+        (("access-keys", "delete", "AK_nope_1"), "no access key 'AK_nope_1'"),
+        (("access-keys", "list", "ghost"), "no user 'ghost'"),
+    ]:
+        code, out = run(users, data_dir, *args)
+        assert code in (1, 2) and message in out, (args, out)
+    code, out = run(users, data_dir, "access-keys", "delete", "AK_orders_1")
+    assert code == 0 and Authenticator(load(data_dir)).lookup_access_key("AK_orders_1") is None

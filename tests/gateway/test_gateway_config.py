@@ -99,3 +99,86 @@ def test_every_option_is_documented():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     for key in OPTIONS:
         assert f"| `{key.removeprefix('store.')}` |" in doc, key
+
+
+def test_rocketmq_and_negotiation_defaults():
+    cfg = GatewayConfig()
+    assert cfg.port("remoting") is None and cfg.port("remoting_tls") is None
+    assert cfg.proxy_protocol == "off" and not cfg.proxy_protocol_on("unified")
+    assert cfg.sniff_timeout == 5.0 and cfg.advertised_address == ""
+    assert cfg.remoting_max_frame == 16 * 1024 * 1024
+    assert cfg.rocketmq_auto_create_topics and cfg.rocketmq_auto_create_groups
+    assert cfg.rocketmq_default_queue_nums == 8 and cfg.rocketmq_lock_expiry == 60.0
+
+
+def test_rocketmq_and_negotiation_options(tmp_path):
+    path = write(
+        tmp_path,
+        """
+remoting_port = 10911
+remoting_tls_port = "auto"
+tls_cert = "cert.pem"
+sniff_timeout = 2
+proxy_protocol = "V2"
+proxy_protocol_networks = ["10.0.0.0/8", "192.168.1.7", "::1"]
+proxy_protocol_listeners = ["unified", "remoting"]
+advertised_address = "[2001:db8::1]:10911"
+remoting_max_frame = 4194304
+rocketmq_auto_create_topics = false
+rocketmq_auto_create_groups = false
+rocketmq_default_queue_nums = 4
+rocketmq_lock_expiry = 30
+""",
+    )
+    cfg = load_config(path)
+    assert cfg.port("remoting") == 10911 and cfg.port("remoting_tls") == 0
+    assert cfg.sniff_timeout == 2.0 and cfg.proxy_protocol == "v2"
+    assert cfg.proxy_protocol_networks == ("10.0.0.0/8", "192.168.1.7/32", "::1/128")
+    assert cfg.proxy_protocol_on("unified") and cfg.proxy_protocol_on("remoting")
+    assert not cfg.proxy_protocol_on("mqtt")
+    cfg = load_config(path, {"proxy_protocol_listeners": ""})
+    assert cfg.proxy_protocol_on("mqtt") and not cfg.proxy_protocol_on("unified_tls")
+    assert cfg.advertised_address == "[2001:db8::1]:10911"
+    assert cfg.remoting_max_frame == 4194304
+    assert not cfg.rocketmq_auto_create_topics and not cfg.rocketmq_auto_create_groups
+    assert cfg.rocketmq_default_queue_nums == 4 and cfg.rocketmq_lock_expiry == 30.0
+    # flags give lists as one comma-separated string
+    flags = {"proxy_protocol_networks": "127.0.0.0/8, ::1", "proxy_protocol": "any"}
+    cfg = load_config(path, flags)
+    assert cfg.proxy_protocol_networks == ("127.0.0.0/8", "::1/128")
+    assert cfg.proxy_protocol == "any"
+    assert load_config(None, {"advertised_address": "gw.example:8080"}).advertised_address == (
+        "gw.example:8080"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("remoting_port = -1", "remoting_port: expected a port"),
+        ('proxy_protocol = "v3"', "proxy_protocol: must be one of off, v1, v2, any"),
+        ('proxy_protocol = "v1"', "proxy_protocol needs proxy_protocol_networks"),
+        ('proxy_protocol_networks = ["10.0.0.0/33"]', "proxy_protocol_networks: expected a"),
+        ("proxy_protocol_networks = 3", "proxy_protocol_networks: expected a list"),
+        ('proxy_protocol_listeners = ["web"]', "proxy_protocol_listeners: must be one of"),
+        (
+            'proxy_protocol = "v1"\nproxy_protocol_networks = ["10.0.0.0/8"]\n'
+            'proxy_protocol_listeners = ["unified_tls"]',
+            "proxy_protocol_listeners: unified_tls: PROXY headers are read on plain listeners",
+        ),
+        ('advertised_address = "gw.example"', "advertised_address: expected host:port"),
+        ('advertised_address = "::1:80"', "advertised_address: expected host:port"),
+        ('advertised_address = "gw:0"', "advertised_address: expected host:port"),
+        ("sniff_timeout = 0", "sniff_timeout: must be > 0"),
+        ("remoting_max_frame = 100", "remoting_max_frame: must be 1024-268435455"),
+        ("remoting_max_frame = 268435456", "remoting_max_frame: must be 1024-268435455"),
+        ("rocketmq_default_queue_nums = 0", "rocketmq_default_queue_nums: must be 1-1024"),
+        ('rocketmq_auto_create_topics = "yes"', "rocketmq_auto_create_topics: expected true"),
+        ("rocketmq_lock_expiry = -5", "rocketmq_lock_expiry: must be > 0"),
+    ],
+)
+def test_bad_rocketmq_and_negotiation_options(tmp_path, text, message):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)

@@ -1,5 +1,5 @@
 """Housekeeping on a real in-process gateway: retention and the idle-LMQ TTL, which must
-spare LMQs still in use (subscribed MQTT filters, AMQP queues)."""
+spare LMQs still in use (subscribed MQTT filters, AMQP queues, RocketMQ topic queues)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from broker_core import Message, StoreConfig
 from gateway.config import GatewayConfig
 from gateway.housekeeping import run_once
 from gateway.server import Gateway
+from lmq.rocketmq import TopicConfig
 
 
 async def test_idle_ttl_spares_lmqs_in_use_and_retention_runs(tmp_path):
@@ -26,7 +27,10 @@ async def test_idle_ttl_spares_lmqs_in_use_and_retention_runs(tmp_path):
     try:
         store = gw.ctx.store
         gw.topic_space.add_filter("subscribed/#")
-        for name in ("mqtt:subscribed/#", "mqtt:nobody/#", "amqp:/:orders", "plain"):
+        gw.ctx.rocketmq_topics.create(TopicConfig("rtopic", 1, 1))
+        names = ("mqtt:subscribed/#", "mqtt:nobody/#", "amqp:/:orders", "plain", "rmq:rtopic:0",
+                 "rmq:gone:0")
+        for name in names:
             store.append(Message(topic="t", body=b"x"), [name])
         for _ in range(60):
             store.append(Message(topic="t", body=b"y" * 10_000), ["bulk-holder"])
@@ -37,6 +41,8 @@ async def test_idle_ttl_spares_lmqs_in_use_and_retention_runs(tmp_path):
         assert store.lmq("plain") is None
         assert store.lmq("mqtt:subscribed/#") is not None
         assert store.lmq("amqp:/:orders") is not None
+        assert store.lmq("rmq:rtopic:0") is not None  # a RocketMQ topic's queue
+        assert store.lmq("rmq:gone:0") is None  # no such topic
         assert len(store.log.segments()) < segments  # retention by size ran
         assert store.log.size_bytes <= 256 * 1024 + 128 * 1024
     finally:

@@ -1,0 +1,152 @@
+"""``lmq messages``: look RocketMQ messages up in the store (readable beside a running
+gateway: the store is opened read-only).
+
+- ``show MSGID``: MSGID is an ``offsetMsgId`` (the store address and the log position,
+  :func:`lmq.rocketmq.parse_offset_msg_id`) or a client message id (the ``UNIQ_KEY``
+  property, found through the key index). Both are 32 hex digits for IPv4, so both are
+  tried; a position only counts when a valid record starts there (CRC and stored
+  position agree), so a UNIQ_KEY is never taken for a position by accident.
+- ``find --topic T --key K``: the messages of topic T (and its MQTT subtopics) whose
+  ``KEYS`` or ``UNIQ_KEY`` name K, newest last.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from broker_core import MessageStore, Record
+from cli.context import data_dir_option, open_store
+from gateway.rocketmq.topics import TopicRegistry
+from lmq.rocketmq import DEFAULT_QUEUE_NUMS, parse_offset_msg_id, parse_queue_lmq
+
+#: Bytes of a body shown in the text output.
+PREVIEW = 200
+
+
+@click.group()
+def messages() -> None:
+    """Find messages by message id or key."""
+
+
+def _time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def record_dict(record: Record, found_by: str) -> dict[str, Any]:
+    queues = []
+    others = []
+    for lmq, offset in record.dispatch:
+        parsed = parse_queue_lmq(lmq)
+        if parsed is None:
+            others.append({"lmq": lmq, "offset": offset})
+        else:
+            queues.append({"topic": parsed[0], "queue_id": parsed[1], "queue_offset": offset})
+    try:
+        body: dict[str, Any] = {"body": record.body.decode("utf-8")}
+    except UnicodeDecodeError:
+        body = {"body_base64": base64.b64encode(record.body).decode()}
+    return {
+        "found_by": found_by,
+        "position": record.position,
+        "topic": record.topic,
+        "tag": record.tag,
+        "protocol": record.protocol.name,
+        "store_ms": record.store_ms,
+        "born_ms": record.born_ms,
+        "origin": record.origin,
+        "queues": queues,
+        "other_lmqs": others,
+        "properties": {k: v.decode("utf-8", "replace") for k, v in record.properties.items()},
+        "body_bytes": len(record.body),
+        **body,
+    }
+
+
+def echo_record(data: dict[str, Any]) -> None:
+    click.echo(f"position:   {data['position']} ({data['found_by']})")
+    click.echo(f"topic:      {data['topic']}" + (f"  tag {data['tag']}" if data["tag"] else ""))
+    click.echo(f"stored:     {_time(data['store_ms'])}  born {_time(data['born_ms'])}"
+               f"  from {data['origin'] or '-'} ({data['protocol']})")
+    for q in data["queues"]:
+        click.echo(f"queue:      {q['topic']} #{q['queue_id']} offset {q['queue_offset']}")
+    for other in data["other_lmqs"]:
+        click.echo(f"lmq:        {other['lmq']} offset {other['offset']}")
+    for key, value in sorted(data["properties"].items()):
+        click.echo(f"property:   {key}={value}")
+    if "body" in data:
+        text = data["body"]
+        shown = text if len(text) <= PREVIEW else text[:PREVIEW] + "..."
+        click.echo(f"body:       {data['body_bytes']} bytes: {shown}")
+    else:
+        click.echo(f"body:       {data['body_bytes']} bytes (binary; --json shows it)")
+
+
+def _echo_all(found: list[dict[str, Any]], as_json: bool) -> None:
+    for i, data in enumerate(found):
+        if as_json:
+            click.echo(json.dumps(data))
+        else:
+            if i:
+                click.echo("")
+            echo_record(data)
+
+
+def _topics(store: MessageStore, topic: str | None) -> list[str]:
+    if topic is not None:
+        return [topic]
+    return TopicRegistry(store, auto_create=False, default_queues=DEFAULT_QUEUE_NUMS).names()
+
+
+@messages.command("show")
+@data_dir_option
+@click.argument("msgid")
+@click.option("--topic", help="Look the UNIQ_KEY up in this topic only (default: every"
+              " RocketMQ topic).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+def show(data_dir: Path, msgid: str, topic: str | None, as_json: bool) -> None:
+    """Show the message with offsetMsgId or UNIQ_KEY MSGID."""
+    found: list[dict[str, Any]] = []
+    with open_store(data_dir, read_only=True) as store:
+        seen: set[int] = set()
+        try:
+            host, port, position = parse_offset_msg_id(msgid)
+        except ValueError:
+            position = -1
+        if position >= 0:
+            record = store.record_at(position)
+            if record is not None:
+                seen.add(record.position)
+                found.append(record_dict(record, f"offsetMsgId of {host}:{port}"))
+        for name in _topics(store, topic):
+            for record in store.find_by_key(name, msgid, max_num=16):
+                if record.position not in seen and (
+                    record.properties.get("UNIQ_KEY") == msgid.encode()
+                ):
+                    seen.add(record.position)
+                    found.append(record_dict(record, "UNIQ_KEY"))
+    if not found:
+        raise click.ClickException(f"no message with offsetMsgId or UNIQ_KEY {msgid!r}")
+    _echo_all(found, as_json)
+
+
+@messages.command("find")
+@data_dir_option
+@click.option("--topic", required=True, help="RocketMQ topic (or MQTT first level).")
+@click.option("--key", required=True, help="A key of the KEYS property, or a UNIQ_KEY.")
+@click.option("--max", "max_num", type=click.IntRange(1, 10_000), default=64,
+              show_default=True, help="The newest this many.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+def find(data_dir: Path, topic: str, key: str, max_num: int, as_json: bool) -> None:
+    """Find the messages of TOPIC whose KEYS or UNIQ_KEY name KEY, oldest first."""
+    with open_store(data_dir, read_only=True) as store:
+        records = store.find_by_key(topic, key, max_num=max_num)
+        found = [record_dict(r, "key") for r in records]
+    _echo_all(found, as_json)
+    if not as_json:
+        click.echo(f"{len(found)} message(s)")

@@ -1,0 +1,171 @@
+"""``lmq topics create|delete`` and the RocketMQ view of ``lmq topics show``: RocketMQ
+topics (:mod:`gateway.rocketmq.topics`) on the store, with the gateway stopped.
+
+These commands sit beside the LMQ commands of :mod:`cli.topics` (``list``, ``show``,
+``clean``). ``show NAME`` shows the RocketMQ topic NAME when one exists and the LMQ
+NAME otherwise (``--lmq`` forces the LMQ view): RocketMQ topic names contain no ``:``,
+and every LMQ a front end makes does (``mqtt:``, ``amqp:``, ``rmq:``), so only a
+hand-made LMQ can share a name with a topic.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from broker_core import MessageStore
+from cli.context import data_dir_option, format_bytes, open_store
+from gateway.rocketmq.topics import QueueInUse, TopicRegistry, check_name
+from lmq.rocketmq import (
+    DEFAULT_QUEUE_NUMS,
+    InvalidName,
+    MessageType,
+    Perm,
+    TopicConfig,
+    queue_lmq,
+)
+
+_PERMS = {"rw": Perm.READ | Perm.WRITE, "r": Perm.READ, "w": Perm.WRITE, "-": 0}
+
+
+def parse_perm(text: str) -> int:
+    """``rw``, ``r``, ``w``, ``-`` or RocketMQ's number (6, 4, 2, 0; 1 = inherit)."""
+    lowered = text.strip().lower()
+    if lowered in _PERMS:
+        return int(_PERMS[lowered])
+    if lowered.isdigit() and int(lowered) <= 7:
+        return int(lowered)
+    raise click.BadParameter(f"{text!r}: give rw, r, w, - or RocketMQ's number (6, 4, 2)")
+
+
+def perm_text(perm: int) -> str:
+    text = ("r" if perm & Perm.READ else "") + ("w" if perm & Perm.WRITE else "")
+    return text or "-"
+
+
+def registry(store: MessageStore) -> TopicRegistry:
+    """The registry of the store, as the CLI uses it: never auto-creating."""
+    return TopicRegistry(store, auto_create=False, default_queues=DEFAULT_QUEUE_NUMS)
+
+
+def topic_dict(store: MessageStore, config: TopicConfig) -> dict[str, Any]:
+    """A topic's configuration and each queue's min/max offsets (``show --json``)."""
+    queues = []
+    for q in range(config.queue_count):
+        info = store.lmq(queue_lmq(config.name, q))
+        queues.append({
+            "queue_id": q,
+            "lmq": queue_lmq(config.name, q),
+            "min_offset": info.min_offset if info else 0,
+            "max_offset": info.max_offset if info else 0,
+            "messages": info.messages if info else 0,
+            "bytes": info.bytes if info else 0,
+            "last_write_ms": info.last_write_ms if info else 0,
+        })
+    return {
+        "name": config.name,
+        "read_queues": config.read_queues,
+        "write_queues": config.write_queues,
+        "perm": int(config.perm),
+        "perm_text": perm_text(config.perm),
+        "message_type": config.message_type.value,
+        "queues": queues,
+    }
+
+
+def echo_topic(data: dict[str, Any]) -> None:
+    click.echo(f"topic:        {data['name']}")
+    click.echo(f"queues:       {data['read_queues']} read, {data['write_queues']} write")
+    click.echo(f"perm:         {data['perm_text']} ({data['perm']})")
+    click.echo(f"message type: {data['message_type']}")
+    click.echo(f"{'QUEUE':>5} {'MIN':>9} {'MAX':>9} {'MESSAGES':>9} {'BYTES':>10}  LMQ")
+    for q in data["queues"]:
+        click.echo(
+            f"{q['queue_id']:>5} {q['min_offset']:>9} {q['max_offset']:>9}"
+            f" {q['messages']:>9} {format_bytes(q['bytes']):>10}  {q['lmq']}"
+        )
+
+
+@click.command("create")
+@data_dir_option
+@click.argument("name")
+@click.option("--queues", type=click.IntRange(1, 1024), help="Read and write queues.")
+@click.option("--read-queues", type=click.IntRange(1, 1024))
+@click.option("--write-queues", type=click.IntRange(1, 1024))
+@click.option(
+    "--type", "message_type", type=click.Choice([t.value for t in MessageType],
+                                                case_sensitive=False),
+    default=None, help="Message type (default NORMAL, or the topic's current one).",
+)
+@click.option("--perm", help="rw (default), r, w, - or RocketMQ's number (6, 4, 2).")
+@click.option("--json", "as_json", is_flag=True, help="Print the topic as JSON.")
+def create(
+    data_dir: Path, name: str, queues: int | None, read_queues: int | None,
+    write_queues: int | None, message_type: str | None, perm: str | None, as_json: bool,
+) -> None:
+    """Create RocketMQ topic NAME, or change it if it exists (stop the gateway first).
+
+    Without queue options a new topic gets 8 read and 8 write queues and an existing one
+    keeps its counts. Lowering the counts removes only empty queues."""
+    if queues is not None and (read_queues is not None or write_queues is not None):
+        raise click.UsageError("give --queues, or --read-queues and/or --write-queues")
+    try:
+        check_name(name)
+    except InvalidName as exc:
+        raise click.ClickException(str(exc)) from None
+    with open_store(data_dir) as store:
+        reg = registry(store)
+        old = reg.get(name)
+        base = old or TopicConfig(name)
+        if queues is not None:
+            read_queues = write_queues = queues
+        try:
+            config = TopicConfig(
+                name,
+                read_queues=read_queues if read_queues is not None else base.read_queues,
+                write_queues=write_queues if write_queues is not None else base.write_queues,
+                perm=parse_perm(perm) if perm is not None else base.perm,
+                message_type=(MessageType(message_type.upper()) if message_type
+                              else base.message_type),
+            )
+            reg.create(config)
+        except (QueueInUse, ValueError) as exc:
+            raise click.ClickException(str(exc)) from None
+        data = topic_dict(store, config)
+    if as_json:
+        click.echo(json.dumps(data))
+    else:
+        click.echo(f"{'changed' if old else 'created'} topic {name}:"
+                   f" {config.read_queues} read / {config.write_queues} write queues,"
+                   f" perm {perm_text(config.perm)}, {config.message_type.value}")
+
+
+@click.command("delete")
+@data_dir_option
+@click.argument("name")
+def delete(data_dir: Path, name: str) -> None:
+    """Delete RocketMQ topic NAME: its configuration and its queues with their messages
+    and committed offsets (stop the gateway first)."""
+    with open_store(data_dir) as store:
+        reg = registry(store)
+        lmqs = list(store.lmqs(queue_lmq(name, 0)[:-1]))
+        messages = sum(i.messages for i in lmqs)
+        if not reg.delete(name):
+            raise click.ClickException(f"no RocketMQ topic named {name!r}")
+    click.echo(f"deleted topic {name}: {len(lmqs)} queue(s), {messages} message(s)")
+
+
+def show_topic(store: MessageStore, name: str, as_json: bool) -> bool:
+    """Show RocketMQ topic ``name`` if there is one; whether there was."""
+    config = registry(store).get(name)
+    if config is None:
+        return False
+    data = topic_dict(store, config)
+    if as_json:
+        click.echo(json.dumps(data))
+    else:
+        echo_topic(data)
+    return True

@@ -1,0 +1,85 @@
+"""The RocketMQ consumer-group registry: every group's :class:`~lmq.rocketmq.GroupConfig`
+in the store's metadata under ``rmq/group/<name>`` (:func:`lmq.rocketmq.group_meta_key`),
+loaded when the registry is built and kept in a dict (the metadata is the durable copy,
+written before the dict changes).
+
+A group owns no LMQ of its own: its committed offsets are the store's offsets of group
+``<name>`` on the ``rmq:`` queue LMQs it consumes, and its retry and dead-letter topics
+(``%RETRY%<name>``, ``%DLQ%<name>``) are topics of the
+:class:`~gateway.rocketmq.topics.TopicRegistry`. :meth:`GroupRegistry.delete` removes
+the configuration only; offsets are left to ``lmq offsets`` (RocketMQ's
+``deleteSubGroup`` likewise keeps the consumer offsets unless asked to clean them).
+
+Thread safety: none of its own (event-loop thread in the gateway; the CLI's one thread).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from broker_core import MessageStore
+from lmq.rocketmq import GROUP_META_PREFIX, GroupConfig, group_meta_key, validate_group
+
+__all__ = ["GroupRegistry"]
+
+log = logging.getLogger(__name__)
+
+
+class GroupRegistry:
+    """RocketMQ consumer groups on the store.
+
+    ``auto_create``: :meth:`ensure` creates an unknown group with the default
+    :class:`~lmq.rocketmq.GroupConfig` on its first use (RocketMQ's
+    ``autoCreateSubscriptionGroup``, on by default there too).
+    """
+
+    def __init__(self, store: MessageStore, auto_create: bool = True) -> None:
+        self.store = store
+        self.auto_create = auto_create
+        self._groups: dict[str, GroupConfig] = {}
+        for key, raw in store.iter_meta(GROUP_META_PREFIX):
+            try:
+                config = GroupConfig.decode(raw)
+            except (ValueError, TypeError) as exc:
+                log.warning("ignoring the unreadable group configuration %s: %s", key, exc)
+                continue
+            self._groups[config.name] = config
+
+    def get(self, name: str) -> GroupConfig | None:
+        """The group's configuration, or None if there is no such group."""
+        return self._groups.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._groups
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    def names(self) -> list[str]:
+        """Every group's name, sorted."""
+        return sorted(self._groups)
+
+    def create(self, config: GroupConfig) -> GroupConfig:
+        """Create the group or replace its configuration; returns ``config``."""
+        self.store.put_meta(group_meta_key(config.name), config.encode())
+        self._groups[config.name] = config
+        return config
+
+    def ensure(self, name: str) -> GroupConfig | None:
+        """The group's configuration, creating it with the defaults when it is missing
+        and ``auto_create`` is on; None otherwise. Raises
+        :class:`~lmq.rocketmq.InvalidName` for a name RocketMQ would refuse."""
+        config = self._groups.get(name)
+        if config is not None:
+            return config
+        validate_group(name)
+        if not self.auto_create:
+            return None
+        return self.create(GroupConfig(name))
+
+    def delete(self, name: str) -> bool:
+        """Forget the group's configuration; returns whether it existed."""
+        if self._groups.pop(name, None) is None:
+            return False
+        self.store.delete_meta(group_meta_key(name))
+        return True
