@@ -46,7 +46,7 @@ async function produce(cfg) {
     try {
       const r = await producer.send(msg);
       out({ sent: { body: m.body, msgId: r.msgId, status: r.sendStatus,
-        queueId: r.messageQueue.queueId, queueOffset: r.queueOffset } });
+        queueId: Number(r.messageQueue.queueId), queueOffset: Number(r.queueOffset) } });
     } catch (err) {
       out({ error: err.message, body: m.body });
     }

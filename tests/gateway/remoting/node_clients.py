@@ -63,6 +63,7 @@ class OnsProcess:
         )
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.seen: list[dict[str, Any]] = []
+        self.pending: list[dict[str, Any]] = []
         self.stderr: list[str] = []
         threading.Thread(target=self._pump_out, daemon=True).start()
         threading.Thread(target=self._pump_err, daemon=True).start()
@@ -80,7 +81,11 @@ class OnsProcess:
             self.stderr.append(line)
 
     def wait_for(self, pred: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
-        """The next event matching ``pred`` (earlier ones stay in ``seen``)."""
+        """The first event not yet taken that matches ``pred``; events that do not match
+        stay for later calls (and every event is in ``seen``)."""
+        for i, event in enumerate(self.pending):
+            if pred(event):
+                return self.pending.pop(i)
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -96,13 +101,14 @@ class OnsProcess:
             self.seen.append(event)
             if "fatal" in event:
                 raise AssertionError(f"ali-ons failed: {event['fatal']}")
-            if event.get("exit") and not pred(event):
+            if pred(event):
+                return event
+            if event.get("exit"):
                 raise AssertionError(
                     f"ali-ons exited ({self.proc.poll()}); seen {self.seen[-10:]}\n"
                     + "".join(self.stderr[-30:])
                 )
-            if pred(event):
-                return event
+            self.pending.append(event)
 
     def collect(self, key: str, n: int, timeout: float) -> list[dict[str, Any]]:
         """The next ``n`` events carrying ``key`` (e.g. ``"msg"``), as their values."""
@@ -112,8 +118,10 @@ class OnsProcess:
         return out
 
     def quiet(self, key: str, wait: float) -> list[dict[str, Any]]:
-        """Events carrying ``key`` that arrive within ``wait`` seconds (expect none)."""
-        got = []
+        """Events carrying ``key`` not yet taken or arriving within ``wait`` seconds
+        (a test expects none)."""
+        got = [e[key] for e in self.pending if key in e]
+        self.pending = [e for e in self.pending if key not in e]
         deadline = time.monotonic() + wait
         while (left := deadline - time.monotonic()) > 0:
             try:
@@ -123,6 +131,8 @@ class OnsProcess:
             self.seen.append(event)
             if key in event:
                 got.append(event[key])
+            else:
+                self.pending.append(event)
         return got
 
     def stop(self, timeout: float = 20.0) -> int:

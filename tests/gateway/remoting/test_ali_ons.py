@@ -90,7 +90,7 @@ def test_offsets_survive_a_consumer_restart(rgw: GatewayProcess) -> None:
         assert got == [f"a{i}" for i in range(8)]
     finally:
         assert first.stop() == 0  # a clean close commits the offsets
-    assert any(e.get("closed") for e in first.seen + list(first.events.queue))
+    assert any(e.get("closed") for e in first.seen + first.pending + list(first.events.queue))
 
     produce(ns, "onsOffsets", "PID_offsets", [{"body": f"b{i}"} for i in range(8)])
     second = consumer(rgw, "onsOffsets", "GID_offsets")
