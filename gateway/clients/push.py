@@ -159,6 +159,10 @@ class PushConsumer:
         self._closing = True
         for task in self._tasks:
             task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
         states = list(self._queues.items())
         for _, st in states:
             if st.task is not None:
@@ -169,7 +173,7 @@ class PushConsumer:
                     await st.task
         for mq, _ in states:
             await self._release(mq, unlock=self.orderly)
-        with contextlib.suppress(RemotingError):
+        with contextlib.suppress(RemotingError, OSError):
             for conn in await self.client.brokers():
                 await conn.call(
                     RequestCode.UNREGISTER_CLIENT,
@@ -212,7 +216,7 @@ class PushConsumer:
         return None
 
     async def _rebalance_loop(self) -> None:
-        while True:
+        while not self._closing:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval)
             self._rebalance_now.clear()
@@ -247,9 +251,10 @@ class PushConsumer:
                     await st.task
             await self._release(mq, unlock=self.orderly)
         for mq in sorted(wanted - set(self._queues)):
+            offset = await self._start_offset(mq)
             if self._closing:
                 return
-            st = _QueueState(await self._start_offset(mq))
+            st = _QueueState(offset)
             self._queues[mq] = st
             if self.orderly:
                 await self._lock([mq])
