@@ -37,7 +37,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from protocol.remoting import RemotingCommand, RequestCode, ResponseCode
 from protocol.remoting.bodies import (
@@ -137,6 +136,10 @@ class PushConsumer:
     def assigned(self) -> list[MessageQueue]:
         """The queues this client consumes now."""
         return sorted(self._queues)
+
+    def offsets(self) -> dict[MessageQueue, tuple[int, int]]:
+        """Per owned queue: (next offset to consume, last offset committed or -1)."""
+        return {mq: (st.offset, st.committed) for mq, st in sorted(self._queues.items())}
 
     async def start(self) -> None:
         if not self.orderly:
@@ -423,10 +426,3 @@ class PushConsumer:
             return None
         return await sub.handler(message)
 
-
-def describe(consumer: PushConsumer) -> dict[str, Any]:
-    """A snapshot for logs and tests: the assigned queues and their offsets."""
-    return {
-        f"{mq.topic}:{mq.queue_id}": {"offset": st.offset, "committed": st.committed}
-        for mq, st in sorted(consumer._queues.items())
-    }
