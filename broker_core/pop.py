@@ -189,16 +189,19 @@ class PopConsumer:
         return released
 
     def pop(
-        self, group: str, lmq: str, max_messages: int, invisible_ms: int
+        self, group: str, lmq: str, max_messages: int, invisible_ms: int,
+        now: int | None = None,
     ) -> list[PoppedMessage]:
         """Pop up to ``max_messages`` of ``lmq`` for ``group``: first the ones that came
         back unacked, then new ones from the group's offset (the LMQ's minimum for a
-        group that never popped it)."""
+        group that never popped it). Each is invisible until ``now + invisible_ms``
+        (``now`` defaults to the clock)."""
         if invisible_ms <= 0:
             raise ValueError("invisible_ms must be positive")
         with self.locks.pop:
             self.locks.check_open()
-            now = now_ms()
+            if now is None:
+                now = now_ms()
             self._revive_locked(now)
             info = self.reader.lmq(lmq)
             if info is None:

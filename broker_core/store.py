@@ -435,9 +435,13 @@ class MessageStore:
     # -- pop (see broker_core.pop) -----------------------------------------------------
 
     def pop(
-        self, group: str, lmq: str, max_messages: int, invisible_ms: int
+        self, group: str, lmq: str, max_messages: int, invisible_ms: int,
+        now: int | None = None,
     ) -> list[PoppedMessage]:
-        return self.pop_consumer.pop(group, lmq, max_messages, invisible_ms)
+        """See :meth:`broker_core.pop.PopConsumer.pop`. ``now`` (wall-clock ms, default
+        the store's clock) is the pop time: a front end that pops several LMQs for one
+        request passes one time to all, so their receipts share one visible time."""
+        return self.pop_consumer.pop(group, lmq, max_messages, invisible_ms, now)
 
     def ack(self, receipt: str) -> None:
         self.pop_consumer.ack(receipt)

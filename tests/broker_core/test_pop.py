@@ -148,3 +148,16 @@ def test_ack_many_in_one_write(store):
     store.ack_many([p.receipt for p in popped[:3]] + ["garbage", popped[0].receipt])
     assert store.inflight_count("g") == 1
     assert store.revive(now_ms() + 10) == 1  # only the unacked one comes back
+
+
+def test_pop_time_given_by_the_caller(store):
+    """A front end popping several LMQs for one request gives them one pop time: every
+    message popped is invisible until that time plus the invisible time."""
+    fill(store, 2, "q1")
+    fill(store, 2, "q2")
+    at = now_ms() - 5_000
+    popped = store.pop("g", "q1", 2, 30_000, now=at) + store.pop("g", "q2", 2, 30_000, now=at)
+    assert len(popped) == 4
+    assert store.next_revive_at() == at + 30_000
+    assert store.revive(at + 29_999) == 0
+    assert store.revive(at + 30_000) == 4

@@ -1,0 +1,174 @@
+"""RocketMQ message <-> stored record.
+
+A message sent over remoting to topic ``T`` is stored as one record:
+
+=====================  ==================================================================
+record field           from
+=====================  ==================================================================
+``topic``              the full MQTT-style name: ``T`` joined with ``mqttSecondTopic``
+                       (``orders`` + ``/eu/42`` = ``orders/eu/42``; ``orders`` without)
+``tag``                the ``TAGS`` property ("" without)
+``body``               the body as sent (a compressed body stays compressed, flagged)
+``born_ms``            ``bornTimestamp``
+``origin``             the producer group
+``qos``                1 (stored, acknowledged: at least once for MQTT subscribers)
+property ``rmq.props`` the RocketMQ properties string as sent (``k\\x01v\\x02``...)
+property ``KEYS``,     copies of those two properties, for the store's key index
+``UNIQ_KEY``           (``QUERY_MESSAGE`` by key, lookups by message id)
+``user_properties``    the properties that are not RocketMQ system properties, as MQTT 5
+                       user properties (see :mod:`gateway.user_properties`): MQTT 5
+                       subscribers and AMQP consumers (headers) see them
+``rmq.sysflag``,       ``sysFlag`` and ``flag`` when not 0, ``reconsumeTimes`` when not
+``rmq.flag``,          0, and the producer's address (``host:port``): what the
+``rmq.reconsume``,     stored-message layout gives back to a RocketMQ consumer
+``rmq.born_host``
+=====================  ==================================================================
+
+A record written by MQTT or AMQP is read by a RocketMQ consumer with its user
+properties as message properties, its tag as ``TAGS`` and ``mqttSecondTopic`` derived
+from its topic (:func:`rocketmq_properties`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from broker_core import Message, Protocol, Record
+from gateway.user_properties import decode_user_properties, encode_user_properties
+from lmq.rocketmq import MQTT_SECOND_TOPIC, join_mqtt_topic, split_mqtt_topic
+
+__all__ = [
+    "PROPS",
+    "SYSTEM_PROPERTIES",
+    "decode_properties",
+    "encode_properties",
+    "record_flags",
+    "rocketmq_properties",
+    "to_store_message",
+]
+
+PROPS = "rmq.props"
+SYSFLAG = "rmq.sysflag"
+FLAG = "rmq.flag"
+RECONSUME = "rmq.reconsume"
+BORN_HOST = "rmq.born_host"
+USER_PROPERTIES = "user_properties"
+
+NAME_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+#: RocketMQ's own property names (``MessageConst.STRING_HASH_SET`` and the ones the
+#: clients set): they are not user properties and do not travel to MQTT or AMQP.
+SYSTEM_PROPERTIES = frozenset({
+    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC",
+    "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID",
+    "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
+    "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET",
+    "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
+    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
+    "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET",
+    "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
+    "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY",
+    "BORN_HOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
+    "CRC32", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "SHARDING_KEY", "__SHARDINGKEY", "__STARTDELIVERTIME", "__transactionId__",
+    MQTT_SECOND_TOPIC,
+})
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """RocketMQ's ``k\\x01v\\x02`` properties string as a dict (pairs without a value
+    separator are skipped, as ``MessageDecoder.string2messageProperties`` does)."""
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for item in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_SEPARATOR)
+        if sep and name:
+            out[name] = value
+    return out
+
+
+def encode_properties(props: Mapping[str, str]) -> str:
+    return "".join(f"{k}{NAME_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
+
+
+def to_store_message(
+    topic: str,
+    body: bytes,
+    props_text: str,
+    props: Mapping[str, str],
+    *,
+    origin: str = "",
+    born_ms: int = 0,
+    sys_flag: int = 0,
+    flag: int = 0,
+    reconsume_times: int = 0,
+    born_host: str = "",
+) -> Message:
+    """The record of a message sent to RocketMQ topic ``topic`` (see the module doc)."""
+    stored: dict[str, bytes] = {PROPS: props_text.encode()}
+    keys = props.get("KEYS")
+    if keys:
+        stored["KEYS"] = keys.encode()
+    uniq = props.get("UNIQ_KEY")
+    if uniq:
+        stored["UNIQ_KEY"] = uniq.encode()
+    user = [(k, v) for k, v in props.items() if k not in SYSTEM_PROPERTIES]
+    if user:
+        stored[USER_PROPERTIES] = encode_user_properties(user)
+    if sys_flag:
+        stored[SYSFLAG] = str(sys_flag).encode()
+    if flag:
+        stored[FLAG] = str(flag).encode()
+    if reconsume_times:
+        stored[RECONSUME] = str(reconsume_times).encode()
+    if born_host:
+        stored[BORN_HOST] = born_host.encode()
+    return Message(
+        topic=join_mqtt_topic(topic, props.get(MQTT_SECOND_TOPIC, "")),
+        body=body,
+        properties=stored,
+        origin=origin,
+        tag=props.get("TAGS", ""),
+        qos=1,
+        protocol=Protocol.INTERNAL,
+        born_ms=born_ms,
+    )
+
+
+def rocketmq_properties(record: Record) -> str:
+    """The properties string a RocketMQ consumer gets for ``record``."""
+    props = record.properties
+    raw = props.get(PROPS)
+    if raw is not None:
+        return raw.decode()
+    out: dict[str, str] = {}
+    user = props.get(USER_PROPERTIES)
+    if user:
+        for name, value in decode_user_properties(user):
+            if NAME_SEPARATOR not in name + value and PROPERTY_SEPARATOR not in name + value:
+                out[name] = value
+    if record.tag:
+        out["TAGS"] = record.tag
+    second = split_mqtt_topic(record.topic)[1]
+    if second:
+        out[MQTT_SECOND_TOPIC] = second
+    return encode_properties(out)
+
+
+def record_flags(record: Record) -> tuple[int, int, int, str]:
+    """``(sysFlag, flag, reconsumeTimes, born host)`` stored with ``record``."""
+    props = record.properties
+    if PROPS not in props:
+        return 0, 0, 0, ""
+    sys_flag = props.get(SYSFLAG)
+    flag = props.get(FLAG)
+    reconsume = props.get(RECONSUME)
+    born = props.get(BORN_HOST)
+    return (
+        int(sys_flag) if sys_flag else 0,
+        int(flag) if flag else 0,
+        int(reconsume) if reconsume else 0,
+        born.decode() if born else "",
+    )

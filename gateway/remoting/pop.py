@@ -1,0 +1,413 @@
+"""The pop family of request codes: POP_MESSAGE, ACK_MESSAGE, BATCH_ACK_MESSAGE,
+PEEK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, NOTIFICATION, POLLING_INFO, and
+CONSUMER_SEND_MSG_BACK, on :class:`~gateway.remoting.pop_service.PopService`,
+:class:`~gateway.remoting.sendback.SendBackService` and the persistent schedule
+(:class:`~gateway.rocketmq.schedule.ScheduleService`).
+
+The three services belong to the front end (:func:`services`): built when the front end
+starts (:func:`start`, so delays scheduled before a restart are moved without waiting
+for a request) and stopped with it.
+
+Answers, as RocketMQ's broker gives them:
+
+- POP_MESSAGE: SUCCESS with the messages in the stored-message layout, each with its
+  receipt in the ``POP_CK`` property, and ``popTime``, ``invisibleTime``,
+  ``reviveQid``, ``restNum``, ``startOffsetInfo``, ``msgOffsetInfo``; nothing after
+  ``pollTime``: POLLING_TIMEOUT; too many suspended pops: POLLING_FULL; more than 32
+  messages asked for, or ``order=true`` (orderly pop is not served: the store's pop has
+  no per-queue blocking): INVALID_PARAMETER.
+- ACK_MESSAGE: SUCCESS, also for a receipt no longer in flight (acked already, or
+  its invisible time ran out: the message is delivered again), as RocketMQ answers;
+  NO_MESSAGE for an offset outside the queue; TOPIC_NOT_EXIST; MESSAGE_ILLEGAL for a
+  queue id the topic lacks; INVALID_PARAMETER for an unreadable ``extraInfo``.
+- CHANGE_MESSAGE_INVISIBLETIME: SUCCESS with the new ``popTime``/``invisibleTime``
+  (the client's new receipt); NO_MESSAGE when the receipt is no longer in flight.
+- CONSUMER_SEND_MSG_BACK: SUCCESS once the copy is stored; SYSTEM_ERROR "look message
+  by offset failed" for a log position that holds no message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
+
+from broker_core import Record, UnknownLmq, UnknownReceipt
+from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
+from gateway.remoting.fields import get_bool, get_int, get_str
+from gateway.remoting.messages import (
+    decode_properties,
+    encode_properties,
+    record_flags,
+    rocketmq_properties,
+)
+from gateway.remoting.pop_receipts import REVIVE_QID
+from gateway.remoting.pop_service import (
+    OffsetOutOfRange,
+    PollingFull,
+    PopResult,
+    PopService,
+)
+from gateway.remoting.replies import error, response
+from gateway.remoting.route import BROKER_NAME
+from gateway.remoting.sendback import MessageNotFound, SendBackService
+from gateway.remoting.stored import encode_stored, pack_host
+from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService, level_lmq
+from lmq.rocketmq import InvalidName, TopicConfig, retry_topic
+from protocol.remoting import HeaderError, RemotingCommand, RequestCode, ResponseCode
+from protocol.remoting.bodies import BatchAckMessageRequestBody
+from protocol.remoting.errors import BodyError
+from protocol.remoting.pop import real_topic
+
+if TYPE_CHECKING:
+    from gateway.remoting.frontend import RemotingFrontEnd
+
+__all__ = ["Services", "register", "services", "start", "stop"]
+
+MAX_POP_NUMS = 32
+PROPERTY_POP_CK = "POP_CK"
+PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
+
+
+@dataclass(slots=True)
+class Services:
+    schedule: ScheduleService
+    pop: PopService
+    sendback: SendBackService
+
+
+_services: WeakKeyDictionary[Any, Services] = WeakKeyDictionary()
+
+
+def services(front: RemotingFrontEnd) -> Services:
+    """The front end's pop, send-back and schedule services (built on first use)."""
+    found = _services.get(front)
+    if found is None:
+        found = _services[front] = _build(front)
+    return found
+
+
+def _build(front: RemotingFrontEnd) -> Services:
+    store, submit = front.store, front.publisher.submit
+    topics, groups = front.topics, front.groups
+
+    def queue_count(topic: str) -> int | None:
+        config = topics.get(topic)
+        return None if config is None else config.read_queues
+
+    def max_times(group: str) -> int:
+        config = groups.get(group)
+        return 16 if config is None else config.retry_max_times
+
+    schedule = ScheduleService(store, submit, front.loop)
+    pop = PopService(
+        store, front.loop, submit, queue_count=queue_count, max_times=max_times,
+        ensure_topic=topics.ensure, broker_name=BROKER_NAME,
+    )
+    sendback = SendBackService(
+        store, schedule, submit, ensure_topic=topics.ensure, max_times=max_times
+    )
+    return Services(schedule, pop, sendback)
+
+
+def start(front: RemotingFrontEnd) -> None:
+    """Start the schedule (moves delays left by an earlier run) and adopt every known
+    group for pop (see :meth:`PopService.adopt`)."""
+    found = services(front)
+    if any(front.store.lmq(level_lmq(n)) is not None
+           for n in range(1, found.schedule.max_level + 1)):
+        ensure_schedule_topic(front)
+    found.schedule.start()
+    for name in front.groups.names():
+        found.pop.adopt(name)
+    found.pop.arm_revive()
+
+
+def ensure_schedule_topic(front: RemotingFrontEnd) -> None:
+    """Register ``SCHEDULE_TOPIC_XXXX`` with one queue per delay level, once something
+    is scheduled: a topic like any other to the registry, listed by ``lmq topics``, its
+    queues never removed as idle (RocketMQ's broker lists it among its topics too). A
+    gateway that never schedules has no such topic."""
+    levels = services(front).schedule.max_level
+    config = front.topics.get(SCHEDULE_TOPIC)
+    if config is None or config.queue_count < levels:
+        front.topics.create(
+            TopicConfig(SCHEDULE_TOPIC, read_queues=levels, write_queues=levels))
+
+
+def stop(front: RemotingFrontEnd) -> None:
+    found = _services.pop(front, None)
+    if found is not None:
+        found.schedule.stop()
+        found.pop.stop()
+
+
+def register(table: DispatchTable) -> None:
+    table.on_start.append(start)
+    table.on_stop.append(stop)
+    table.register(RequestCode.POP_MESSAGE, pop_message)
+    table.register(RequestCode.ACK_MESSAGE, ack_message)
+    table.register(RequestCode.BATCH_ACK_MESSAGE, batch_ack_message)
+    table.register(RequestCode.PEEK_MESSAGE, peek_message)
+    table.register(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, change_invisible_time)
+    table.register(RequestCode.NOTIFICATION, notification)
+    table.register(RequestCode.POLLING_INFO, polling_info)
+    table.register(RequestCode.CONSUMER_SEND_MSG_BACK, consumer_send_msg_back)
+
+
+# -- checks shared by the handlers ------------------------------------------------------
+
+
+def _topic(ctx: RequestContext, topic: str) -> None:
+    try:
+        config = ctx.front.topics.ensure(topic)
+    except InvalidName as exc:
+        raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
+    if config is None:
+        raise RequestError(
+            ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+
+
+def _group(ctx: RequestContext, group: str) -> Services:
+    try:
+        config = ctx.front.groups.ensure(group)
+    except InvalidName as exc:
+        raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
+    if config is None:
+        raise RequestError(
+            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            f"subscription group [{group}] does not exist")
+    found = services(ctx.front)
+    found.pop.adopt(group)
+    return found
+
+
+def _queue_errors(exc: Exception) -> RequestError:
+    if isinstance(exc, UnknownLmq):
+        return RequestError(ResponseCode.TOPIC_NOT_EXIST, str(exc))
+    if isinstance(exc, OffsetOutOfRange):
+        return RequestError(ResponseCode.NO_MESSAGE, str(exc))
+    if isinstance(exc, HeaderError):
+        return RequestError(ResponseCode.INVALID_PARAMETER, str(exc))
+    return RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+
+
+def _tag_filter(exp_type: str, exp: str) -> Callable[[Record], bool] | None:
+    """A TAG expression (``a || b``, ``*``) as a record filter; None for everything."""
+    if exp_type not in ("", "TAG"):
+        raise RequestError(
+            ResponseCode.INVALID_PARAMETER, f"expression type {exp_type} is not supported")
+    tags = {t.strip() for t in exp.split("||") if t.strip()}
+    if not tags or "*" in tags:
+        return None
+    return lambda rec: rec.tag in tags
+
+
+# -- responses ----------------------------------------------------------------------
+
+
+def _popped_body(result: PopResult, store_host: str, *, receipts: bool) -> bytes:
+    """The messages in the stored-message layout, as a pull returns them, plus the
+    receipt (``POP_CK``) and first pop time of each when ``receipts``."""
+    out = bytearray()
+    store = pack_host(store_host)
+    for item in result.items:
+        rec = item.message.record
+        props = decode_properties(rocketmq_properties(rec))
+        if receipts:
+            props[PROPERTY_POP_CK] = item.extra_info
+            props.setdefault(PROPERTY_FIRST_POP_TIME, str(result.pop_time))
+        sys_flag, flag, _reconsume, born = record_flags(rec)
+        encode_stored(
+            out, queue_id=item.source.queue_id, flag=flag, queue_offset=item.message.offset,
+            physical_offset=rec.position, sys_flag=sys_flag, born_ms=rec.born_ms or rec.store_ms,
+            born_host=pack_host(born) if born else store, store_ms=rec.store_ms,
+            store_host=store, reconsume_times=item.reconsume_times, body=rec.body,
+            topic=item.source.topic, properties=encode_properties(props),
+        )
+    return bytes(out)
+
+
+def _pop_fields(result: PopResult) -> dict[str, object]:
+    return {
+        "popTime": result.pop_time,
+        "invisibleTime": result.invisible_time,
+        "reviveQid": REVIVE_QID,
+        "restNum": result.rest_num,
+        "startOffsetInfo": result.start_offset_info,
+        "msgOffsetInfo": result.msg_offset_info,
+    }
+
+
+# -- handlers ---------------------------------------------------------------------------
+
+
+async def pop_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+    group = get_str(cmd, "consumerGroup")
+    topic = get_str(cmd, "topic")
+    queue_id = get_int(cmd, "queueId")
+    max_nums = get_int(cmd, "maxMsgNums")
+    invisible = get_int(cmd, "invisibleTime")
+    poll = get_int(cmd, "pollTime")
+    if max_nums > MAX_POP_NUMS or max_nums <= 0:
+        return error(ResponseCode.INVALID_PARAMETER,
+                     f"the broker[{BROKER_NAME}] pop message's num is greater than 32")
+    if invisible <= 0:
+        return error(ResponseCode.INVALID_PARAMETER, "invisibleTime must be positive")
+    if get_bool(cmd, "order"):
+        return error(ResponseCode.INVALID_PARAMETER,
+                     "orderly pop (order=true) is not supported by this gateway; use an"
+                     " orderly push consumer (LOCK_BATCH_MQ and pull)")
+    accept = _tag_filter(get_str(cmd, "expType", ""), get_str(cmd, "exp", "*"))
+    _topic(ctx, topic)
+    ctx.front.check_subscribe(ctx, topic, group)
+    found = _group(ctx, group)
+    try:
+        result = await found.pop.pop(group, topic, queue_id, max_nums, invisible, poll, accept)
+    except PollingFull as exc:
+        return error(ResponseCode.POLLING_FULL, str(exc))
+    except (UnknownLmq, ValueError) as exc:
+        raise _queue_errors(exc) from None
+    fields = _pop_fields(result)
+    if not result.items:
+        return response(ResponseCode.POLLING_TIMEOUT, "NO_MESSAGE_IN_QUEUE", fields)
+    body = _popped_body(result, _local(ctx), receipts=True)
+    return response(ResponseCode.SUCCESS, "FOUND", fields, body)
+
+
+def ack_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+    group = get_str(cmd, "consumerGroup")
+    topic = get_str(cmd, "topic")
+    queue_id = get_int(cmd, "queueId")
+    extra = get_str(cmd, "extraInfo")
+    offset = get_int(cmd, "offset")
+    ctx.front.check_subscribe(ctx, topic, group)
+    found = _group(ctx, group)
+    try:
+        found.pop.ack(group, topic, queue_id, offset, extra)
+    except (UnknownLmq, ValueError, OffsetOutOfRange) as exc:
+        raise _queue_errors(exc) from None
+    return response()
+
+
+def batch_ack_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+    if not cmd.body:
+        return error(ResponseCode.NO_MESSAGE, "the batch ack has no body")
+    try:
+        body = BatchAckMessageRequestBody.parse(cmd.body)
+        acks = [
+            (a, real_topic(a.topic, a.consumer_group, a.retry)) for a in body.acks
+        ]
+    except (BodyError, HeaderError) as exc:
+        return error(ResponseCode.INVALID_PARAMETER, f"unreadable batch ack body: {exc}")
+    for ack, topic in acks:
+        ctx.front.check_subscribe(ctx, topic, ack.consumer_group)
+        found = _group(ctx, ack.consumer_group)
+        try:
+            found.pop.batch_ack(ack.consumer_group, topic, ack.queue_id,
+                                ack.pop_time + ack.invisible_time, ack.offsets)
+        except (UnknownLmq, ValueError, OffsetOutOfRange) as exc:
+            raise _queue_errors(exc) from None
+    return response()
+
+
+def change_invisible_time(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+    group = get_str(cmd, "consumerGroup")
+    topic = get_str(cmd, "topic")
+    queue_id = get_int(cmd, "queueId")
+    extra = get_str(cmd, "extraInfo")
+    offset = get_int(cmd, "offset")
+    invisible = get_int(cmd, "invisibleTime")
+    if invisible < 0:
+        return error(ResponseCode.INVALID_PARAMETER, "invisibleTime cannot be negative")
+    ctx.front.check_subscribe(ctx, topic, group)
+    found = _group(ctx, group)
+    try:
+        pop_time, invisible = found.pop.change_invisible_time(
+            group, topic, queue_id, offset, extra, invisible)
+    except UnknownReceipt as exc:
+        return error(ResponseCode.NO_MESSAGE,
+                     f"{exc}; the message is delivered again when its invisible time ends")
+    except (UnknownLmq, ValueError, OffsetOutOfRange) as exc:
+        raise _queue_errors(exc) from None
+    return response(fields={
+        "popTime": pop_time, "invisibleTime": invisible, "reviveQid": REVIVE_QID})
+
+
+def peek_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+    group = get_str(cmd, "consumerGroup")
+    topic = get_str(cmd, "topic")
+    queue_id = get_int(cmd, "queueId")
+    max_nums = get_int(cmd, "maxMsgNums")
+    _topic(ctx, topic)
+    ctx.front.check_subscribe(ctx, topic, group)
+    found = _group(ctx, group)
+    try:
+        result = found.pop.peek(group, topic, queue_id, max(1, min(max_nums, MAX_POP_NUMS)))
+    except (UnknownLmq, ValueError) as exc:
+        raise _queue_errors(exc) from None
+    fields = _pop_fields(result)
+    if not result.items:
+        return response(ResponseCode.PULL_NOT_FOUND, "NO_MESSAGE_IN_QUEUE", fields)
+    return response(fields=fields, body=_popped_body(result, _local(ctx), receipts=False))
+
+
+async def notification(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+    group = get_str(cmd, "consumerGroup")
+    topic = get_str(cmd, "topic")
+    queue_id = get_int(cmd, "queueId")
+    poll = get_int(cmd, "pollTime")
+    _topic(ctx, topic)
+    ctx.front.check_subscribe(ctx, topic, group)
+    found = _group(ctx, group)
+    try:
+        normal, retry = found.pop.sources(group, topic, queue_id)
+        has = found.pop.has_messages(group, normal + ([retry] if retry else []))
+        if not has and poll > 0:
+            has = await found.pop.wait_for_messages(group, topic, queue_id, poll / 1000)
+    except PollingFull:
+        return response(fields={"hasMsg": False, "pollingFull": True})
+    except (UnknownLmq, ValueError) as exc:
+        raise _queue_errors(exc) from None
+    return response(fields={"hasMsg": has, "pollingFull": False})
+
+
+def polling_info(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+    group = get_str(cmd, "consumerGroup")
+    topic = get_str(cmd, "topic")
+    queue_id = get_int(cmd, "queueId")
+    _topic(ctx, topic)
+    ctx.front.check_subscribe(ctx, topic, group)
+    found = _group(ctx, group)
+    return response(fields={"pollingNum": found.pop.polling.get((group, topic, queue_id), 0)})
+
+
+async def consumer_send_msg_back(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+    group = get_str(cmd, "group")
+    position = get_int(cmd, "offset")
+    delay_level = get_int(cmd, "delayLevel", 0)
+    max_times = (
+        get_int(cmd, "maxReconsumeTimes") if cmd.ext_fields.get("maxReconsumeTimes") else None
+    )
+    origin = cmd.ext_fields.get("originTopic") or retry_topic(group)
+    ctx.front.check_subscribe(ctx, origin, group)
+    found = _group(ctx, group)
+    ensure_schedule_topic(ctx.front)
+    host, port = ctx.local_address
+    try:
+        await found.sendback.send_back(
+            group, position, delay_level=delay_level,
+            max_reconsume_times=max_times,
+            store_host=(host, port),
+        )
+    except MessageNotFound as exc:
+        return error(ResponseCode.SYSTEM_ERROR, str(exc))
+    return response()
+
+
+
+def _local(ctx: RequestContext) -> str:
+    """The store host of message ids: the address the client connected to, as pulls
+    give it (so a message's offsetMsgId is the same pulled or popped)."""
+    return "{}:{}".format(*ctx.local_address)

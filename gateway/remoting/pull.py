@@ -1,0 +1,286 @@
+"""PULL_MESSAGE and LITE_PULL_MESSAGE, with long polling.
+
+Queue ``q`` of topic ``T`` is read from the LMQ ``rmq:T:q`` at the client's offset:
+
+- messages there: SUCCESS with up to ``maxMsgNums`` messages that match the
+  subscription (a TAG expression: ``*``, or tags joined with ``||``), in the
+  stored-message layout (:mod:`gateway.remoting.stored`); ``nextBeginOffset`` is past
+  the last entry looked at, matched or not, so filtered messages are skipped for good;
+- an offset below the queue's minimum (retention removed the messages) or above its
+  maximum: PULL_OFFSET_MOVED with ``nextBeginOffset`` the minimum (or the maximum);
+- nothing (new) there and the suspend flag set: the request is *suspended* up to
+  ``suspendTimeoutMillis`` (RocketMQ clients: 15 s of a 30 s timeout). A store listener
+  on the LMQ wakes it when an append reaches it (one listener per LMQ however many
+  pulls wait, no polling); it is answered with what arrived, or PULL_NOT_FOUND when the
+  time is up. A graceful shutdown answers suspended pulls at once.
+
+Every response carries ``nextBeginOffset``, ``minOffset``, ``maxOffset`` and
+``suggestWhichBrokerId`` (0), which clients read whatever the code. With the
+commit-offset flag, ``commitOffset`` is committed for the group first (as the broker
+does), so a push consumer's progress is durable without a separate call.
+
+A pull that finds data answers inline; only a suspended one becomes a task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
+from gateway.remoting.fields import get_int, get_str
+from gateway.remoting.messages import record_flags, rocketmq_properties
+from gateway.remoting.offsets import commit
+from gateway.remoting.replies import response
+from gateway.remoting.stored import encode_stored, pack_host
+from lmq.rocketmq import InvalidName, Perm, queue_lmq
+from protocol.remoting.codes import PullSysFlag, RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from gateway.remoting.frontend import RemotingFrontEnd
+    from protocol.remoting import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+#: The longest a pull is held, whatever the client asks.
+MAX_SUSPEND_MS = 60_000
+#: Read windows looked at per pull when a filter skips everything.
+MAX_FILTER_ROUNDS = 8
+MAX_PULL_BYTES = 4 * 1024 * 1024
+
+
+def register(table: DispatchTable) -> None:
+    table.register(RequestCode.PULL_MESSAGE, pull_message)
+    table.register(RequestCode.LITE_PULL_MESSAGE, pull_message)
+
+
+def parse_tag_expression(expression: str) -> frozenset[str] | None:
+    """The tags a TAG expression accepts; None = every message (``*`` or empty)."""
+    expression = expression.strip()
+    if not expression or expression == "*":
+        return None
+    tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
+    return tags or None
+
+
+class PullRequest:
+    __slots__ = ("group", "topic", "queue_id", "lmq", "offset", "max_count", "max_bytes",
+                 "tags", "suspend_ms", "store_host")
+
+    def __init__(self, ctx: RequestContext, cmd: RemotingCommand) -> None:
+        front = ctx.front
+        self.group = get_str(cmd, "consumerGroup")
+        self.topic = get_str(cmd, "topic")
+        self.queue_id = get_int(cmd, "queueId")
+        self.offset = get_int(cmd, "queueOffset")
+        self.max_count = max(1, min(get_int(cmd, "maxMsgNums", 32), 1024))
+        self.max_bytes = max(1, min(get_int(cmd, "maxMsgBytes", MAX_PULL_BYTES), MAX_PULL_BYTES))
+        sys_flag = get_int(cmd, "sysFlag", 0)
+        try:
+            group = front.groups.ensure(self.group)
+        except InvalidName as exc:
+            raise RequestError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, str(exc)) from None
+        if group is None:
+            raise RequestError(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{self.group}] does not exist")
+        if not group.consume_enable:
+            raise RequestError(
+                ResponseCode.NO_PERMISSION, f"subscription group [{self.group}] cannot consume")
+        try:
+            config = front.topics.get(self.topic) or (
+                front.topics.ensure(self.topic) if self.topic.startswith("%") else None)
+        except InvalidName:
+            config = None
+        if config is None:
+            raise RequestError(
+                ResponseCode.TOPIC_NOT_EXIST, f"topic[{self.topic}] not exist, apply first please!")
+        if not config.perm & Perm.READ:
+            raise RequestError(
+                ResponseCode.NO_PERMISSION, f"the topic[{self.topic}] pulling message is forbidden")
+        if not 0 <= self.queue_id < config.read_queues:
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{self.queue_id}] is illegal, topic:[{self.topic}]"
+                f" topicConfig.readQueueNums:[{config.read_queues}]")
+        front.check_subscribe(ctx, self.topic, self.group)
+        self.lmq = queue_lmq(self.topic, self.queue_id)
+        if sys_flag & PullSysFlag.SUBSCRIPTION:
+            expression_type = get_str(cmd, "expressionType", "TAG")
+            expression = get_str(cmd, "subscription", "*")
+        else:
+            sub = front.consumers.subscription(self.group, self.topic)
+            expression_type = sub.expression_type if sub else "TAG"
+            expression = sub.expression if sub else "*"
+        if expression_type.upper() != "TAG":
+            raise RequestError(
+                ResponseCode.SYSTEM_ERROR,
+                "The broker does not support consumer to filter message by SQL92")
+        self.tags = parse_tag_expression(expression)
+        self.suspend_ms = (
+            min(get_int(cmd, "suspendTimeoutMillis", 0), MAX_SUSPEND_MS)
+            if sys_flag & PullSysFlag.SUSPEND else 0)
+        if sys_flag & PullSysFlag.COMMIT_OFFSET:
+            commit(ctx, self.group, self.topic, self.queue_id, get_int(cmd, "commitOffset", -1))
+        self.store_host = pack_host("{}:{}".format(*ctx.local_address))
+
+
+def _result(code: int, next_offset: int, min_offset: int, max_offset: int,
+            body: bytes = b"", remark: str | None = None) -> RemotingCommand:
+    return response(code, remark, {
+        "suggestWhichBrokerId": 0,
+        "nextBeginOffset": next_offset,
+        "minOffset": min_offset,
+        "maxOffset": max_offset,
+    }, body)
+
+
+def read(front: RemotingFrontEnd, req: PullRequest) -> RemotingCommand | None:
+    """The response to ``req`` now; None when there is nothing to return yet (the
+    caller suspends or answers PULL_NOT_FOUND)."""
+    store = front.store
+    info = store.lmq(req.lmq)
+    if info is None:
+        return _result(ResponseCode.PULL_NOT_FOUND, 0, 0, 0) if req.offset == 0 else _result(
+            ResponseCode.PULL_OFFSET_MOVED, 0, 0, 0)
+    lo, hi = info.min_offset, info.max_offset
+    if req.offset < lo:
+        return _result(ResponseCode.PULL_OFFSET_MOVED, lo, lo, hi)
+    if req.offset > hi:
+        return _result(ResponseCode.PULL_OFFSET_MOVED, hi, lo, hi)
+    if req.offset == hi:
+        return None
+    offset = req.offset
+    tags = req.tags
+    topic = req.topic
+    out = bytearray()
+    count = 0
+    for _ in range(MAX_FILTER_ROUNDS):
+        result = store.pull(req.lmq, offset, req.max_count - count, req.max_bytes - len(out))
+        lo, hi = result.min_offset, result.max_offset
+        for message in result.messages:
+            record = message.record
+            if tags is not None and record.tag not in tags:
+                continue
+            sys_flag, flag, reconsume, born = record_flags(record)
+            try:
+                encode_stored(
+                    out, queue_id=req.queue_id, flag=flag, queue_offset=message.offset,
+                    physical_offset=record.position, sys_flag=sys_flag,
+                    born_ms=record.born_ms or record.store_ms,
+                    born_host=pack_host(born) if born else req.store_host,
+                    store_ms=record.store_ms, store_host=req.store_host,
+                    reconsume_times=reconsume, body=record.body, topic=topic,
+                    properties=rocketmq_properties(record))
+            except ValueError as exc:  # properties too long for the layout: skipped
+                log.warning("message not deliverable over remoting: %s", exc,
+                            extra={"lmq": req.lmq, "offset": message.offset})
+                continue
+            count += 1
+        offset = result.next_offset
+        if count or offset >= hi or not result.messages:
+            break
+    if count:
+        front.pulled += count
+        return _result(ResponseCode.SUCCESS, offset, lo, hi, bytes(out))
+    if offset > req.offset:
+        # Everything looked at was filtered out: skip past it (RocketMQ answers
+        # PULL_RETRY_IMMEDIATELY; at the queue's end there is nothing to retry, so
+        # the pull goes on waiting from there instead).
+        if offset >= hi:
+            req.offset = offset
+            return None
+        return _result(ResponseCode.PULL_RETRY_IMMEDIATELY, offset, lo, hi)
+    return None
+
+
+def _not_found(front: RemotingFrontEnd, req: PullRequest) -> RemotingCommand:
+    info = front.store.lmq(req.lmq)
+    lo, hi = (info.min_offset, info.max_offset) if info else (0, 0)
+    return _result(ResponseCode.PULL_NOT_FOUND, req.offset, lo, hi)
+
+
+def pull_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
+    req = PullRequest(ctx, cmd)
+    front = ctx.front
+    answer = read(front, req)
+    if answer is not None:
+        return answer
+    if req.suspend_ms <= 0 or ctx.closed:
+        return _not_found(front, req)
+    ctx.conn.spawn(_suspended(ctx, cmd, req), "remoting-pull")
+    return None
+
+
+async def _suspended(ctx: RequestContext, cmd: RemotingCommand, req: PullRequest) -> None:
+    front = ctx.front
+    loop = front.loop
+    deadline = loop.time() + req.suspend_ms / 1000
+    front.suspended += 1
+    try:
+        while True:
+            woken = loop.create_future()
+
+            def wake(fut: asyncio.Future[None] = woken) -> None:
+                if not fut.done():
+                    fut.set_result(None)
+
+            ctx.wakers.add(wake)
+            remove = front.waiters.add(req.lmq, wake)
+            # Checked after the listener is in place: an append between the first
+            # read and now is not missed.
+            answer = read(front, req)
+            if answer is None and not ctx.closed:
+                try:
+                    await asyncio.wait_for(woken, max(0.0, deadline - loop.time()))
+                except TimeoutError:
+                    pass
+                answer = read(front, req)
+            remove()
+            ctx.wakers.discard(wake)
+            if answer is not None:
+                ctx.reply(cmd, answer)
+                return
+            if ctx.closed or front.stopping or loop.time() >= deadline:
+                ctx.reply(cmd, _not_found(front, req))
+                return
+    finally:
+        front.suspended -= 1
+
+
+class PullWaiters:
+    """Suspended pulls by LMQ, with ONE store listener per LMQ that has any.
+
+    The listener runs on the store's appending thread and hands over to the loop with
+    ``loop_callback``; on the loop it wakes every pull waiting on that LMQ (each reads
+    again and goes back to waiting if nothing it wants arrived)."""
+
+    def __init__(self, front: RemotingFrontEnd) -> None:
+        self.front = front
+        self._waiting: dict[str, set[Callable[[], None]]] = {}
+        self._remove_listener: dict[str, Callable[[], None]] = {}
+        self._on_append = front.ctx.loop_callback(self._wake)
+
+    def add(self, lmq: str, wake: Callable[[], None]) -> Callable[[], None]:
+        waiting = self._waiting.get(lmq)
+        if waiting is None:
+            waiting = self._waiting[lmq] = set()
+            self._remove_listener[lmq] = self.front.store.add_listener(lmq, self._on_append)
+        waiting.add(wake)
+
+        def remove() -> None:
+            waiting.discard(wake)
+            if not waiting and self._waiting.get(lmq) is waiting:
+                del self._waiting[lmq]
+                self._remove_listener.pop(lmq)()
+
+        return remove
+
+    def _wake(self, lmq: str, _next_offset: int) -> None:
+        for wake in list(self._waiting.get(lmq, ())):
+            wake()
+
+    def count(self) -> int:
+        return sum(len(w) for w in self._waiting.values())

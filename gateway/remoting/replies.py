@@ -1,0 +1,55 @@
+"""Building remoting responses and server-to-client requests.
+
+A handler returns ``response(...)`` or ``error(...)``; the connection fills in the
+request's opaque and the response flag (:meth:`gateway.remoting.handler.RemotingHandler.reply`).
+Header fields travel as ``extFields``, a map of strings in RocketMQ's JSON header, so
+values are converted with ``str`` here (booleans as ``true``/``false``, as fastjson
+writes them); ``None`` values are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from protocol.remoting import RemotingCommand
+from protocol.remoting.codes import ResponseCode
+from protocol.remoting.command import SERVER_VERSION
+
+__all__ = ["error", "field_str", "request", "response"]
+
+
+def field_str(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _fields(fields: Mapping[str, object] | None) -> dict[str, str]:
+    if not fields:
+        return {}
+    return {k: field_str(v) for k, v in fields.items() if v is not None}
+
+
+def response(
+    code: int = ResponseCode.SUCCESS,
+    remark: str | None = None,
+    fields: Mapping[str, object] | None = None,
+    body: bytes = b"",
+) -> RemotingCommand:
+    """A response (opaque and flag are set when it is sent)."""
+    return RemotingCommand(
+        code=int(code), version=SERVER_VERSION, remark=remark, ext_fields=_fields(fields),
+        body=body)
+
+
+def error(code: int, remark: str, fields: Mapping[str, object] | None = None) -> RemotingCommand:
+    """An error response: ``code`` (a ``ResponseCode``) with a human-readable remark."""
+    return response(code, remark, fields)
+
+
+def request(
+    code: int, fields: Mapping[str, object] | None = None, body: bytes = b""
+) -> RemotingCommand:
+    """A server-to-client request (the connection sets its opaque)."""
+    return RemotingCommand(
+        code=int(code), version=SERVER_VERSION, ext_fields=_fields(fields), body=body)

