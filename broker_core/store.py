@@ -32,7 +32,7 @@ from broker_core.clock import now_ms, tag_hash
 from broker_core.commit_log import CommitLog, ScanStop
 from broker_core.config import Durability, StoreConfig
 from broker_core.consume_queue import ConsumeQueueIndex
-from broker_core.consumer_state import ConsumerState
+from broker_core.consumer_state import ConsumerState, InflightKey
 from broker_core.dispatch import Dispatcher
 from broker_core.errors import MessageTooLarge, StoreClosed, StoreError, UnknownLmq
 from broker_core.group_commit import Flusher
@@ -43,6 +43,7 @@ from broker_core.locks import StoreLocks
 from broker_core.parts import StoreParts
 from broker_core.pop import PopConsumer, PoppedMessage
 from broker_core.reads import Reader
+from broker_core.receipts import decode_receipt, encode_receipt
 from broker_core.record import Message, Record, RecordType, peek_size
 from broker_core.recovery import RecoveryReport
 from broker_core.results import AppendResult, LmqInfo, PullResult, StoredMessage
@@ -449,6 +450,20 @@ class MessageStore:
     def ack_many(self, receipts: list[str]) -> None:
         """Ack receipts in one write; receipts no longer in flight are ignored."""
         self.pop_consumer.ack_many(receipts)
+
+    @staticmethod
+    def pop_receipt(group: str, lmq: str, offset: int, visible_at: int) -> str:
+        """The receipt handle :meth:`pop` gave ``group`` for ``offset`` of ``lmq`` when
+        its invisible time ends at ``visible_at`` (epoch ms). A protocol whose own
+        receipts carry these fields (RocketMQ's pop ExtraInfo) rebuilds the store's
+        handle from them instead of keeping a table."""
+        return encode_receipt(InflightKey(visible_at, group, lmq, offset))
+
+    @staticmethod
+    def receipt_visible_at(receipt: str) -> int:
+        """When the message of ``receipt`` becomes visible again (epoch ms);
+        :class:`~broker_core.errors.UnknownReceipt` if it is not a receipt handle."""
+        return decode_receipt(receipt).visible_at
 
     def change_invisible_time(self, receipt: str, invisible_ms: int) -> str:
         return self.pop_consumer.change_invisible_time(receipt, invisible_ms)

@@ -6,7 +6,7 @@ A RocketMQ receipt is ExtraInfoUtil's space-separated string::
     ckOffset popTime invisibleTime reviveQid topicMark brokerName queueId msgOffset
 
 The store tracks a popped message by its in-flight key ``(visible_at, group, lmq,
-offset)`` (:class:`broker_core.consumer_state.InflightKey`; the store's receipt handle
+offset)`` (:meth:`broker_core.MessageStore.pop_receipt`; the store's receipt handle
 is that key encoded). Every field of the key can be rebuilt from the receipt and the
 ack's header, with no table of our own:
 
@@ -33,8 +33,7 @@ served); ``brokerName`` is the gateway's. The string itself is the codec's
 
 from __future__ import annotations
 
-from broker_core.consumer_state import InflightKey
-from broker_core.receipts import encode_receipt
+from broker_core import MessageStore
 from lmq.rocketmq import RETRY_PREFIX, queue_lmq
 from protocol.remoting.pop import ExtraInfo
 
@@ -59,4 +58,4 @@ def visible_at(info: ExtraInfo) -> int:
 def store_receipt(group: str, topic: str, queue_id: int, offset: int, visible: int) -> str:
     """The store's receipt handle of the message ``offset`` of ``topic``'s queue
     ``queue_id`` popped by ``group`` and invisible until ``visible``."""
-    return encode_receipt(InflightKey(visible, group, queue_lmq(topic, queue_id), offset))
+    return MessageStore.pop_receipt(group, queue_lmq(topic, queue_id), offset, visible)

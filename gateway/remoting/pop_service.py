@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 
 from broker_core import AppendResult, Message, MessageStore, Record, StoredMessage, UnknownLmq
 from broker_core.errors import UnknownReceipt
-from broker_core.receipts import decode_receipt
 from gateway.remoting.pop_receipts import (
     REVIVE_QID,
     ExtraInfo,
@@ -364,7 +363,7 @@ class PopService:
             store_receipt(group, topic, queue_id, offset, visible_at(info)), invisible_ms
         )
         self.arm_revive()
-        return decode_receipt(new).visible_at - invisible_ms, invisible_ms
+        return MessageStore.receipt_visible_at(new) - invisible_ms, invisible_ms
 
     def peek(self, group: str, topic: str, queue_id: int, max_nums: int) -> PopResult:
         """The messages a pop would return next (new ones from the group's offset),
