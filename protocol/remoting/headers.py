@@ -50,7 +50,9 @@ def parse_value(name: str, kind: str, text: str) -> Any:
         return text
     if kind == "bool":
         return text.lower() == "true"
-    if not _INT_RE.fullmatch(text):
+    # Java's parseInt/parseLong: an optional sign and ASCII digits, nothing else (Python's
+    # int() would also take spaces, underscores and non-ASCII digits).
+    if not (text.isdigit() and text.isascii()) and not _INT_RE.fullmatch(text):
         raise HeaderError(f"field {name}: not an int")
     value = int(text)
     low, high = _RANGES[kind]
@@ -143,6 +145,10 @@ class SendMessageRequestHeader(Header):
 
 @dataclass(frozen=True, slots=True)
 class SendMessageResponseHeader(Header):
+    """``msg_id`` is the offsetMsgId (store address and log position); the Java client
+    takes the UNIQ_KEY from its own message (joined by "," for a batch) as the msgId
+    it reports."""
+
     msg_id: str = _f("msgId", required=True)
     queue_id: int = _f("queueId", "int", required=True)
     queue_offset: int = _f("queueOffset", "long", required=True)
