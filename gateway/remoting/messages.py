@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from broker_core import Message, Protocol, Record
+from gateway.remoting.stored import encode_stored, pack_host
 from gateway.user_properties import decode_user_properties, encode_user_properties
 from lmq.rocketmq import MQTT_SECOND_TOPIC, join_mqtt_topic, split_mqtt_topic
 
@@ -42,6 +43,7 @@ __all__ = [
     "SYSTEM_PROPERTIES",
     "decode_properties",
     "encode_properties",
+    "encode_record",
     "record_flags",
     "rocketmq_properties",
     "to_store_message",
@@ -172,3 +174,26 @@ def record_flags(record: Record) -> tuple[int, int, int, str]:
         int(reconsume) if reconsume else 0,
         born.decode() if born else "",
     )
+
+
+def encode_record(
+    out: bytearray,
+    record: Record,
+    *,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    store_host: tuple[bytes, bool],
+) -> None:
+    """Append ``record`` to ``out`` in the stored-message layout, as a message of queue
+    ``queue_id`` of ``topic`` at ``queue_offset``. ``ValueError``: its properties are
+    too long for the layout's 2-byte length."""
+    sys_flag, flag, reconsume, born = record_flags(record)
+    encode_stored(
+        out, queue_id=queue_id, flag=flag, queue_offset=queue_offset,
+        physical_offset=record.position, sys_flag=sys_flag,
+        born_ms=record.born_ms or record.store_ms,
+        born_host=pack_host(born) if born else store_host,
+        store_ms=record.store_ms, store_host=store_host,
+        reconsume_times=reconsume, body=record.body, topic=topic,
+        properties=rocketmq_properties(record))

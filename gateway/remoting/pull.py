@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
 from gateway.remoting.fields import get_int, get_str
-from gateway.remoting.messages import record_flags, rocketmq_properties
+from gateway.remoting.messages import encode_record
 from gateway.remoting.offsets import commit
 from gateway.remoting.replies import response
-from gateway.remoting.stored import encode_stored, pack_host
+from gateway.remoting.stored import pack_host
 from lmq.rocketmq import InvalidName, Perm, queue_lmq
 from protocol.remoting.codes import PullSysFlag, RequestCode, ResponseCode
 
@@ -164,16 +164,10 @@ def read(front: RemotingFrontEnd, req: PullRequest) -> RemotingCommand | None:
             record = message.record
             if tags is not None and record.tag not in tags:
                 continue
-            sys_flag, flag, reconsume, born = record_flags(record)
             try:
-                encode_stored(
-                    out, queue_id=req.queue_id, flag=flag, queue_offset=message.offset,
-                    physical_offset=record.position, sys_flag=sys_flag,
-                    born_ms=record.born_ms or record.store_ms,
-                    born_host=pack_host(born) if born else req.store_host,
-                    store_ms=record.store_ms, store_host=req.store_host,
-                    reconsume_times=reconsume, body=record.body, topic=topic,
-                    properties=rocketmq_properties(record))
+                encode_record(
+                    out, record, topic=topic, queue_id=req.queue_id,
+                    queue_offset=message.offset, store_host=req.store_host)
             except ValueError as exc:  # properties too long for the layout: skipped
                 log.warning("message not deliverable over remoting: %s", exc,
                             extra={"lmq": req.lmq, "offset": message.offset})
