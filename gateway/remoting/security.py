@@ -17,17 +17,33 @@ Open mode (no users file, loopback): nothing here runs. With a users database:
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from gateway.auth import ANONYMOUS_PRINCIPAL
+from gateway.auth.authenticator import Refusal, RefusalReason
 from gateway.remoting.dispatch import RequestError
 from gateway.remoting.replies import error
 from protocol.remoting.codes import ResponseCode
+
+ACCESS_KEY = "AccessKey"
+SIGNATURE = "Signature"
 
 if TYPE_CHECKING:
     from gateway.remoting.dispatch import RequestContext
     from gateway.remoting.frontend import RemotingFrontEnd
     from protocol.remoting import RemotingCommand
+
+
+def signature(ext_fields: Mapping[str, str], body: bytes, secret_key: str) -> str:
+    """RocketMQ's request signature (``AclUtils.combineRequestContent`` + HMAC-SHA1):
+    base64 HMAC-SHA1 with the secret key over every ``extFields`` value except
+    ``Signature``, in the order of their names, then the body."""
+    content = "".join(v for k, v in sorted(ext_fields.items()) if k != SIGNATURE)
+    mac = hmac.new(secret_key.encode(), content.encode() + body, hashlib.sha1)
+    return base64.b64encode(mac.digest()).decode()
 
 
 def authorize(
@@ -37,25 +53,24 @@ def authorize(
     auth = front.ctx.authenticator
     if auth is None:
         return None
-    access_key = cmd.ext_fields.get("AccessKey")
-    if not access_key:
-        if auth.allow_anonymous:
-            handler.principal = ANONYMOUS_PRINCIPAL
-            return None
-        return error(
-            ResponseCode.NO_PERMISSION,
-            "this gateway requires signed requests (AccessKey and Signature)")
-    principal = _verify(front, cmd, access_key)
-    if principal is None:
-        return error(
-            ResponseCode.NO_PERMISSION,
-            f"the signature of access key {access_key} does not verify")
-    handler.principal = principal
-    return None
+    fields = cmd.ext_fields
+    access_key = fields.get(ACCESS_KEY)
+    sent = fields.get(SIGNATURE, "")
 
+    def verify(secret_key: str) -> bool:
+        return hmac.compare_digest(signature(fields, cmd.body, secret_key), sent)
 
-def _verify(front: RemotingFrontEnd, cmd: RemotingCommand, access_key: str):  # type: ignore[no-untyped-def]
-    """The principal owning ``access_key`` if the request's signature verifies."""
+    result = auth.authenticate_signature(
+        access_key, verify, client_id=handler.client_id, peer_host=handler.conn.peer_host)
+    if isinstance(result, Refusal):
+        if not access_key:
+            remark = "this gateway requires signed requests (AccessKey and Signature)"
+        elif result.reason == RefusalReason.RATE_LIMITED:
+            remark = f"too many failed signatures; retry in {result.retry_after:.0f} s"
+        else:
+            remark = f"the signature of access key {access_key} does not verify"
+        return error(ResponseCode.NO_PERMISSION, remark)
+    handler.principal = result
     return None
 
 
