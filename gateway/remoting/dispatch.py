@@ -48,10 +48,11 @@ stops.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol, Union
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 if TYPE_CHECKING:
     from gateway.auth import Principal
@@ -100,6 +101,12 @@ class RequestContext(Protocol):
     def reply(self, request: RemotingCommand, response: RemotingCommand) -> None:
         """Send ``response`` to ``request`` (its opaque, the response flag), unless the
         request was oneway or the connection is gone."""
+        ...
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Finish a request in a task owned by the connection (cancelled when it
+        closes; a graceful shutdown waits for it a bounded time): a handler that
+        returned None and replies later from the task."""
         ...
 
     def send_request(self, request: RemotingCommand) -> None:

@@ -130,6 +130,9 @@ class RemotingFrontEnd(FrontEnd):
         self.handlers.pop(handler.conn.id, None)
         for client_id in self.consumers.channel_closed(handler):
             self.locks.release_client(client_id)
+            log.info("remoting client gone", extra={
+                **handler.conn.log_fields(), "client_id": client_id,
+                "reason": handler.conn.close_reason or "closed"})
 
     def goodbye(self, conn: Connection) -> None:
         # Remoting has no goodbye message: RocketMQ's clients reconnect (or fail over to

@@ -31,7 +31,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 from gateway.auth import ANONYMOUS_PRINCIPAL, Principal
@@ -95,6 +95,14 @@ class RemotingHandler(ConnectionHandler):
         self.conn.queue(dataclasses.replace(
             request, opaque=next(self._opaques), flag=request.flag | ONEWAY_FLAG).encode())
 
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run a request's remaining work (a suspended pull, an async handler) as a task
+        of this connection that a graceful shutdown waits for."""
+        task = self.conn.spawn(coro, name)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return task
+
     # -- bytes in ----------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
@@ -147,9 +155,7 @@ class RemotingHandler(ConnectionHandler):
         fn, is_async = entry
         if is_async:
             coro_fn = cast(Callable[..., Awaitable[RemotingCommand | None]], fn)
-            task = self.conn.spawn(self._run(coro_fn, cmd), f"remoting-{cmd.code}")
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+            self.spawn(self._run(coro_fn, cmd), f"remoting-{cmd.code}")
             return
         try:
             result = fn(self, cmd)

@@ -204,7 +204,7 @@ def pull_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
         return answer
     if req.suspend_ms <= 0 or ctx.closed:
         return _not_found(front, req)
-    ctx.conn.spawn(_suspended(ctx, cmd, req), "remoting-pull")
+    ctx.spawn(_suspended(ctx, cmd, req), "remoting-pull")
     return None
 
 

@@ -181,3 +181,22 @@ async def test_pull_commits_offset_and_message_type_checks(tmp_path: Path) -> No
             assert refused.code == ResponseCode.MESSAGE_ILLEGAL, kind
             assert kind in (refused.remark or "")
         await c.close()
+
+
+async def test_shutdown_answers_suspended_pulls(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path / "data") as gw:
+        c = await Client.connect(port_of(gw))
+        await c.ok(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "bye"})
+        _, pending = c.request(
+            RequestCode.PULL_MESSAGE, pull_fields("bye", 0, 0, suspend_ms=30_000))
+        await asyncio.sleep(0.2)
+        assert not pending.done()
+        started = time.monotonic()
+        stopping = asyncio.ensure_future(gw.stop())
+        answer = await asyncio.wait_for(pending, 5)
+        assert answer.code == ResponseCode.PULL_NOT_FOUND
+        assert answer.ext_fields["nextBeginOffset"] == "0"
+        await asyncio.wait_for(c.closed.wait(), 5)
+        await asyncio.wait_for(stopping, 10)
+        assert time.monotonic() - started < 2  # not the 2 s shutdown timeout
+        await c.close()
