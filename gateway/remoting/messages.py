@@ -26,7 +26,8 @@ property ``KEYS``,     copies of those two properties, for the store's key index
 
 A record written by MQTT or AMQP is read by a RocketMQ consumer with its user
 properties as message properties, its tag as ``TAGS`` and ``mqttSecondTopic`` derived
-from its topic (:func:`rocketmq_properties`).
+from its MQTT name (:func:`mqtt_name`: an AMQP record's routing key mapped to MQTT) by
+:func:`rocketmq_properties`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from broker_core import Message, Protocol, Record
 from gateway.remoting.stored import encode_stored, pack_host
 from gateway.user_properties import decode_user_properties, encode_user_properties
 from lmq.rocketmq import MQTT_SECOND_TOPIC, join_mqtt_topic, split_mqtt_topic
+from lmq.topic_space import amqp_to_mqtt
 
 __all__ = [
     "PROPS",
@@ -55,6 +57,8 @@ FLAG = "rmq.flag"
 RECONSUME = "rmq.reconsume"
 BORN_HOST = "rmq.born_host"
 USER_PROPERTIES = "user_properties"
+#: Where an AMQP record keeps its routing key (set by the AMQP front end).
+AMQP_ROUTING_KEY = "amqp.routing_key"
 
 NAME_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
@@ -153,10 +157,20 @@ def rocketmq_properties(record: Record) -> str:
                 out[name] = value
     if record.tag:
         out["TAGS"] = record.tag
-    second = split_mqtt_topic(record.topic)[1]
+    second = split_mqtt_topic(mqtt_name(record))[1]
     if second:
         out[MQTT_SECOND_TOPIC] = second
     return encode_properties(out)
+
+
+def mqtt_name(record: Record) -> str:
+    """The record's name in the one topic space: its topic, or for an AMQP record (whose
+    topic is its routing key) the routing key mapped to MQTT (``orders.eu.42`` ->
+    ``orders/eu/42``), as the MQTT front end reads it."""
+    if record.protocol == Protocol.AMQP:
+        key = record.properties.get(AMQP_ROUTING_KEY)
+        return amqp_to_mqtt(key.decode() if key is not None else record.topic)
+    return record.topic
 
 
 def record_flags(record: Record) -> tuple[int, int, int, str]:

@@ -90,3 +90,26 @@ async def test_one_topic_space_with_mqtt(tmp_path: Path) -> None:
         assert decode_user_properties(rec.properties["user_properties"]) == (("color", "red"),)
         await asyncio.to_thread(sub.close)
         await c.close()
+
+
+async def test_amqp_topic_exchange_to_rocketmq_has_the_second_topic(tmp_path: Path) -> None:
+    import aiormq
+
+    async with running_gateway(tmp_path / "data", amqp_port="auto") as gw:
+        c = await Client.connect(port_of(gw))
+        await c.ok(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"})
+        amqp = await aiormq.connect(f"amqp://guest:guest@127.0.0.1:{port_of(gw, 'amqp')}/")
+        channel = await amqp.channel()
+        await channel.confirm_delivery()
+        await channel.basic_publish(b"from amqp", exchange="amq.topic",
+                                    routing_key="orders.eu.42")
+        await amqp.close()
+        bodies = []
+        for q in range(8):
+            pulled = await c.call(RequestCode.PULL_MESSAGE, pull_fields("orders", q, 0))
+            if pulled.code == ResponseCode.SUCCESS:
+                bodies += decode_pulled(pulled.body)
+        assert [m.body for m in bodies] == [b"from amqp"]
+        assert bodies[0].topic == "orders"
+        assert bodies[0].properties["mqttSecondTopic"] == "/eu/42"
+        await c.close()
