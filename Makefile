@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+NODE_STAMP := tests/node/node_modules/.installed
 
 .PHONY: run check test lint system-deps
 
@@ -14,13 +15,18 @@ $(STAMP): pyproject.toml
 system-deps:
 	bash scripts/install-system-deps.sh
 
+# ali-ons and its dependencies, exactly as tests/node/package-lock.json pins them; again
+# only when the lockfile changes.
+$(NODE_STAMP): tests/node/package-lock.json
+	bash scripts/install-node-deps.sh
+
 run: $(STAMP)
 	$(VENV)/bin/lmq serve --data-dir ./lmq-data
 
 # The whole check, as CI runs it: lint first (a lint failure stops here), then the tests.
 check: lint test
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps $(NODE_STAMP)
 	$(PY) -m pytest
 
 # ruff (style and bugs), mypy over every package (zero errors), import contracts

@@ -131,6 +131,8 @@ class Broker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.mqtt_port: int | None = None
         self.amqp_port: int | None = None
+        #: RocketMQ remoting (the gateway serves it on its unified port); None elsewhere.
+        self.remoting_port: int | None = None
         self.version = "?"
         self.log_path = workdir / f"{self.name}.log"
 
@@ -251,7 +253,7 @@ class Gateway(Broker):
             "--amqp-port",
             str(self.amqp_port or 0),
             "--unified-port",
-            "0",
+            str(self.remoting_port or 0),
             "--max-connections",
             "200000",
             "--durability",
@@ -267,6 +269,7 @@ class Gateway(Broker):
             self.data_dir.mkdir(parents=True)
             self.mqtt_port = free_port()
             self.amqp_port = free_port()
+            self.remoting_port = free_port()
         cmd, env = self._command()
         t0 = time.perf_counter()
         log = open(self.log_path, "ab")

@@ -565,3 +565,10 @@ DESCRIPTIONS = {
     "amqp_fanout": "AMQP fanout exchange -> 10 queues",
     "amqp_topic": "AMQP topic exchange with 1,000 bindings",
 }
+
+# The RocketMQ remoting scenarios live in their own module; registered here so
+# `python -m bench --scenarios` lists them.
+from bench import remoting as _remoting  # noqa: E402
+
+SCENARIOS.update(_remoting.SCENARIOS)
+DESCRIPTIONS.update(_remoting.DESCRIPTIONS)

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # System packages the test suite needs: Debian's mosquitto-clients (mosquitto_pub/sub as
-# real MQTT peers), a Java runtime for the local Spark tests and openssl for test
-# certificates. Installs only what is
+# real MQTT peers), a Java runtime for the local Spark tests, openssl for test
+# certificates and Node.js with npm (the real RocketMQ client ali-ons, installed from
+# tests/node/package-lock.json by scripts/install-node-deps.sh). Installs only what is
 # missing, so it is cheap to call before every test run.
 set -euo pipefail
 need=()
 command -v mosquitto_pub >/dev/null 2>&1 || need+=(mosquitto-clients)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)  # test certificates for TLS tests
+command -v node >/dev/null 2>&1 || need+=(nodejs)  # ali-ons, tests/gateway/remoting
+command -v npm >/dev/null 2>&1 || need+=(npm)
 ((${#need[@]})) || exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "missing system packages: ${need[*]} (no apt-get here: install them by hand)" >&2

@@ -28,7 +28,6 @@ Answers, as RocketMQ's broker gives them:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,7 +42,7 @@ from gateway.remoting.messages import (
     record_flags,
     rocketmq_properties,
 )
-from gateway.remoting.pop_receipts import REVIVE_QID, BadReceipt, bitset_offsets, real_topic
+from gateway.remoting.pop_receipts import REVIVE_QID
 from gateway.remoting.pop_service import (
     OffsetOutOfRange,
     PollingFull,
@@ -56,7 +55,10 @@ from gateway.remoting.sendback import MessageNotFound, SendBackService
 from gateway.remoting.stored import encode_stored, pack_host
 from gateway.rocketmq.schedule import ScheduleService
 from lmq.rocketmq import InvalidName
-from protocol.remoting import RemotingCommand, RequestCode, ResponseCode
+from protocol.remoting import HeaderError, RemotingCommand, RequestCode, ResponseCode
+from protocol.remoting.bodies import BatchAckMessageRequestBody
+from protocol.remoting.errors import BodyError
+from protocol.remoting.pop import real_topic
 
 if TYPE_CHECKING:
     from gateway.remoting.frontend import RemotingFrontEnd
@@ -170,7 +172,7 @@ def _queue_errors(exc: Exception) -> RequestError:
         return RequestError(ResponseCode.TOPIC_NOT_EXIST, str(exc))
     if isinstance(exc, OffsetOutOfRange):
         return RequestError(ResponseCode.NO_MESSAGE, str(exc))
-    if isinstance(exc, BadReceipt):
+    if isinstance(exc, HeaderError):
         return RequestError(ResponseCode.INVALID_PARAMETER, str(exc))
     return RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc))
 
@@ -275,36 +277,20 @@ def batch_ack_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingComm
     if not cmd.body:
         return error(ResponseCode.NO_MESSAGE, "the batch ack has no body")
     try:
-        body = json.loads(cmd.body)
-        acks = body.get("acks") or []
-        if not isinstance(acks, list):
-            raise ValueError("acks is not a list")
-        parsed = [_batch_ack(a) for a in acks]
-    except (ValueError, TypeError, AttributeError, KeyError) as exc:
+        body = BatchAckMessageRequestBody.parse(cmd.body)
+        acks = [
+            (a, real_topic(a.topic, a.consumer_group, a.retry)) for a in body.acks
+        ]
+    except (BodyError, HeaderError) as exc:
         return error(ResponseCode.INVALID_PARAMETER, f"unreadable batch ack body: {exc}")
-    for group, topic, queue_id, visible_at, offsets in parsed:
-        found = _group(ctx, group)
+    for ack, topic in acks:
+        found = _group(ctx, ack.consumer_group)
         try:
-            found.pop.batch_ack(group, topic, queue_id, visible_at, offsets)
+            found.pop.batch_ack(ack.consumer_group, topic, ack.queue_id,
+                                ack.pop_time + ack.invisible_time, ack.offsets)
         except (UnknownLmq, ValueError, OffsetOutOfRange) as exc:
             raise _queue_errors(exc) from None
     return response()
-
-
-def _batch_ack(raw: dict[str, Any]) -> tuple[str, str, int, int, list[int]]:
-    """One BatchAck (fastjson short names, or the long alternates)."""
-    def pick(short: str, long: str) -> Any:
-        value = raw.get(short, raw.get(long))
-        if value is None:
-            raise KeyError(long)
-        return value
-
-    group = str(pick("c", "consumerGroup"))
-    topic = real_topic(str(pick("t", "topic")), group, str(raw.get("r", raw.get("retry", "0"))))
-    start = int(pick("so", "startOffset"))
-    visible_at = int(pick("pt", "popTime")) + int(pick("it", "invisibleTime"))
-    offsets = bitset_offsets(start, str(pick("b", "bitSet")))
-    return group, topic, int(pick("q", "queueId")), visible_at, offsets
 
 
 def change_invisible_time(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:

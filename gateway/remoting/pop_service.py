@@ -42,15 +42,16 @@ from broker_core import AppendResult, Message, MessageStore, Record, StoredMessa
 from broker_core.errors import UnknownReceipt
 from broker_core.receipts import decode_receipt
 from gateway.remoting.pop_receipts import (
-    MARK_NORMAL,
-    MARK_RETRY,
     REVIVE_QID,
     ExtraInfo,
     pop_retry_topic,
     store_receipt,
+    visible_at,
 )
 from gateway.remoting.records import RECONSUME, record_reconsume_times, with_rocketmq_properties
 from lmq.rocketmq import dlq_topic, queue_lmq
+from protocol.remoting.pop import NORMAL_TOPIC as MARK_NORMAL
+from protocol.remoting.pop import RETRY_TOPIC_V1 as MARK_RETRY
 
 __all__ = ["OffsetOutOfRange", "PollingFull", "PopItem", "PopResult", "PopService", "Source"]
 
@@ -222,10 +223,10 @@ class PopService:
         starts = {key: min(offsets) for key, offsets in by_queue.items()}
         for item in result.items:
             src = item.source
-            item.extra_info = ExtraInfo(
+            item.extra_info = str(ExtraInfo(
                 starts[(src.mark, src.queue_id)], result.pop_time, result.invisible_time,
                 REVIVE_QID, src.mark, self.broker_name, src.queue_id, item.message.offset,
-            ).encode()
+            ))
         result.start_offset_info = ";".join(
             f"{mark} {qid} {starts[(mark, qid)]}" for mark, qid in by_queue
         )
@@ -295,13 +296,12 @@ class PopService:
         self._ack_popped(group, item)
 
     def _ack_popped(self, group: str, item: PopItem) -> None:
-        info = ExtraInfo.parse(item.extra_info) if item.extra_info else None
-        visible_at = info.visible_at if info is not None else None
-        if visible_at is None:
+        if not item.extra_info:
             return
+        visible = visible_at(ExtraInfo.parse(item.extra_info))
         try:
             self.store.ack(store_receipt(group, item.source.topic, item.source.queue_id,
-                                         item.message.offset, visible_at))
+                                         item.message.offset, visible))
         except UnknownReceipt:
             pass
 
@@ -330,12 +330,12 @@ class PopService:
         """Ack one popped message. Returns whether it was in flight: an ack of a
         receipt no longer in flight (acked already, or its invisible time ran out and
         the message was or will be delivered again) succeeds and changes nothing, as in
-        RocketMQ. Raises :class:`BadReceipt`, :class:`UnknownLmq`, :class:`ValueError`,
-        :class:`OffsetOutOfRange`."""
+        RocketMQ. Raises :class:`~protocol.remoting.HeaderError` (an unreadable
+        receipt), :class:`UnknownLmq`, :class:`ValueError`, :class:`OffsetOutOfRange`."""
         info = ExtraInfo.parse(extra_info)
         self._check_queue(topic, queue_id, offset)
         try:
-            self.store.ack(store_receipt(group, topic, queue_id, offset, info.visible_at))
+            self.store.ack(store_receipt(group, topic, queue_id, offset, visible_at(info)))
         except UnknownReceipt:
             return False
         return True
@@ -361,11 +361,10 @@ class PopService:
         info = ExtraInfo.parse(extra_info)
         self._check_queue(topic, queue_id, offset)
         new = self.store.change_invisible_time(
-            store_receipt(group, topic, queue_id, offset, info.visible_at), invisible_ms
+            store_receipt(group, topic, queue_id, offset, visible_at(info)), invisible_ms
         )
-        visible_at = decode_receipt(new).visible_at
         self._arm_revive()
-        return visible_at - invisible_ms, invisible_ms
+        return decode_receipt(new).visible_at - invisible_ms, invisible_ms
 
     def peek(self, group: str, topic: str, queue_id: int, max_nums: int) -> PopResult:
         """The messages a pop would return next (new ones from the group's offset),

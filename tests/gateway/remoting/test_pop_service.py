@@ -6,7 +6,6 @@ send-back (gateway/remoting/sendback.py) through the persistent schedule."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,13 +16,7 @@ from broker_core import Message, MessageStore, StoreConfig
 from broker_core.clock import now_ms
 from gateway.publisher import Publisher
 from gateway.remoting.messages import PROPS, RECONSUME, decode_properties
-from gateway.remoting.pop_receipts import (
-    BadReceipt,
-    ExtraInfo,
-    bitset_offsets,
-    real_topic,
-    topic_mark,
-)
+from gateway.remoting.pop_receipts import ExtraInfo, pop_retry_topic, store_receipt, visible_at
 from gateway.remoting.pop_service import OffsetOutOfRange, PopService
 from gateway.remoting.sendback import (
     PROP_ORIGIN_MESSAGE_ID,
@@ -88,26 +81,17 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         e.close()
 
 
-def test_extra_info_round_trip_and_marks() -> None:
-    text = "5 1700000000000 30000 0 1 gw 3 7"
-    info = ExtraInfo.parse(text)
-    assert info.encode() == text and info.visible_at == 1700000030000
-    assert ExtraInfo.parse("5 1 2 0 0 gw 3").msg_offset is None
-    for bad in ("", "1 2 3", "a 1 2 0 0 gw 3 7", "1 2 3 4 5 6 7 8 9"):
-        with pytest.raises(BadReceipt):
-            ExtraInfo.parse(bad)
-    assert topic_mark("orders") == "0"
-    assert topic_mark("%RETRY%g_orders") == "1" and topic_mark("%RETRY%g+orders") == "2"
-    assert real_topic("orders", "g", "1") == "%RETRY%g_orders"
-    assert real_topic("orders", "g", "0") == "orders"
-
-
-def test_bitset_is_javas_little_endian_bytes() -> None:
-    # java.util.BitSet with bits 0, 2, 9 set: toByteArray() == {0x05, 0x02}
-    encoded = base64.b64encode(bytes([0x05, 0x02])).decode()
-    assert bitset_offsets(100, encoded) == [100, 102, 109]
-    with pytest.raises(BadReceipt):
-        bitset_offsets(0, "not base64!")
+async def test_receipt_maps_to_the_stores_in_flight_key(env: Env) -> None:
+    await env.send(b"x", 3)
+    item = env.pop.pop_now("g", "orders", 3, 1, 30_000).items[0]
+    info = ExtraInfo.parse(item.extra_info)
+    assert (info.queue_id, info.queue_offset, info.retry) == (3, 0, "0")
+    assert visible_at(info) == info.pop_time + 30_000
+    # the receipt the store handed out is exactly the one rebuilt from ExtraInfo
+    receipt = store_receipt("g", "orders", 3, 0, visible_at(info))
+    env.store.ack(receipt)
+    assert env.store.inflight_count("g") == 0
+    assert pop_retry_topic("orders", "g") == "%RETRY%g_orders"
 
 
 async def test_pop_all_queues_one_pop_time_and_ack_by_extra_info(env: Env) -> None:
@@ -118,7 +102,7 @@ async def test_pop_all_queues_one_pop_time_and_ack_by_extra_info(env: Env) -> No
     infos = [ExtraInfo.parse(i.extra_info) for i in result.items]
     assert {i.pop_time for i in infos} == {result.pop_time}
     assert sorted(i.queue_id for i in infos) == [0, 1, 2, 3]
-    assert all(i.mark == "0" and i.broker_name == "gw" for i in infos)
+    assert all(i.retry == "0" and i.broker_name == "gw" for i in infos)
     assert result.start_offset_info.count(";") == 3 and result.rest_num == 0
     assert env.store.inflight_count("g") == 4
     for item, info in zip(result.items, infos, strict=True):
