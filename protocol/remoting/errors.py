@@ -57,7 +57,12 @@ class BodyError(RemotingError):
 
 
 class MessageError(RemotingError):
-    """A message encoding (stored record, batch, properties, ids, route JSON) is bad."""
+    """A message encoding (stored record, batch, properties, ids) is bad. ``index`` is
+    the position of the offending message in a batch, when there is one."""
+
+    def __init__(self, message: str, *, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 class CommandError(RemotingError):
