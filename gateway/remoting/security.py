@@ -4,7 +4,8 @@ Open mode (no users file, loopback): nothing here runs. With a users database:
 
 - **Who.** RocketMQ's ACL clients sign every request: ``extFields`` carry
   ``AccessKey`` and ``Signature`` (base64 HMAC-SHA1 with the secret key over the sorted
-  ``extFields`` values and the body; ali-ons adds ``OnsChannel``). A request with an
+  ``extFields`` values and the body; ali-ons adds ``OnsChannel``), verified with
+  :mod:`protocol.remoting.signature`. A request with an
   access key is served as the user that owns it when the signature verifies, refused
   NO_PERMISSION otherwise (unknown key, bad signature). A request without an access key
   is served as the anonymous principal when ``allow_anonymous`` is on, else refused.
@@ -17,33 +18,20 @@ Open mode (no users file, loopback): nothing here runs. With a users database:
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gateway.auth.authenticator import Refusal, RefusalReason
 from gateway.remoting.dispatch import RequestError
 from gateway.remoting.replies import error
+from protocol.remoting import signature
 from protocol.remoting.codes import ResponseCode
 
-ACCESS_KEY = "AccessKey"
-SIGNATURE = "Signature"
+ACCESS_KEY = signature.ACCESS_KEY
 
 if TYPE_CHECKING:
     from gateway.remoting.dispatch import RequestContext
     from gateway.remoting.frontend import RemotingFrontEnd
     from protocol.remoting import RemotingCommand
-
-
-def signature(ext_fields: Mapping[str, str], body: bytes, secret_key: str) -> str:
-    """RocketMQ's request signature (``AclUtils.combineRequestContent`` + HMAC-SHA1):
-    base64 HMAC-SHA1 with the secret key over every ``extFields`` value except
-    ``Signature``, in the order of their names, then the body."""
-    content = "".join(v for k, v in sorted(ext_fields.items()) if k != SIGNATURE)
-    mac = hmac.new(secret_key.encode(), content.encode() + body, hashlib.sha1)
-    return base64.b64encode(mac.digest()).decode()
 
 
 def authorize(
@@ -55,10 +43,9 @@ def authorize(
         return None
     fields = cmd.ext_fields
     access_key = fields.get(ACCESS_KEY)
-    sent = fields.get(SIGNATURE, "")
 
     def verify(secret_key: str) -> bool:
-        return hmac.compare_digest(signature(fields, cmd.body, secret_key), sent)
+        return signature.verify(fields, cmd.body, secret_key, version=cmd.version)
 
     result = auth.authenticate_signature(
         access_key, verify, client_id=handler.client_id, peer_host=handler.conn.peer_host)
