@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from broker_core import AppendResult, Durability, MessageTooLarge, StorageFull, StoreError
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
-from gateway.remoting.messages import decode_properties, to_store_message
+from gateway.remoting.messages import decode_properties, encode_properties, to_store_message
 from gateway.remoting.replies import error, response
 from lmq.rocketmq import (
     MQTT_SECOND_TOPIC,
@@ -49,6 +49,8 @@ from lmq.rocketmq import (
     queue_lmq,
 )
 from protocol.remoting.codes import RequestCode, ResponseCode, SysFlag
+from protocol.remoting.errors import MessageError
+from protocol.remoting.messages import decode_batch
 
 if TYPE_CHECKING:
     from broker_core import Message
@@ -215,15 +217,13 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
 
 
 async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-    from gateway.remoting.batch import decode_batch
-
     header = SendHeader(cmd)
     front = ctx.front
     config = writable_topic(ctx, header.topic)
     queue_id = choose_queue(config, header.queue_id)
     try:
         entries = decode_batch(cmd.body)
-    except ValueError as exc:
+    except MessageError as exc:
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
     if not entries:
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
@@ -231,8 +231,9 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
     max_body = store.config.max_message_bytes
     lmq = queue_lmq(header.topic, queue_id)
     items: list[tuple[Message, list[str]]] = []
-    for index, (flag, body, props_text) in enumerate(entries):
-        props = decode_properties(props_text)
+    for index, entry in enumerate(entries):
+        body, props, flag = entry.body, entry.properties, entry.flag
+        props_text = encode_properties(props)
         kind = message_type(props, header.sys_flag)
         if kind != MessageType.NORMAL or config.message_type != MessageType.NORMAL:
             try:
