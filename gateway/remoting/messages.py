@@ -39,6 +39,12 @@ from gateway.remoting.stored import encode_stored, pack_host
 from gateway.user_properties import decode_user_properties, encode_user_properties
 from lmq.rocketmq import MQTT_SECOND_TOPIC, join_mqtt_topic, split_mqtt_topic
 from lmq.topic_space import amqp_to_mqtt
+from protocol.remoting.messages import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    decode_properties,
+    encode_properties,
+)
 
 __all__ = [
     "PROPS",
@@ -60,8 +66,7 @@ USER_PROPERTIES = "user_properties"
 #: Where an AMQP record keeps its routing key (set by the AMQP front end).
 AMQP_ROUTING_KEY = "amqp.routing_key"
 
-NAME_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
+NAME_SEPARATOR = NAME_VALUE_SEPARATOR
 
 #: RocketMQ's own property names (``MessageConst.STRING_HASH_SET`` and the ones the
 #: clients set): they are not user properties and do not travel to MQTT or AMQP.
@@ -80,23 +85,6 @@ SYSTEM_PROPERTIES = frozenset({
     "SHARDING_KEY", "__SHARDINGKEY", "__STARTDELIVERTIME", "__transactionId__",
     MQTT_SECOND_TOPIC,
 })
-
-
-def decode_properties(text: str) -> dict[str, str]:
-    """RocketMQ's ``k\\x01v\\x02`` properties string as a dict (pairs without a value
-    separator are skipped, as ``MessageDecoder.string2messageProperties`` does)."""
-    out: dict[str, str] = {}
-    if not text:
-        return out
-    for item in text.split(PROPERTY_SEPARATOR):
-        name, sep, value = item.partition(NAME_SEPARATOR)
-        if sep and name:
-            out[name] = value
-    return out
-
-
-def encode_properties(props: Mapping[str, str]) -> str:
-    return "".join(f"{k}{NAME_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
 
 
 def to_store_message(
@@ -153,7 +141,10 @@ def rocketmq_properties(record: Record) -> str:
     user = props.get(USER_PROPERTIES)
     if user:
         for name, value in decode_user_properties(user):
-            if NAME_SEPARATOR not in name + value and PROPERTY_SEPARATOR not in name + value:
+            # what the properties string cannot carry is left out
+            if name and value and NAME_SEPARATOR not in name + value and (
+                PROPERTY_SEPARATOR not in name + value
+            ):
                 out[name] = value
     if record.tag:
         out["TAGS"] = record.tag
