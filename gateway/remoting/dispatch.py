@@ -119,6 +119,11 @@ class RequestContext(Protocol):
         """The gateway address this client connected to (host, port)."""
         ...
 
+    def msg_id(self, position: int) -> str:
+        """The offsetMsgId of the record at log ``position`` (store address: the
+        address this client connected to)."""
+        ...
+
     @property
     def closed(self) -> bool:
         ...

@@ -45,7 +45,6 @@ from lmq.rocketmq import (
     Perm,
     TopicConfig,
     is_system_topic,
-    offset_msg_id,
     queue_lmq,
 )
 from protocol.remoting.codes import RequestCode, ResponseCode, SysFlag
@@ -164,11 +163,6 @@ def choose_queue(config: TopicConfig, queue_id: int) -> int:
     return queue_id
 
 
-def store_address(ctx: RequestContext) -> tuple[str, int]:
-    """The address in message ids: the gateway address the client connected to."""
-    return ctx.local_address
-
-
 def _failure(exc: BaseException) -> RemotingCommand:
     if isinstance(exc, MessageTooLarge):
         return error(ResponseCode.MESSAGE_ILLEGAL, str(exc))
@@ -198,7 +192,6 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     lmq = queue_lmq(header.topic, queue_id)
     routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
     lmqs = [lmq, *routes] if routes else (lmq,)
-    host, port = store_address(ctx)
 
     def done(result: AppendResult | None, exc: BaseException | None) -> None:
         if result is None:
@@ -206,7 +199,7 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
             return
         front.sent += 1
         ctx.reply(cmd, response(fields={
-            "msgId": offset_msg_id(host, port, result.position),
+            "msgId": ctx.msg_id(result.position),
             "queueId": queue_id,
             "queueOffset": result.offsets[0],
         }))
@@ -261,9 +254,8 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
         log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())
         return _failure(exc)
     front.sent += len(results)
-    host, port = store_address(ctx)
     return response(fields={
-        "msgId": ",".join(offset_msg_id(host, port, r.position) for r in results),
+        "msgId": ",".join(ctx.msg_id(r.position) for r in results),
         "queueId": queue_id,
         "queueOffset": results[0].offsets[0],
     })
