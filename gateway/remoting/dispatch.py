@@ -103,6 +103,11 @@ class RequestContext(Protocol):
         request was oneway or the connection is gone."""
         ...
 
+    def reply_fields(self, request: RemotingCommand, fields: dict[str, str]) -> None:
+        """Send a SUCCESS response to ``request`` with header ``fields`` (already
+        strings) and no body: :meth:`reply` without building the response twice."""
+        ...
+
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """Finish a request in a task owned by the connection (cancelled when it
         closes; a graceful shutdown waits for it a bounded time): a handler that

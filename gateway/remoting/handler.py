@@ -40,8 +40,8 @@ from gateway.remoting.dispatch import RequestError
 from gateway.remoting.replies import error
 from lmq.rocketmq import offset_msg_id
 from protocol.remoting import FrameDecoder, RemotingCommand
-from protocol.remoting.codes import ResponseCode
-from protocol.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG
+from protocol.remoting.codes import LanguageCode, ResponseCode
+from protocol.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, SERVER_VERSION
 from protocol.remoting.errors import FrameError, HeaderError, RemotingError
 
 if TYPE_CHECKING:
@@ -110,6 +110,15 @@ class RemotingHandler(ConnectionHandler):
         self.conn.queue(RemotingCommand(
             code, request.opaque, response.flag | RESPONSE_FLAG, response.language,
             response.version, response.remark, response.ext_fields, response.body,
+        ).encode())
+
+    def reply_fields(self, request: RemotingCommand, fields: dict[str, str]) -> None:
+        """:meth:`reply` SUCCESS with header ``fields`` (strings) and no body, the
+        response built once (the send hot path)."""
+        if self._closed or request.flag & ONEWAY_FLAG:
+            return
+        self.conn.queue(RemotingCommand(
+            0, request.opaque, RESPONSE_FLAG, LanguageCode.JAVA, SERVER_VERSION, None, fields,
         ).encode())
 
     def send_request(self, request: RemotingCommand) -> None:

@@ -66,6 +66,7 @@ V2_NAMES = {
 }
 _DELAY_PROPERTIES = (
     "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME")
+_TYPE_PROPERTIES = frozenset(("TRAN_MSG", "__SHARDINGKEY", *_DELAY_PROPERTIES))
 _round_robin = itertools.count()
 
 
@@ -75,6 +76,12 @@ def register(table: DispatchTable) -> None:
     table.register(RequestCode.SEND_BATCH_MESSAGE, send_batch_message)
 
 
+#: Field name lists, V1 then V2 (the order SendHeader reads them in).
+_V1 = ("producerGroup", "topic", "queueId", "sysFlag", "bornTimestamp", "flag",
+       "properties", "reconsumeTimes")
+_V2 = tuple(V2_NAMES[name] for name in _V1)
+
+
 class SendHeader:
     """The fields of a send header a send uses (V1 or V2 names)."""
 
@@ -82,31 +89,34 @@ class SendHeader:
                  "properties", "reconsume_times")
 
     def __init__(self, cmd: RemotingCommand) -> None:
-        fields = cmd.ext_fields
-        v2 = cmd.code != RequestCode.SEND_MESSAGE
-
-        def get(name: str, required: bool = False) -> str | None:
-            value = fields.get(V2_NAMES[name] if v2 else name)
-            if value is None and required:
-                raise RequestError(
-                    ResponseCode.INVALID_PARAMETER, f"the send header has no {name!r} field")
-            return value
-
+        get = cmd.ext_fields.get
+        names = _V1 if cmd.code == RequestCode.SEND_MESSAGE else _V2
+        group, topic, queue_id, sys_flag, born, flag, props, reconsume = (
+            get(name) for name in names)
+        if group is None or topic is None or queue_id is None or sys_flag is None or (
+            born is None or flag is None
+        ):
+            missing = next(n for n, v in zip(_V1, (group, topic, queue_id, sys_flag, born,
+                                                   flag), strict=False) if v is None)
+            raise RequestError(
+                ResponseCode.INVALID_PARAMETER, f"the send header has no {missing!r} field")
         try:
-            self.producer_group = get("producerGroup", True) or ""
-            self.topic = get("topic", True) or ""
-            self.queue_id = int(get("queueId", True) or 0)
-            self.sys_flag = int(get("sysFlag", True) or 0)
-            self.born_ms = int(get("bornTimestamp", True) or 0)
-            self.flag = int(get("flag", True) or 0)
-            self.properties = get("properties") or ""
-            self.reconsume_times = int(get("reconsumeTimes") or 0)
+            self.queue_id = int(queue_id)
+            self.sys_flag = int(sys_flag)
+            self.born_ms = int(born)
+            self.flag = int(flag)
+            self.reconsume_times = int(reconsume) if reconsume else 0
         except ValueError as exc:
             raise RequestError(
                 ResponseCode.INVALID_PARAMETER, f"bad send header: {exc}") from None
+        self.producer_group = group
+        self.topic = topic
+        self.properties = props or ""
 
 
 def message_type(props: dict[str, str], sys_flag: int) -> MessageType:
+    if not sys_flag & SysFlag.TRANSACTION_MASK and props.keys().isdisjoint(_TYPE_PROPERTIES):
+        return MessageType.NORMAL  # the common case, one set operation
     if props.get("TRAN_MSG", "").lower() == "true" or (
         sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED
     ):
@@ -198,11 +208,11 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
             ctx.reply(cmd, _failure(exc or RuntimeError("append failed")))
             return
         front.sent += 1
-        ctx.reply(cmd, response(fields={
+        ctx.reply_fields(cmd, {
             "msgId": ctx.msg_id(result.position),
-            "queueId": queue_id,
-            "queueOffset": result.offsets[0],
-        }))
+            "queueId": str(queue_id),
+            "queueOffset": str(result.offsets[0]),
+        })
 
     front.publisher.submit_callback(message, lmqs, done)
     front.throttle(ctx)
