@@ -49,6 +49,11 @@ MAX_SUSPEND_MS = 60_000
 #: Read windows looked at per pull when a filter skips everything.
 MAX_FILTER_ROUNDS = 8
 MAX_PULL_BYTES = 4 * 1024 * 1024
+# Plain ints: an IntFlag operator is a slow Python call, and these run per pull.
+_READ = int(Perm.READ)
+_SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
+_SUSPEND = int(PullSysFlag.SUSPEND)
+_COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
 
 
 def register(table: DispatchTable) -> None:
@@ -97,7 +102,7 @@ class PullRequest:
         if config is None:
             raise RequestError(
                 ResponseCode.TOPIC_NOT_EXIST, f"topic[{self.topic}] not exist, apply first please!")
-        if not config.perm & Perm.READ:
+        if not config.perm & _READ:
             raise RequestError(
                 ResponseCode.NO_PERMISSION, f"the topic[{self.topic}] pulling message is forbidden")
         if not 0 <= self.queue_id < config.read_queues:
@@ -107,7 +112,7 @@ class PullRequest:
                 f" topicConfig.readQueueNums:[{config.read_queues}]")
         front.check_subscribe(ctx, self.topic, self.group)
         self.lmq = queue_lmq(self.topic, self.queue_id)
-        if sys_flag & PullSysFlag.SUBSCRIPTION:
+        if sys_flag & _SUBSCRIPTION:
             expression_type = get_str(cmd, "expressionType", "TAG")
             expression = get_str(cmd, "subscription", "*")
         else:
@@ -121,8 +126,8 @@ class PullRequest:
         self.tags = parse_tag_expression(expression)
         self.suspend_ms = (
             min(get_int(cmd, "suspendTimeoutMillis", 0), MAX_SUSPEND_MS)
-            if sys_flag & PullSysFlag.SUSPEND else 0)
-        if sys_flag & PullSysFlag.COMMIT_OFFSET:
+            if sys_flag & _SUSPEND else 0)
+        if sys_flag & _COMMIT_OFFSET:
             commit(ctx, self.group, self.topic, self.queue_id, get_int(cmd, "commitOffset", -1))
         self.store_host = pack_host("{}:{}".format(*ctx.local_address))
 

@@ -66,6 +66,11 @@ V2_NAMES = {
 }
 _DELAY_PROPERTIES = (
     "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME")
+# Plain ints: an IntFlag operator is a slow Python call, and these run per send.
+_TX_MASK = int(SysFlag.TRANSACTION_MASK)
+_TX_PREPARED = int(SysFlag.TRANSACTION_PREPARED)
+_INNER_BATCH = int(SysFlag.INNER_BATCH)
+_WRITE = int(Perm.WRITE)
 _TYPE_PROPERTIES = frozenset(("TRAN_MSG", "__SHARDINGKEY", *_DELAY_PROPERTIES))
 _round_robin = itertools.count()
 
@@ -115,10 +120,10 @@ class SendHeader:
 
 
 def message_type(props: dict[str, str], sys_flag: int) -> MessageType:
-    if not sys_flag & SysFlag.TRANSACTION_MASK and props.keys().isdisjoint(_TYPE_PROPERTIES):
+    if not sys_flag & _TX_MASK and props.keys().isdisjoint(_TYPE_PROPERTIES):
         return MessageType.NORMAL  # the common case, one set operation
     if props.get("TRAN_MSG", "").lower() == "true" or (
-        sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED
+        sys_flag & _TX_MASK == _TX_PREPARED
     ):
         return MessageType.TRANSACTION
     for name in _DELAY_PROPERTIES:
@@ -155,7 +160,7 @@ def writable_topic(ctx: RequestContext, topic: str) -> TopicConfig:
     if config is None:
         raise RequestError(
             ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-    if not config.perm & Perm.WRITE:
+    if not config.perm & _WRITE:
         raise RequestError(
             ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
     ctx.front.check_publish(ctx, topic)
@@ -251,7 +256,7 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
                 f" {max_body}")
         message = to_store_message(
             header.topic, body, props_text, props, origin=header.producer_group,
-            born_ms=header.born_ms, sys_flag=header.sys_flag & ~SysFlag.INNER_BATCH,
+            born_ms=header.born_ms, sys_flag=header.sys_flag & ~_INNER_BATCH,
             flag=flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
         routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
         items.append((message, [lmq, *routes]))

@@ -88,6 +88,20 @@ async def test_pull_offsets_moved_and_not_found(tmp_path: Path) -> None:
         assert missing.code == ResponseCode.TOPIC_NOT_EXIST
         bad_queue = await c.call(RequestCode.PULL_MESSAGE, pull_fields("t1", 8, 0))
         assert bad_queue.code == ResponseCode.SYSTEM_ERROR
+        # a send without a required field, or with a non-numeric one
+        no_topic = {k: v for k, v in send_fields("t1", 0, "").items() if k != "b"}
+        missing = await c.call(RequestCode.SEND_MESSAGE_V2, no_topic, body=b"x")
+        assert missing.code == ResponseCode.INVALID_PARAMETER
+        assert "topic" in (missing.remark or "")
+        bad = await c.call(RequestCode.SEND_MESSAGE_V2, send_fields("t1", 0, "") | {"e": "x"},
+                           body=b"x")
+        assert bad.code == ResponseCode.INVALID_PARAMETER
+        wrong_queue = await c.call(RequestCode.SEND_MESSAGE_V2, send_fields("t1", 8, ""),
+                                   body=b"x")
+        assert wrong_queue.code == ResponseCode.SYSTEM_ERROR
+        system = await c.call(RequestCode.SEND_MESSAGE_V2, send_fields("TBW102", 0, ""),
+                              body=b"x")
+        assert system.code == ResponseCode.NO_PERMISSION
         await c.close()
 
 
