@@ -21,6 +21,11 @@ topics             the topic/filter/share/LMQ-name validators and both tries
 config             load_config on the input as a TOML file: GatewayConfig or a one-line
                    ConfigError
 record             decode_record / iter_records: no CRC-failing record returned
+remoting-frames    FrameDecoder on the input in 1..16-byte pieces: only RemotingCommand or
+                   FrameError; commands re-encode equal; every header class parses or
+                   raises HeaderError
+remoting-messages  decode_stored / decode_batch / the JSON body parsers / UNIQ_KEY and
+                   ExtraInfo: only MessageError, BodyError, HeaderError; round trips
 =================  =======================================================================
 
 The seeds are the regression corpus in tests/fuzz/corpus/<area>/ (decoded from .hex);
@@ -62,8 +67,16 @@ with atheris.instrument_imports(include=["protocol", "lmq", "gateway.config", "b
     from lmq.topic_space import AmqpTopicTrie, binding_matches
     from lmq.topic_trie import TopicTrie, filter_matches
     from protocol import amqp, mqtt
+    from protocol import remoting as rmt
     from protocol.amqp import fastpath
     from protocol.amqp.framing import PROTOCOL_HEADER, decode_method
+    from protocol.remoting import bodies as rmt_bodies
+    from protocol.remoting import headers as rmt_headers
+    from protocol.remoting import messages as rmt_messages
+    from protocol.remoting import pop as rmt_pop
+    from protocol.remoting import route as rmt_route
+    from protocol.remoting.errors import BodyError
+    from protocol.remoting.ids import UniqKey
 
 # The AMQP machine runs with pamqp configured as the gateway configures it.
 amqp.relax_pamqp_name_validation()
@@ -228,11 +241,81 @@ def record(data: bytes) -> None:
     assert len(walked) <= len(data) // 60 + 1
 
 
+# -- RocketMQ remoting -------------------------------------------------------------------
+
+_RMT_HEADERS = [
+    cls
+    for module in (rmt_headers, rmt_pop)
+    for cls in vars(module).values()
+    if isinstance(cls, type) and issubclass(cls, rmt_headers.Header)
+    and cls is not rmt_headers.Header
+]
+
+
+def remoting_frames(data: bytes) -> None:
+    if len(data) < 2:
+        return
+    step = 1 + data[0] % 16
+    data = data[1:]
+    decoder = rmt.FrameDecoder(max_frame_length=1 << 16)
+    for i in range(0, len(data), step):
+        for item in decoder.receive(data[i : i + step]):
+            if isinstance(item, rmt.FrameError):
+                if item.fatal:
+                    return
+                continue
+            assert isinstance(item, rmt.RemotingCommand)
+            json_frame = item.encode(rmt.SerializeType.JSON)
+            again = rmt.decode_command(json_frame[4:])
+            assert again.ext_fields == item.ext_fields and again.code == item.code
+            for cls in _RMT_HEADERS:
+                try:
+                    cls.from_fields(item.ext_fields)
+                except rmt.HeaderError:
+                    pass
+
+
+def remoting_messages(data: bytes) -> None:
+    try:
+        msgs = rmt_messages.decode_stored(data, check_crc=True)
+    except rmt.MessageError:
+        pass
+    else:
+        raw = b"".join(rmt_messages.encode_stored(m) for m in msgs)
+        assert len(rmt_messages.decode_stored(raw, decompress=False)) == len(msgs)
+    try:
+        batch = rmt_messages.decode_batch(data)
+    except rmt.MessageError as exc:
+        assert exc.index is not None
+    else:
+        try:
+            assert rmt_messages.decode_batch(rmt_messages.encode_batch(batch)) == batch
+        except rmt.MessageError:
+            pass
+    for parse in (rmt_bodies.HeartbeatData.parse, rmt_bodies.LockBatchRequestBody.parse,
+                  rmt_bodies.BatchAckMessageRequestBody.parse, rmt_route.TopicRouteData.parse):
+        try:
+            parse(data)
+        except BodyError:
+            pass
+    text = data.decode("utf-8", "replace")
+    try:
+        UniqKey.parse(text)
+    except rmt.MessageError:
+        pass
+    try:
+        rmt_pop.ExtraInfo.parse(text)
+    except rmt.HeaderError:
+        pass
+
+
 TARGETS: dict[str, tuple[Callable[[bytes], None], str]] = {
     "mqtt-decode": (mqtt_decode, "mqtt"), "mqtt-server": (mqtt_server, "mqtt"),
     "amqp-connection": (amqp_connection, "amqp"), "amqp-method": (amqp_method, "amqp"),
     "amqp-header": (amqp_header, "amqp"), "topics": (topics, "topics"),
     "config": (config, "config"), "record": (record, "record"),
+    "remoting-frames": (remoting_frames, "remoting"),
+    "remoting-messages": (remoting_messages, "remoting"),
 }
 
 

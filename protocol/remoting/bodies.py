@@ -6,144 +6,29 @@ fields take Java's defaults, unknown fields are ignored, numbers may arrive as s
 
 Route data is the one body RocketMQ writes in fastjson's non-standard dialect: the
 ``brokerAddrs`` map has ``Long`` keys, which fastjson writes unquoted (``{0:"ip:port"}``).
-:meth:`TopicRouteData.serialize` writes either dialect and :func:`loads_lenient` reads
-both, quoting bare numeric object keys before handing the text to ``json``.
+:meth:`route.TopicRouteData.serialize` writes either dialect and :func:`loads_lenient`
+(``json_body.py``) reads both, quoting bare numeric object keys before handing the text to
+``json``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import BodyError
-
-
-def loads_lenient(data: bytes | str) -> Any:
-    """``json.loads`` that also accepts fastjson's unquoted numeric object keys."""
-    try:
-        text = data.decode() if isinstance(data, (bytes, bytearray, memoryview)) else data
-    except UnicodeDecodeError as exc:
-        raise BodyError(f"JSON body is not UTF-8: {exc.reason}") from None
-    try:
-        return json.loads(_quote_numeric_keys(text))
-    except (ValueError, RecursionError) as exc:
-        raise BodyError(f"bad JSON body: {exc}") from None
-
-
-_DIGITS = frozenset("0123456789")
-
-
-def _quote_numeric_keys(text: str) -> str:
-    # One pass, tracking strings and the container stack: a number right after '{' or
-    # ',' inside an object is a key and gets quotes; numbers in arrays are left alone.
-    if "{" not in text:
-        return text
-    out: list[str] = []
-    stack: list[str] = []
-    expect_key = False
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i : j + 1])
-            i = j + 1
-            expect_key = False
-            continue
-        if c in "{[":
-            stack.append(c)
-            expect_key = c == "{"
-        elif c in "}]":
-            if stack:
-                stack.pop()
-            expect_key = False
-        elif c == ",":
-            expect_key = bool(stack) and stack[-1] == "{"
-        elif expect_key and (c in _DIGITS or c == "-"):
-            j = i + 1
-            while j < n and text[j] in _DIGITS:
-                j += 1
-            if text[i:j] != "-":
-                out.append(f'"{text[i:j]}"')
-                i = j
-                expect_key = False
-                continue
-            expect_key = False
-        elif not c.isspace():
-            expect_key = False
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def _load_object(data: bytes | str, what: str) -> dict[str, Any]:
-    obj = loads_lenient(data)
-    if not isinstance(obj, dict):
-        raise BodyError(f"{what} body is not a JSON object")
-    return obj
-
-
-def _str(obj: dict[str, Any], key: str, default: str | None = None) -> Any:
-    value = obj.get(key, default)
-    if value is not None and not isinstance(value, str):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise BodyError(f"body field {key}: not a string")
-    return value
-
-
-def _int(obj: dict[str, Any], key: str, default: int = 0) -> int:
-    value = obj.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        raise BodyError(f"body field {key}: not an int")
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            raise BodyError(f"body field {key}: not an int") from None
-    if not isinstance(value, int):
-        raise BodyError(f"body field {key}: not an int")
-    return value
-
-
-def _bool(obj: dict[str, Any], key: str, default: bool = False) -> bool:
-    value = obj.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, str):
-        return value.lower() == "true"
-    if not isinstance(value, (bool, int)):
-        raise BodyError(f"body field {key}: not a boolean")
-    return bool(value)
-
-
-def _list(obj: dict[str, Any], key: str) -> list[Any]:
-    value = obj.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise BodyError(f"body field {key}: not a list")
-    return value
-
-
-def _objects(obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    items = _list(obj, key)
-    for item in items:
-        if not isinstance(item, dict):
-            raise BodyError(f"body field {key}: an element is not an object")
-    return items
-
-
-def _dump(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-
+from .json_body import (
+    dump,
+    get_bool,
+    get_int,
+    get_list,
+    get_objects,
+    get_str,
+    load_object,
+)
+from .json_body import loads_lenient as loads_lenient  # the reader of these bodies
 
 # --- heartbeat --------------------------------------------------------------------------
 
@@ -160,23 +45,23 @@ class SubscriptionData:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> SubscriptionData:
-        tags = _list(obj, "tagsSet")
-        codes = _list(obj, "codeSet")
+        tags = get_list(obj, "tagsSet")
+        codes = get_list(obj, "codeSet")
         if not all(isinstance(t, str) for t in tags):
             raise BodyError("body field tagsSet: not a list of strings")
         if not all(isinstance(c, int) and not isinstance(c, bool) for c in codes):
             raise BodyError("body field codeSet: not a list of ints")
-        topic = _str(obj, "topic")
+        topic = get_str(obj, "topic")
         if topic is None:
             raise BodyError("subscription without a topic")
         return cls(
             topic=topic,
-            sub_string=_str(obj, "subString", "*") or "*",
+            sub_string=get_str(obj, "subString", "*") or "*",
             tags_set=tuple(tags),
             code_set=tuple(codes),
-            sub_version=_int(obj, "subVersion"),
-            expression_type=_str(obj, "expressionType", "TAG") or "TAG",
-            class_filter_mode=_bool(obj, "classFilterMode"),
+            sub_version=get_int(obj, "subVersion"),
+            expression_type=get_str(obj, "expressionType", "TAG") or "TAG",
+            class_filter_mode=get_bool(obj, "classFilterMode"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -202,19 +87,19 @@ class ConsumerData:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> ConsumerData:
-        group = _str(obj, "groupName")
+        group = get_str(obj, "groupName")
         if group is None:
             raise BodyError("consumer data without a groupName")
         return cls(
             group_name=group,
-            consume_type=_str(obj, "consumeType", "CONSUME_PASSIVELY") or "CONSUME_PASSIVELY",
-            message_model=_str(obj, "messageModel", "CLUSTERING") or "CLUSTERING",
-            consume_from_where=_str(obj, "consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")
+            consume_type=get_str(obj, "consumeType", "CONSUME_PASSIVELY") or "CONSUME_PASSIVELY",
+            message_model=get_str(obj, "messageModel", "CLUSTERING") or "CLUSTERING",
+            consume_from_where=get_str(obj, "consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")
             or "CONSUME_FROM_LAST_OFFSET",
             subscription_data_set=tuple(
-                SubscriptionData.from_json(s) for s in _objects(obj, "subscriptionDataSet")
+                SubscriptionData.from_json(s) for s in get_objects(obj, "subscriptionDataSet")
             ),
-            unit_mode=_bool(obj, "unitMode"),
+            unit_mode=get_bool(obj, "unitMode"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -240,26 +125,26 @@ class HeartbeatData:
 
     @classmethod
     def parse(cls, body: bytes) -> HeartbeatData:
-        obj = _load_object(body, "heartbeat")
-        client_id = _str(obj, "clientID")
+        obj = load_object(body, "heartbeat")
+        client_id = get_str(obj, "clientID")
         if not client_id:
             raise BodyError("heartbeat without a clientID")
         producers = []
-        for p in _objects(obj, "producerDataSet"):
-            name = _str(p, "groupName")
+        for p in get_objects(obj, "producerDataSet"):
+            name = get_str(p, "groupName")
             if name is None:
                 raise BodyError("producer data without a groupName")
             producers.append(name)
         return cls(
             client_id=client_id,
             producer_groups=tuple(producers),
-            consumers=tuple(ConsumerData.from_json(c) for c in _objects(obj, "consumerDataSet")),
-            heartbeat_fingerprint=_int(obj, "heartbeatFingerprint"),
-            without_sub=_bool(obj, "withoutSub"),
+            consumers=tuple(ConsumerData.from_json(c) for c in get_objects(obj, "consumerDataSet")),
+            heartbeat_fingerprint=get_int(obj, "heartbeatFingerprint"),
+            without_sub=get_bool(obj, "withoutSub"),
         )
 
     def serialize(self) -> bytes:
-        return _dump(
+        return dump(
             {
                 "clientID": self.client_id,
                 "consumerDataSet": [c.to_json() for c in self.consumers],
@@ -281,10 +166,10 @@ class MessageQueue:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> MessageQueue:
-        topic, broker = _str(obj, "topic"), _str(obj, "brokerName")
+        topic, broker = get_str(obj, "topic"), get_str(obj, "brokerName")
         if topic is None or broker is None or "queueId" not in obj:
             raise BodyError("message queue needs topic, brokerName and queueId")
-        return cls(topic, broker, _int(obj, "queueId"))
+        return cls(topic, broker, get_int(obj, "queueId"))
 
     def to_json(self) -> dict[str, Any]:
         return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
@@ -301,19 +186,19 @@ class LockBatchRequestBody:
 
     @classmethod
     def parse(cls, body: bytes) -> LockBatchRequestBody:
-        obj = _load_object(body, "lock batch")
-        group, client = _str(obj, "consumerGroup"), _str(obj, "clientId")
+        obj = load_object(body, "lock batch")
+        group, client = get_str(obj, "consumerGroup"), get_str(obj, "clientId")
         if group is None or client is None:
             raise BodyError("lock batch body needs consumerGroup and clientId")
         return cls(
             consumer_group=group,
             client_id=client,
-            mq_set=tuple(MessageQueue.from_json(m) for m in _objects(obj, "mqSet")),
-            only_this_broker=_bool(obj, "onlyThisBroker"),
+            mq_set=tuple(MessageQueue.from_json(m) for m in get_objects(obj, "mqSet")),
+            only_this_broker=get_bool(obj, "onlyThisBroker"),
         )
 
     def serialize(self) -> bytes:
-        return _dump(
+        return dump(
             {
                 "clientId": self.client_id,
                 "consumerGroup": self.consumer_group,
@@ -329,11 +214,11 @@ class LockBatchResponseBody:
 
     @classmethod
     def parse(cls, body: bytes) -> LockBatchResponseBody:
-        obj = _load_object(body, "lock batch response")
-        return cls(tuple(MessageQueue.from_json(m) for m in _objects(obj, "lockOKMQSet")))
+        obj = load_object(body, "lock batch response")
+        return cls(tuple(MessageQueue.from_json(m) for m in get_objects(obj, "lockOKMQSet")))
 
     def serialize(self) -> bytes:
-        return _dump({"lockOKMQSet": [m.to_json() for m in self.lock_ok_mq_set]})
+        return dump({"lockOKMQSet": [m.to_json() for m in self.lock_ok_mq_set]})
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,13 +229,13 @@ class ConsumerListBody:
 
     @classmethod
     def parse(cls, body: bytes) -> ConsumerListBody:
-        ids = _list(_load_object(body, "consumer list"), "consumerIdList")
+        ids = get_list(load_object(body, "consumer list"), "consumerIdList")
         if not all(isinstance(i, str) for i in ids):
             raise BodyError("body field consumerIdList: not a list of strings")
         return cls(tuple(ids))
 
     def serialize(self) -> bytes:
-        return _dump({"consumerIdList": list(self.consumer_id_list)})
+        return dump({"consumerIdList": list(self.consumer_id_list)})
 
 
 # --- batch ack --------------------------------------------------------------------------
@@ -403,7 +288,7 @@ class BatchAck:
             if key not in obj:
                 raise BodyError(f"batch ack without {short}")
             is_text = attr in ("consumer_group", "topic", "retry")
-            values[attr] = _str(obj, key) if is_text else _int(obj, key)
+            values[attr] = get_str(obj, key) if is_text else get_int(obj, key)
         raw = obj.get("b", obj.get("bitSet"))
         if raw is None:
             bits = 0
@@ -434,10 +319,11 @@ class BatchAckMessageRequestBody:
 
     @classmethod
     def parse(cls, body: bytes) -> BatchAckMessageRequestBody:
-        obj = _load_object(body, "batch ack")
+        obj = load_object(body, "batch ack")
         return cls(
-            _str(obj, "brokerName"), tuple(BatchAck.from_json(a) for a in _objects(obj, "acks"))
+            get_str(obj, "brokerName"),
+            tuple(BatchAck.from_json(a) for a in get_objects(obj, "acks")),
         )
 
     def serialize(self) -> bytes:
-        return _dump({"acks": [a.to_json() for a in self.acks], "brokerName": self.broker_name})
+        return dump({"acks": [a.to_json() for a in self.acks], "brokerName": self.broker_name})

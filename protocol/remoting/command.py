@@ -35,6 +35,7 @@ where the bytes are simply wrong (lengths that do not add up, bad UTF-8, trailin
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +61,7 @@ _FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _MARK = struct.Struct(">iI")  # length, header mark
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,8 +242,9 @@ def decode_command(frame: bytes | bytearray | memoryview) -> RemotingCommand:
 
 
 def _decode_json(header: memoryview) -> dict[str, Any]:
+    raw = bytes(header)
     try:
-        obj = json.loads(str(header, "utf-8"))
+        obj = json.loads(raw.decode())
     except UnicodeDecodeError as exc:
         raise FrameError(f"JSON header is not UTF-8: {exc.reason} at byte {exc.start}") from None
     except (ValueError, RecursionError) as exc:
@@ -253,7 +256,7 @@ def _decode_json(header: memoryview) -> dict[str, Any]:
     try:
         if "code" not in obj:
             raise FrameError("JSON header has no code")
-        return {
+        fields = {
             "code": _json_int(obj, "code", 0),
             "opaque": _json_int(obj, "opaque", 0),
             "flag": _json_int(obj, "flag", 0),
@@ -262,6 +265,11 @@ def _decode_json(header: memoryview) -> dict[str, Any]:
             "remark": _json_remark(obj.get("remark")),
             "ext_fields": _json_ext_fields(obj.get("extFields")),
         }
+        # Strict UTF-8 decoding admits no surrogate; only a \uD8xx-style escape can
+        # make one, so the strings are checked only when the header holds such an escape.
+        if b"\\ud" in raw or b"\\uD" in raw:
+            _check_text(fields)
+        return fields
     except FrameError as exc:
         raise FrameError(str(exc), opaque=opaque) from None
 
@@ -276,10 +284,9 @@ def _json_int(obj: dict[str, Any], name: str, default: int) -> int:
         return default
     if isinstance(value, str):
         # fastjson reads a quoted number into an int field as well.
-        try:
-            value = int(value.strip())
-        except ValueError:
-            raise FrameError(f"JSON header field {name}: not an int") from None
+        if not _INT_TEXT.fullmatch(value):
+            raise FrameError(f"JSON header field {name}: not an int")
+        value = int(value)
     if not _is_i32(value):
         raise FrameError(f"JSON header field {name}: not a 32-bit int")
     return int(value)
@@ -301,19 +308,20 @@ def _json_remark(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
-        return _text(value)
+        return value
     if isinstance(value, (int, float)):
         return json.dumps(value)
     raise FrameError("JSON header field remark: not a string")
 
 
-def _text(value: str) -> str:
-    # JSON escapes can spell lone surrogates, which no later encode() would survive.
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        raise FrameError("JSON header holds a lone surrogate (\\ud800-\\udfff)") from None
-    return value
+def _check_text(fields: dict[str, Any]) -> None:
+    # A lone surrogate could not be encoded again (a response, a signature check).
+    texts = [fields["remark"] or "", *fields["ext_fields"], *fields["ext_fields"].values()]
+    for text in texts:
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise FrameError("JSON header holds a lone surrogate (\\ud800-\\udfff)") from None
 
 
 def _json_ext_fields(value: object) -> dict[str, str]:
@@ -326,12 +334,12 @@ def _json_ext_fields(value: object) -> dict[str, str]:
         if item is None:
             continue  # Java's map would hold null, which every reader treats as absent
         if isinstance(item, str):
-            fields[_text(key)] = _text(item)
+            fields[key] = item
         elif isinstance(item, bool):
-            fields[_text(key)] = "true" if item else "false"
+            fields[key] = "true" if item else "false"
         elif isinstance(item, (int, float)):
             # ali-ons puts numbers in extFields unquoted; Java would see their text.
-            fields[_text(key)] = json.dumps(item)
+            fields[key] = json.dumps(item)
         else:
             raise FrameError(f"JSON header extFields[{key!r}]: not a string or number")
     return fields
@@ -343,33 +351,25 @@ def _decode_binary(header: memoryview) -> dict[str, Any]:
             f"binary header of {len(header)} bytes is shorter than its "
             f"{_FIXED.size + 8} fixed bytes"
         )
-    code, language, version, opaque, flag = _FIXED.unpack_from(header, 0)
+    data = bytes(header)
+    code, language, version, opaque, flag = _FIXED.unpack_from(data, 0)
     try:
-        pos = _FIXED.size
-        remark_bytes, pos = _read_block(header, pos, _I32, "remark")
-        if pos + 4 > len(header):
+        remark_bytes, pos = _read_block(data, _FIXED.size, len(data), _I32, "remark")
+        remark = _utf8(remark_bytes, "remark") if remark_bytes else None
+        if pos + 4 > len(data):
             raise FrameError("binary header ends inside the length of extFields")
-        ext_len = _I32.unpack_from(header, pos)[0]
+        (ext_len,) = _I32.unpack_from(data, pos)
         pos += 4
-        if not 0 <= ext_len <= len(header) - pos:
+        if not 0 <= ext_len <= len(data) - pos:
             raise FrameError(
                 f"binary header extFields length {ext_len} does not fit the "
-                f"{len(header) - pos} bytes left"
+                f"{len(data) - pos} bytes left"
             )
-        ext_view = header[pos : pos + ext_len]
-        if pos + ext_len != len(header):
+        if pos + ext_len != len(data):
             raise FrameError(
-                f"binary header has {len(header) - pos - ext_len} bytes after its extFields"
+                f"binary header has {len(data) - pos - ext_len} bytes after its extFields"
             )
-        ext: dict[str, str] = {}
-        p = 0
-        while p < len(ext_view):
-            key, p = _read_block(ext_view, p, _I16, "extFields key")
-            value, p = _read_block(ext_view, p, _I32, "extFields value")
-            # A zero length is Java's null: a null key or value is as good as absent.
-            if key and value:
-                ext[_utf8(key, "extFields key")] = _utf8(value, "extFields value")
-        remark = _utf8(remark_bytes, "remark") if remark_bytes else None
+        ext = _decode_ext(data, pos, len(data))
     except FrameError as exc:
         raise FrameError(str(exc), opaque=opaque, code=code, flag=flag) from None
     return {
@@ -377,24 +377,57 @@ def _decode_binary(header: memoryview) -> dict[str, Any]:
         "opaque": opaque,
         "flag": flag,
         "version": version,
-        "language": LanguageCode(language)
-        if language in LanguageCode._value2member_map_
-        else LanguageCode.OTHER,
+        "language": _LANGUAGES.get(language, LanguageCode.OTHER),
         "remark": remark,
         "ext_fields": ext,
     }
 
 
-def _read_block(view: memoryview, pos: int, size: struct.Struct, what: str) -> tuple[bytes, int]:
-    if pos + size.size > len(view):
+_LANGUAGES = {int(language): language for language in LanguageCode}
+
+
+def _decode_ext(data: bytes, pos: int, end: int) -> dict[str, str]:
+    # The hot part of a binary header: one pass over {i16 kLen, k, i32 vLen, v}*.
+    ext: dict[str, str] = {}
+    unpack_key, unpack_value = _I16.unpack_from, _I32.unpack_from
+    while pos < end:
+        if pos + 2 > end:
+            raise FrameError("binary header ends inside the length of extFields key")
+        (klen,) = unpack_key(data, pos)
+        pos += 2
+        if klen < 0 or klen > end - pos:
+            raise FrameError(
+                f"binary header extFields key length {klen} does not fit the {end - pos} bytes left"
+            )
+        key = data[pos : pos + klen]
+        pos += klen
+        if pos + 4 > end:
+            raise FrameError("binary header ends inside the length of extFields value")
+        (vlen,) = unpack_value(data, pos)
+        pos += 4
+        if vlen < 0 or vlen > end - pos:
+            raise FrameError(
+                f"binary header extFields value length {vlen} does not fit the "
+                f"{end - pos} bytes left"
+            )
+        value = data[pos : pos + vlen]
+        pos += vlen
+        # A zero length is Java's null: a null key or value is as good as absent.
+        if klen and vlen:
+            ext[_utf8(key, "extFields key")] = _utf8(value, "extFields value")
+    return ext
+
+
+def _read_block(
+    data: bytes, pos: int, end: int, size: struct.Struct, what: str
+) -> tuple[bytes, int]:
+    if pos + size.size > end:
         raise FrameError(f"binary header ends inside the length of {what}")
-    n = size.unpack_from(view, pos)[0]
+    (n,) = size.unpack_from(data, pos)
     pos += size.size
-    if n < 0 or n > len(view) - pos:
-        raise FrameError(
-            f"binary header {what} length {n} does not fit the {len(view) - pos} bytes left"
-        )
-    return bytes(view[pos : pos + n]), pos + n
+    if n < 0 or n > end - pos:
+        raise FrameError(f"binary header {what} length {n} does not fit the {end - pos} bytes left")
+    return data[pos : pos + n], pos + n
 
 
 def _utf8(data: bytes, what: str) -> str:

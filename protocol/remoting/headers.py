@@ -50,7 +50,9 @@ def parse_value(name: str, kind: str, text: str) -> Any:
         return text
     if kind == "bool":
         return text.lower() == "true"
-    if not _INT_RE.fullmatch(text):
+    # Java's parseInt/parseLong: an optional sign and ASCII digits, nothing else (Python's
+    # int() would also take spaces, underscores and non-ASCII digits).
+    if not (text.isdigit() and text.isascii()) and not _INT_RE.fullmatch(text):
         raise HeaderError(f"field {name}: not an int")
     value = int(text)
     low, high = _RANGES[kind]

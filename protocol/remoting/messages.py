@@ -28,6 +28,7 @@ CRC-32 masked to 31 bits, over the body as stored. A compressed body (sysFlag
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import zlib
@@ -48,6 +49,9 @@ Host = tuple[str, int]
 # other bit a client set.
 _HOST_V6_FLAGS = int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6)
 _COMPRESSED = int(SysFlag.COMPRESSED)
+_BORN_V6 = int(SysFlag.BORNHOST_V6)
+_STORE_V6 = int(SysFlag.STOREHOST_V6)
+_I32 = struct.Struct(">i")
 
 
 def encode_properties(properties: dict[str, str]) -> str:
@@ -96,7 +100,9 @@ def decompress_body(body: bytes, sys_flag: int) -> bytes:
         raise MessageError(f"compressed body does not inflate: {exc}") from None
 
 
+@functools.lru_cache(maxsize=4096)
 def _pack_host(host: Host, what: str) -> tuple[bytes, bool]:
+    # Cached: a pull answer writes the same store host, and few born hosts, many times.
     try:
         address = ipaddress.ip_address(host[0])
     except ValueError:
@@ -150,7 +156,7 @@ def encode_stored(msg: StoredMessage, *, magic: int | None = None) -> bytes:
     born, born_v6 = _pack_host(msg.born_host, "born host")
     store, store_v6 = _pack_host(msg.store_host, "store host")
     sys_flag = msg.sys_flag & ~_HOST_V6_FLAGS
-    sys_flag |= (SysFlag.BORNHOST_V6 if born_v6 else 0) | (SysFlag.STOREHOST_V6 if store_v6 else 0)
+    sys_flag |= (_BORN_V6 if born_v6 else 0) | (_STORE_V6 if store_v6 else 0)
     topic = msg.topic.encode()
     if magic is None:
         magic = MAGIC_V1 if len(topic) <= MAX_V1_TOPIC_LENGTH else MAGIC_V2
@@ -226,10 +232,15 @@ class _Reader:
             raise MessageError(f"{self.what}: {name} is not UTF-8") from None
 
 
+@functools.lru_cache(maxsize=4096)
+def _ip_text(raw: bytes) -> str:
+    return str(ipaddress.ip_address(raw))
+
+
 def _host(r: _Reader, v6: bool, name: str) -> Host:
     raw = r.take(16 if v6 else 4, name)
-    (port,) = r.unpack(struct.Struct(">i"), f"{name} port")
-    return str(ipaddress.ip_address(raw)), port
+    (port,) = r.unpack(_I32, f"{name} port")
+    return _ip_text(raw), port
 
 
 def decode_stored(
@@ -254,11 +265,11 @@ def decode_stored(
             raise MessageError(f"{what}: unknown magic {magic}")
         r = _Reader(view, pos, pos + size, what)
         _, _, crc, queue_id, flag, qoff, poff, sys_flag, born_ts = r.unpack(_HEAD, "header")
-        born = _host(r, bool(sys_flag & SysFlag.BORNHOST_V6), "born host")
+        born = _host(r, bool(sys_flag & _BORN_V6), "born host")
         (store_ts,) = r.unpack(_MID, "store timestamp")
-        store = _host(r, bool(sys_flag & SysFlag.STOREHOST_V6), "store host")
+        store = _host(r, bool(sys_flag & _STORE_V6), "store host")
         reconsume, prepared = r.unpack(_TAIL, "reconsume times")
-        (body_len,) = r.unpack(struct.Struct(">i"), "body length")
+        (body_len,) = r.unpack(_I32, "body length")
         payload = r.take(body_len, "body")
         topic_fmt = struct.Struct(">b" if magic == MAGIC_V1 else ">h")
         (topic_len,) = r.unpack(topic_fmt, "topic length")
@@ -269,7 +280,7 @@ def decode_stored(
             raise MessageError(f"{what}: {pos + size - r.pos} bytes left inside the record")
         if check_crc and body_crc(payload) != crc:
             raise MessageError(f"{what}: body CRC {body_crc(payload)} != {crc}")
-        if decompress and sys_flag & SysFlag.COMPRESSED:
+        if decompress and sys_flag & _COMPRESSED:
             payload = decompress_body(payload, sys_flag)
             sys_flag &= ~_COMPRESSED
         out.append(

@@ -20,9 +20,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .bodies import _bool, _int, _load_object, _objects, _str
 from .codes import Perm
 from .errors import BodyError
+from .json_body import get_bool, get_int, get_objects, get_str, load_object
 
 #: ``MQVersion.Version.V4_9_4.ordinal()``: from here on clients read standard JSON.
 STANDARD_JSON_VERSION = 401
@@ -92,24 +92,24 @@ class TopicRouteData:
 
     @classmethod
     def parse(cls, body: bytes) -> TopicRouteData:
-        obj = _load_object(body, "route")
+        obj = load_object(body, "route")
         queues = []
-        for q in _objects(obj, "queueDatas"):
-            name = _str(q, "brokerName")
+        for q in get_objects(obj, "queueDatas"):
+            name = get_str(q, "brokerName")
             if name is None:
                 raise BodyError("queue data without a brokerName")
             queues.append(
                 QueueData(
                     broker_name=name,
-                    read_queue_nums=_int(q, "readQueueNums"),
-                    write_queue_nums=_int(q, "writeQueueNums"),
-                    perm=_int(q, "perm"),
-                    topic_sys_flag=_int(q, "topicSysFlag"),
+                    read_queue_nums=get_int(q, "readQueueNums"),
+                    write_queue_nums=get_int(q, "writeQueueNums"),
+                    perm=get_int(q, "perm"),
+                    topic_sys_flag=get_int(q, "topicSysFlag"),
                 )
             )
         brokers = []
-        for b in _objects(obj, "brokerDatas"):
-            name = _str(b, "brokerName")
+        for b in get_objects(obj, "brokerDatas"):
+            name = get_str(b, "brokerName")
             if name is None:
                 raise BodyError("broker data without a brokerName")
             raw = b.get("brokerAddrs") or {}
@@ -126,13 +126,13 @@ class TopicRouteData:
                 addrs[broker_id] = value
             brokers.append(
                 BrokerData(
-                    cluster=_str(b, "cluster", "") or "",
+                    cluster=get_str(b, "cluster", "") or "",
                     broker_name=name,
                     broker_addrs=addrs,
-                    enable_acting_master=_bool(b, "enableActingMaster"),
+                    enable_acting_master=get_bool(b, "enableActingMaster"),
                 )
             )
-        return cls(tuple(queues), tuple(brokers), _str(obj, "orderTopicConf"))
+        return cls(tuple(queues), tuple(brokers), get_str(obj, "orderTopicConf"))
 
 
 def _j(value: Any) -> str:

@@ -60,6 +60,18 @@ CASES = [
         "lone surrogate",
         False,
     ),
+    (
+        "json-lone-surrogate-remark",
+        frame(b'{"code":1,"remark":"x\\uDC00"}'),
+        "lone surrogate",
+        False,
+    ),
+    (
+        "json-lone-surrogate-key",
+        frame(b'{"code":1,"extFields":{"\\udbff":"v"}}'),
+        "lone surrogate",
+        False,
+    ),
     ("json-deep", frame(b"[" * 100000 + b"]" * 100000), "bad JSON header", False),
     ("binary-short", frame(fixed()[:10], kind=1), "shorter than its 21 fixed bytes", False),
     (
