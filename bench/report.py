@@ -61,6 +61,20 @@ KINDS: dict[str, tuple[list[tuple[str, str]], str, bool]] = {
         "restart_to_serve_s",
         False,
     ),
+    "remoting_topics": (
+        [
+            ("topics", "topics"),
+            ("lmqs", "LMQs"),
+            ("create_rate", "topics/s"),
+            ("rss_after_mb", "RSS MB"),
+            ("kb_per_topic", "KB/topic"),
+            ("open_files_after", "open files"),
+            ("route_p50_ms", "route p50 ms"),
+            ("route_p99_ms", "route p99 ms"),
+        ],
+        "route_p99_ms",
+        False,
+    ),
 }
 
 

@@ -37,7 +37,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from protocol.remoting import RemotingCommand, RequestCode, ResponseCode
 from protocol.remoting.bodies import (
@@ -138,6 +137,10 @@ class PushConsumer:
         """The queues this client consumes now."""
         return sorted(self._queues)
 
+    def offsets(self) -> dict[MessageQueue, tuple[int, int]]:
+        """Per owned queue: (next offset to consume, last offset committed or -1)."""
+        return {mq: (st.offset, st.committed) for mq, st in sorted(self._queues.items())}
+
     async def start(self) -> None:
         if not self.orderly:
             retry = RETRY_PREFIX + self.group
@@ -159,6 +162,10 @@ class PushConsumer:
         self._closing = True
         for task in self._tasks:
             task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
         states = list(self._queues.items())
         for _, st in states:
             if st.task is not None:
@@ -169,7 +176,7 @@ class PushConsumer:
                     await st.task
         for mq, _ in states:
             await self._release(mq, unlock=self.orderly)
-        with contextlib.suppress(RemotingError):
+        with contextlib.suppress(RemotingError, OSError):
             for conn in await self.client.brokers():
                 await conn.call(
                     RequestCode.UNREGISTER_CLIENT,
@@ -212,7 +219,7 @@ class PushConsumer:
         return None
 
     async def _rebalance_loop(self) -> None:
-        while True:
+        while not self._closing:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval)
             self._rebalance_now.clear()
@@ -247,9 +254,10 @@ class PushConsumer:
                     await st.task
             await self._release(mq, unlock=self.orderly)
         for mq in sorted(wanted - set(self._queues)):
+            offset = await self._start_offset(mq)
             if self._closing:
                 return
-            st = _QueueState(await self._start_offset(mq))
+            st = _QueueState(offset)
             self._queues[mq] = st
             if self.orderly:
                 await self._lock([mq])
@@ -418,10 +426,3 @@ class PushConsumer:
             return None
         return await sub.handler(message)
 
-
-def describe(consumer: PushConsumer) -> dict[str, Any]:
-    """A snapshot for logs and tests: the assigned queues and their offsets."""
-    return {
-        f"{mq.topic}:{mq.queue_id}": {"offset": st.offset, "committed": st.committed}
-        for mq, st in sorted(consumer._queues.items())
-    }

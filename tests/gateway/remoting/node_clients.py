@@ -10,7 +10,6 @@ fails the test otherwise: these tests never skip.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import shutil
 import signal
@@ -52,14 +51,12 @@ class OnsProcess:
 
     def __init__(self, mode: str, **config: Any) -> None:
         node = require_node()
-        env = dict(os.environ, HOME=str(config.pop("home", os.environ.get("HOME", "/tmp"))))
         self.proc = subprocess.Popen(
             [node, str(SCRIPT), mode, json.dumps(config)],
             cwd=NODE_DIR,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=env,
         )
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.seen: list[dict[str, Any]] = []

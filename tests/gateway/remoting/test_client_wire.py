@@ -325,3 +325,21 @@ async def test_timeout_and_server_request(broker: ScriptedBroker) -> None:
             await asyncio.sleep(0.01)
     answer = [r[0] for r in broker.requests if r[0].get("opaque") == 900][0]
     assert answer["code"] == 3 and answer["flag"] == 1
+
+
+async def test_requests_are_signed_when_an_access_key_is_given(broker: ScriptedBroker) -> None:
+    import base64
+    import hashlib
+    import hmac
+
+    broker.replies[30] = lambda h, _: response(h["opaque"], ext={"offset": "1"})
+    async with RemotingClient(broker.address, access_key="AK1", secret_key="s3cret") as client:
+        await client.route("orders")
+        await PullConsumer(client, "cg").max_offset(MessageQueue("orders", "b0", 0))
+    for code in (105, 30):
+        f = broker.last(code)[0]["extFields"]
+        assert f["AccessKey"] == "AK1"
+        # AclClientRPCHook: HMAC-SHA1 over the field values sorted by name, then the body
+        content = "".join(f[k] for k in sorted(f) if k != "Signature").encode()
+        expected = base64.b64encode(hmac.new(b"s3cret", content, hashlib.sha1).digest())
+        assert f["Signature"] == expected.decode()
