@@ -66,7 +66,6 @@ class RemotingHandler(ConnectionHandler):
         self._opaques = itertools.count(1)
         #: Tasks of async handlers still running (a graceful shutdown waits for them).
         self._inflight: set[asyncio.Task[Any]] = set()
-        self._local_address: tuple[str, int] | None = None
         self._id_prefix: str | None = None
         #: Called (once) to end a suspended pull early: at shutdown or close.
         self.wakers: set[Callable[[], None]] = set()
@@ -79,15 +78,9 @@ class RemotingHandler(ConnectionHandler):
 
     @property
     def local_address(self) -> tuple[str, int]:
-        address = self._local_address
-        if address is None:
-            sock = self.conn.transport.get_extra_info("sockname")
-            if isinstance(sock, tuple) and len(sock) >= 2:
-                address = (str(sock[0]), int(sock[1]))
-            else:
-                address = ("127.0.0.1", 0)
-            self._local_address = address
-        return address
+        # The socket's address, or the load balancer's a PROXY header named: read when
+        # asked (a PROXY header is parsed before the handler exists, but keep no copy).
+        return self.conn.local_address or ("127.0.0.1", 0)
 
     def msg_id(self, position: int) -> str:
         """The offsetMsgId of the record at log ``position``, with this connection's
