@@ -178,6 +178,8 @@ class RemotingFrontEnd(FrontEnd):
         if not publisher.lagging or handler.closed:
             return
         conn = handler.conn
+        if conn.flow.read_paused:
+            return  # already waiting for the store
         conn.pause_reading()
 
         async def resume() -> None:
