@@ -104,8 +104,10 @@ class Dispatcher:
         encode = encode_record_with_tail
         new_result = tuple.__new__  # a NamedTuple's own __new__ is a Python lambda
         is_message = rtype == RecordType.MESSAGE
-        # the key index's put, or None when no property is indexed (one test per message)
+        # the key index's put, or None when no property is indexed; a message whose
+        # properties name none of them costs one C-level set test (isdisjoint)
         put_keys = self.keys.put if self.keys.properties and is_message else None
+        no_keys = self.keys.names.isdisjoint
         try:
             for message, targets in items:
                 if is_message and len(targets) == 1:
@@ -121,8 +123,9 @@ class Dispatcher:
                     if len(buf) + size > room:
                         buf, room = self._room_for(buf, size, seg_room)
                     buf += record
-                    if put_keys is not None and message.properties:
-                        put_keys(put, message.topic, message.properties, pos, now)
+                    props = message.properties
+                    if put_keys is not None and props and not no_keys(props):
+                        put_keys(put, message.topic, props, pos, now)
                     if listened and name in listened:
                         hot[(meta.id, offset)] = of_message(
                             message, pos, size, now, ((name, offset),))
@@ -166,8 +169,9 @@ class Dispatcher:
                     buf, room = self._room_for(buf, size, seg_room)
                 buf += record
                 if is_message:
-                    if put_keys is not None and message.properties:
-                        put_keys(put, message.topic, message.properties, pos, now)
+                    props = message.properties
+                    if put_keys is not None and props and not no_keys(props):
+                        put_keys(put, message.topic, props, pos, now)
                     body = len(message.body)
                     thash = tag_hash(message.tag) if message.tag else 0
                     value = pack_entry(pos, size, body, thash, now)

@@ -252,6 +252,15 @@ def _nonempty(value: object) -> str:
     return typing.cast(str, value)
 
 
+def _str_tuple(value: object) -> tuple[str, ...]:
+    """A TOML array of non-empty strings (may be empty), or one comma-separated flag."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"expected an array of strings, got {value!r}")
+    return tuple(_nonempty(item) for item in value)
+
+
 def _path(value: object) -> Path:
     if isinstance(value, Path):
         return value
@@ -368,6 +377,8 @@ def _store_options() -> dict[str, Callable[[object], object]]:
             out[f.name] = _choice(*(d.value for d in Durability))
         elif kind is int:
             out[f.name] = _int(0)
+        elif kind == tuple[str, ...]:
+            out[f.name] = _str_tuple
         else:
             out[f.name] = _nonempty
     return out

@@ -87,6 +87,12 @@ class Connection:
         peer = transport.get_extra_info("peername")
         self.peer = format_address(peer)
         self.peer_host: str = peer[0] if isinstance(peer, tuple) else str(peer)
+        local = transport.get_extra_info("sockname")
+        #: (host, port) the client connected to: this socket's, or the load balancer's
+        #: when a PROXY header names it (a RocketMQ route reply advertises it).
+        self.local_address: tuple[str, int] | None = (
+            (str(local[0]), int(local[1])) if isinstance(local, tuple) else None
+        )
         #: The protocol once known (``mqtt``, ``amqp``, ``http``); None while sniffing.
         self.protocol: str | None = None
         self.handler: ConnectionHandler | None = None
@@ -323,7 +329,9 @@ class GatewayProtocol(asyncio.Protocol):
         self._prefix = self._prefix[header.length :]
         self._proxy_versions = frozenset()
         # LOCAL (the balancer's own check) and UNKNOWN keep the balancer's address.
-        return header.source is None or self.state.readdress(conn, header.source)
+        return header.source is None or self.state.readdress(
+            conn, header.source, header.destination
+        )
 
     def _sniff_timed_out(self) -> None:
         self._sniff_timer = None

@@ -90,9 +90,15 @@ class ServerState:
         log.info("connection accepted", extra=conn.log_fields())
         return conn
 
-    def readdress(self, conn: Connection, address: tuple[str, int]) -> bool:
+    def readdress(
+        self,
+        conn: Connection,
+        address: tuple[str, int],
+        destination: tuple[str, int] | None = None,
+    ) -> bool:
         """``conn`` came through a load balancer whose PROXY header names the client at
-        ``address``: from now on it is that client's (logs, per-address limit, ACLs).
+        ``address`` (and the balancer's address it connected to, ``destination``): from
+        now on it is that client's (logs, per-address limit, ACLs).
         False (the connection is closed and the refusal counted) when the client's
         address is at its ``max_connections_per_address``."""
         host = address[0]
@@ -113,6 +119,8 @@ class ServerState:
         balancer = conn.peer
         conn.peer_host = host
         conn.peer = format_address(address)
+        if destination is not None:
+            conn.local_address = destination
         log.info("PROXY header", extra={**conn.log_fields(), "via": balancer})
         return True
 

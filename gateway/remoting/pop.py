@@ -53,8 +53,8 @@ from gateway.remoting.replies import error, response
 from gateway.remoting.route import BROKER_NAME
 from gateway.remoting.sendback import MessageNotFound, SendBackService
 from gateway.remoting.stored import encode_stored, pack_host
-from gateway.rocketmq.schedule import ScheduleService
-from lmq.rocketmq import InvalidName
+from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService
+from lmq.rocketmq import InvalidName, TopicConfig, retry_topic
 from protocol.remoting import HeaderError, RemotingCommand, RequestCode, ResponseCode
 from protocol.remoting.bodies import BatchAckMessageRequestBody
 from protocol.remoting.errors import BodyError
@@ -112,12 +112,21 @@ def _build(front: RemotingFrontEnd) -> Services:
 
 
 def start(front: RemotingFrontEnd) -> None:
-    """Start the schedule (moves delays left by an earlier run) and adopt every known
-    group for pop (see :meth:`PopService.adopt`)."""
+    """Start the schedule (moves delays left by an earlier run; its level queues are
+    the topic ``SCHEDULE_TOPIC_XXXX``) and adopt every known group for pop (see
+    :meth:`PopService.adopt`)."""
     found = services(front)
+    levels = found.schedule.max_level
+    config = front.topics.get(SCHEDULE_TOPIC)
+    if config is None or config.queue_count < levels:
+        # a topic like any other to the registry: listed by `lmq topics`, its queues
+        # never removed as idle (RocketMQ's broker lists it among its topics too)
+        front.topics.create(TopicConfig(SCHEDULE_TOPIC, read_queues=levels,
+                                        write_queues=levels))
     found.schedule.start()
     for name in front.groups.names():
         found.pop.adopt(name)
+    found.pop.arm_revive()
 
 
 def stop(front: RemotingFrontEnd) -> None:
@@ -245,6 +254,7 @@ async def pop_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingComm
                      " orderly push consumer (LOCK_BATCH_MQ and pull)")
     accept = _tag_filter(get_str(cmd, "expType", ""), get_str(cmd, "exp", "*"))
     _topic(ctx, topic)
+    ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         result = await found.pop.pop(group, topic, queue_id, max_nums, invisible, poll, accept)
@@ -265,6 +275,7 @@ def ack_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     queue_id = get_int(cmd, "queueId")
     extra = get_str(cmd, "extraInfo")
     offset = get_int(cmd, "offset")
+    ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         found.pop.ack(group, topic, queue_id, offset, extra)
@@ -284,6 +295,7 @@ def batch_ack_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingComm
     except (BodyError, HeaderError) as exc:
         return error(ResponseCode.INVALID_PARAMETER, f"unreadable batch ack body: {exc}")
     for ack, topic in acks:
+        ctx.front.check_subscribe(ctx, topic, ack.consumer_group)
         found = _group(ctx, ack.consumer_group)
         try:
             found.pop.batch_ack(ack.consumer_group, topic, ack.queue_id,
@@ -302,6 +314,7 @@ def change_invisible_time(ctx: RequestContext, cmd: RemotingCommand) -> Remoting
     invisible = get_int(cmd, "invisibleTime")
     if invisible < 0:
         return error(ResponseCode.INVALID_PARAMETER, "invisibleTime cannot be negative")
+    ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         pop_time, invisible = found.pop.change_invisible_time(
@@ -321,6 +334,7 @@ def peek_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     queue_id = get_int(cmd, "queueId")
     max_nums = get_int(cmd, "maxMsgNums")
     _topic(ctx, topic)
+    ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         result = found.pop.peek(group, topic, queue_id, max(1, min(max_nums, MAX_POP_NUMS)))
@@ -338,6 +352,7 @@ async def notification(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCom
     queue_id = get_int(cmd, "queueId")
     poll = get_int(cmd, "pollTime")
     _topic(ctx, topic)
+    ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         normal, retry = found.pop.sources(group, topic, queue_id)
@@ -356,6 +371,7 @@ def polling_info(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     topic = get_str(cmd, "topic")
     queue_id = get_int(cmd, "queueId")
     _topic(ctx, topic)
+    ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     return response(fields={"pollingNum": found.pop.polling.get((group, topic, queue_id), 0)})
 
@@ -367,6 +383,8 @@ async def consumer_send_msg_back(ctx: RequestContext, cmd: RemotingCommand) -> R
     max_times = (
         get_int(cmd, "maxReconsumeTimes") if cmd.ext_fields.get("maxReconsumeTimes") else None
     )
+    origin = cmd.ext_fields.get("originTopic") or retry_topic(group)
+    ctx.front.check_subscribe(ctx, origin, group)
     found = _group(ctx, group)
     host, port = ctx.local_address
     try:

@@ -205,7 +205,7 @@ class PopService:
                     PopItem(popped.message, src, base + popped.deliveries - 1)
                 )
         if result.items:
-            self._arm_revive()
+            self.arm_revive()
         for src in order:
             info = store.lmq(src.lmq)
             if info is not None:
@@ -363,7 +363,7 @@ class PopService:
         new = self.store.change_invisible_time(
             store_receipt(group, topic, queue_id, offset, visible_at(info)), invisible_ms
         )
-        self._arm_revive()
+        self.arm_revive()
         return decode_receipt(new).visible_at - invisible_ms, invisible_ms
 
     def peek(self, group: str, topic: str, queue_id: int, max_nums: int) -> PopResult:
@@ -408,6 +408,7 @@ class PopService:
             except RuntimeError:
                 pass
 
+        self.arm_revive()  # messages in flight since before a restart wake it too
         removers = [self.store.add_listener(src.lmq, woken) for src in normal]
         if retry is not None:
             removers.append(self.store.add_listener(retry.lmq, woken))
@@ -442,7 +443,7 @@ class PopService:
                 return True
         return False
 
-    def _arm_revive(self) -> None:
+    def arm_revive(self) -> None:
         """Keep one timer at the store's next revive time (messages become visible
         again; the revive notifies the listeners the waiting pops hold)."""
         due = self.store.next_revive_at()
@@ -464,7 +465,7 @@ class PopService:
             self.store.revive()
         except Exception:
             log.exception("pop revive failed")
-        self._arm_revive()
+        self.arm_revive()
 
     def stop(self) -> None:
         if self._revive_timer is not None:

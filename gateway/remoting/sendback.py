@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from broker_core import AppendResult, Message, MessageStore, Record, RecordType
+from broker_core import AppendResult, Message, MessageStore
 from gateway.remoting.records import (
     RECONSUME,
     record_reconsume_times,
@@ -50,7 +50,6 @@ __all__ = [
     "PROP_RETRY_TOPIC",
     "SendBackOutcome",
     "SendBackService",
-    "record_at",
 ]
 
 PROP_RETRY_TOPIC = "RETRY_TOPIC"
@@ -74,24 +73,6 @@ class SendBackOutcome:
     level: int
     #: The copy's reconsume count.
     reconsume_times: int
-
-
-def record_at(store: MessageStore, position: int) -> Record | None:
-    """The message record at log ``position``, or None. Uses ``store.record_at`` when
-    the store has it, else reads the one record at ``position`` from the log (a
-    position that is not a record start fails the record's magic and position check)."""
-    lookup = getattr(store, "record_at", None)
-    if lookup is not None:
-        rec = lookup(position)
-    else:
-        if position < store.log_start or position >= store.log_end:
-            return None
-        rec = next(iter(store.records_from(position)), None)
-        if rec is not None and rec.position != position:
-            rec = None
-    if rec is None or rec.type != RecordType.MESSAGE:
-        return None
-    return rec
 
 
 class SendBackService:
@@ -131,7 +112,7 @@ class SendBackService:
     ) -> SendBackOutcome:
         """Redeliver the message at log ``position`` for ``group`` (see the module
         docstring). Raises :class:`MessageNotFound`."""
-        rec = record_at(self.store, position)
+        rec = self.store.record_at(position)
         if rec is None:
             raise MessageNotFound(f"look message by offset failed, {position}")
         times = record_reconsume_times(rec)

@@ -182,3 +182,17 @@ def test_bad_rocketmq_and_negotiation_options(tmp_path, text, message):
         load_config(write(tmp_path, text))
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_key_index_properties_from_toml_and_flag(tmp_path):
+    path = tmp_path / "gw.toml"
+    path.write_text('[store]\nkey_index_properties = ["KEYS", "trace"]\n')
+    assert load_config(path).store.key_index_properties == ("KEYS", "trace")
+    path.write_text("[store]\nkey_index_properties = []\n")
+    assert load_config(path).store.key_index_properties == ()
+    flagged = load_config(None, {"store.key_index_properties": "A, B"})
+    assert flagged.store.key_index_properties == ("A", "B")
+    assert load_config(None).store.key_index_properties == ("KEYS", "UNIQ_KEY")
+    path.write_text("[store]\nkey_index_properties = 3\n")
+    with pytest.raises(ConfigError, match="key_index_properties"):
+        load_config(path)

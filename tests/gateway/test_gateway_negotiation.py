@@ -131,9 +131,11 @@ def proxy_v1(source: str, sport: int) -> bytes:
 
 
 def proxy_v2(source: str, sport: int, *, local: bool = False) -> bytes:
+    """A v2 header from ``source`` to the balancer's 192.0.2.80:8080 (or [2001:db8::80])."""
     address = ipaddress.ip_address(source)
     family = 0x11 if address.version == 4 else 0x21
-    body = address.packed + bytes(len(address.packed)) + struct.pack(">HH", sport, 8080)
+    balancer = ipaddress.ip_address("192.0.2.80" if address.version == 4 else "2001:db8::80")
+    body = address.packed + balancer.packed + struct.pack(">HH", sport, 8080)
     body += b"\x04\x00\x03pad"  # a PP2_TYPE_NOOP TLV, to be skipped
     command = 0x20 if local else 0x21
     return V2_SIGNATURE + bytes([command, family]) + struct.pack(">H", len(body)) + body
@@ -278,6 +280,8 @@ async def test_proxy_header_in_front_of_remoting(start):
     assert await asyncio.wait_for(reader.readexactly(len(frame)), BOUND) == frame
     ((conn, record),) = front_end.received
     assert bytes(record) == frame and conn.peer == "192.0.2.44:5000"
+    # what a route reply advertises by default: the balancer the client connected to
+    assert conn.local_address == ("192.0.2.80", 8080)
     writer.close()
 
 
@@ -371,6 +375,7 @@ async def test_remoting_frames_on_every_port(start, self_signed):
         conn, record = front_end.received[-1]
         assert bytes(record) == frame
         assert conn.listener == listener and conn.protocol == "remoting"
+        assert conn.local_address == ("127.0.0.1", port(gateway, listener))
         writer.close()
     assert len(front_end.received) == 4
 

@@ -254,3 +254,34 @@ async def test_send_back_redelivers_through_retry_then_dlq(gw: Gateway) -> None:
     missing = await client.call(RequestCode.CONSUMER_SEND_MSG_BACK, dict(back, offset=3))
     assert missing.code == ResponseCode.SYSTEM_ERROR and "offset" in (missing.remark or "")
     await client.close()
+
+
+async def test_schedule_levels_are_a_registered_topic(gw: Gateway) -> None:
+    config = gw.ctx.rocketmq_topics.get("SCHEDULE_TOPIC_XXXX")
+    assert config is not None and config.queue_count == 18
+    assert gw.store is not None
+    assert gw.store.has_listeners("rmq:SCHEDULE_TOPIC_XXXX:17")  # the schedule runs
+
+
+async def test_send_back_pending_across_a_gateway_restart(tmp_path: Path) -> None:
+    """Scheduled before a stop, moved by the next gateway with no request needed."""
+    data = tmp_path / "data"
+    async with running_gateway(data) as gw:
+        await create_topic(gw, queues=1)
+        position = await put(gw, b"later", 0)
+        client = await Client.connect(port_of(gw))
+        await client.ok(RequestCode.CONSUMER_SEND_MSG_BACK,
+                        {"offset": position, "group": GROUP, "delayLevel": 2})  # 5 s
+        await client.close()
+        retry = queue_lmq(f"%RETRY%{GROUP}", 0)
+        assert gw.store is not None
+        info = gw.store.lmq(retry)
+        assert info is None or info.max_offset == 0
+    async with running_gateway(data) as gw:
+        store = gw.store
+        assert store is not None
+        deadline = time.monotonic() + 10
+        while (info := store.lmq(retry)) is None or info.max_offset == 0:
+            assert time.monotonic() < deadline, "the pending delay was not moved"
+            await asyncio.sleep(0.1)
+        assert store.pull(retry, 0, 1).messages[0].body == b"later"
