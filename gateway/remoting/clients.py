@@ -51,6 +51,11 @@ def heart_beat(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         except InvalidName as exc:
             raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
     language = getattr(cmd, "language", "JAVA")
+    if client_id not in front.consumers.clients:
+        log.info("remoting client registered", extra={
+            **ctx.conn.log_fields(), "client_id": client_id,
+            "producer_groups": ",".join(sorted(producers)) or "-",
+            "consumer_groups": ",".join(sorted(consumers)) or "-"})
     ctx.client_id = client_id
     front.consumers.heartbeat(
         ctx, client_id, producers, consumers,

@@ -48,10 +48,11 @@ stops.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol, Union
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 if TYPE_CHECKING:
     from gateway.auth import Principal
@@ -102,6 +103,17 @@ class RequestContext(Protocol):
         request was oneway or the connection is gone."""
         ...
 
+    def reply_fields(self, request: RemotingCommand, fields: dict[str, str]) -> None:
+        """Send a SUCCESS response to ``request`` with header ``fields`` (already
+        strings) and no body: :meth:`reply` without building the response twice."""
+        ...
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Finish a request in a task owned by the connection (cancelled when it
+        closes; a graceful shutdown waits for it a bounded time): a handler that
+        returned None and replies later from the task."""
+        ...
+
     def send_request(self, request: RemotingCommand) -> None:
         """Send a server-to-client request (oneway: NOTIFY_CONSUMER_IDS_CHANGED,
         CHECK_TRANSACTION_STATE); the connection assigns its opaque."""
@@ -110,6 +122,11 @@ class RequestContext(Protocol):
     @property
     def local_address(self) -> tuple[str, int]:
         """The gateway address this client connected to (host, port)."""
+        ...
+
+    def msg_id(self, position: int) -> str:
+        """The offsetMsgId of the record at log ``position`` (store address: the
+        address this client connected to)."""
         ...
 
     @property

@@ -96,7 +96,17 @@ class RemotingFrontEnd(FrontEnd):
         suspended = m.gauge("lmq_remoting_suspended_pulls", "Long-polling pulls waiting")
         locks = m.gauge("lmq_remoting_queue_locks", "Queue locks held by ordered consumers")
 
+        #: Requests and error responses by code (plain dicts on the hot path, copied
+        #: into the labelled counters at scrape time).
+        self.request_counts: dict[int, int] = {}
+        self.error_counts: dict[int, int] = {}
+
         def collect() -> None:
+            for counts, counter in ((self.request_counts, self.requests),
+                                    (self.error_counts, self.errors)):
+                for code, n in counts.items():
+                    label = str(code)
+                    counter.inc(n - counter.value(code=label), code=label)
             self.messages_sent.inc(self.sent - self.messages_sent.value())
             self.messages_pulled.inc(self.pulled - self.messages_pulled.value())
             connections.set(len(self.handlers))
@@ -130,6 +140,9 @@ class RemotingFrontEnd(FrontEnd):
         self.handlers.pop(handler.conn.id, None)
         for client_id in self.consumers.channel_closed(handler):
             self.locks.release_client(client_id)
+            log.info("remoting client gone", extra={
+                **handler.conn.log_fields(), "client_id": client_id,
+                "reason": handler.conn.close_reason or "closed"})
 
     def goodbye(self, conn: Connection) -> None:
         # Remoting has no goodbye message: RocketMQ's clients reconnect (or fail over to
@@ -165,6 +178,8 @@ class RemotingFrontEnd(FrontEnd):
         if not publisher.lagging or handler.closed:
             return
         conn = handler.conn
+        if conn.flow.read_paused:
+            return  # already waiting for the store
         conn.pause_reading()
 
         async def resume() -> None:

@@ -31,16 +31,17 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, cast
 
 from gateway.auth import ANONYMOUS_PRINCIPAL, Principal
 from gateway.frontend import ConnectionHandler
 from gateway.remoting.dispatch import RequestError
 from gateway.remoting.replies import error
+from lmq.rocketmq import offset_msg_id
 from protocol.remoting import FrameDecoder, RemotingCommand
-from protocol.remoting.codes import ResponseCode
-from protocol.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG
+from protocol.remoting.codes import LanguageCode, ResponseCode
+from protocol.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, SERVER_VERSION
 from protocol.remoting.errors import FrameError, HeaderError, RemotingError
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class RemotingHandler(ConnectionHandler):
         self._opaques = itertools.count(1)
         #: Tasks of async handlers still running (a graceful shutdown waits for them).
         self._inflight: set[asyncio.Task[Any]] = set()
+        self._id_prefix: str | None = None
         #: Called (once) to end a suspended pull early: at shutdown or close.
         self.wakers: set[Callable[[], None]] = set()
 
@@ -76,24 +78,55 @@ class RemotingHandler(ConnectionHandler):
 
     @property
     def local_address(self) -> tuple[str, int]:
-        sock = self.conn.transport.get_extra_info("sockname")
-        if isinstance(sock, tuple) and len(sock) >= 2:
-            return str(sock[0]), int(sock[1])
-        return "127.0.0.1", 0
+        # The socket's address, or the load balancer's a PROXY header named: read when
+        # asked (a PROXY header is parsed before the handler exists, but keep no copy).
+        return self.conn.local_address or ("127.0.0.1", 0)
+
+    def msg_id(self, position: int) -> str:
+        """The offsetMsgId of the record at log ``position``, with this connection's
+        local address as the store address (the address part encoded once)."""
+        prefix = self._id_prefix
+        if prefix is None:
+            host, port = self.local_address
+            prefix = self._id_prefix = offset_msg_id(host, port, 0)[:-16]
+        return f"{prefix}{position:016X}"
 
     def reply(self, request: RemotingCommand, response: RemotingCommand) -> None:
         if self._closed or request.flag & ONEWAY_FLAG:
             return
-        if response.code != ResponseCode.SUCCESS:
-            self.front.errors.inc(code=str(response.code))
-        self.conn.queue(dataclasses.replace(
-            response, opaque=request.opaque, flag=response.flag | RESPONSE_FLAG).encode())
+        code = response.code
+        if code:
+            counts = self.front.error_counts
+            counts[code] = counts.get(code, 0) + 1
+        # A new command rather than dataclasses.replace (several times slower), one per
+        # response.
+        self.conn.queue(RemotingCommand(
+            code, request.opaque, response.flag | RESPONSE_FLAG, response.language,
+            response.version, response.remark, response.ext_fields, response.body,
+        ).encode())
+
+    def reply_fields(self, request: RemotingCommand, fields: dict[str, str]) -> None:
+        """:meth:`reply` SUCCESS with header ``fields`` (strings) and no body, the
+        response built once (the send hot path)."""
+        if self._closed or request.flag & ONEWAY_FLAG:
+            return
+        self.conn.queue(RemotingCommand(
+            0, request.opaque, RESPONSE_FLAG, LanguageCode.JAVA, SERVER_VERSION, None, fields,
+        ).encode())
 
     def send_request(self, request: RemotingCommand) -> None:
         if self._closed:
             return
         self.conn.queue(dataclasses.replace(
             request, opaque=next(self._opaques), flag=request.flag | ONEWAY_FLAG).encode())
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run a request's remaining work (a suspended pull, an async handler) as a task
+        of this connection that a graceful shutdown waits for."""
+        task = self.conn.spawn(coro, name)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return task
 
     # -- bytes in ----------------------------------------------------------------------
 
@@ -133,8 +166,10 @@ class RemotingHandler(ConnectionHandler):
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
         front = self.front
-        front.requests.inc(code=str(cmd.code))
-        entry = front.table.get(cmd.code)
+        code = cmd.code
+        counts = front.request_counts
+        counts[code] = counts.get(code, 0) + 1
+        entry = front.table.get(code)
         if entry is None:
             self.reply(cmd, error(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
@@ -147,9 +182,7 @@ class RemotingHandler(ConnectionHandler):
         fn, is_async = entry
         if is_async:
             coro_fn = cast(Callable[..., Awaitable[RemotingCommand | None]], fn)
-            task = self.conn.spawn(self._run(coro_fn, cmd), f"remoting-{cmd.code}")
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+            self.spawn(self._run(coro_fn, cmd), f"remoting-{cmd.code}")
             return
         try:
             result = fn(self, cmd)

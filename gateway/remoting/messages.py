@@ -26,7 +26,8 @@ property ``KEYS``,     copies of those two properties, for the store's key index
 
 A record written by MQTT or AMQP is read by a RocketMQ consumer with its user
 properties as message properties, its tag as ``TAGS`` and ``mqttSecondTopic`` derived
-from its topic (:func:`rocketmq_properties`).
+from its MQTT name (:func:`mqtt_name`: an AMQP record's routing key mapped to MQTT) by
+:func:`rocketmq_properties`.
 """
 
 from __future__ import annotations
@@ -34,14 +35,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from broker_core import Message, Protocol, Record
+from gateway.remoting.stored import encode_stored, pack_host
 from gateway.user_properties import decode_user_properties, encode_user_properties
 from lmq.rocketmq import MQTT_SECOND_TOPIC, join_mqtt_topic, split_mqtt_topic
+from lmq.topic_space import amqp_to_mqtt
+from protocol.remoting.messages import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    decode_properties,
+    encode_properties,
+)
 
 __all__ = [
     "PROPS",
     "SYSTEM_PROPERTIES",
     "decode_properties",
     "encode_properties",
+    "encode_record",
     "record_flags",
     "rocketmq_properties",
     "to_store_message",
@@ -53,9 +63,10 @@ FLAG = "rmq.flag"
 RECONSUME = "rmq.reconsume"
 BORN_HOST = "rmq.born_host"
 USER_PROPERTIES = "user_properties"
+#: Where an AMQP record keeps its routing key (set by the AMQP front end).
+AMQP_ROUTING_KEY = "amqp.routing_key"
 
-NAME_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
+NAME_SEPARATOR = NAME_VALUE_SEPARATOR
 
 #: RocketMQ's own property names (``MessageConst.STRING_HASH_SET`` and the ones the
 #: clients set): they are not user properties and do not travel to MQTT or AMQP.
@@ -74,23 +85,6 @@ SYSTEM_PROPERTIES = frozenset({
     "SHARDING_KEY", "__SHARDINGKEY", "__STARTDELIVERTIME", "__transactionId__",
     MQTT_SECOND_TOPIC,
 })
-
-
-def decode_properties(text: str) -> dict[str, str]:
-    """RocketMQ's ``k\\x01v\\x02`` properties string as a dict (pairs without a value
-    separator are skipped, as ``MessageDecoder.string2messageProperties`` does)."""
-    out: dict[str, str] = {}
-    if not text:
-        return out
-    for item in text.split(PROPERTY_SEPARATOR):
-        name, sep, value = item.partition(NAME_SEPARATOR)
-        if sep and name:
-            out[name] = value
-    return out
-
-
-def encode_properties(props: Mapping[str, str]) -> str:
-    return "".join(f"{k}{NAME_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
 
 
 def to_store_message(
@@ -147,14 +141,27 @@ def rocketmq_properties(record: Record) -> str:
     user = props.get(USER_PROPERTIES)
     if user:
         for name, value in decode_user_properties(user):
-            if NAME_SEPARATOR not in name + value and PROPERTY_SEPARATOR not in name + value:
+            # what the properties string cannot carry is left out
+            if name and value and NAME_SEPARATOR not in name + value and (
+                PROPERTY_SEPARATOR not in name + value
+            ):
                 out[name] = value
     if record.tag:
         out["TAGS"] = record.tag
-    second = split_mqtt_topic(record.topic)[1]
+    second = split_mqtt_topic(mqtt_name(record))[1]
     if second:
         out[MQTT_SECOND_TOPIC] = second
     return encode_properties(out)
+
+
+def mqtt_name(record: Record) -> str:
+    """The record's name in the one topic space: its topic, or for an AMQP record (whose
+    topic is its routing key) the routing key mapped to MQTT (``orders.eu.42`` ->
+    ``orders/eu/42``), as the MQTT front end reads it."""
+    if record.protocol == Protocol.AMQP:
+        key = record.properties.get(AMQP_ROUTING_KEY)
+        return amqp_to_mqtt(key.decode() if key is not None else record.topic)
+    return record.topic
 
 
 def record_flags(record: Record) -> tuple[int, int, int, str]:
@@ -172,3 +179,26 @@ def record_flags(record: Record) -> tuple[int, int, int, str]:
         int(reconsume) if reconsume else 0,
         born.decode() if born else "",
     )
+
+
+def encode_record(
+    out: bytearray,
+    record: Record,
+    *,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    store_host: tuple[bytes, bool],
+) -> None:
+    """Append ``record`` to ``out`` in the stored-message layout, as a message of queue
+    ``queue_id`` of ``topic`` at ``queue_offset``. ``ValueError``: its properties are
+    too long for the layout's 2-byte length."""
+    sys_flag, flag, reconsume, born = record_flags(record)
+    encode_stored(
+        out, queue_id=queue_id, flag=flag, queue_offset=queue_offset,
+        physical_offset=record.position, sys_flag=sys_flag,
+        born_ms=record.born_ms or record.store_ms,
+        born_host=pack_host(born) if born else store_host,
+        store_ms=record.store_ms, store_host=store_host,
+        reconsume_times=reconsume, body=record.body, topic=topic,
+        properties=rocketmq_properties(record))

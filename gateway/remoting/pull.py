@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
 from gateway.remoting.fields import get_int, get_str
-from gateway.remoting.messages import record_flags, rocketmq_properties
+from gateway.remoting.messages import encode_record
 from gateway.remoting.offsets import commit
 from gateway.remoting.replies import response
-from gateway.remoting.stored import encode_stored, pack_host
+from gateway.remoting.stored import pack_host
 from lmq.rocketmq import InvalidName, Perm, queue_lmq
 from protocol.remoting.codes import PullSysFlag, RequestCode, ResponseCode
 
@@ -49,6 +49,11 @@ MAX_SUSPEND_MS = 60_000
 #: Read windows looked at per pull when a filter skips everything.
 MAX_FILTER_ROUNDS = 8
 MAX_PULL_BYTES = 4 * 1024 * 1024
+# Plain ints: an IntFlag operator is a slow Python call, and these run per pull.
+_READ = int(Perm.READ)
+_SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
+_SUSPEND = int(PullSysFlag.SUSPEND)
+_COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
 
 
 def register(table: DispatchTable) -> None:
@@ -97,7 +102,7 @@ class PullRequest:
         if config is None:
             raise RequestError(
                 ResponseCode.TOPIC_NOT_EXIST, f"topic[{self.topic}] not exist, apply first please!")
-        if not config.perm & Perm.READ:
+        if not config.perm & _READ:
             raise RequestError(
                 ResponseCode.NO_PERMISSION, f"the topic[{self.topic}] pulling message is forbidden")
         if not 0 <= self.queue_id < config.read_queues:
@@ -107,7 +112,7 @@ class PullRequest:
                 f" topicConfig.readQueueNums:[{config.read_queues}]")
         front.check_subscribe(ctx, self.topic, self.group)
         self.lmq = queue_lmq(self.topic, self.queue_id)
-        if sys_flag & PullSysFlag.SUBSCRIPTION:
+        if sys_flag & _SUBSCRIPTION:
             expression_type = get_str(cmd, "expressionType", "TAG")
             expression = get_str(cmd, "subscription", "*")
         else:
@@ -121,8 +126,8 @@ class PullRequest:
         self.tags = parse_tag_expression(expression)
         self.suspend_ms = (
             min(get_int(cmd, "suspendTimeoutMillis", 0), MAX_SUSPEND_MS)
-            if sys_flag & PullSysFlag.SUSPEND else 0)
-        if sys_flag & PullSysFlag.COMMIT_OFFSET:
+            if sys_flag & _SUSPEND else 0)
+        if sys_flag & _COMMIT_OFFSET:
             commit(ctx, self.group, self.topic, self.queue_id, get_int(cmd, "commitOffset", -1))
         self.store_host = pack_host("{}:{}".format(*ctx.local_address))
 
@@ -164,16 +169,10 @@ def read(front: RemotingFrontEnd, req: PullRequest) -> RemotingCommand | None:
             record = message.record
             if tags is not None and record.tag not in tags:
                 continue
-            sys_flag, flag, reconsume, born = record_flags(record)
             try:
-                encode_stored(
-                    out, queue_id=req.queue_id, flag=flag, queue_offset=message.offset,
-                    physical_offset=record.position, sys_flag=sys_flag,
-                    born_ms=record.born_ms or record.store_ms,
-                    born_host=pack_host(born) if born else req.store_host,
-                    store_ms=record.store_ms, store_host=req.store_host,
-                    reconsume_times=reconsume, body=record.body, topic=topic,
-                    properties=rocketmq_properties(record))
+                encode_record(
+                    out, record, topic=topic, queue_id=req.queue_id,
+                    queue_offset=message.offset, store_host=req.store_host)
             except ValueError as exc:  # properties too long for the layout: skipped
                 log.warning("message not deliverable over remoting: %s", exc,
                             extra={"lmq": req.lmq, "offset": message.offset})
@@ -210,7 +209,7 @@ def pull_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
         return answer
     if req.suspend_ms <= 0 or ctx.closed:
         return _not_found(front, req)
-    ctx.conn.spawn(_suspended(ctx, cmd, req), "remoting-pull")
+    ctx.spawn(_suspended(ctx, cmd, req), "remoting-pull")
     return None
 
 

@@ -4,7 +4,8 @@ Open mode (no users file, loopback): nothing here runs. With a users database:
 
 - **Who.** RocketMQ's ACL clients sign every request: ``extFields`` carry
   ``AccessKey`` and ``Signature`` (base64 HMAC-SHA1 with the secret key over the sorted
-  ``extFields`` values and the body; ali-ons adds ``OnsChannel``). A request with an
+  ``extFields`` values and the body; ali-ons adds ``OnsChannel``), verified with
+  :mod:`protocol.remoting.signature`. A request with an
   access key is served as the user that owns it when the signature verifies, refused
   NO_PERMISSION otherwise (unknown key, bad signature). A request without an access key
   is served as the anonymous principal when ``allow_anonymous`` is on, else refused.
@@ -19,10 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gateway.auth import ANONYMOUS_PRINCIPAL
+from gateway.auth.authenticator import Refusal, RefusalReason
 from gateway.remoting.dispatch import RequestError
 from gateway.remoting.replies import error
+from protocol.remoting import signature
 from protocol.remoting.codes import ResponseCode
+
+ACCESS_KEY = signature.ACCESS_KEY
 
 if TYPE_CHECKING:
     from gateway.remoting.dispatch import RequestContext
@@ -37,25 +41,23 @@ def authorize(
     auth = front.ctx.authenticator
     if auth is None:
         return None
-    access_key = cmd.ext_fields.get("AccessKey")
-    if not access_key:
-        if auth.allow_anonymous:
-            handler.principal = ANONYMOUS_PRINCIPAL
-            return None
-        return error(
-            ResponseCode.NO_PERMISSION,
-            "this gateway requires signed requests (AccessKey and Signature)")
-    principal = _verify(front, cmd, access_key)
-    if principal is None:
-        return error(
-            ResponseCode.NO_PERMISSION,
-            f"the signature of access key {access_key} does not verify")
-    handler.principal = principal
-    return None
+    fields = cmd.ext_fields
+    access_key = fields.get(ACCESS_KEY)
 
+    def verify(secret_key: str) -> bool:
+        return signature.verify(fields, cmd.body, secret_key, version=cmd.version)
 
-def _verify(front: RemotingFrontEnd, cmd: RemotingCommand, access_key: str):  # type: ignore[no-untyped-def]
-    """The principal owning ``access_key`` if the request's signature verifies."""
+    result = auth.authenticate_signature(
+        access_key, verify, client_id=handler.client_id, peer_host=handler.conn.peer_host)
+    if isinstance(result, Refusal):
+        if not access_key:
+            remark = "this gateway requires signed requests (AccessKey and Signature)"
+        elif result.reason == RefusalReason.RATE_LIMITED:
+            remark = f"too many failed signatures; retry in {result.retry_after:.0f} s"
+        else:
+            remark = f"the signature of access key {access_key} does not verify"
+        return error(ResponseCode.NO_PERMISSION, remark)
+    handler.principal = result
     return None
 
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from broker_core import AppendResult, Durability, MessageTooLarge, StorageFull, StoreError
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
-from gateway.remoting.messages import decode_properties, to_store_message
+from gateway.remoting.messages import decode_properties, encode_properties, to_store_message
 from gateway.remoting.replies import error, response
 from lmq.rocketmq import (
     MQTT_SECOND_TOPIC,
@@ -45,10 +45,11 @@ from lmq.rocketmq import (
     Perm,
     TopicConfig,
     is_system_topic,
-    offset_msg_id,
     queue_lmq,
 )
 from protocol.remoting.codes import RequestCode, ResponseCode, SysFlag
+from protocol.remoting.errors import MessageError
+from protocol.remoting.messages import decode_batch
 
 if TYPE_CHECKING:
     from broker_core import Message
@@ -65,6 +66,12 @@ V2_NAMES = {
 }
 _DELAY_PROPERTIES = (
     "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME")
+# Plain ints: an IntFlag operator is a slow Python call, and these run per send.
+_TX_MASK = int(SysFlag.TRANSACTION_MASK)
+_TX_PREPARED = int(SysFlag.TRANSACTION_PREPARED)
+_INNER_BATCH = int(SysFlag.INNER_BATCH)
+_WRITE = int(Perm.WRITE)
+_TYPE_PROPERTIES = frozenset(("TRAN_MSG", "__SHARDINGKEY", *_DELAY_PROPERTIES))
 _round_robin = itertools.count()
 
 
@@ -74,6 +81,12 @@ def register(table: DispatchTable) -> None:
     table.register(RequestCode.SEND_BATCH_MESSAGE, send_batch_message)
 
 
+#: Field name lists, V1 then V2 (the order SendHeader reads them in).
+_V1 = ("producerGroup", "topic", "queueId", "sysFlag", "bornTimestamp", "flag",
+       "properties", "reconsumeTimes")
+_V2 = tuple(V2_NAMES[name] for name in _V1)
+
+
 class SendHeader:
     """The fields of a send header a send uses (V1 or V2 names)."""
 
@@ -81,33 +94,36 @@ class SendHeader:
                  "properties", "reconsume_times")
 
     def __init__(self, cmd: RemotingCommand) -> None:
-        fields = cmd.ext_fields
-        v2 = cmd.code != RequestCode.SEND_MESSAGE
-
-        def get(name: str, required: bool = False) -> str | None:
-            value = fields.get(V2_NAMES[name] if v2 else name)
-            if value is None and required:
-                raise RequestError(
-                    ResponseCode.INVALID_PARAMETER, f"the send header has no {name!r} field")
-            return value
-
+        get = cmd.ext_fields.get
+        names = _V1 if cmd.code == RequestCode.SEND_MESSAGE else _V2
+        group, topic, queue_id, sys_flag, born, flag, props, reconsume = (
+            get(name) for name in names)
+        if group is None or topic is None or queue_id is None or sys_flag is None or (
+            born is None or flag is None
+        ):
+            missing = next(n for n, v in zip(_V1, (group, topic, queue_id, sys_flag, born,
+                                                   flag), strict=False) if v is None)
+            raise RequestError(
+                ResponseCode.INVALID_PARAMETER, f"the send header has no {missing!r} field")
         try:
-            self.producer_group = get("producerGroup", True) or ""
-            self.topic = get("topic", True) or ""
-            self.queue_id = int(get("queueId", True) or 0)
-            self.sys_flag = int(get("sysFlag", True) or 0)
-            self.born_ms = int(get("bornTimestamp", True) or 0)
-            self.flag = int(get("flag", True) or 0)
-            self.properties = get("properties") or ""
-            self.reconsume_times = int(get("reconsumeTimes") or 0)
+            self.queue_id = int(queue_id)
+            self.sys_flag = int(sys_flag)
+            self.born_ms = int(born)
+            self.flag = int(flag)
+            self.reconsume_times = int(reconsume) if reconsume else 0
         except ValueError as exc:
             raise RequestError(
                 ResponseCode.INVALID_PARAMETER, f"bad send header: {exc}") from None
+        self.producer_group = group
+        self.topic = topic
+        self.properties = props or ""
 
 
 def message_type(props: dict[str, str], sys_flag: int) -> MessageType:
+    if not sys_flag & _TX_MASK and props.keys().isdisjoint(_TYPE_PROPERTIES):
+        return MessageType.NORMAL  # the common case, one set operation
     if props.get("TRAN_MSG", "").lower() == "true" or (
-        sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_PREPARED
+        sys_flag & _TX_MASK == _TX_PREPARED
     ):
         return MessageType.TRANSACTION
     for name in _DELAY_PROPERTIES:
@@ -144,7 +160,7 @@ def writable_topic(ctx: RequestContext, topic: str) -> TopicConfig:
     if config is None:
         raise RequestError(
             ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-    if not config.perm & Perm.WRITE:
+    if not config.perm & _WRITE:
         raise RequestError(
             ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
     ctx.front.check_publish(ctx, topic)
@@ -160,11 +176,6 @@ def choose_queue(config: TopicConfig, queue_id: int) -> int:
             f"request queueId[{queue_id}] is illegal, topic {config.name} has"
             f" {config.write_queues} write queues")
     return queue_id
-
-
-def store_address(ctx: RequestContext) -> tuple[str, int]:
-    """The address in message ids: the gateway address the client connected to."""
-    return ctx.local_address
 
 
 def _failure(exc: BaseException) -> RemotingCommand:
@@ -196,18 +207,17 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     lmq = queue_lmq(header.topic, queue_id)
     routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
     lmqs = [lmq, *routes] if routes else (lmq,)
-    host, port = store_address(ctx)
 
     def done(result: AppendResult | None, exc: BaseException | None) -> None:
         if result is None:
             ctx.reply(cmd, _failure(exc or RuntimeError("append failed")))
             return
         front.sent += 1
-        ctx.reply(cmd, response(fields={
-            "msgId": offset_msg_id(host, port, result.position),
-            "queueId": queue_id,
-            "queueOffset": result.offsets[0],
-        }))
+        ctx.reply_fields(cmd, {
+            "msgId": ctx.msg_id(result.position),
+            "queueId": str(queue_id),
+            "queueOffset": str(result.offsets[0]),
+        })
 
     front.publisher.submit_callback(message, lmqs, done)
     front.throttle(ctx)
@@ -215,15 +225,13 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
 
 
 async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-    from gateway.remoting.batch import decode_batch
-
     header = SendHeader(cmd)
     front = ctx.front
     config = writable_topic(ctx, header.topic)
     queue_id = choose_queue(config, header.queue_id)
     try:
         entries = decode_batch(cmd.body)
-    except ValueError as exc:
+    except MessageError as exc:
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
     if not entries:
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
@@ -231,8 +239,9 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
     max_body = store.config.max_message_bytes
     lmq = queue_lmq(header.topic, queue_id)
     items: list[tuple[Message, list[str]]] = []
-    for index, (flag, body, props_text) in enumerate(entries):
-        props = decode_properties(props_text)
+    for index, entry in enumerate(entries):
+        body, props, flag = entry.body, entry.properties, entry.flag
+        props_text = encode_properties(props)
         kind = message_type(props, header.sys_flag)
         if kind != MessageType.NORMAL or config.message_type != MessageType.NORMAL:
             try:
@@ -247,7 +256,7 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
                 f" {max_body}")
         message = to_store_message(
             header.topic, body, props_text, props, origin=header.producer_group,
-            born_ms=header.born_ms, sys_flag=header.sys_flag & ~SysFlag.INNER_BATCH,
+            born_ms=header.born_ms, sys_flag=header.sys_flag & ~_INNER_BATCH,
             flag=flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
         routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
         items.append((message, [lmq, *routes]))
@@ -260,9 +269,8 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
         log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())
         return _failure(exc)
     front.sent += len(results)
-    host, port = store_address(ctx)
     return response(fields={
-        "msgId": ",".join(offset_msg_id(host, port, r.position) for r in results),
+        "msgId": ",".join(ctx.msg_id(r.position) for r in results),
         "queueId": queue_id,
         "queueOffset": results[0].offsets[0],
     })

@@ -182,6 +182,8 @@ def test_bad_rocketmq_and_negotiation_options(tmp_path, text, message):
         load_config(write(tmp_path, text))
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
 def test_key_index_properties_from_toml_and_flag(tmp_path):
     path = tmp_path / "gw.toml"
     path.write_text('[store]\nkey_index_properties = ["KEYS", "trace"]\n')

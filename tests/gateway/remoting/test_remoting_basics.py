@@ -23,6 +23,11 @@ async def test_unknown_code_gets_request_code_not_supported(tmp_path: Path) -> N
         # the connection is still usable
         route = await client.ok(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"})
         assert json.loads(route.body)["queueDatas"][0]["writeQueueNums"] == 8
+        text = gw.ctx.metrics.render()
+        assert 'lmq_remoting_requests_total{code="105"} 1' in text
+        assert 'lmq_remoting_requests_total{code="9999"} 1' in text
+        assert 'lmq_remoting_errors_total{code="3"} 1' in text
+        assert "lmq_remoting_connections 1" in text
         await client.close()
 
 

@@ -88,6 +88,20 @@ async def test_pull_offsets_moved_and_not_found(tmp_path: Path) -> None:
         assert missing.code == ResponseCode.TOPIC_NOT_EXIST
         bad_queue = await c.call(RequestCode.PULL_MESSAGE, pull_fields("t1", 8, 0))
         assert bad_queue.code == ResponseCode.SYSTEM_ERROR
+        # a send without a required field, or with a non-numeric one
+        no_topic = {k: v for k, v in send_fields("t1", 0, "").items() if k != "b"}
+        missing = await c.call(RequestCode.SEND_MESSAGE_V2, no_topic, body=b"x")
+        assert missing.code == ResponseCode.INVALID_PARAMETER
+        assert "topic" in (missing.remark or "")
+        bad = await c.call(RequestCode.SEND_MESSAGE_V2, send_fields("t1", 0, "") | {"e": "x"},
+                           body=b"x")
+        assert bad.code == ResponseCode.INVALID_PARAMETER
+        wrong_queue = await c.call(RequestCode.SEND_MESSAGE_V2, send_fields("t1", 8, ""),
+                                   body=b"x")
+        assert wrong_queue.code == ResponseCode.SYSTEM_ERROR
+        system = await c.call(RequestCode.SEND_MESSAGE_V2, send_fields("TBW102", 0, ""),
+                              body=b"x")
+        assert system.code == ResponseCode.NO_PERMISSION
         await c.close()
 
 
@@ -180,4 +194,23 @@ async def test_pull_commits_offset_and_message_type_checks(tmp_path: Path) -> No
                                    body=b"x")
             assert refused.code == ResponseCode.MESSAGE_ILLEGAL, kind
             assert kind in (refused.remark or "")
+        await c.close()
+
+
+async def test_shutdown_answers_suspended_pulls(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path / "data") as gw:
+        c = await Client.connect(port_of(gw))
+        await c.ok(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "bye"})
+        _, pending = c.request(
+            RequestCode.PULL_MESSAGE, pull_fields("bye", 0, 0, suspend_ms=30_000))
+        await asyncio.sleep(0.2)
+        assert not pending.done()
+        started = time.monotonic()
+        stopping = asyncio.ensure_future(gw.stop())
+        answer = await asyncio.wait_for(pending, 5)
+        assert answer.code == ResponseCode.PULL_NOT_FOUND
+        assert answer.ext_fields["nextBeginOffset"] == "0"
+        await asyncio.wait_for(c.closed.wait(), 5)
+        await asyncio.wait_for(stopping, 10)
+        assert time.monotonic() - started < 2  # not the 2 s shutdown timeout
         await c.close()

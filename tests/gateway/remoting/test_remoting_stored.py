@@ -1,0 +1,97 @@
+"""The front end's stored-message writer (gateway/remoting/stored.py) writes the same
+bytes as the codec's definition of the layout (protocol.remoting.messages), for IPv4,
+IPv6 and IPv4-mapped hosts, compressed flags, long topics and odd properties; and the
+front end's record <-> properties mapping."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker_core import Protocol, Record, RecordType
+from gateway.remoting.messages import rocketmq_properties, to_store_message
+from gateway.remoting.stored import encode_stored, pack_host
+from gateway.user_properties import encode_user_properties
+from protocol.remoting.messages import (
+    StoredMessage,
+    decode_properties,
+    decode_stored,
+    encode_properties,
+)
+from protocol.remoting.messages import encode_stored as codec_encode
+
+HOSTS = [("127.0.0.1", 8080), ("10.1.2.3", 1), ("::1", 10911), ("2001:db8::7", 65535)]
+
+
+def _fmt(host: tuple[str, int]) -> str:
+    return f"[{host[0]}]:{host[1]}" if ":" in host[0] else f"{host[0]}:{host[1]}"
+
+
+@given(
+    born=st.sampled_from(HOSTS), store=st.sampled_from(HOSTS),
+    topic=st.text(st.sampled_from("abcXYZ09_-%"), min_size=1, max_size=200),
+    body=st.binary(max_size=300),
+    props=st.dictionaries(st.text(st.sampled_from("ABCkey_"), min_size=1, max_size=8),
+                          st.text(st.characters(blacklist_characters="\x01\x02"),
+                                  min_size=1, max_size=20), max_size=5),
+    sys_flag=st.sampled_from([0, 1, 0x301, 0x80]),
+    ints=st.tuples(st.integers(0, 2**31 - 1), st.integers(-5, 2**31 - 1),
+                   st.integers(0, 2**62), st.integers(0, 2**62), st.integers(0, 2**45),
+                   st.integers(0, 2**45), st.integers(0, 100)),
+)
+def test_writer_matches_the_codec(born, store, topic, body, props, sys_flag, ints) -> None:
+    queue_id, flag, queue_offset, physical, born_ms, store_ms, reconsume = ints
+    text = encode_properties(props)
+    out = bytearray()
+    encode_stored(
+        out, queue_id=queue_id, flag=flag, queue_offset=queue_offset,
+        physical_offset=physical, sys_flag=sys_flag, born_ms=born_ms,
+        born_host=pack_host(_fmt(born)), store_ms=store_ms, store_host=pack_host(_fmt(store)),
+        reconsume_times=reconsume, body=body, topic=topic, properties=text)
+    expected = codec_encode(StoredMessage(
+        topic=topic, body=body, properties=props, queue_id=queue_id, flag=flag,
+        queue_offset=queue_offset, commit_log_offset=physical, sys_flag=sys_flag,
+        born_timestamp=born_ms, born_host=born, store_timestamp=store_ms,
+        store_host=store, reconsume_times=reconsume))
+    assert bytes(out) == expected
+    (decoded,) = decode_stored(bytes(out), decompress=False, check_crc=True)
+    assert decoded.properties == props and decoded.topic == topic
+
+
+def test_ipv4_mapped_and_unparseable_hosts() -> None:
+    assert pack_host("[::ffff:10.0.0.1]:5") == pack_host("10.0.0.1:5")
+    assert pack_host("not-an-ip:80") == (bytes(8), False)
+    out = bytearray()
+    with pytest.raises(ValueError):
+        encode_stored(out, queue_id=0, flag=0, queue_offset=0, physical_offset=0, sys_flag=0,
+                      born_ms=0, born_host=pack_host("1.2.3.4:1"), store_ms=0,
+                      store_host=pack_host("1.2.3.4:1"), reconsume_times=0, body=b"",
+                      topic="t", properties="k\x01" + "v" * 40000 + "\x02")
+
+
+def _record(message, protocol=Protocol.INTERNAL) -> Record:
+    return Record(position=0, size=0, type=RecordType.MESSAGE, protocol=protocol, qos=1,
+                  retain=False, store_ms=1, born_ms=1, origin="", topic=message.topic,
+                  tag=message.tag, properties=dict(message.properties or {}),
+                  body=message.body, dispatch=())
+
+
+def test_record_mapping() -> None:
+    text = encode_properties({"TAGS": "A", "KEYS": "k1 k2", "UNIQ_KEY": "U",
+                              "mqttSecondTopic": "/eu/42", "color": "red"})
+    message = to_store_message("orders", b"b", text, decode_properties(text), sys_flag=1)
+    assert message.topic == "orders/eu/42" and message.tag == "A"
+    assert message.properties["KEYS"] == b"k1 k2" and message.properties["UNIQ_KEY"] == b"U"
+    assert message.properties["rmq.sysflag"] == b"1"
+    assert rocketmq_properties(_record(message)) == text  # as sent
+    # an MQTT record: user properties, tag and second topic
+    mqtt = _record(to_store_message("x", b"", "", {}))
+    mqtt.topic, mqtt.tag = "orders/us/7", "T"
+    mqtt.properties = {"user_properties": encode_user_properties([("size", "XL")])}
+    assert decode_properties(rocketmq_properties(mqtt)) == {
+        "size": "XL", "TAGS": "T", "mqttSecondTopic": "/us/7"}
+    # an AMQP record: its routing key mapped to MQTT
+    amqp = _record(to_store_message("x", b"", "", {}), Protocol.AMQP)
+    amqp.topic, amqp.properties = "orders.eu.42", {}
+    assert decode_properties(rocketmq_properties(amqp)) == {"mqttSecondTopic": "/eu/42"}
