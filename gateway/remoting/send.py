@@ -213,11 +213,7 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
             ctx.reply(cmd, _failure(exc or RuntimeError("append failed")))
             return
         front.sent += 1
-        ctx.reply_fields(cmd, {
-            "msgId": ctx.msg_id(result.position),
-            "queueId": str(queue_id),
-            "queueOffset": str(result.offsets[0]),
-        })
+        ctx.reply_send_ok(cmd, ctx.msg_id(result.position), queue_id, result.offsets[0])
 
     front.publisher.submit_callback(message, lmqs, done)
     front.throttle(ctx)
