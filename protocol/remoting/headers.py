@@ -145,6 +145,10 @@ class SendMessageRequestHeader(Header):
 
 @dataclass(frozen=True, slots=True)
 class SendMessageResponseHeader(Header):
+    """``msg_id`` is the offsetMsgId (store address and log position); the Java client
+    takes the UNIQ_KEY from its own message (joined by "," for a batch) as the msgId
+    it reports."""
+
     msg_id: str = _f("msgId", required=True)
     queue_id: int = _f("queueId", "int", required=True)
     queue_offset: int = _f("queueOffset", "long", required=True)

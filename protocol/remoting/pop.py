@@ -192,7 +192,7 @@ class ExtraInfo:
     @classmethod
     def parse(cls, text: str) -> ExtraInfo:
         """Raises :class:`HeaderError` naming the part that is wrong."""
-        parts = text.split(" ")
+        parts = java_split(text, " ")
         if not 7 <= len(parts) <= 8:
             raise HeaderError(f"field extraInfo: {len(parts)} parts, expected 7 or 8")
         if parts[4] not in (NORMAL_TOPIC, RETRY_TOPIC_V1, RETRY_TOPIC_V2):
@@ -207,6 +207,17 @@ class ExtraInfo:
             queue_id=_number("extraInfo queueId", parts[6]),
             queue_offset=_number("extraInfo queueOffset", parts[7]) if len(parts) == 8 else None,
         )
+
+
+def java_split(text: str, sep: str) -> list[str]:
+    """``String.split`` with a literal one-character separator: trailing empty strings
+    are dropped (``"a b "`` gives two parts, ``""`` gives ``[""]``)."""
+    parts = text.split(sep)
+    while len(parts) > 1 and parts[-1] == "":
+        parts.pop()
+    if len(parts) == 1 and parts[0] == "" and text:
+        return []
+    return parts
 
 
 def _number(name: str, text: str) -> int:
@@ -229,8 +240,8 @@ def parse_offset_info(text: str | None) -> dict[str, str]:
     if not text:
         return {}
     out: dict[str, str] = {}
-    for one in text.split(";"):
-        parts = one.split(" ")
+    for one in java_split(text, ";"):
+        parts = java_split(one, " ")
         if len(parts) != 3:
             raise HeaderError(f"offset info entry {one!r}: expected 3 parts")
         key = f"{parts[0]}@{parts[1]}"

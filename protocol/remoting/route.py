@@ -71,19 +71,25 @@ class TopicRouteData:
     order_topic_conf: str | None = None
 
     def serialize(self, *, standard: bool = True) -> bytes:
+        # Standard JSON is what fastjson's BrowserCompatible writes: non-ASCII escaped.
+        ascii_only = standard
         brokers = []
         for b in self.broker_datas:
             addrs = ",".join(
-                f"{json.dumps(str(k)) if standard else int(k)}:{json.dumps(v, ensure_ascii=False)}"
+                f"{json.dumps(str(k)) if standard else int(k)}:{_j(v, ascii_only)}"
                 for k, v in sorted(b.broker_addrs.items())
             )
             brokers.append(
-                f'{{"brokerAddrs":{{{addrs}}},"brokerName":{_j(b.broker_name)},'
-                f'"cluster":{_j(b.cluster)},'
+                f'{{"brokerAddrs":{{{addrs}}},"brokerName":{_j(b.broker_name, ascii_only)},'
+                f'"cluster":{_j(b.cluster, ascii_only)},'
                 f'"enableActingMaster":{"true" if b.enable_acting_master else "false"}}}'
             )
-        queues = ",".join(_j(q.to_json()) for q in self.queue_datas)
-        order = f'"orderTopicConf":{_j(self.order_topic_conf)},' if self.order_topic_conf else ""
+        queues = ",".join(_j(q.to_json(), ascii_only) for q in self.queue_datas)
+        order = (
+            f'"orderTopicConf":{_j(self.order_topic_conf, ascii_only)},'
+            if self.order_topic_conf
+            else ""
+        )
         text = (
             f'{{"brokerDatas":[{",".join(brokers)}],"filterServerTable":{{}},'
             f'{order}"queueDatas":[{queues}]}}'
@@ -135,5 +141,5 @@ class TopicRouteData:
         return cls(tuple(queues), tuple(brokers), get_str(obj, "orderTopicConf"))
 
 
-def _j(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+def _j(value: Any, ascii_only: bool) -> str:
+    return json.dumps(value, ensure_ascii=ascii_only, separators=(",", ":"))

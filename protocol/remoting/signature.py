@@ -28,7 +28,7 @@ SECURITY_TOKEN = "SecurityToken"
 ONS_CHANNEL = "OnsChannel"
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 #: ``MQVersion.Version.V4_9_3.ordinal()``.
-V4_9_3 = 400
+V4_9_3 = 399
 
 
 def _java_order(name: str) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.remoting import HeaderError, PullSysFlag, RequestCode, pop
@@ -199,6 +199,7 @@ def _value(kind: str):
 
 
 @pytest.mark.parametrize("cls", HEADER_CLASSES, ids=lambda c: c.__name__)
+@settings(deadline=None)
 @given(data=st.data())
 def test_header_round_trip_and_required_fields(cls, data):
     values = {}
@@ -251,12 +252,23 @@ def test_extra_info_errors(text, message):
         pop.ExtraInfo.parse(text)
 
 
+@settings(deadline=None)
 @given(st.text(max_size=40))
 def test_extra_info_parse_never_raises_anything_else(text):
     try:
         pop.ExtraInfo.parse(text)
     except HeaderError:
         pass
+
+
+def test_receipts_split_as_java_does():
+    # String.split drops trailing empty strings: a trailing space or ';' is harmless.
+    info = pop.ExtraInfo.parse("1 2 3 4 0 gw 5 ")
+    assert info.queue_id == 5 and info.queue_offset is None
+    assert pop.parse_offset_info("0 1 5;") == {"0@1": "5"}
+    assert pop.java_split("   ", " ") == [] and pop.java_split("", " ") == [""]
+    with pytest.raises(HeaderError, match="popTime: not an int"):
+        pop.ExtraInfo.parse("1  3 4 0 gw 5")  # an empty part inside still counts
 
 
 def test_offset_info_build_and_parse():

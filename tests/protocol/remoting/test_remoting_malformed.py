@@ -184,12 +184,14 @@ commands = st.builds(
 )
 
 
+@settings(deadline=None)
 @given(commands)
 def test_round_trip(cmd):
     data = cmd.encode()
     assert FrameDecoder().receive(data) == [cmd]
 
 
+@settings(deadline=None)
 @given(
     commands.filter(lambda c: c.serialize_type == SerializeType.JSON), st.integers(2**15, 2**31 - 1)
 )
@@ -202,7 +204,7 @@ def _fields(cmd: RemotingCommand) -> dict:
     return {name: getattr(cmd, name) for name in RemotingCommand.__dataclass_fields__}
 
 
-@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, max_examples=500, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=300))
 def test_random_bytes_never_raise_anything_else(data):
     out = FrameDecoder(max_frame_length=1024).receive(data)
@@ -210,7 +212,7 @@ def test_random_bytes_never_raise_anything_else(data):
         assert isinstance(item, (RemotingCommand, FrameError))
 
 
-@settings(max_examples=1000)
+@settings(deadline=None, max_examples=1000)
 @given(commands, st.data())
 def test_mutated_frames_never_raise_anything_else(cmd, data):
     raw = bytearray(cmd.encode())

@@ -7,7 +7,7 @@ import zlib
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.remoting import MessageError, SysFlag
@@ -52,6 +52,7 @@ values = st.text(
 )
 
 
+@settings(deadline=None)
 @given(st.dictionaries(names, values, max_size=6))
 def test_properties_round_trip(props):
     assert m.decode_properties(m.encode_properties(props)) == props
@@ -199,6 +200,7 @@ stored = st.builds(
 )
 
 
+@settings(deadline=None)
 @given(st.lists(stored, max_size=3))
 def test_stored_round_trip(msgs):
     raw = b"".join(m.encode_stored(x) for x in msgs)
@@ -214,6 +216,7 @@ def test_stored_round_trip(msgs):
         )
 
 
+@settings(deadline=None)
 @given(st.binary(max_size=200))
 def test_stored_decoder_raises_only_message_error(data):
     try:
@@ -222,6 +225,7 @@ def test_stored_decoder_raises_only_message_error(data):
         pass
 
 
+@settings(deadline=None)
 @given(stored, st.data())
 def test_mutated_stored_records_raise_only_message_error(msg, data):
     raw = bytearray(m.encode_stored(msg))
@@ -278,6 +282,7 @@ def test_batch_errors_name_the_message(raw, index, message):
     assert info.value.index == index
 
 
+@settings(deadline=None)
 @given(st.binary(max_size=120))
 def test_batch_decoder_raises_only_message_error(data):
     try:
