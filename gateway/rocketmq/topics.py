@@ -46,7 +46,8 @@ from lmq.rocketmq import (
 )
 
 __all__ = [
-    "AUTO_CREATE_GROUPS", "AUTO_CREATE_TOPICS", "QueueInUse", "TopicListener", "TopicRegistry",
+    "AUTO_CREATE_GROUPS", "AUTO_CREATE_TOPICS", "SPECIAL_TOPIC_QUEUES", "QueueInUse",
+    "TopicListener", "TopicRegistry", "check_name",
 ]
 
 log = logging.getLogger(__name__)
