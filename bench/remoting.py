@@ -48,12 +48,17 @@ def _address(b: Broker) -> str:
     return f"127.0.0.1:{port}"
 
 
+def uniq_prop(seq: int) -> str:
+    return f"UNIQ_KEY\x01B{os.getpid():X}{seq:012X}\x02"
+
+
 class RemotingSender(asyncio.Protocol):
     """A producer connection writing SEND_MESSAGE_V2 frames back to back; responses are
     counted (``confirmed`` for code 0, ``nacked`` otherwise), in any order."""
 
-    def __init__(self, topic: str, queues: int, payload: int) -> None:
+    def __init__(self, topic: str, queues: int, payload: int, *, uniq: bool = True) -> None:
         self.topic = topic
+        self.uniq = uniq  # a UNIQ_KEY per message, as every RocketMQ producer sets one
         self.queues = queues
         self.pad = bytes(max(0, payload - _stamp.size))
         self.transport: asyncio.Transport | None = None
@@ -91,7 +96,7 @@ class RemotingSender(asyncio.Protocol):
             fields = {
                 "a": "benchProducers", "b": self.topic, "c": "TBW102", "d": "4",
                 "e": str(seq % self.queues), "f": "0", "g": born, "h": "0",
-                "i": self.props + f"UNIQ_KEY\x01B{os.getpid():X}{seq:012X}\x02",
+                "i": self.props + (uniq_prop(seq) if self.uniq else ""),
                 "j": "0", "k": "false", "m": "false",
             }
             frames.append(

@@ -53,7 +53,7 @@ from gateway.remoting.replies import error, response
 from gateway.remoting.route import BROKER_NAME
 from gateway.remoting.sendback import MessageNotFound, SendBackService
 from gateway.remoting.stored import encode_stored, pack_host
-from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService
+from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService, level_lmq
 from lmq.rocketmq import InvalidName, TopicConfig, retry_topic
 from protocol.remoting import HeaderError, RemotingCommand, RequestCode, ResponseCode
 from protocol.remoting.bodies import BatchAckMessageRequestBody
@@ -112,21 +112,28 @@ def _build(front: RemotingFrontEnd) -> Services:
 
 
 def start(front: RemotingFrontEnd) -> None:
-    """Start the schedule (moves delays left by an earlier run; its level queues are
-    the topic ``SCHEDULE_TOPIC_XXXX``) and adopt every known group for pop (see
-    :meth:`PopService.adopt`)."""
+    """Start the schedule (moves delays left by an earlier run) and adopt every known
+    group for pop (see :meth:`PopService.adopt`)."""
     found = services(front)
-    levels = found.schedule.max_level
-    config = front.topics.get(SCHEDULE_TOPIC)
-    if config is None or config.queue_count < levels:
-        # a topic like any other to the registry: listed by `lmq topics`, its queues
-        # never removed as idle (RocketMQ's broker lists it among its topics too)
-        front.topics.create(TopicConfig(SCHEDULE_TOPIC, read_queues=levels,
-                                        write_queues=levels))
+    if any(front.store.lmq(level_lmq(n)) is not None
+           for n in range(1, found.schedule.max_level + 1)):
+        ensure_schedule_topic(front)
     found.schedule.start()
     for name in front.groups.names():
         found.pop.adopt(name)
     found.pop.arm_revive()
+
+
+def ensure_schedule_topic(front: RemotingFrontEnd) -> None:
+    """Register ``SCHEDULE_TOPIC_XXXX`` with one queue per delay level, once something
+    is scheduled: a topic like any other to the registry, listed by ``lmq topics``, its
+    queues never removed as idle (RocketMQ's broker lists it among its topics too). A
+    gateway that never schedules has no such topic."""
+    levels = services(front).schedule.max_level
+    config = front.topics.get(SCHEDULE_TOPIC)
+    if config is None or config.queue_count < levels:
+        front.topics.create(
+            TopicConfig(SCHEDULE_TOPIC, read_queues=levels, write_queues=levels))
 
 
 def stop(front: RemotingFrontEnd) -> None:
@@ -386,6 +393,7 @@ async def consumer_send_msg_back(ctx: RequestContext, cmd: RemotingCommand) -> R
     origin = cmd.ext_fields.get("originTopic") or retry_topic(group)
     ctx.front.check_subscribe(ctx, origin, group)
     found = _group(ctx, group)
+    ensure_schedule_topic(ctx.front)
     host, port = ctx.local_address
     try:
         await found.sendback.send_back(

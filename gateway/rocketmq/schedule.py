@@ -196,13 +196,14 @@ class ScheduleService:
     # -- life cycle -------------------------------------------------------------------
 
     def start(self) -> None:
-        """Create the level LMQs, listen to them and arm a timer for every level with
-        something pending (left by an earlier run too)."""
+        """Listen to the level LMQs and arm a timer for every level with something
+        pending (left by an earlier run too)."""
         if self.started:
             return
         self.started = True
         for lv in self.levels:
-            self.store.create_lmq(lv.lmq)
+            # a level's LMQ is made by its first append (nothing is created for a
+            # gateway that never schedules); listening needs no LMQ
             self._removers.append(
                 self.store.add_listener(lv.lmq, self._listener(lv))
             )
@@ -283,6 +284,8 @@ class ScheduleService:
     def next_due(self, level: int) -> int | None:
         """When the head of ``level`` is due (ms), or None if nothing is pending."""
         lv = self.levels[level - 1]
+        if self.store.lmq(lv.lmq) is None:
+            return None
         head = self.store.pull(lv.lmq, self.offset(level), 1).messages
         return head[0].record.store_ms + lv.delay_ms if head else None
 

@@ -256,11 +256,20 @@ async def test_send_back_redelivers_through_retry_then_dlq(gw: Gateway) -> None:
     await client.close()
 
 
-async def test_schedule_levels_are_a_registered_topic(gw: Gateway) -> None:
-    config = gw.ctx.rocketmq_topics.get("SCHEDULE_TOPIC_XXXX")
-    assert config is not None and config.queue_count == 18
+async def test_schedule_topic_appears_with_the_first_send_back(gw: Gateway) -> None:
+    topics = gw.ctx.rocketmq_topics
     assert gw.store is not None
     assert gw.store.has_listeners("rmq:SCHEDULE_TOPIC_XXXX:17")  # the schedule runs
+    assert topics.get("SCHEDULE_TOPIC_XXXX") is None  # and has made nothing yet
+    assert list(gw.store.lmqs("rmq:SCHEDULE_TOPIC_XXXX:")) == []
+    await create_topic(gw, queues=1)
+    position = await put(gw, b"x", 0)
+    client = await Client.connect(port_of(gw))
+    await client.ok(RequestCode.CONSUMER_SEND_MSG_BACK,
+                    {"offset": position, "group": GROUP, "delayLevel": 4})
+    await client.close()
+    config = topics.get("SCHEDULE_TOPIC_XXXX")
+    assert config is not None and config.queue_count == 18
 
 
 async def test_send_back_pending_across_a_gateway_restart(tmp_path: Path) -> None:
