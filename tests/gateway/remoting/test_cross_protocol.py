@@ -133,12 +133,6 @@ def _amqp(gw: GatewayProcess) -> pika.BlockingConnection:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an AMQP record's topic is its routing key (orders.eu.42): the remoting front "
-    "end derives mqttSecondTopic by splitting on '/', so it is missing (gateway/remoting/"
-    "messages.py rocketmq_properties should map amq.topic routing keys with amqp_to_mqtt)",
-)
 def test_amqp_topic_exchange_to_rocketmq(xgw: GatewayProcess) -> None:
     address = ns(xgw)
     asyncio.run(_create(address, "orders"))
