@@ -103,9 +103,11 @@ class RequestContext(Protocol):
         request was oneway or the connection is gone."""
         ...
 
-    def reply_fields(self, request: RemotingCommand, fields: dict[str, str]) -> None:
-        """Send a SUCCESS response to ``request`` with header ``fields`` (already
-        strings) and no body: :meth:`reply` without building the response twice."""
+    def reply_send_ok(
+        self, request: RemotingCommand, msg_id: str, queue_id: int, queue_offset: int
+    ) -> None:
+        """Answer a send SUCCESS with its msgId, queueId and queueOffset: :meth:`reply`
+        without building a command (the send hot path)."""
         ...
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:

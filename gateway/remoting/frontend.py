@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from gateway.connection import Connection
     from gateway.context import GatewayContext
     from gateway.remoting.dispatch import RequestContext
+    from lmq.rocketmq import TopicConfig
     from protocol.remoting import RemotingCommand
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,11 @@ class RemotingFrontEnd(FrontEnd):
         self.topics.auto_create = cfg.rocketmq_auto_create_topics
         self.topics.default_queues = cfg.rocketmq_default_queue_nums
         self.groups.auto_create = cfg.rocketmq_auto_create_groups
+        #: Topics a send found writable, by name: the send path's one dict lookup.
+        #: Emptied whenever any topic is created, changed or deleted.
+        self.writable: dict[str, TopicConfig] = {}
+        self.topics.add_listener(lambda _name: self.writable.clear())
+        self.max_body = ctx.store.config.max_message_bytes
         #: Suspended pulls by LMQ (one store listener per LMQ waited on).
         self.waiters = PullWaiters(self)
         #: Set by the first goodbye: suspended pulls are answered, none suspends again.

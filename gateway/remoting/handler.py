@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Any, cast
 from gateway.auth import ANONYMOUS_PRINCIPAL, Principal
 from gateway.frontend import ConnectionHandler
 from gateway.remoting.dispatch import RequestError
-from gateway.remoting.replies import error
+from gateway.remoting.replies import encode_send_ok, error
 from lmq.rocketmq import offset_msg_id
 from protocol.remoting import FrameDecoder, RemotingCommand
-from protocol.remoting.codes import LanguageCode, ResponseCode
-from protocol.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG, SERVER_VERSION
+from protocol.remoting.codes import ResponseCode
+from protocol.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG
 from protocol.remoting.errors import FrameError, HeaderError, RemotingError
 
 if TYPE_CHECKING:
@@ -105,14 +105,13 @@ class RemotingHandler(ConnectionHandler):
             response.version, response.remark, response.ext_fields, response.body,
         ).encode())
 
-    def reply_fields(self, request: RemotingCommand, fields: dict[str, str]) -> None:
-        """:meth:`reply` SUCCESS with header ``fields`` (strings) and no body, the
-        response built once (the send hot path)."""
+    def reply_send_ok(
+        self, request: RemotingCommand, msg_id: str, queue_id: int, queue_offset: int
+    ) -> None:
+        """:meth:`reply` SUCCESS to a send (the hot path: the frame from a template)."""
         if self._closed or request.flag & ONEWAY_FLAG:
             return
-        self.conn.queue(RemotingCommand(
-            0, request.opaque, RESPONSE_FLAG, LanguageCode.JAVA, SERVER_VERSION, None, fields,
-        ).encode())
+        self.conn.queue(encode_send_ok(request.opaque, msg_id, queue_id, queue_offset))
 
     def send_request(self, request: RemotingCommand) -> None:
         if self._closed:

@@ -149,12 +149,18 @@ def check_type(config: TopicConfig, kind: MessageType) -> None:
 
 def writable_topic(ctx: RequestContext, topic: str) -> TopicConfig:
     """The topic's configuration if it may be sent to (creating it when allowed)."""
+    front = ctx.front
+    config = front.writable.get(topic)
+    if config is not None:  # checked before, unchanged since (the registry says so)
+        if front.ctx.authenticator is not None:
+            front.check_publish(ctx, topic)
+        return config
     if is_system_topic(topic):
         raise RequestError(
             ResponseCode.NO_PERMISSION,
             f"the topic {topic} is a system topic; sending is forbidden")
     try:
-        config = ctx.front.topics.ensure(topic)
+        config = front.topics.ensure(topic)
     except InvalidName as exc:
         raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     if config is None:
@@ -163,7 +169,8 @@ def writable_topic(ctx: RequestContext, topic: str) -> TopicConfig:
     if not config.perm & _WRITE:
         raise RequestError(
             ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-    ctx.front.check_publish(ctx, topic)
+    front.check_publish(ctx, topic)
+    front.writable[topic] = config
     return config
 
 
@@ -195,11 +202,10 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     queue_id = choose_queue(config, header.queue_id)
     props = decode_properties(header.properties)
     check_type(config, message_type(props, header.sys_flag))
-    max_body = front.store.config.max_message_bytes
-    if len(cmd.body) > max_body:
+    if len(cmd.body) > front.max_body:
         raise RequestError(
             ResponseCode.MESSAGE_ILLEGAL,
-            f"the message body size {len(cmd.body)} exceeds the maximum {max_body}")
+            f"the message body size {len(cmd.body)} exceeds the maximum {front.max_body}")
     message = to_store_message(
         header.topic, cmd.body, header.properties, props,
         origin=header.producer_group, born_ms=header.born_ms, sys_flag=header.sys_flag,
@@ -213,11 +219,7 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
             ctx.reply(cmd, _failure(exc or RuntimeError("append failed")))
             return
         front.sent += 1
-        ctx.reply_fields(cmd, {
-            "msgId": ctx.msg_id(result.position),
-            "queueId": str(queue_id),
-            "queueOffset": str(result.offsets[0]),
-        })
+        ctx.reply_send_ok(cmd, ctx.msg_id(result.position), queue_id, result.offsets[0])
 
     front.publisher.submit_callback(message, lmqs, done)
     front.throttle(ctx)

@@ -214,3 +214,20 @@ async def test_shutdown_answers_suspended_pulls(tmp_path: Path) -> None:
         await asyncio.wait_for(stopping, 10)
         assert time.monotonic() - started < 2  # not the 2 s shutdown timeout
         await c.close()
+
+
+async def test_topic_changes_apply_to_the_next_send(tmp_path: Path) -> None:
+    from lmq.rocketmq import Perm, TopicConfig
+
+    async with running_gateway(tmp_path / "data") as gw:
+        c = await Client.connect(port_of(gw))
+        await c.ok(RequestCode.SEND_MESSAGE_V2, send_fields("ro", 5, ""), body=b"1")
+        # an operator makes the topic read-only, then shrinks its write queues
+        gw.ctx.rocketmq_topics.create(TopicConfig("ro", perm=int(Perm.READ)))
+        refused = await c.call(RequestCode.SEND_MESSAGE_V2, send_fields("ro", 5, ""), body=b"2")
+        assert refused.code == ResponseCode.NO_PERMISSION
+        gw.ctx.rocketmq_topics.create(TopicConfig("ro", read_queues=8, write_queues=2))
+        refused = await c.call(RequestCode.SEND_MESSAGE_V2, send_fields("ro", 5, ""), body=b"3")
+        assert refused.code == ResponseCode.SYSTEM_ERROR
+        await c.ok(RequestCode.SEND_MESSAGE_V2, send_fields("ro", 1, ""), body=b"4")
+        await c.close()

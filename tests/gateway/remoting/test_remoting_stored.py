@@ -1,7 +1,8 @@
-"""The front end's stored-message writer (gateway/remoting/stored.py) writes the same
-bytes as the codec's definition of the layout (protocol.remoting.messages), for IPv4,
-IPv6 and IPv4-mapped hosts, compressed flags, long topics and odd properties; and the
-front end's record <-> properties mapping."""
+"""The front end's fast writers write the codec's bytes: the stored-message writer
+(gateway/remoting/stored.py) against protocol.remoting.messages for IPv4, IPv6 and
+IPv4-mapped hosts, compressed flags, long topics and odd properties, and the send
+response template against RemotingCommand.encode; and the front end's record <->
+properties mapping."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ from hypothesis import strategies as st
 
 from broker_core import Protocol, Record, RecordType
 from gateway.remoting.messages import rocketmq_properties, to_store_message
+from gateway.remoting.replies import encode_send_ok
 from gateway.remoting.stored import encode_stored, pack_host
 from gateway.user_properties import encode_user_properties
+from protocol.remoting import RemotingCommand
+from protocol.remoting.codes import LanguageCode
+from protocol.remoting.command import RESPONSE_FLAG, SERVER_VERSION
 from protocol.remoting.messages import (
     StoredMessage,
     decode_properties,
@@ -33,7 +38,8 @@ def _fmt(host: tuple[str, int]) -> str:
     topic=st.text(st.sampled_from("abcXYZ09_-%"), min_size=1, max_size=200),
     body=st.binary(max_size=300),
     props=st.dictionaries(st.text(st.sampled_from("ABCkey_"), min_size=1, max_size=8),
-                          st.text(st.characters(blacklist_characters="\x01\x02"),
+                          st.text(st.characters(blacklist_characters="\x01\x02",
+                                                blacklist_categories=("Cs",)),
                                   min_size=1, max_size=20), max_size=5),
     sys_flag=st.sampled_from([0, 1, 0x301, 0x80]),
     ints=st.tuples(st.integers(0, 2**31 - 1), st.integers(-5, 2**31 - 1),
@@ -95,3 +101,13 @@ def test_record_mapping() -> None:
     amqp = _record(to_store_message("x", b"", "", {}), Protocol.AMQP)
     amqp.topic, amqp.properties = "orders.eu.42", {}
     assert decode_properties(rocketmq_properties(amqp)) == {"mqttSecondTopic": "/eu/42"}
+
+
+@given(opaque=st.integers(-(2**31), 2**31 - 1), queue_id=st.integers(0, 1023),
+       offset=st.integers(0, 2**62), position=st.integers(0, 2**62))
+def test_send_response_template_matches_the_codec(opaque, queue_id, offset, position) -> None:
+    msg_id = f"7F00000100001F90{position:016X}"
+    expected = RemotingCommand(
+        0, opaque, RESPONSE_FLAG, LanguageCode.JAVA, SERVER_VERSION, None,
+        {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(offset)}).encode()
+    assert encode_send_ok(opaque, msg_id, queue_id, offset) == expected
