@@ -2,7 +2,7 @@
 gateway: the store is opened read-only).
 
 - ``show MSGID``: MSGID is an ``offsetMsgId`` (the store address and the log position,
-  :func:`lmq.rocketmq.parse_offset_msg_id`) or a client message id (the ``UNIQ_KEY``
+  :func:`protocol.remoting.messages.parse_offset_msg_id`) or a client message id (the ``UNIQ_KEY``
   property, found through the key index). Both are 32 hex digits for IPv4, so both are
   tried; a position only counts when a valid record starts there (CRC and stored
   position agree), so a UNIQ_KEY is never taken for a position by accident.
@@ -23,7 +23,9 @@ import click
 from broker_core import MessageStore, Record
 from cli.context import data_dir_option, open_store
 from gateway.rocketmq.topics import TopicRegistry
-from lmq.rocketmq import DEFAULT_QUEUE_NUMS, parse_offset_msg_id, parse_queue_lmq
+from lmq.rocketmq import DEFAULT_QUEUE_NUMS, parse_queue_lmq
+from protocol.remoting.errors import MessageError
+from protocol.remoting.messages import parse_offset_msg_id
 
 #: Bytes of a body shown in the text output.
 PREVIEW = 200
@@ -115,8 +117,8 @@ def show(data_dir: Path, msgid: str, topic: str | None, as_json: bool) -> None:
     with open_store(data_dir, read_only=True) as store:
         seen: set[int] = set()
         try:
-            host, port, position = parse_offset_msg_id(msgid)
-        except ValueError:
+            (host, port), position = parse_offset_msg_id(msgid)
+        except MessageError:
             position = -1
         if position >= 0:
             record = store.record_at(position)

@@ -31,10 +31,8 @@ are inverse on every MQTT topic name whose first level is a valid RocketMQ topic
 from __future__ import annotations
 
 import enum
-import ipaddress
 import json
 import re
-import struct
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -58,8 +56,6 @@ __all__ = [
     "group_meta_key",
     "is_system_topic",
     "join_mqtt_topic",
-    "offset_msg_id",
-    "parse_offset_msg_id",
     "parse_queue_lmq",
     "queue_lmq",
     "retry_topic",
@@ -185,26 +181,6 @@ def join_mqtt_topic(topic: str, second: str) -> str:
     if not second:
         return topic
     return topic + second if second.startswith("/") else f"{topic}/{second}"
-
-
-def offset_msg_id(host: str, port: int, position: int) -> str:
-    """RocketMQ's ``offsetMsgId`` of the message at commit-log ``position`` of the store
-    at ``host:port`` (``MessageDecoder.createMessageId``): the address (4 bytes for IPv4,
-    16 for IPv6), the port as 4 bytes and the position as 8, big-endian, in upper-case
-    hex (32 or 56 characters)."""
-    packed = ipaddress.ip_address(host).packed
-    return (packed + struct.pack(">iq", port, position)).hex().upper()
-
-
-def parse_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
-    """``(host, port, position)`` of an ``offsetMsgId``; :class:`ValueError` if it is
-    not one (wrong length or not hex)."""
-    if len(msg_id) not in (32, 56):
-        raise ValueError(f"not an offset message id (32 or 56 hex digits): {msg_id!r}")
-    raw = bytes.fromhex(msg_id)
-    address = ipaddress.ip_address(raw[:-12])
-    port, position = struct.unpack(">iq", raw[-12:])
-    return str(address), port, position
 
 
 def topic_meta_key(topic: str) -> str:

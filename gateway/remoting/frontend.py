@@ -67,11 +67,6 @@ class RemotingFrontEnd(FrontEnd):
         #: the other RocketMQ front ends).
         self.topics = ctx.rocketmq_topics
         self.groups = ctx.rocketmq_groups
-        # The registries are built before any front end; the remoting options decide
-        # auto-creation for every RocketMQ front end.
-        self.topics.auto_create = cfg.rocketmq_auto_create_topics
-        self.topics.default_queues = cfg.rocketmq_default_queue_nums
-        self.groups.auto_create = cfg.rocketmq_auto_create_groups
         #: Topics a send found writable, by name: the send path's one dict lookup.
         #: Emptied whenever any topic is created, changed or deleted.
         self.writable: dict[str, TopicConfig] = {}

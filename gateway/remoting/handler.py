@@ -38,11 +38,11 @@ from gateway.auth import ANONYMOUS_PRINCIPAL, Principal
 from gateway.frontend import ConnectionHandler
 from gateway.remoting.dispatch import RequestError
 from gateway.remoting.replies import encode_send_ok, error
-from lmq.rocketmq import offset_msg_id
 from protocol.remoting import FrameDecoder, RemotingCommand
 from protocol.remoting.codes import ResponseCode
 from protocol.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG
 from protocol.remoting.errors import FrameError, HeaderError, RemotingError
+from protocol.remoting.messages import offset_msg_id
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -88,7 +88,7 @@ class RemotingHandler(ConnectionHandler):
         prefix = self._id_prefix
         if prefix is None:
             host, port = self.local_address
-            prefix = self._id_prefix = offset_msg_id(host, port, 0)[:-16]
+            prefix = self._id_prefix = offset_msg_id((host, port), 0)[:-16]
         return f"{prefix}{position:016X}"
 
     def reply(self, request: RemotingCommand, response: RemotingCommand) -> None:

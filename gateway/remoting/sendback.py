@@ -39,11 +39,11 @@ from gateway.remoting.records import (
 from gateway.rocketmq.schedule import ScheduleService
 from lmq.rocketmq import (
     dlq_topic,
-    offset_msg_id,
     queue_lmq,
     retry_topic,
     split_mqtt_topic,
 )
+from protocol.remoting.messages import offset_msg_id
 
 __all__ = [
     "PROP_ORIGIN_MESSAGE_ID",
@@ -123,7 +123,7 @@ class SendBackService:
         host, port = store_host
         props = with_rocketmq_properties(rec, {
             PROP_RETRY_TOPIC: split_mqtt_topic(rec.topic)[0],
-            PROP_ORIGIN_MESSAGE_ID: offset_msg_id(host, port, rec.position),
+            PROP_ORIGIN_MESSAGE_ID: offset_msg_id((host, port), rec.position),
         })
         props[RECONSUME] = str(times + 1).encode()
         copy = Message(

@@ -113,10 +113,24 @@ def _pack_host(host: Host, what: str) -> tuple[bytes, bool]:
 
 
 def offset_msg_id(store_host: Host, commit_log_offset: int) -> str:
-    """``MessageDecoder.createMessageId``: store address, port, commit-log offset in
-    upper-case hex (the same id as ``lmq.rocketmq.offset_msg_id``)."""
+    """``MessageDecoder.createMessageId``: the store's address (4 bytes for IPv4, 16 for
+    IPv6; an IPv4-mapped IPv6 address as IPv4), its port as 4 bytes and the commit-log
+    offset as 8, big-endian, in upper-case hex (32 or 56 characters)."""
     packed, _ = _pack_host(store_host, "store host")
     return (packed + struct.pack(">q", commit_log_offset)).hex().upper()
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[Host, int]:
+    """``(store host, commit-log offset)`` of an offsetMsgId; :class:`MessageError` if
+    it is not one (not 32 or 56 hex digits)."""
+    if len(msg_id) not in (32, 56):
+        raise MessageError(f"not an offset message id (32 or 56 hex digits): {msg_id!r}")
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise MessageError(f"not an offset message id (not hex): {msg_id!r}") from None
+    port, offset = struct.unpack(">iq", raw[-12:])
+    return (str(ipaddress.ip_address(raw[:-12])), port), offset
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ from broker_core import Message, MessageStore
 from cli.main import main
 from gateway.rocketmq.groups import GroupRegistry
 from gateway.rocketmq.topics import TopicRegistry
-from lmq.rocketmq import GroupConfig, MessageType, TopicConfig, offset_msg_id
+from lmq.rocketmq import GroupConfig, MessageType, TopicConfig
+from protocol.remoting.messages import offset_msg_id
 
 
 @pytest.fixture
@@ -135,7 +136,7 @@ def test_messages_show_by_offset_msg_id_and_uniq_key_and_find_by_key(data_dir):
             ["rmq:orders:1", "mqtt:orders/#"])
         s.append(Message(topic="orders", body=b"\xff\x00", properties={"KEYS": b"order-1"}),
                  ["rmq:orders:0"])
-    msg_id = offset_msg_id("10.0.0.5", 10911, first.position)
+    msg_id = offset_msg_id(("10.0.0.5", 10911), first.position)
     code, out = run("messages", "show", msg_id, *d)
     assert code == 0 and "offsetMsgId of 10.0.0.5:10911" in out
     assert "queue:      orders #1 offset 0" in out and "lmq:        mqtt:orders/# offset 0" in out
@@ -150,7 +151,7 @@ def test_messages_show_by_offset_msg_id_and_uniq_key_and_find_by_key(data_dir):
     code, out = run("messages", "show", "order-1", *d)
     assert code == 1 and "no message with offsetMsgId or UNIQ_KEY" in out
     # a well-formed offsetMsgId at a position where no record starts
-    code, out = run("messages", "show", offset_msg_id("10.0.0.5", 10911, 3), *d)
+    code, out = run("messages", "show", offset_msg_id(("10.0.0.5", 10911), 3), *d)
     assert code == 1
     code, out = run("messages", "find", "--topic", "orders", "--key", "order-1", *d)
     assert code == 0 and "2 message(s)" in out and "binary; --json shows it" in out

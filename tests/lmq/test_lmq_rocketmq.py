@@ -14,8 +14,6 @@ from lmq.rocketmq import (
     TopicConfig,
     dlq_topic,
     join_mqtt_topic,
-    offset_msg_id,
-    parse_offset_msg_id,
     parse_queue_lmq,
     queue_lmq,
     retry_topic,
@@ -106,21 +104,3 @@ def test_group_config_round_trip() -> None:
     with pytest.raises(ValueError):
         GroupConfig.decode(b"[1]")
 
-
-def test_offset_msg_id_layout() -> None:
-    # 127.0.0.1, port 10911 (0x2A9F), position 0x1234: RocketMQ's layout, upper-case hex.
-    assert offset_msg_id("127.0.0.1", 10911, 0x1234) == "7F00000100002A9F0000000000001234"
-    assert parse_offset_msg_id("7F00000100002A9F0000000000001234") == ("127.0.0.1", 10911, 0x1234)
-
-
-@given(st.ip_addresses(), st.integers(0, 65535), st.integers(0, 2**63 - 1))
-def test_offset_msg_id_round_trip(host: object, port: int, position: int) -> None:
-    msg_id = offset_msg_id(str(host), port, position)
-    assert len(msg_id) in (32, 56)
-    assert parse_offset_msg_id(msg_id) == (str(host), port, position)
-
-
-@pytest.mark.parametrize("bad", ["", "7F00", "Z" * 32, "0" * 33])
-def test_parse_offset_msg_id_rejects(bad: str) -> None:
-    with pytest.raises(ValueError):
-        parse_offset_msg_id(bad)

@@ -25,7 +25,8 @@ from gateway.remoting.sendback import (
     SendBackService,
 )
 from gateway.rocketmq.schedule import PROP_REAL_TOPIC, ScheduleService, level_lmq
-from lmq.rocketmq import offset_msg_id, queue_lmq
+from lmq.rocketmq import queue_lmq
+from protocol.remoting.messages import offset_msg_id
 
 QUEUES = 4
 
@@ -211,7 +212,7 @@ async def test_send_back_goes_through_the_schedule_to_retry(env: Env) -> None:
     assert rmq["mqttSecondTopic"] == "/eu"
     assert rec.properties[RECONSUME] == b"1"
     assert rec.properties["KEYS"] == b"k"
-    origin = offset_msg_id("10.0.0.1", 8080, position)
+    origin = offset_msg_id(("10.0.0.1", 8080), position)
     assert rmq[PROP_ORIGIN_MESSAGE_ID] == origin
     # sent back again from the retry topic: level 3 + 1, origin and retry topic kept
     retried_at = env.store.pull(retry, 0, 1).messages[0].record.position

@@ -7,8 +7,8 @@ import asyncio
 from pathlib import Path
 
 from gateway.user_properties import decode_user_properties
-from lmq.rocketmq import parse_offset_msg_id
 from protocol.remoting import RequestCode, ResponseCode
+from protocol.remoting.messages import parse_offset_msg_id
 
 from ..mqtt_clients import Paho
 from .remoting_support import Client, port_of, running_gateway
@@ -41,7 +41,7 @@ async def test_query_by_key_and_view_by_id(tmp_path: Path) -> None:
             "endTimestamp": 2**62})
         assert none.code == ResponseCode.QUERY_NOT_FOUND
 
-        _host, _port, position = parse_offset_msg_id(ids[1])
+        _store, position = parse_offset_msg_id(ids[1])
         viewed = await c.ok(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": position})
         (message,) = decode_pulled(viewed.body)
         assert message.body == b"m1" and message.physical_offset == position
