@@ -335,14 +335,21 @@ def change_invisible_time(ctx: RequestContext, cmd: RemotingCommand) -> Remoting
         "popTime": pop_time, "invisibleTime": invisible, "reviveQid": REVIVE_QID})
 
 
-def peek_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+def _reader(ctx: RequestContext, cmd: RemotingCommand) -> tuple[str, str, int, Services]:
+    """The ``(group, topic, queueId, services)`` of a request that reads a queue as a
+    group (peek, notification, polling info): the topic exists (or is auto-created),
+    the caller may subscribe to it, and the group exists."""
     group = get_str(cmd, "consumerGroup")
     topic = get_str(cmd, "topic")
     queue_id = get_int(cmd, "queueId")
-    max_nums = get_int(cmd, "maxMsgNums")
     _topic(ctx, topic)
     ctx.front.check_subscribe(ctx, topic, group)
-    found = _group(ctx, group)
+    return group, topic, queue_id, _group(ctx, group)
+
+
+def peek_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
+    max_nums = get_int(cmd, "maxMsgNums")
+    group, topic, queue_id, found = _reader(ctx, cmd)
     try:
         result = found.pop.peek(group, topic, queue_id, max(1, min(max_nums, MAX_POP_NUMS)))
     except (UnknownLmq, ValueError) as exc:
@@ -354,13 +361,8 @@ def peek_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
 
 
 async def notification(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-    group = get_str(cmd, "consumerGroup")
-    topic = get_str(cmd, "topic")
-    queue_id = get_int(cmd, "queueId")
     poll = get_int(cmd, "pollTime")
-    _topic(ctx, topic)
-    ctx.front.check_subscribe(ctx, topic, group)
-    found = _group(ctx, group)
+    group, topic, queue_id, found = _reader(ctx, cmd)
     try:
         normal, retry = found.pop.sources(group, topic, queue_id)
         has = found.pop.has_messages(group, normal + ([retry] if retry else []))
@@ -374,12 +376,7 @@ async def notification(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCom
 
 
 def polling_info(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-    group = get_str(cmd, "consumerGroup")
-    topic = get_str(cmd, "topic")
-    queue_id = get_int(cmd, "queueId")
-    _topic(ctx, topic)
-    ctx.front.check_subscribe(ctx, topic, group)
-    found = _group(ctx, group)
+    group, topic, queue_id, found = _reader(ctx, cmd)
     return response(fields={"pollingNum": found.pop.polling.get((group, topic, queue_id), 0)})
 
 
