@@ -40,6 +40,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from .codes import I16_MAX, I16_MIN, LanguageCode, SerializeType
 from .errors import CommandError, FrameError
 
@@ -64,9 +66,14 @@ _MARK = struct.Struct(">iI")  # length, header mark
 _INT_TEXT = re.compile(r"[+-]?[0-9]+")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RemotingCommand:
-    """One request or response. ``ext_fields`` values are always strings."""
+    """One request or response. ``ext_fields`` values are always strings.
+
+    Treated as immutable (build a new one, or ``dataclasses.replace``); not frozen
+    because a frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``, several times slower, and one is built per frame.
+    """
 
     code: int
     opaque: int = 0
@@ -221,28 +228,78 @@ def decode_command(frame: bytes | bytearray | memoryview) -> RemotingCommand:
 
     Raises a non-fatal :class:`FrameError` (with ``opaque`` when it could be read).
     """
-    view = memoryview(frame)
-    if len(view) < 4:
-        raise FrameError(f"frame of {len(view)} bytes has no 4-byte header mark")
-    mark = int.from_bytes(view[:4], "big")
+    if type(frame) is not bytes:
+        frame = bytes(frame)
+    if len(frame) < 4:
+        raise FrameError(f"frame of {len(frame)} bytes has no 4-byte header mark")
+    mark = int.from_bytes(frame[:4], "big")
     kind, header_len = mark >> 24, mark & 0xFFFFFF
-    if header_len > len(view) - 4:
+    if header_len > len(frame) - 4:
         raise FrameError(
-            f"header length {header_len} is longer than the {len(view) - 4} bytes "
+            f"header length {header_len} is longer than the {len(frame) - 4} bytes "
             "the frame has after its header mark"
         )
-    header, body = view[4 : 4 + header_len], bytes(view[4 + header_len :])
-    if kind == SerializeType.JSON:
+    header, body = frame[4 : 4 + header_len], frame[4 + header_len :]
+    if kind == _JSON:
+        fast = _decode_json_fast(header, body)
+        if fast is not None:
+            return fast
         fields = _decode_json(header)
-    elif kind == SerializeType.ROCKETMQ:
-        fields = _decode_binary(header)
+    elif kind == _ROCKETMQ:
+        fields = _decode_binary(memoryview(header))
     else:
         raise FrameError(f"unknown serialize type {kind} (JSON is 0, ROCKETMQ is 1)")
     return RemotingCommand(body=body, serialize_type=SerializeType(kind), **fields)
 
 
-def _decode_json(header: memoryview) -> dict[str, Any]:
-    raw = bytes(header)
+_JSON = SerializeType.JSON
+_ROCKETMQ = SerializeType.ROCKETMQ
+_LANGUAGE_NAMES: dict[str, LanguageCode] = dict(LanguageCode.__members__)
+_ONLY_STR = {str}
+
+
+def _decode_json_fast(raw: bytes, body: bytes) -> RemotingCommand | None:
+    """The command of a JSON header as Java clients write it (int fields, a known
+    language by name, no remark, string extFields), or None for anything else: the
+    general :func:`_decode_json` then decodes it or says what is wrong. Both give the
+    same command for a header this one accepts (a Hypothesis test checks it).
+
+    A send's header is decoded once per message: this path is orjson plus a few type
+    checks, about a third of the general one's cost."""
+    try:
+        # orjson refuses some headers json takes (a lone surrogate escape, NaN) and
+        # reads an integer past 64 bits as a float: all of them fail here or in the
+        # type checks below and go the general way, which decides what is wrong.
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict:
+        return None
+    get = obj.get
+    code, opaque, flag, version = get("code"), get("opaque", 0), get("flag", 0), get("version", 0)
+    language = get("language")
+    ext = get("extFields")
+    if (
+        type(code) is not int or type(opaque) is not int or type(flag) is not int
+        or type(version) is not int or type(language) is not str
+        or get("remark") is not None
+    ):
+        return None
+    if not (I32_MIN <= min(code, opaque, flag, version)
+            and max(code, opaque, flag, version) <= I32_MAX):
+        return None
+    lang = _LANGUAGE_NAMES.get(language)
+    if lang is None:
+        return None
+    if ext is None:
+        ext = {}
+    elif type(ext) is not dict or (ext and set(map(type, ext.values())) != _ONLY_STR):
+        return None
+    return RemotingCommand(code, opaque, flag, lang, version, None, ext, body, _JSON)
+
+
+def _decode_json(header: bytes) -> dict[str, Any]:
+    raw = header
     try:
         obj = json.loads(raw.decode())
     except UnicodeDecodeError as exc:

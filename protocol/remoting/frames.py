@@ -26,19 +26,23 @@ class FrameDecoder:
     as Netty does (16 MiB by default, RocketMQ's ``frameMaxLength``).
     """
 
-    __slots__ = ("_buffer", "_error", "max_frame_length")
+    __slots__ = ("_buffer", "_error", "_pos", "max_frame_length")
 
     def __init__(self, max_frame_length: int = MAX_FRAME_LENGTH) -> None:
         if max_frame_length < 8:
             raise ValueError("max_frame_length must allow at least the 8-byte prefix")
         self.max_frame_length = max_frame_length
         self._buffer = bytearray()
+        #: Where the next frame starts in ``_buffer``: frames are cut by position and
+        #: the consumed prefix dropped once per feed, not once per frame (a read of
+        #: many small pipelined frames would otherwise move the rest every time).
+        self._pos = 0
         self._error: FrameError | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as part of a frame."""
-        return len(self._buffer)
+        return len(self._buffer) - self._pos
 
     @property
     def failed(self) -> FrameError | None:
@@ -47,6 +51,9 @@ class FrameDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         if self._error is None:
+            if self._pos:
+                del self._buffer[: self._pos]
+                self._pos = 0
             self._buffer += data
 
     def next_command(self) -> RemotingCommand | None:
@@ -56,20 +63,25 @@ class FrameDecoder:
         """
         if self._error is not None:
             raise self._error
-        buffer = self._buffer
-        if len(buffer) < 4:
+        buffer, pos = self._buffer, self._pos
+        if len(buffer) - pos < 4:
             return None
-        length = int.from_bytes(buffer[:4], "big")
+        length = int.from_bytes(buffer[pos : pos + 4], "big")
         if length < 4:
             self._fail(f"frame length {length} is shorter than the 4-byte header mark")
         if length + 4 > self.max_frame_length:
             self._fail(
                 f"frame of {length + 4} bytes exceeds the maximum of {self.max_frame_length} bytes"
             )
-        if len(buffer) < 4 + length:
+        end = pos + 4 + length
+        if len(buffer) < end:
             return None
-        frame = bytes(buffer[4 : 4 + length])
-        del buffer[: 4 + length]
+        frame = bytes(buffer[pos + 4 : end])
+        if end == len(buffer):
+            buffer.clear()
+            self._pos = 0
+        else:
+            self._pos = end
         return decode_command(frame)
 
     def receive(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand | FrameError]:
@@ -94,4 +106,5 @@ class FrameDecoder:
     def _fail(self, message: str) -> None:
         self._error = FrameError(message, fatal=True)
         self._buffer.clear()
+        self._pos = 0
         raise self._error

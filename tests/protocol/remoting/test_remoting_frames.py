@@ -10,6 +10,8 @@ import json
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from protocol.remoting import (
     CommandError,
@@ -207,3 +209,107 @@ def test_bad_header_is_per_frame_and_the_next_frame_still_decodes():
     assert out[0].opaque == 42
     assert str(out[0]) == "JSON header field extFields: not an object"
     assert out[1] == decode_command(JSON_FRAME[4:])
+
+
+# -- the fast path of JSON headers --------------------------------------------------
+
+# text with lone surrogates too: escaped (\\udXXX) or, unescaped, as invalid UTF-8
+_any_text = st.text(st.characters(exclude_categories=()), max_size=6)
+_json_values = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**40), max_value=2**40),
+    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=8),
+    st.lists(st.integers(), max_size=2),
+)
+_valid_fields = {
+    "code": st.integers(min_value=-(2**31), max_value=2**31 - 1),
+    "opaque": st.integers(min_value=-(2**31), max_value=2**31 - 1),
+    "flag": st.integers(min_value=0, max_value=3),
+    "version": st.integers(min_value=0, max_value=500),
+    "language": st.sampled_from(["JAVA", "CPP", "PYTHON", "RUST"]),
+    "extFields": st.dictionaries(st.text(max_size=4), _any_text, max_size=4),
+    "serializeTypeCurrentRPC": st.just("JSON"),
+}
+_odd_fields = {
+    **dict.fromkeys(("code", "opaque", "flag", "version"), st.one_of(
+        st.integers(min_value=-(2**65), max_value=2**65), _json_values)),
+    "language": st.one_of(st.just("COBOL"), _json_values),
+    "remark": st.one_of(st.none(), st.text(max_size=5), st.integers()),
+    "extFields": st.one_of(
+        st.dictionaries(st.text(max_size=4), st.one_of(_any_text, _json_values), max_size=4),
+        _json_values,
+    ),
+}
+
+
+@st.composite
+def _header_objects(draw):
+    # mostly what a Java client writes, then a few fields made odd, dropped or added
+    obj = draw(st.fixed_dictionaries(_valid_fields))
+    for name in draw(st.lists(st.sampled_from(sorted(_odd_fields)), max_size=3)):
+        if draw(st.booleans()):
+            obj[name] = draw(_odd_fields[name])
+        else:
+            obj.pop(name, None)
+    return obj
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(_header_objects(), st.booleans())
+def test_json_fast_path_decodes_exactly_as_the_general_path(obj, ensure_ascii):
+    # decode_command takes a fast path for the headers Java clients write; whatever it
+    # accepts must decode to the same command (or fail the same way) as the general,
+    # field-by-field checked path.
+    from protocol.remoting import command as command_module
+
+    header = json.dumps(obj, ensure_ascii=ensure_ascii).encode("utf-8", "surrogatepass")
+    data = frame(header, b"body", 0)[4:]
+    try:
+        expected = RemotingCommand(
+            body=b"body", serialize_type=SerializeType.JSON,
+            **command_module._decode_json(header))
+    except FrameError as exc:
+        with pytest.raises(FrameError) as got:
+            decode_command(data)
+        assert (str(got.value), got.value.opaque) == (str(exc), exc.opaque)
+        return
+    assert decode_command(data) == expected
+
+
+def test_json_fast_path_is_taken_for_a_java_send_header():
+    from protocol.remoting import command as command_module
+
+    header = (
+        b'{"code":310,"extFields":{"a":"pg","b":"T","e":"3","i":"UNIQ_KEY\\u0001X\\u0002"},'
+        b'"flag":0,"language":"JAVA","opaque":12,"serializeTypeCurrentRPC":"JSON",'
+        b'"version":479}'
+    )
+    fast = command_module._decode_json_fast(header, b"b")
+    assert fast == RemotingCommand(
+        310, 12, 0, LanguageCode.JAVA, 479, None,
+        {"a": "pg", "b": "T", "e": "3", "i": "UNIQ_KEY\x01X\x02"}, b"b")
+    # ali-ons's unquoted numbers, a remark, a surrogate escape: the general path decides
+    assert command_module._decode_json_fast(b'{"code":1,"extFields":{"e":3}}', b"") is None
+    assert command_module._decode_json_fast(
+        b'{"code":1,"language":"JAVA","remark":"r"}', b"") is None
+    assert command_module._decode_json_fast(
+        b'{"code":1,"language":"JAVA","extFields":{"a":"\\ud800"}}', b"") is None
+
+
+def test_decoder_keeps_frames_apart_across_many_feeds():
+    # frames are cut by position inside the buffer; feeding in odd-sized pieces while
+    # taking frames in between must give every frame once, in order
+    frames = [
+        RemotingCommand.request(RequestCode.SEND_MESSAGE, {"n": str(i)}, bytes(i % 7),
+                                opaque=i).encode()
+        for i in range(50)
+    ]
+    data = b"".join(frames)
+    decoder = FrameDecoder()
+    got = []
+    for start in range(0, len(data), 37):
+        decoder.feed(data[start : start + 37])
+        while (cmd := decoder.next_command()) is not None:
+            got.append(cmd)
+    assert [c.opaque for c in got] == list(range(50))
+    assert [c.ext_fields["n"] for c in got] == [str(i) for i in range(50)]
+    assert decoder.buffered == 0
