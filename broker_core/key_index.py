@@ -51,6 +51,8 @@ _POS_PREFIX = b"k"
 MAX_PART = 0xFFFF
 
 _TRIM_CHUNK = 4096
+#: Topics whose key prefix is remembered (cleared when full).
+_HEADS_MAX = 4096
 
 #: ``put(key, value)`` of an index WriteBatch.
 Putter = Callable[[bytes, bytes], None]
@@ -83,7 +85,7 @@ def _prefix_end(prefix: bytes) -> bytes:
 class KeyIndex:
     """Writes and reads the key index of one store's index RocksDB."""
 
-    __slots__ = ("index", "properties", "names")
+    __slots__ = ("index", "properties", "names", "_heads")
 
     def __init__(self, index: ConsumeQueueIndex, properties: tuple[str, ...]) -> None:
         self.index = index
@@ -91,6 +93,9 @@ class KeyIndex:
         self.properties = properties
         #: The same as a set, for ``names.isdisjoint(props)``.
         self.names = frozenset(properties)
+        #: topic -> the key prefix of its first level (``b"K" | len | level``), or
+        #: None for a level too long to index: built once per topic, not per message.
+        self._heads: dict[str, bytes | None] = {}
 
     def put(
         self,
@@ -114,12 +119,28 @@ class KeyIndex:
             return
         if len(keys) > 1:
             keys = list(dict.fromkeys(keys))
-        level = topic.partition("/")[0].encode()
-        if len(level) > MAX_PART:
+        heads = self._heads
+        try:
+            head = heads[topic]
+        except KeyError:
+            if len(heads) >= _HEADS_MAX:
+                heads.clear()
+            level = topic.partition("/")[0].encode()
+            head = heads[topic] = (
+                _KEY_PREFIX + _pack_u16(len(level)) + level if len(level) <= MAX_PART else None)
+        if head is None:
             return
-        head = _KEY_PREFIX + _pack_u16(len(level)) + level
         packed_pos = _pack_u64(position)
         stamp = _pack_u64(store_ms)
+        if len(keys) == 1:  # the common case: a UNIQ_KEY alone
+            key = keys[0]
+            if len(key) <= MAX_PART:
+                full = head + _pack_u16(len(key)) + key + packed_pos
+                put(full, stamp)
+                put(_POS_PREFIX + packed_pos, _pack_u16(len(full) - 1) + full[1:])
+            else:
+                put(_POS_PREFIX + packed_pos, b"")
+            return
         listed = []
         for key in keys:
             if len(key) <= MAX_PART:

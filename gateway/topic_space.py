@@ -91,6 +91,9 @@ class TopicSpace:
         self._refs: dict[str, int] = {}
         self._amq_topic: Callable[[str], list[str]] | None = None
         self._routes: dict[str, tuple[str, ...]] = {}
+        #: route_rocketmq's memo: MQTT name -> its filter LMQs without the RocketMQ
+        #: queue, or None for a name that reaches nothing else. Cleared with _routes.
+        self._rmq_routes: dict[str, tuple[str, ...] | None] = {}
         self._rocketmq = rocketmq_topics
 
     # -- MQTT filters --------------------------------------------------------------------
@@ -100,7 +103,7 @@ class TopicSpace:
         count = self._refs.get(topic_filter, 0)
         if count == 0:
             self._filters.add(topic_filter, mqtt_lmq(topic_filter))
-            self._routes.clear()
+            self._clear_routes()
         self._refs[topic_filter] = count + 1
         return mqtt_lmq(topic_filter)
 
@@ -109,9 +112,13 @@ class TopicSpace:
         if count <= 1:
             self._refs.pop(topic_filter, None)
             self._filters.remove(topic_filter, mqtt_lmq(topic_filter))
-            self._routes.clear()
+            self._clear_routes()
         else:
             self._refs[topic_filter] = count - 1
+
+    def _clear_routes(self) -> None:
+        self._routes.clear()
+        self._rmq_routes.clear()
 
     def filter_count(self) -> int:
         return len(self._refs)
@@ -132,12 +139,12 @@ class TopicSpace:
     def set_rocketmq_topics(self, lookup: RocketMQTopics | None) -> None:
         """The RocketMQ topics MQTT and AMQP publishes reach (None: none)."""
         self._rocketmq = lookup
-        self._routes.clear()
+        self._clear_routes()
 
     def rocketmq_topics_changed(self, name: str = "") -> None:
         """A RocketMQ topic was created, changed or deleted: forget the memo (the
         signature fits ``TopicRegistry.add_listener``)."""
-        self._routes.clear()
+        self._clear_routes()
 
     def is_rocketmq_queue(self, lmq: str) -> bool:
         """Whether ``lmq`` is a queue of an existing RocketMQ topic (its lifetime is the
@@ -207,15 +214,30 @@ class TopicSpace:
         ``join_mqtt_topic(topic, second)``. Not the RocketMQ queue itself (the front end
         picks it). Retry and dead-letter topics, and a name that is not a valid MQTT
         topic name (wildcards, U+0000), reach nothing else."""
-        name = join_mqtt_topic(topic, second)
-        if "%" in topic or "+" in name or "#" in name or "\x00" in name:
+        if "%" in topic:
             return []
-        lmqs = self._filter_lmqs(name)
-        if lmqs and lmqs[-1].startswith(RMQ_PREFIX):
-            lmqs = lmqs[:-1]
+        name = join_mqtt_topic(topic, second) if second else topic
+        memo = self._rmq_routes
+        try:
+            lmqs = memo[name]
+        except KeyError:
+            lmqs = memo[name] = self._rocketmq_filter_lmqs(name)
+            if len(memo) > ROUTE_CACHE_SIZE:
+                memo.clear()
+                memo[name] = lmqs
+        if lmqs is None:
+            return []
         router = self._amq_topic
         if router is not None:
             queues = router(name)
             if queues:
                 return [*lmqs, *queues]
         return list(lmqs)
+
+    def _rocketmq_filter_lmqs(self, name: str) -> tuple[str, ...] | None:
+        if "+" in name or "#" in name or "\x00" in name:
+            return None
+        lmqs = self._filter_lmqs(name)
+        if lmqs and lmqs[-1].startswith(RMQ_PREFIX):
+            lmqs = lmqs[:-1]
+        return lmqs

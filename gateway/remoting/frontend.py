@@ -26,6 +26,7 @@ from gateway.remoting.dispatch import build_table
 from gateway.remoting.handler import RemotingHandler
 from gateway.remoting.locks import LockManager
 from gateway.remoting.pull import PullWaiters
+from lmq.rocketmq import queue_lmq
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -70,7 +71,10 @@ class RemotingFrontEnd(FrontEnd):
         #: Topics a send found writable, by name: the send path's one dict lookup.
         #: Emptied whenever any topic is created, changed or deleted.
         self.writable: dict[str, TopicConfig] = {}
-        self.topics.add_listener(lambda _name: self.writable.clear())
+        #: Queue LMQ names by topic (``rmq:T:0``, ``rmq:T:1``...), built once per topic
+        #: rather than formatted per send. Emptied with ``writable``.
+        self._queue_lmqs: dict[str, list[str]] = {}
+        self.topics.add_listener(self._topics_changed)
         self.max_body = ctx.store.config.max_message_bytes
         #: Suspended pulls by LMQ (one store listener per LMQ waited on).
         self.waiters = PullWaiters(self)
@@ -169,6 +173,19 @@ class RemotingFrontEnd(FrontEnd):
         for channel in channels:
             if not channel.closed:
                 notify_consumer_ids_changed(channel, group)
+
+    def _topics_changed(self, _name: str) -> None:
+        self.writable.clear()
+        self._queue_lmqs.clear()
+
+    def queue_lmq(self, topic: str, queue_id: int) -> str:
+        """``lmq.rocketmq.queue_lmq(topic, queue_id)``, remembered per topic."""
+        names = self._queue_lmqs.get(topic)
+        if names is None or queue_id >= len(names):
+            config = self.topics.get(topic)
+            count = max(queue_id + 1, config.write_queues if config else 0)
+            names = self._queue_lmqs[topic] = [queue_lmq(topic, q) for q in range(count)]
+        return names[queue_id]
 
     # -- back-pressure -----------------------------------------------------------------
 

@@ -57,8 +57,9 @@ def request(
 
 
 _SEND_OK = (
-    '{{"code":0,"extFields":{{"msgId":"{}","queueId":"{}","queueOffset":"{}"}},"flag":1,'
-    f'"language":"JAVA","opaque":{{}},"serializeTypeCurrentRPC":"JSON","version":{SERVER_VERSION}}}}}'
+    b'{"code":0,"extFields":{"msgId":"%s","queueId":"%d","queueOffset":"%d"},"flag":1,'
+    b'"language":"JAVA","opaque":%d,"serializeTypeCurrentRPC":"JSON","version":'
+    + str(SERVER_VERSION).encode() + b"}"
 )
 _FRAME_HEAD = struct.Struct(">ii")
 
@@ -68,5 +69,5 @@ def encode_send_ok(opaque: int, msg_id: str, queue_id: int, queue_offset: int) -
     ``RemotingCommand(...).encode()`` writes for it (a test checks they are equal),
     without building a command and a JSON document per send. ``msg_id`` is hex, the
     rest integers: nothing needs escaping."""
-    header = _SEND_OK.format(msg_id, queue_id, queue_offset, opaque).encode()
+    header = _SEND_OK % (msg_id.encode(), queue_id, queue_offset, opaque)
     return _FRAME_HEAD.pack(4 + len(header), len(header)) + header

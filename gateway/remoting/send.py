@@ -73,6 +73,8 @@ _INNER_BATCH = int(SysFlag.INNER_BATCH)
 _WRITE = int(Perm.WRITE)
 _TYPE_PROPERTIES = frozenset(("TRAN_MSG", "__SHARDINGKEY", *_DELAY_PROPERTIES))
 _round_robin = itertools.count()
+_SEND_V1 = int(RequestCode.SEND_MESSAGE)
+_NORMAL = MessageType.NORMAL
 
 
 def register(table: DispatchTable) -> None:
@@ -82,9 +84,9 @@ def register(table: DispatchTable) -> None:
 
 
 #: Field name lists, V1 then V2 (the order SendHeader reads them in).
-_V1 = ("producerGroup", "topic", "queueId", "sysFlag", "bornTimestamp", "flag",
-       "properties", "reconsumeTimes")
-_V2 = tuple(V2_NAMES[name] for name in _V1)
+_V1: tuple[str, ...] = ("producerGroup", "topic", "queueId", "sysFlag", "bornTimestamp",
+                        "flag", "properties", "reconsumeTimes")
+_V2: tuple[str, ...] = tuple(V2_NAMES[name] for name in _V1)
 
 
 class SendHeader:
@@ -95,9 +97,10 @@ class SendHeader:
 
     def __init__(self, cmd: RemotingCommand) -> None:
         get = cmd.ext_fields.get
-        names = _V1 if cmd.code == RequestCode.SEND_MESSAGE else _V2
-        group, topic, queue_id, sys_flag, born, flag, props, reconsume = (
-            get(name) for name in names)
+        names = _V1 if cmd.code == _SEND_V1 else _V2
+        n_group, n_topic, n_queue, n_sys, n_born, n_flag, n_props, n_reconsume = names
+        group, topic, queue_id, sys_flag, born, flag = (
+            get(n_group), get(n_topic), get(n_queue), get(n_sys), get(n_born), get(n_flag))
         if group is None or topic is None or queue_id is None or sys_flag is None or (
             born is None or flag is None
         ):
@@ -105,6 +108,7 @@ class SendHeader:
                                                    flag), strict=False) if v is None)
             raise RequestError(
                 ResponseCode.INVALID_PARAMETER, f"the send header has no {missing!r} field")
+        reconsume = get(n_reconsume)
         try:
             self.queue_id = int(queue_id)
             self.sys_flag = int(sys_flag)
@@ -116,7 +120,7 @@ class SendHeader:
                 ResponseCode.INVALID_PARAMETER, f"bad send header: {exc}") from None
         self.producer_group = group
         self.topic = topic
-        self.properties = props or ""
+        self.properties = get(n_props) or ""
 
 
 def message_type(props: dict[str, str], sys_flag: int) -> MessageType:
@@ -198,20 +202,25 @@ def _failure(exc: BaseException) -> RemotingCommand:
 def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
     header = SendHeader(cmd)
     front = ctx.front
-    config = writable_topic(ctx, header.topic)
+    topic = header.topic
+    config = writable_topic(ctx, topic)
     queue_id = choose_queue(config, header.queue_id)
     props = decode_properties(header.properties)
-    check_type(config, message_type(props, header.sys_flag))
-    if len(cmd.body) > front.max_body:
+    if header.sys_flag & _TX_MASK or not props.keys().isdisjoint(_TYPE_PROPERTIES) or (
+        config.message_type is not _NORMAL
+    ):
+        check_type(config, message_type(props, header.sys_flag))
+    body = cmd.body
+    if len(body) > front.max_body:
         raise RequestError(
             ResponseCode.MESSAGE_ILLEGAL,
-            f"the message body size {len(cmd.body)} exceeds the maximum {front.max_body}")
+            f"the message body size {len(body)} exceeds the maximum {front.max_body}")
     message = to_store_message(
-        header.topic, cmd.body, header.properties, props,
+        topic, body, header.properties, props,
         origin=header.producer_group, born_ms=header.born_ms, sys_flag=header.sys_flag,
         flag=header.flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
-    lmq = queue_lmq(header.topic, queue_id)
-    routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
+    lmq = front.queue_lmq(topic, queue_id)
+    routes = front.topic_space.route_rocketmq(topic, props.get(MQTT_SECOND_TOPIC, ""))
     lmqs = [lmq, *routes] if routes else (lmq,)
 
     def done(result: AppendResult | None, exc: BaseException | None) -> None:
@@ -222,7 +231,8 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
         ctx.reply_send_ok(cmd, ctx.msg_id(result.position), queue_id, result.offsets[0])
 
     front.publisher.submit_callback(message, lmqs, done)
-    front.throttle(ctx)
+    if front.publisher.lagging:
+        front.throttle(ctx)
     return None
 
 

@@ -255,7 +255,6 @@ def decode_command(frame: bytes | bytearray | memoryview) -> RemotingCommand:
 _JSON = SerializeType.JSON
 _ROCKETMQ = SerializeType.ROCKETMQ
 _LANGUAGE_NAMES: dict[str, LanguageCode] = dict(LanguageCode.__members__)
-_ONLY_STR = {str}
 
 
 def _decode_json_fast(raw: bytes, body: bytes) -> RemotingCommand | None:
@@ -293,8 +292,13 @@ def _decode_json_fast(raw: bytes, body: bytes) -> RemotingCommand | None:
         return None
     if ext is None:
         ext = {}
-    elif type(ext) is not dict or (ext and set(map(type, ext.values())) != _ONLY_STR):
+    elif type(ext) is not dict:
         return None
+    else:
+        try:
+            "".join(ext.values())  # every value a string (C-level; else TypeError)
+        except TypeError:
+            return None
     return RemotingCommand(code, opaque, flag, lang, version, None, ext, body, _JSON)
 
 
