@@ -1,7 +1,7 @@
 """The pop family of request codes: POP_MESSAGE, ACK_MESSAGE, BATCH_ACK_MESSAGE,
 PEEK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, NOTIFICATION, POLLING_INFO, and
-CONSUMER_SEND_MSG_BACK, on :class:`~gateway.remoting.pop_service.PopService`,
-:class:`~gateway.remoting.sendback.SendBackService` and the persistent schedule
+CONSUMER_SEND_MSG_BACK, on :class:`~gateway.rocketmq.pop_service.PopService`,
+:class:`~gateway.rocketmq.sendback.SendBackService` and the persistent schedule
 (:class:`~gateway.rocketmq.schedule.ScheduleService`).
 
 The three services belong to the front end (:func:`services`): built when the front end
@@ -42,18 +42,18 @@ from gateway.remoting.messages import (
     record_flags,
     rocketmq_properties,
 )
-from gateway.remoting.pop_receipts import REVIVE_QID
-from gateway.remoting.pop_service import (
+from gateway.remoting.replies import error, response
+from gateway.remoting.route import BROKER_NAME
+from gateway.remoting.stored import encode_stored, pack_host
+from gateway.rocketmq.pop_receipts import REVIVE_QID
+from gateway.rocketmq.pop_service import (
     OffsetOutOfRange,
     PollingFull,
     PopResult,
     PopService,
 )
-from gateway.remoting.replies import error, response
-from gateway.remoting.route import BROKER_NAME
-from gateway.remoting.sendback import MessageNotFound, SendBackService
-from gateway.remoting.stored import encode_stored, pack_host
 from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService, level_lmq
+from gateway.rocketmq.sendback import MessageNotFound, SendBackService
 from lmq.rocketmq import InvalidName, TopicConfig, retry_topic
 from protocol.remoting import HeaderError, RemotingCommand, RequestCode, ResponseCode
 from protocol.remoting.bodies import BatchAckMessageRequestBody

@@ -40,14 +40,14 @@ from dataclasses import dataclass, field
 
 from broker_core import AppendResult, Message, MessageStore, Record, StoredMessage, UnknownLmq
 from broker_core.errors import UnknownReceipt
-from gateway.remoting.pop_receipts import (
+from gateway.rocketmq.pop_receipts import (
     REVIVE_QID,
     ExtraInfo,
     pop_retry_topic,
     store_receipt,
     visible_at,
 )
-from gateway.remoting.records import RECONSUME, record_reconsume_times, with_rocketmq_properties
+from gateway.rocketmq.records import RECONSUME, record_reconsume_times, with_rocketmq_properties
 from lmq.rocketmq import dlq_topic, queue_lmq
 from protocol.remoting.pop import NORMAL_TOPIC as MARK_NORMAL
 from protocol.remoting.pop import RETRY_TOPIC_V1 as MARK_RETRY
