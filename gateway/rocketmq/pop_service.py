@@ -1,6 +1,7 @@
-"""Pop consumption for the remoting front end, on the store's pop
-(:mod:`broker_core.pop`): popping one queue or all of a topic's queues, long polling,
-ack, batch ack, change of invisible time, peek, notification, and dead letters.
+"""Pop consumption for the RocketMQ front ends (remoting's POP_MESSAGE family, gRPC's
+ReceiveMessage family), on the store's pop (:mod:`broker_core.pop`): popping one queue
+or all of a topic's queues, long polling, ack, batch ack, change of invisible time,
+peek, notification, and dead letters.
 
 Model
 -----
