@@ -182,6 +182,19 @@ class CommitLog:
     def active_size(self) -> int:
         return self._segments[-1].size
 
+    @property
+    def active_base(self) -> int:
+        """The base position of the active (last) segment."""
+        return self._segments[-1].base
+
+    def segment_base(self, position: int) -> int:
+        """The base position of the segment holding ``position`` (SegmentGone if none)."""
+        return self._segment_for(position).base
+
+    def segment_bases(self) -> list[int]:
+        """The base positions of the segments, ascending."""
+        return [seg.base for seg in self._segments]
+
     def fits(self, size: int) -> bool:
         """Whether a record of ``size`` bytes fits in the active segment."""
         return self._segments[-1].size + size <= self.segment_bytes

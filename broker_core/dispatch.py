@@ -91,6 +91,7 @@ class Dispatcher:
         pos = log_.end
         seg_room = self.config.segment_bytes
         room = seg_room - log_.active_size  # what fits in the active segment
+        seg_base = log_.active_base  # the key index files a record's keys under it
         cache = lmqs.cache
         meta_for_write = lmqs.meta_for_write
         listened = self.listeners.by_lmq
@@ -122,10 +123,11 @@ class Dispatcher:
                     size = len(record)
                     if len(buf) + size > room:
                         buf, room = self._room_for(buf, size, seg_room)
+                        seg_base = log_.active_base
                     buf += record
                     props = message.properties
                     if put_keys is not None and props and not no_keys(props):
-                        put_keys(put, message.topic, props, pos, now)
+                        put_keys(put, message.topic, props, pos, now, seg_base)
                     if listened and name in listened:
                         hot[(meta.id, offset)] = of_message(
                             message, pos, size, now, ((name, offset),))
@@ -167,11 +169,12 @@ class Dispatcher:
                 size = len(record)
                 if len(buf) + size > room:
                     buf, room = self._room_for(buf, size, seg_room)
+                    seg_base = log_.active_base
                 buf += record
                 if is_message:
                     props = message.properties
                     if put_keys is not None and props and not no_keys(props):
-                        put_keys(put, message.topic, props, pos, now)
+                        put_keys(put, message.topic, props, pos, now, seg_base)
                     body = len(message.body)
                     thash = tag_hash(message.tag) if message.tag else 0
                     value = pack_entry(pos, size, body, thash, now)

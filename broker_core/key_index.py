@@ -9,22 +9,20 @@ under ``orders`` finds the keys of messages on ``orders`` and on ``orders/eu/42`
 Layout, in the index RocksDB beside the consume queues (:mod:`broker_core.consume_queue`
 owns the other prefixes; integers big-endian)::
 
-    key      b"K" | topic_len u16 | topic | key_len u16 | key | position u64 -> store_ms u64
-    by-pos   b"k" | position u64  ->  the suffixes after b"K" of that record's key keys,
-                                      each as len u16 | suffix
+    b"B" | segment base u64 | topic_len u16 | topic | key_len u16 | key | position u64
+        -> store_ms u64
 
-- Keys of one (topic, key) are one contiguous range sorted by position, so a lookup is
-  one seek and a scan of that key's own entries, newest first.
-- The by-position keys exist so retention can find the key entries of the records it
-  removed without a scan of every key: they sort by position, and the trim walks them
-  from the old log start to the new one.
+``segment base`` is the base position of the commit-log segment that holds the record.
 
-Atomicity: the dispatcher puts a record's key entries into the same WriteBatch as its
-consume-queue entries and the "dispatched up to" checkpoint, so after a crash a record is
-either indexed everywhere or nowhere, and recovery's replay of the log after the
-checkpoint (:mod:`broker_core.recovery`) puts the missing ones exactly as the live append
-would (puts of the same keys and values: idempotent). An index rebuild rebuilds them
-from the log.
+- One entry per (record, key): a lookup seeks the (topic, key) range of each live
+  segment, newest segment first, and scans it backwards (positions ascend within it).
+- Retention removes whole segments, and the new log start is the base of the first
+  segment kept, so the trim is ONE range delete of every entry whose segment base is
+  below it: no per-record bookkeeping. (The layout before kept a second, by-position
+  entry per record for the trim to find its keys: two RocksDB puts per UNIQ_KEY instead
+  of one, the largest part of a RocketMQ send's cost in the store. A store written with
+  it, prefixes ``K``/``k``, has its index rebuilt from the log at the next open:
+  :func:`has_legacy_entries`.)
 
 Cost: a message with no properties costs one truthiness test of its properties; one with
 properties but none of the named ones one C-level set test (the dispatcher checks
@@ -34,23 +32,22 @@ properties but none of the named ones one C-level set test (the dispatcher check
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from rocksdict import ReadOptions
 
-from broker_core import rocks
 from broker_core.consume_queue import ConsumeQueueIndex
 
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 _pack_u16 = _U16.pack
 _pack_u64 = _U64.pack
-_KEY_PREFIX = b"K"
-_POS_PREFIX = b"k"
+_PREFIX = b"B"
+#: The prefixes of the layout before (see the module doc).
+_LEGACY_PREFIXES = (b"K", b"k")
 #: Longest indexed topic level or key in UTF-8 bytes; longer ones are not indexed.
 MAX_PART = 0xFFFF
 
-_TRIM_CHUNK = 4096
 #: Topics whose key prefix is remembered (cleared when full).
 _HEADS_MAX = 4096
 
@@ -63,12 +60,25 @@ def index_topic(topic: str) -> str:
     return topic.partition("/")[0]
 
 
-def _lookup_prefix(topic: bytes, key: bytes) -> bytes:
-    return _KEY_PREFIX + _U16.pack(len(topic)) + topic + _U16.pack(len(key)) + key
+def _topic_key(topic: bytes, key: bytes) -> bytes:
+    return _U16.pack(len(topic)) + topic + _U16.pack(len(key)) + key
 
 
-def _pos_key(position: int) -> bytes:
-    return _POS_PREFIX + _U64.pack(position)
+def _segment_prefix(base: int) -> bytes:
+    return _PREFIX + _U64.pack(base)
+
+
+def has_legacy_entries(index: ConsumeQueueIndex) -> bool:
+    """Whether the index holds key entries in the layout before (module doc)."""
+    for prefix in _LEGACY_PREFIXES:
+        opts = ReadOptions()
+        opts.set_iterate_lower_bound(prefix)
+        opts.set_iterate_upper_bound(_prefix_end(prefix))
+        it = index.db.iter(opts)
+        it.seek(prefix)
+        if it.valid():
+            return True
+    return False
 
 
 def _prefix_end(prefix: bytes) -> bytes:
@@ -93,8 +103,8 @@ class KeyIndex:
         self.properties = properties
         #: The same as a set, for ``names.isdisjoint(props)``.
         self.names = frozenset(properties)
-        #: topic -> the key prefix of its first level (``b"K" | len | level``), or
-        #: None for a level too long to index: built once per topic, not per message.
+        #: topic -> its first level as it is in a key (``len | level``), or None for a
+        #: level too long to index: built once per topic, not per message.
         self._heads: dict[str, bytes | None] = {}
 
     def put(
@@ -104,9 +114,11 @@ class KeyIndex:
         props: Mapping[str, bytes],
         position: int,
         store_ms: int,
+        segment_base: int,
     ) -> None:
-        """Put the key entries of the record at ``position`` (if its ``props`` name any
-        key) through ``put``, the WriteBatch of that record's dispatch."""
+        """Put the key entries of the record at ``position`` (in the segment based at
+        ``segment_base``), if its ``props`` name any key, through ``put``: the
+        WriteBatch of that record's dispatch."""
         keys: list[bytes] | None = None
         for name in self.properties:
             value = props.get(name)
@@ -121,33 +133,20 @@ class KeyIndex:
             keys = list(dict.fromkeys(keys))
         heads = self._heads
         try:
-            head = heads[topic]
+            level = heads[topic]
         except KeyError:
             if len(heads) >= _HEADS_MAX:
                 heads.clear()
-            level = topic.partition("/")[0].encode()
-            head = heads[topic] = (
-                _KEY_PREFIX + _pack_u16(len(level)) + level if len(level) <= MAX_PART else None)
-        if head is None:
+            raw = topic.partition("/")[0].encode()
+            level = heads[topic] = _pack_u16(len(raw)) + raw if len(raw) <= MAX_PART else None
+        if level is None:
             return
-        packed_pos = _pack_u64(position)
+        head = _PREFIX + _pack_u64(segment_base) + level
+        tail = _pack_u64(position)
         stamp = _pack_u64(store_ms)
-        if len(keys) == 1:  # the common case: a UNIQ_KEY alone
-            key = keys[0]
-            if len(key) <= MAX_PART:
-                full = head + _pack_u16(len(key)) + key + packed_pos
-                put(full, stamp)
-                put(_POS_PREFIX + packed_pos, _pack_u16(len(full) - 1) + full[1:])
-            else:
-                put(_POS_PREFIX + packed_pos, b"")
-            return
-        listed = []
         for key in keys:
             if len(key) <= MAX_PART:
-                full = head + _pack_u16(len(key)) + key + packed_pos
-                put(full, stamp)
-                listed.append(_pack_u16(len(full) - 1) + full[1:])
-        put(_POS_PREFIX + packed_pos, b"".join(listed))
+                put(head + _pack_u16(len(key)) + key + tail, stamp)
 
     def find(
         self,
@@ -157,60 +156,47 @@ class KeyIndex:
         begin_ms: int = 0,
         end_ms: int | None = None,
         min_position: int = 0,
+        segment_bases: Sequence[int] = (0,),
     ) -> list[int]:
         """Positions of up to ``max_num`` records indexed under (the first level of)
         ``topic`` and ``key`` stored in ``[begin_ms, end_ms]``, at or after
-        ``min_position``: the newest ones, returned oldest first."""
+        ``min_position``, in the segments based at ``segment_bases`` (ascending): the
+        newest ones, returned oldest first."""
         if max_num <= 0:
             return []
-        prefix = _lookup_prefix(index_topic(topic).encode(), key.encode())
-        opts = ReadOptions()
-        opts.set_iterate_lower_bound(prefix)
-        opts.set_iterate_upper_bound(_prefix_end(prefix))
-        it = self.index.db.iter(opts)
-        it.seek_to_last()
+        topic_key = _topic_key(index_topic(topic).encode(), key.encode())
         found: list[int] = []
-        while it.valid():
-            raw_key: bytes = it.key()
-            if not raw_key.startswith(prefix):
-                break  # the lower bound is not enforced by every Prev()
-            (store_ms,) = _U64.unpack(it.value())
-            (position,) = _U64.unpack_from(raw_key, len(raw_key) - 8)
-            if position < min_position:
-                break  # older than the log start (not yet trimmed), as is every earlier
-            if store_ms < begin_ms:
-                break  # store times grow with positions (a clock stepped back excepted)
-            if end_ms is None or store_ms <= end_ms:
-                found.append(position)
-                if len(found) >= max_num:
-                    break
-            it.prev()
+        for base in reversed(segment_bases):
+            prefix = _segment_prefix(base) + topic_key
+            opts = ReadOptions()
+            opts.set_iterate_lower_bound(prefix)
+            opts.set_iterate_upper_bound(_prefix_end(prefix))
+            it = self.index.db.iter(opts)
+            it.seek_to_last()
+            while it.valid():
+                raw_key: bytes = it.key()
+                if not raw_key.startswith(prefix) or len(raw_key) != len(prefix) + 8:
+                    break  # the lower bound is not enforced by every Prev()
+                (store_ms,) = _U64.unpack(it.value())
+                (position,) = _U64.unpack_from(raw_key, len(prefix))
+                if position < min_position or store_ms < begin_ms:
+                    # older than the log start, or than the range (store times grow
+                    # with positions, a clock stepped back excepted): so is all before
+                    found.reverse()
+                    return found
+                if end_ms is None or store_ms <= end_ms:
+                    found.append(position)
+                    if len(found) >= max_num:
+                        found.reverse()
+                        return found
+                it.prev()
         found.reverse()
         return found
 
-    def trim(self, log_min: int) -> int:
-        """Delete the key entries of records below ``log_min`` (retention removed them);
-        returns how many. Needs no lock: appends only add entries past the log end."""
-        index = self.index
-        opts = ReadOptions()
-        opts.set_iterate_upper_bound(_pos_key(log_min))
-        removed = 0
-        batch = index.new_batch()
-        pending = 0
-        for _pos, listed in rocks.items(index.db, _POS_PREFIX, opts):
-            at = 0
-            while at < len(listed):
-                (size,) = _U16.unpack_from(listed, at)
-                batch.wb.delete(_KEY_PREFIX + listed[at + 2 : at + 2 + size])
-                at += 2 + size
-                removed += 1
-                pending += 1
-            if pending >= _TRIM_CHUNK:
-                batch.commit()
-                batch = index.new_batch()
-                pending = 0
-        # the by-position keys last: a crash before this leaves them, and the next trim
-        # deletes the same key entries again (a delete of a missing key is a no-op)
-        batch.wb.delete_range(_pos_key(0), _pos_key(log_min))
+    def trim(self, log_min: int) -> None:
+        """Delete the key entries of records below ``log_min``, the base of the first
+        segment retention kept: one range delete. Needs no lock: appends only add
+        entries of the active segment."""
+        batch = self.index.new_batch()
+        batch.wb.delete_range(_segment_prefix(0), _segment_prefix(log_min))
         batch.commit()
-        return removed

@@ -36,6 +36,7 @@ from broker_core.clock import tag_hash
 from broker_core.commit_log import CommitLog, ScanStop
 from broker_core.consume_queue import Checkpoint, ConsumeQueueIndex, IndexBatch, LmqMeta
 from broker_core.errors import StoreError
+from broker_core.key_index import has_legacy_entries
 from broker_core.lmq_table import Pending
 from broker_core.parts import StoreParts
 from broker_core.record import Record, RecordType
@@ -123,7 +124,7 @@ class _Replayer:
                 # the same puts the live append made (idempotent if they are there)
                 parts.keys.put(
                     batch.put_raw, record.topic, record.properties, record.position,
-                    record.store_ms,
+                    record.store_ms, parts.log.segment_base(record.position),
                 )
             pending = Pending()
             for name, offset in record.dispatch:
@@ -204,6 +205,9 @@ def recover(parts: StoreParts) -> RecoveryReport:
         cp = Checkpoint(clog.min_position, lmqs.next_id, clog.min_position)
     elif cp.dispatched_to < clog.min_position:
         _reset_index(parts, report, "index behind the log start")
+        cp = Checkpoint(clog.min_position, lmqs.next_id, clog.min_position)
+    elif has_legacy_entries(parts.index):
+        _reset_index(parts, report, "key index in the layout before by-segment keys")
         cp = Checkpoint(clog.min_position, lmqs.next_id, clog.min_position)
     lmqs.cleaned_to = max(cp.cleaned_to, lmqs.cleaned_to)
     report.replay_from = cp.dispatched_to

@@ -321,7 +321,8 @@ class MessageStore:
         first level), stored in ``[begin_ms, end_ms]``. Records retention removed are
         not returned."""
         positions = self.keys.find(
-            topic, key, max_num, begin_ms, end_ms, min_position=self.log.min_position
+            topic, key, max_num, begin_ms, end_ms, min_position=self.log.min_position,
+            segment_bases=self.log.segment_bases(),
         )
         records = []
         for position in positions:

@@ -63,14 +63,14 @@ def test_newest_max_num_oldest_first_and_time_range(store):
 def test_repeated_and_empty_keys_are_indexed_once(store):
     store.append(keyed("t", b"x", b"  a a  b ", b"a"), ["q"])
     assert len(store.find_by_key("t", "a")) == 1 and len(store.find_by_key("t", "b")) == 1
-    assert len(index_keys(store, b"K")) == 2 and len(index_keys(store, b"k")) == 1
+    assert len(index_keys(store, b"B")) == 2
 
 
 def test_messages_without_key_properties_write_no_key_entries(store):
     store.append(Message(topic="t", body=b"1"), ["q"])
     store.append(Message(topic="t", body=b"2", properties={"other": b"v"}), ["q", "r"])
     store.append_batch([(Message(topic="t", body=b"3"), ["q"])] * 3)
-    assert index_keys(store, b"K") == [] and index_keys(store, b"k") == []
+    assert index_keys(store, b"B") == []
 
 
 def test_the_indexed_properties_are_a_setting(tmp_path):
@@ -83,7 +83,7 @@ def test_the_indexed_properties_are_a_setting(tmp_path):
                       key_index_properties=())
     with MessageStore.open(tmp_path / "off", off) as s:
         s.append(keyed("t", b"x", b"k1"), ["q"])
-        assert s.find_by_key("t", "k1") == [] and index_keys(s, b"K") == []
+        assert s.find_by_key("t", "k1") == [] and index_keys(s, b"B") == []
 
 
 def test_record_at_reads_the_record_at_a_position_and_nothing_else(store):
@@ -122,9 +122,12 @@ def test_retention_removes_the_keys_of_removed_records(tmp_path):
         first_kept = int(kept[0])
         assert s.find_by_key("t", f"k{first_kept - 1}") == []
         assert len(s.find_by_key("t", f"k{first_kept}")) == 1
-        # the entries themselves are gone, not only filtered: 2 keys per kept record
-        assert len(index_keys(s, b"K")) == 2 * len(kept)
-        assert len(index_keys(s, b"k")) == len(kept)
+        # the entries themselves are gone, not only filtered: 2 keys per kept record,
+        # all in kept segments (the trim is a range delete below the new log start)
+        entries = index_keys(s, b"B")
+        assert len(entries) == 2 * len(kept)
+        bases = set(s.log.segment_bases())
+        assert {int.from_bytes(k[1:9], "big") for k in entries} <= bases
 
 
 def test_keys_are_replayed_when_the_index_checkpoint_lags_the_log(tmp_path):
@@ -148,14 +151,43 @@ def test_rebuild_index_rebuilds_the_key_index(tmp_path):
     with MessageStore.open(tmp_path, SMALL) as s:
         for i in range(20):
             s.append(keyed("t", b"%d" % i, b"k%d" % i, b"U%d" % i), ["q"])
-        before = index_keys(s, b"K") + index_keys(s, b"k")
+        before = index_keys(s, b"B")
         report = s.rebuild_index()
         assert report.index_rebuilt
-        assert index_keys(s, b"K") + index_keys(s, b"k") == before
+        assert index_keys(s, b"B") == before
         assert [r.body for r in s.find_by_key("t", "U7")] == [b"7"]
     shutil.rmtree(tmp_path / "index")  # lost: rebuilt at open
     with MessageStore.open(tmp_path, SMALL) as s:
         assert [r.body for r in s.find_by_key("t", "k19")] == [b"19"]
+
+
+def test_keys_in_every_segment_are_found_newest_first(tmp_path):
+    cfg = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=4096)
+    with MessageStore.open(tmp_path, cfg) as s:
+        for i in range(400):
+            s.append(keyed("t", b"%03d" % i + b"x" * 500, b"k%d all" % i, b"U%d" % i), ["q"])
+        assert len(s.log.segment_bases()) > 2
+        assert [r.body[:3] for r in s.find_by_key("t", "all", max_num=5)] == [
+            b"395", b"396", b"397", b"398", b"399"]
+        assert len(s.find_by_key("t", "all", max_num=1000)) == 400
+        for i in (0, 123, 399):
+            assert [r.body[:3] for r in s.find_by_key("t", f"U{i}")] == [b"%03d" % i]
+
+
+def test_a_store_with_the_old_key_layout_is_reindexed_at_open(tmp_path):
+    with MessageStore.open(tmp_path, SMALL) as s:
+        first = s.append(keyed("t", b"a", b"k1", b"U1"), ["q"])
+        # what the layout before wrote beside its K keys: a by-position entry
+        batch = s.index.new_batch()
+        batch.put_raw(b"k" + first.position.to_bytes(8, "big"), b"")
+        batch.put_raw(b"K\x00\x01t\x00\x02k1" + first.position.to_bytes(8, "big"), b"")
+        batch.commit()
+    with MessageStore.open(tmp_path, SMALL) as s:
+        assert s.recovery.index_rebuilt
+        assert index_keys(s, b"k") == [] and index_keys(s, b"K") == []
+        assert [r.body for r in s.find_by_key("t", "k1")] == [b"a"]
+        assert [r.body for r in s.find_by_key("t", "U1")] == [b"a"]
+        assert s.pull("q", 0, 10, 1 << 20).messages[0].record.body == b"a"
 
 
 @pytest.mark.slow
