@@ -62,11 +62,13 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from gateway.grpc import ack, clients, offsets, receive, route, send, telemetry, transactions
 from gateway.grpc.call import Call
+from gateway.grpc.requests import check_parsed
 from protocol.grpc import Code, StatusError, status
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=Message)
+
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
@@ -87,6 +89,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     ) -> R:
         front = self.front
         try:
+            check_parsed(request)
             call = front.new_call(rpc, context)
             response = await delegate(call, request)
         except StatusError as exc:
@@ -110,6 +113,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         code: int = Code.OK
         front.open_streams += 1
         try:
+            check_parsed(request)  # a stream of requests (Telemetry) checks each one
             call = front.new_call(rpc, context)
             async for response in delegate(call, request):
                 if response.HasField("status"):
