@@ -46,8 +46,12 @@ A delegate is looked up on its module at every call (``send.send_message``), so 
 can be replaced without touching this file. Inside a delegate: ``call.front`` is the
 :class:`~gateway.grpc.frontend.GrpcFrontEnd` (``ctx``, ``store``, ``topics``,
 ``groups``, ``clients``, ``max_body``), ``call.check_publish(topic)`` /
-``call.check_subscribe(topic, group)`` raise FORBIDDEN, ``call.time_remaining()`` is the
-client's deadline, ``call.context.cancelled()`` says whether the client went away.
+``call.check_subscribe(topic, group)`` raise FORBIDDEN, ``with call.receive_slot():``
+holds one of the client's concurrent receives (TOO_MANY_REQUESTS beyond),
+``call.time_remaining()`` is the client's deadline, ``call.front.stopping`` (an Event)
+is set when the gateway shuts down (end long polls then), ``call.context.cancelled()``
+says whether the client went away. Request messages may be a
+:class:`~gateway.grpc.requests.Malformed`: the wrappers answer those before delegating.
 """
 
 from __future__ import annotations
