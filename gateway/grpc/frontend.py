@@ -25,6 +25,7 @@ Event-loop thread only (grpc.aio runs the servicer on the gateway's loop).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,25 +140,20 @@ class GrpcFrontEnd(FrontEnd):
         ]
         server = grpc.aio.server(options=options)
         register(self.service, server)
-        self.internal_port = server.add_insecure_port("127.0.0.1:0")
-        if not self.internal_port:
-            raise OSError("gRPC: cannot bind the internal loopback listener")
+        self.internal_port = _bind(server, "internal", "127.0.0.1", 0, None)
         port = cfg.port("grpc")
         if port is not None:
-            self._bound("grpc", server.add_insecure_port(_address(cfg.bind, port)), port)
+            self._bound("grpc", _bind(server, "grpc", cfg.bind, port, None))
         port = cfg.port("grpc_tls")
         if port is not None:
             credentials = _server_credentials(
                 cfg.tls_cert, cfg.tls_key, cfg.tls_ca, cfg.tls_client_cert)
-            self._bound(
-                "grpc_tls", server.add_secure_port(_address(cfg.bind, port), credentials), port)
+            self._bound("grpc_tls", _bind(server, "grpc_tls", cfg.bind, port, credentials))
         await server.start()
         self.server = server
         self.ctx.spawn(self._sweep_loop(), "grpc-sweep")
 
-    def _bound(self, name: str, bound: int, wanted: int) -> None:
-        if not bound:
-            raise OSError(f"gRPC: cannot bind {name} port {wanted} on {self.ctx.config.bind}")
+    def _bound(self, name: str, bound: int) -> None:
         self.bound.append((name, self.ctx.config.bind, bound))
 
     def bound_listeners(self) -> list[tuple[str, str, int]]:
@@ -226,6 +222,25 @@ class GrpcFrontEnd(FrontEnd):
 
 def _address(bind: str, port: int) -> str:
     return f"[{bind}]:{port}" if ":" in bind else f"{bind}:{port}"
+
+
+def _bind(
+    server: grpc.aio.Server, name: str, host: str, port: int,
+    credentials: grpc.ServerCredentials | None,
+) -> int:
+    """Bind ``host:port`` (0 = any free port); the port bound. A port in use is an
+    OSError like the gateway's other listeners' (grpcio raises RuntimeError)."""
+    address = _address(host, port)
+    try:
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
+    except RuntimeError:
+        bound = 0
+    if not bound:
+        raise OSError(errno.EADDRINUSE, f"gRPC listener {name}: cannot bind {address}")
+    return bound
 
 
 def _server_credentials(

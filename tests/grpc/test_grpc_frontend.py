@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -409,3 +410,15 @@ async def test_malformed_telemetry_command(gw: GatewayProcess) -> None:
         assert [r.status.code for r in replies] == [Code.BAD_REQUEST, Code.OK]
         assert replies[1].settings.publishing.max_body_size == MAX_BODY
     assert "Traceback" not in "".join(gw.output)
+
+
+def test_grpc_port_in_use_is_a_clean_start_failure(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = GatewayProcess(tmp_path / "data", "--grpc-port", str(port))
+        with pytest.raises(RuntimeError, match="gateway exited") as failed:
+            process.start()
+    assert f"cannot bind 127.0.0.1:{port}" in str(failed.value)
+    assert "Traceback" not in str(failed.value)
