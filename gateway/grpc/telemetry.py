@@ -17,9 +17,10 @@ completed with the server's (the Java proxy's ``GrpcClientSettingsManager``):
 The Node client arms its wait for the first settings reply only after the routes of
 all its topics are fetched, so a reply that arrives in between is lost and its start
 waits five minutes. The gateway therefore repeats the settings reply
-:data:`RESEND_DELAY_S` after each QueryRoute from a client whose stream has settings,
-within :data:`RESEND_WINDOW_S` of the stream's opening (clients apply settings
-idempotently).
+:data:`RESEND_DELAY_S` after the settings command and after each QueryRoute from a
+client whose stream has settings, within :data:`RESEND_WINDOW_S` of the stream's
+opening (clients apply settings idempotently; the Python push consumer reads only the
+first reply).
 
 The stream stays open (the client's outbox in the :class:`~gateway.grpc.clients.
 ClientRegistry`) until the client closes it or the gateway stops; server commands
@@ -99,9 +100,16 @@ def route_queried(call: Call) -> None:
     """A QueryRoute from ``call``'s client: repeat its settings reply shortly after."""
     front = call.front
     client = front.clients.get(call.client_id) if call.client_id else None
-    if client is None or client.outbox is None or client.settings is None:
+    if client is not None:
+        _schedule_resend(front, client)
+
+
+def _schedule_resend(front: GrpcFrontEnd, client: GrpcClient) -> None:
+    """Repeat the client's settings reply in :data:`RESEND_DELAY_S` (once, however often
+    asked meanwhile), within :data:`RESEND_WINDOW_S` of its stream's opening."""
+    if client.outbox is None or client.settings is None or client.resend_scheduled:
         return
-    if client.resend_scheduled or front.loop.time() - client.stream_opened > RESEND_WINDOW_S:
+    if front.loop.time() - client.stream_opened > RESEND_WINDOW_S:
         return
     client.resend_scheduled = True
     outbox = client.outbox
@@ -131,6 +139,7 @@ def _handle(
             client.client_type = settings.client_type
         if settings.HasField("subscription") and settings.subscription.group.name:
             client.groups.add(settings.subscription.group.name)
+        _schedule_resend(front, client)  # for a route query that crossed this command
         return _settings_reply(front, client)
     if kind in ("thread_stack_trace", "verify_message_result"):
         return None  # answers to commands the gateway never sends

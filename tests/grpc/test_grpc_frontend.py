@@ -246,6 +246,12 @@ async def test_telemetry_answers_settings(gw: GatewayProcess) -> None:
             reply = await plain.next()
             assert not reply.settings.subscription.fifo
             assert reply.settings.backoff_policy.max_attempts == 17  # the default 16 + 1
+            # each stream's reply is repeated once, 0.5 s later (the Node client's race)
+            for t, first in ((producer, None), (consumer, None), (plain, reply)):
+                repeat = await t.next(timeout=3)
+                assert repeat.status.code == Code.OK and repeat.HasField("settings")
+                if first is not None:
+                    assert repeat == first
 
             # an empty command: a status, and the stream goes on
             plain.send(service_pb2.TelemetryCommand())
@@ -259,13 +265,16 @@ async def test_telemetry_answers_settings(gw: GatewayProcess) -> None:
 
 async def test_telemetry_settings_repeated_after_route_queries(gw: GatewayProcess) -> None:
     # The Node client arms its wait for settings only after fetching every topic's
-    # route: the reply is repeated after each QueryRoute of the stream's first 30 s.
+    # route: the reply is repeated 0.5 s after the settings and after each QueryRoute
+    # of the stream's first 30 s.
     port = gw.ports["unified"]
     async with channel(port) as ch:
         s = stub(ch)
         t = Telemetry(s, "node-like")
         t.send(producer_settings("Plain", "Split"))
         assert (await t.next()).settings.publishing.max_body_size == MAX_BODY
+        repeat = await t.next(timeout=3)
+        assert repeat.status.code == Code.OK and repeat.settings.publishing.max_body_size
         assert (await query_route(s, "Split", port, client_id="node-like")).status.code == Code.OK
         again = await t.next(timeout=3)
         assert again.status.code == Code.OK and again.settings.publishing.max_body_size
@@ -378,6 +387,7 @@ async def test_graceful_shutdown_ends_streams(gw: GatewayProcess) -> None:
         t = Telemetry(stub(ch), f"c-{port}")
         t.send(producer_settings("Plain"))
         assert (await t.next()).status.code == Code.OK
+        assert (await t.next(timeout=3)).status.code == Code.OK  # the repeat
         streams.append(t)
     assert gw.proc is not None
     proc = gw.proc
