@@ -254,6 +254,9 @@ class Gateway(Broker):
             str(self.amqp_port or 0),
             "--unified-port",
             str(self.remoting_port or 0),
+            # gRPC clients use the unified port; no fixed 8081 that runs could collide on
+            "--grpc-port",
+            "0",
             "--max-connections",
             "200000",
             "--durability",

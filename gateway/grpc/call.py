@@ -17,6 +17,7 @@ from protocol.grpc import Code, StatusError
 if TYPE_CHECKING:
     import grpc.aio
 
+    from gateway.connection import Connection
     from gateway.grpc.frontend import GrpcFrontEnd
 
 #: The metadata keys RocketMQ's v2 clients send (lower case, as gRPC delivers them).
@@ -53,6 +54,9 @@ class Call:
     principal: Principal = ANONYMOUS_PRINCIPAL
     #: ``loop.time()`` by which the client gives up (None = no deadline).
     deadline: float | None = None
+    #: The unified-port connection a relayed call came through (None on the dedicated
+    #: ports): its local address is the one the client connected to.
+    connection: Connection | None = None
 
     # -- time -------------------------------------------------------------------------
 

@@ -108,6 +108,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     ) -> AsyncIterator[R]:
         front = self.front
         code: int = Code.OK
+        front.open_streams += 1
         try:
             call = front.new_call(rpc, context)
             async for response in delegate(call, request):
@@ -123,6 +124,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
             yield response_type(
                 status=status(Code.INTERNAL_SERVER_ERROR, f"{rpc} failed inside the gateway"))
         finally:
+            front.open_streams -= 1
             front.count(rpc, code)
 
     # -- the RPCs ----------------------------------------------------------------------
@@ -147,10 +149,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                                  lambda c, r: route.query_assignment(c, r),
                                  service_pb2.QueryAssignmentResponse)
 
-    def ReceiveMessage(self, request: Any, context: Context) -> AsyncIterator[Any]:
-        return self._stream("ReceiveMessage", request, context,
-                            lambda c, r: receive.receive_message(c, r),
-                            service_pb2.ReceiveMessageResponse)
+    async def ReceiveMessage(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        # an async generator itself: grpc.aio tells streaming handlers by that
+        async for response in self._stream("ReceiveMessage", request, context,
+                                              lambda c, r: receive.receive_message(c, r),
+                                              service_pb2.ReceiveMessageResponse):
+            yield response
 
     async def AckMessage(self, request: Any, context: Context) -> Any:
         return await self._unary("AckMessage", request, context,
@@ -162,10 +166,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                                  lambda c, r: ack.forward_message_to_dead_letter_queue(c, r),
                                  service_pb2.ForwardMessageToDeadLetterQueueResponse)
 
-    def PullMessage(self, request: Any, context: Context) -> AsyncIterator[Any]:
-        return self._stream("PullMessage", request, context,
-                            lambda c, r: offsets.pull_message(c, r),
-                            service_pb2.PullMessageResponse)
+    async def PullMessage(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        # an async generator itself: grpc.aio tells streaming handlers by that
+        async for response in self._stream("PullMessage", request, context,
+                                              lambda c, r: offsets.pull_message(c, r),
+                                              service_pb2.PullMessageResponse):
+            yield response
 
     async def UpdateOffset(self, request: Any, context: Context) -> Any:
         return await self._unary("UpdateOffset", request, context,
@@ -187,10 +193,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                                  lambda c, r: transactions.end_transaction(c, r),
                                  service_pb2.EndTransactionResponse)
 
-    def Telemetry(self, request_iterator: Any, context: Context) -> AsyncIterator[Any]:
-        return self._stream("Telemetry", request_iterator, context,
-                            lambda c, r: telemetry.telemetry(c, r),
-                            service_pb2.TelemetryCommand)
+    async def Telemetry(self, request_iterator: Any, context: Context) -> AsyncIterator[Any]:
+        # an async generator itself: grpc.aio tells streaming handlers by that
+        async for response in self._stream("Telemetry", request_iterator, context,
+                                              lambda c, r: telemetry.telemetry(c, r),
+                                              service_pb2.TelemetryCommand):
+            yield response
 
     async def NotifyClientTermination(self, request: Any, context: Context) -> Any:
         return await self._unary("NotifyClientTermination", request, context,
