@@ -36,9 +36,10 @@ def duration(seconds: float) -> Duration:
 def message(topic: str, body: bytes, *, tag: str = "", keys: tuple[str, ...] = (),
             group: str = "", kind: int = pb.NORMAL, message_id: str | None = None,
             props: dict[str, str] | None = None, **system: Any) -> pb.Message:
+    if message_id is None:
+        message_id = uuid.uuid4().hex.upper()
     sysp = pb.SystemProperties(
-        message_id=uuid.uuid4().hex.upper() if message_id is None else message_id, tag=tag, keys=list(keys),
-        message_type=kind, body_encoding=system.pop("body_encoding", pb.IDENTITY), **system)
+        message_id=message_id, tag=tag, keys=list(keys), message_type=kind, body_encoding=system.pop("body_encoding", pb.IDENTITY), **system)
     if group:
         sysp.message_group = group
     msg = pb.Message(topic=resource(topic), body=body, system_properties=sysp)
