@@ -39,7 +39,8 @@ def message(topic: str, body: bytes, *, tag: str = "", keys: tuple[str, ...] = (
     if message_id is None:
         message_id = uuid.uuid4().hex.upper()
     sysp = pb.SystemProperties(
-        message_id=message_id, tag=tag, keys=list(keys), message_type=kind, body_encoding=system.pop("body_encoding", pb.IDENTITY), **system)
+        message_id=message_id, tag=tag, keys=list(keys), message_type=kind,
+        body_encoding=system.pop("body_encoding", pb.IDENTITY), **system)
     if group:
         sysp.message_group = group
     msg = pb.Message(topic=resource(topic), body=body, system_properties=sysp)
