@@ -116,8 +116,9 @@ async def send_message(
             raise StatusError(Code.MESSAGE_CORRUPTED, "topic in message is not same")
     front = call.front
     config = writable_topic(call, topic)
-    born = parse_peer(call.peer)
-    peer_host = born.rpartition(":")[0].strip("[]")
+    # the producer's address: the relayed connection's on the unified port
+    born = call.connection.peer if call.connection is not None else parse_peer(call.peer)
+    peer_host = call.peer_host or born.rpartition(":")[0].strip("[]")
     incoming = [
         decode_message(msg, reserved=SYSTEM_PROPERTIES, max_body=front.max_body,
                        peer_host=peer_host)
