@@ -102,6 +102,9 @@ class GatewayConfig:
     #: unified TLS port serves gRPC over TLS too). Client certificates as ``tls_ca`` and
     #: ``tls_client_cert`` say (``optional`` verifies one when sent).
     grpc_tls_port: Port = 0
+    #: ReceiveMessage calls one gRPC client (``x-mq-client-id``) may have open at once;
+    #: more are answered TOO_MANY_REQUESTS. A push consumer keeps one per assigned queue.
+    grpc_max_receives_per_client: int = 64
     #: PEM certificate chain of the TLS listeners ("" = no TLS listeners).
     tls_cert: str = ""
     #: PEM private key of ``tls_cert`` ("" = the key is in the ``tls_cert`` file).
@@ -351,6 +354,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "unified_tls_port": _port,
     "remoting_tls_port": _port,
     "grpc_tls_port": _port,
+    "grpc_max_receives_per_client": _int(1, 65535),
     "tls_cert": _str,
     "tls_key": _str,
     "tls_ca": _str,

@@ -8,6 +8,8 @@ open mode) and raises :class:`~protocol.grpc.StatusError` to answer with a statu
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +86,29 @@ class Call:
         ):
             raise StatusError(
                 Code.FORBIDDEN, f"no permission to consume topic {topic} as group {group}")
+
+    # -- limits -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def receive_slot(self) -> Iterator[None]:
+        """Hold one of the client's ``grpc_max_receives_per_client`` concurrent receives
+        for the ``with`` block; TOO_MANY_REQUESTS when all are taken. Clients without an
+        id share the slots of the id ""."""
+        front = self.front
+        held = front.receives.get(self.client_id, 0)
+        if held >= front.max_receives:
+            raise StatusError(
+                Code.TOO_MANY_REQUESTS,
+                f"client {self.client_id} already has {held} receives in progress")
+        front.receives[self.client_id] = held + 1
+        try:
+            yield
+        finally:
+            left = front.receives[self.client_id] - 1
+            if left:
+                front.receives[self.client_id] = left
+            else:
+                del front.receives[self.client_id]
 
     def log_fields(self) -> dict[str, Any]:
         return {"protocol": "grpc", "rpc": self.rpc, "client_id": self.client_id,

@@ -125,14 +125,20 @@ def group_name(call: Call, resource: definition_pb2.Resource) -> str:
 async def heartbeat(
     call: Call, request: service_pb2.HeartbeatRequest
 ) -> service_pb2.HeartbeatResponse:
-    client = call.front.clients.seen(call)
+    registry = call.front.clients
+    known = registry.get(call.client_id) if call.client_id else None
+    client_type = request.client_type or (known.client_type if known is not None else 0)
+    group = None
+    if request.HasField("group") and request.group.name:
+        if client_type in CONSUMER_TYPES or not client_type:
+            group = group_name(call, request.group)
+    elif client_type in CONSUMER_TYPES:
+        raise StatusError(Code.ILLEGAL_CONSUMER_GROUP, "a consumer's heartbeat needs its group")
+    client = registry.seen(call)  # only a valid heartbeat makes a client known
     if request.client_type:
         client.client_type = request.client_type
-    if request.HasField("group") and request.group.name:
-        if client.client_type in CONSUMER_TYPES or not request.client_type:
-            client.groups.add(group_name(call, request.group))
-    elif client.client_type in CONSUMER_TYPES:
-        raise StatusError(Code.ILLEGAL_CONSUMER_GROUP, "a consumer's heartbeat needs its group")
+    if group is not None:
+        client.groups.add(group)
     return service_pb2.HeartbeatResponse(status=ok())
 
 

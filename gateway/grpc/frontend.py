@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
-from rocketmq.grpc_protocol import service_pb2_grpc
 
 from gateway.frontend import FrontEnd
 from gateway.grpc.call import CLIENT_ID, Call
 from gateway.grpc.clients import ClientRegistry
 from gateway.grpc.relay import RelayHandler
+from gateway.grpc.requests import register
 from gateway.grpc.service import MessagingService
 
 if TYPE_CHECKING:
@@ -83,6 +83,9 @@ class GrpcFrontEnd(FrontEnd):
         self.max_request = self.max_body + REQUEST_HEADROOM
         self.advertised_address = cfg.advertised_address
         self.clients = ClientRegistry()
+        #: ReceiveMessage calls open by client id (Call.receive_slot), and the limit.
+        self.receives: dict[str, int] = {}
+        self.max_receives = cfg.grpc_max_receives_per_client
         self.service = MessagingService(self)
         self.server: grpc.aio.Server | None = None
         #: The internal listener's port (loopback), for the unified ports' hand-off.
@@ -135,7 +138,7 @@ class GrpcFrontEnd(FrontEnd):
             ("grpc.so_reuseport", 0),
         ]
         server = grpc.aio.server(options=options)
-        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+        register(self.service, server)
         self.internal_port = server.add_insecure_port("127.0.0.1:0")
         if not self.internal_port:
             raise OSError("gRPC: cannot bind the internal loopback listener")

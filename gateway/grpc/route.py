@@ -15,7 +15,8 @@ route queries do), else TOPIC_NOT_FOUND.
 QueryAssignment answers as the Java proxy does in pop mode: one assignment with queue
 id -1 (any queue: a receive pops across all of them) on the topic's broker; for a group
 that consumes in order (``consume_message_orderly``), one assignment per readable
-queue. A topic with no readable queue is FORBIDDEN "no readable queue".
+queue. A topic with no readable queue is FORBIDDEN "no readable queue", and so is a
+principal that may not consume the topic (the ``subscribe`` ACL, as for a receive).
 """
 
 from __future__ import annotations
@@ -125,7 +126,9 @@ async def query_assignment(
     call: Call, request: service_pb2.QueryAssignmentRequest
 ) -> service_pb2.QueryAssignmentResponse:
     config = topic_config(call, request.topic)
-    group = call.front.groups.get(group_name(call, request.group))
+    name = group_name(call, request.group)
+    call.check_subscribe(config.name, name)
+    group = call.front.groups.get(name)
     broker = definition_pb2.Broker(
         name=BROKER_NAME, id=0, endpoints=broker_endpoints(call, request.endpoints))
     readable = [q for q in message_queues(config, request.topic, broker)

@@ -46,8 +46,12 @@ A delegate is looked up on its module at every call (``send.send_message``), so 
 can be replaced without touching this file. Inside a delegate: ``call.front`` is the
 :class:`~gateway.grpc.frontend.GrpcFrontEnd` (``ctx``, ``store``, ``topics``,
 ``groups``, ``clients``, ``max_body``), ``call.check_publish(topic)`` /
-``call.check_subscribe(topic, group)`` raise FORBIDDEN, ``call.time_remaining()`` is the
-client's deadline, ``call.context.cancelled()`` says whether the client went away.
+``call.check_subscribe(topic, group)`` raise FORBIDDEN, ``with call.receive_slot():``
+holds one of the client's concurrent receives (TOO_MANY_REQUESTS beyond),
+``call.time_remaining()`` is the client's deadline, ``call.front.stopping`` (an Event)
+is set when the gateway shuts down (end long polls then), ``call.context.cancelled()``
+says whether the client went away. Request messages may be a
+:class:`~gateway.grpc.requests.Malformed`: the wrappers answer those before delegating.
 """
 
 from __future__ import annotations
@@ -62,11 +66,13 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
 from gateway.grpc import ack, clients, offsets, receive, route, send, telemetry, transactions
 from gateway.grpc.call import Call
+from gateway.grpc.requests import check_parsed
 from protocol.grpc import Code, StatusError, status
 
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=Message)
+
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
@@ -87,6 +93,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
     ) -> R:
         front = self.front
         try:
+            check_parsed(request)
             call = front.new_call(rpc, context)
             response = await delegate(call, request)
         except StatusError as exc:
@@ -110,6 +117,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
         code: int = Code.OK
         front.open_streams += 1
         try:
+            check_parsed(request)  # a stream of requests (Telemetry) checks each one
             call = front.new_call(rpc, context)
             async for response in delegate(call, request):
                 if response.HasField("status"):

@@ -38,6 +38,7 @@ from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from gateway.grpc.clients import OUTBOX_MAX, GrpcClient
+from gateway.grpc.requests import Malformed
 from protocol.grpc import Code, StatusError, ok, status
 
 if TYPE_CHECKING:
@@ -151,7 +152,11 @@ async def telemetry(
     async def read() -> None:
         async for command in requests:
             client.last_seen = front.loop.time()
-            reply = _handle(front, client, command)
+            if isinstance(command, Malformed):
+                reply = service_pb2.TelemetryCommand(
+                    status=status(Code.BAD_REQUEST, f"malformed command: {command.error}"))
+            else:
+                reply = _handle(front, client, command)
             if reply is not None:
                 outbox.put_nowait(reply)
 
