@@ -30,13 +30,16 @@ Parameters, with the proxy's rules and codes:
   attempt's messages are invisible gets the same messages and handles again.
 
 Messages popped for a stream that ends before the consumer got them all (it went away,
-the call was cancelled) are made visible again at once, as the proxy nacks them.
+the call was cancelled) are made visible again at once, as the proxy nacks them. A
+receive holds one of its client's concurrent receives (``call.receive_slot``) while it
+pops and waits; a gateway shutting down ends waiting receives at once (empty).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
@@ -44,7 +47,7 @@ from rocketmq.grpc_protocol import service_pb2
 from broker_core import Record, UnknownLmq
 from gateway.grpc.receipts import DEFAULT_INVISIBLE_MS, consume_state, parse_handle
 from gateway.grpc.records import delivered, group_config, readable_topic
-from gateway.rocketmq.pop_service import PollingFull, PopItem
+from gateway.rocketmq.pop_service import PollingFull, PopItem, PopResult
 from protocol.grpc import Code, StatusError, ok, status
 from protocol.grpc.messages import duration_ms, timestamp
 
@@ -113,6 +116,33 @@ def _poll_ms(call: Call, request: service_pb2.ReceiveMessageRequest) -> int:
     return max(0, poll)
 
 
+async def _pop_until_stopping(
+    call: Call, group: str, popping: Coroutine[Any, Any, PopResult]
+) -> PopResult:
+    """The pop's result, or an empty one when the gateway starts shutting down while it
+    waits (long polls end then). A pop that completed while this call was being
+    cancelled gives its messages back."""
+    pop = call.front.ctx.rocketmq.pop
+    task = asyncio.ensure_future(popping)
+    stopper = asyncio.ensure_future(call.front.stopping.wait())
+    try:
+        await asyncio.wait((task, stopper), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        if task.done() and not task.cancelled() and task.exception() is None:
+            pop.requeue(group, task.result().items)
+        task.cancel()
+        raise
+    finally:
+        stopper.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    try:
+        return await task  # a pop cancelled while it waited has popped nothing
+    except asyncio.CancelledError:
+        return PopResult(pop.clock(), 0)
+
+
 async def receive_message(
     call: Call, request: service_pb2.ReceiveMessageRequest
 ) -> AsyncIterator[service_pb2.ReceiveMessageResponse]:
@@ -139,7 +169,9 @@ async def receive_message(
         items, pop_time, invisible_ms = cached.items, cached.pop_time, cached.invisible_ms
     else:
         try:
-            result = await pop.pop(group, topic, -1, batch, invisible_ms, poll_ms, accept)
+            with call.receive_slot():
+                result = await _pop_until_stopping(
+                    call, group, pop.pop(group, topic, -1, batch, invisible_ms, poll_ms, accept))
         except PollingFull as exc:
             raise StatusError(Code.TOO_MANY_REQUESTS, f"polling full: {exc}") from None
         except UnknownLmq as exc:

@@ -5,6 +5,8 @@ them made visible again at once."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -82,5 +84,24 @@ async def test_stream_closed_early_makes_messages_visible_again(tmp_path: Path) 
             got, _, status = parts(await receive_call(g, "g-early", "early"))
             assert status.code == Code.OK and len(got) == 3
             assert {m.system_properties.delivery_attempt for m in got} == {2}
+        finally:
+            await g.close()
+
+
+async def test_shutdown_ends_a_waiting_receive(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path / "data", grpc_port=AUTO) as gw:
+        g = Grpc(port_of(gw, "grpc"))
+        try:
+            await send(g, message("quiet", b"x"))
+            parts(await receive_call(g, "g-quiet", "quiet"))  # takes the one message
+            waiting = asyncio.create_task(
+                receive_call(g, "g-quiet", "quiet", poll=15, timeout=20))
+            await asyncio.sleep(0.5)
+            assert not waiting.done()
+            started = time.monotonic()
+            await gw.stop()
+            _, _, status = parts(await asyncio.wait_for(waiting, 10))
+            assert status.code == Code.MESSAGE_NOT_FOUND
+            assert time.monotonic() - started < 5
         finally:
             await g.close()
