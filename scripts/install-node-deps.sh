@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The npm packages of the test suite (tests/node: the real RocketMQ clients ali-ons and
 # rocketmq-client-nodejs) from the committed lockfile, with `npm ci`. Make runs this only
-# when package-lock.json is newer than the stamp. Offline-tolerant like the rest of `make test`: if npm cannot reach
-# the registry but an earlier install is there, the tests run with it (and this runs
-# again next time); with either client missing it fails, so the node tests never skip.
+# when package-lock.json is newer than the stamp. Offline-tolerant like the rest of
+# `make test`: if npm cannot reach the registry but an earlier install is there, the tests
+# run with it (and this runs again next time); with either client missing it fails, so the node tests never skip.
 set -euo pipefail
 cd "$(dirname "$0")/../tests/node"
 stamp=node_modules/.installed
