@@ -3,7 +3,8 @@
 # rocketmq-client-nodejs) from the committed lockfile, with `npm ci`. Make runs this only
 # when package-lock.json is newer than the stamp. Offline-tolerant like the rest of
 # `make test`: if npm cannot reach the registry but an earlier install is there, the tests
-# run with it (and this runs again next time); with either client missing it fails, so the node tests never skip.
+# run with it (and this runs again next time); with either client missing it fails, so
+# the node tests never skip.
 set -euo pipefail
 cd "$(dirname "$0")/../tests/node"
 stamp=node_modules/.installed
