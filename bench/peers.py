@@ -133,6 +133,8 @@ class Broker:
         self.amqp_port: int | None = None
         #: RocketMQ remoting (the gateway serves it on its unified port); None elsewhere.
         self.remoting_port: int | None = None
+        #: RocketMQ 5 gRPC's dedicated port (the gateway's ``grpc_port``); None elsewhere.
+        self.grpc_port: int | None = None
         self.version = "?"
         self.log_path = workdir / f"{self.name}.log"
 
@@ -254,6 +256,8 @@ class Gateway(Broker):
             str(self.amqp_port or 0),
             "--unified-port",
             str(self.remoting_port or 0),
+            "--grpc-port",
+            str(self.grpc_port or 0),
             "--max-connections",
             "200000",
             "--durability",
@@ -270,6 +274,7 @@ class Gateway(Broker):
             self.mqtt_port = free_port()
             self.amqp_port = free_port()
             self.remoting_port = free_port()
+            self.grpc_port = free_port()
         cmd, env = self._command()
         t0 = time.perf_counter()
         log = open(self.log_path, "ab")
