@@ -256,6 +256,8 @@ class Gateway(Broker):
             str(self.amqp_port or 0),
             "--unified-port",
             str(self.remoting_port or 0),
+            # a free ephemeral port of the run (never the fixed 8081 runs could collide on):
+            # grpc_1to1 measures the dedicated listener, gRPC's own access point
             "--grpc-port",
             str(self.grpc_port or 0),
             "--max-connections",

@@ -61,6 +61,8 @@ _FLAGS = {
     "unified_tls_port": "unified_tls_port",
     "remoting_port": "remoting_port",
     "remoting_tls_port": "remoting_tls_port",
+    "grpc_port": "grpc_port",
+    "grpc_tls_port": "grpc_tls_port",
     "advertised_address": "advertised_address",
     "proxy_protocol": "proxy_protocol",
     "proxy_protocol_networks": "proxy_protocol_networks",
@@ -131,6 +133,15 @@ _FLAGS = {
 @click.option(
     "--remoting-tls-port", callback=_checked("remoting_tls_port"),
     help="RocketMQ remoting over TLS (needs --tls-cert). [default: 0, disabled]",
+)
+@click.option(
+    "--grpc-port", callback=_checked("grpc_port"),
+    help="Dedicated RocketMQ gRPC port (the unified port serves gRPC too); 0 disables."
+    " [default: 8081]",
+)
+@click.option(
+    "--grpc-tls-port", callback=_checked("grpc_tls_port"),
+    help="RocketMQ gRPC over TLS (needs --tls-cert). [default: 0, disabled]",
 )
 @click.option(
     "--advertised-address", callback=_checked("advertised_address"),

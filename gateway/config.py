@@ -28,7 +28,7 @@ Port = int | str
 AUTO = "auto"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
-TLS_LISTENERS = ("mqtts", "amqps", "unified_tls", "remoting_tls")
+TLS_LISTENERS = ("mqtts", "amqps", "unified_tls", "remoting_tls", "grpc_tls")
 PROXY_PROTOCOL_MODES = ("off", "v1", "v2", "any")
 #: Listener names ``proxy_protocol_listeners`` may list (gateway.server.LISTENERS).
 LISTENER_NAMES = (
@@ -63,6 +63,10 @@ class GatewayConfig:
     #: A dedicated RocketMQ remoting listener (no sniffing). Disabled by default: the
     #: unified port already serves remoting; 10911 (a broker's port) is the usual choice.
     remoting_port: Port = 0
+    #: RocketMQ 5's gRPC (``apache.rocketmq.v2``) on its own port, served by grpcio
+    #: directly (RocketMQ's grpcServerPort, 8081). The unified port serves gRPC too
+    #: (HTTP/2 connections are handed to the same server); 0 disables this one.
+    grpc_port: Port = 8081
     #: Open connections, all listeners together; more are closed at accept.
     max_connections: int = 10_000
     #: Open connections from one source address (0 = no per-address limit).
@@ -94,6 +98,13 @@ class GatewayConfig:
     #: RocketMQ remoting over TLS (only with ``tls_cert``; disabled by default, as
     #: ``remoting_port``).
     remoting_tls_port: Port = 0
+    #: gRPC over TLS on its own port (only with ``tls_cert``; disabled by default: the
+    #: unified TLS port serves gRPC over TLS too). Client certificates as ``tls_ca`` and
+    #: ``tls_client_cert`` say (``optional`` verifies one when sent).
+    grpc_tls_port: Port = 0
+    #: ReceiveMessage calls one gRPC client (``x-mq-client-id``) may have open at once;
+    #: more are answered TOO_MANY_REQUESTS. A push consumer keeps one per assigned queue.
+    grpc_max_receives_per_client: int = 64
     #: PEM certificate chain of the TLS listeners ("" = no TLS listeners).
     tls_cert: str = ""
     #: PEM private key of ``tls_cert`` ("" = the key is in the ``tls_cert`` file).
@@ -330,6 +341,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "amqp_port": _port,
     "unified_port": _port,
     "remoting_port": _port,
+    "grpc_port": _port,
     "max_connections": _int(1),
     "max_connections_per_address": _int(0),
     "max_packet_size": _int(1024, 268_435_455),
@@ -341,6 +353,8 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "amqps_port": _port,
     "unified_tls_port": _port,
     "remoting_tls_port": _port,
+    "grpc_tls_port": _port,
+    "grpc_max_receives_per_client": _int(1, 65535),
     "tls_cert": _str,
     "tls_key": _str,
     "tls_ca": _str,

@@ -72,6 +72,12 @@ class FrontEnd:
     async def start(self) -> None:
         """The store is open; no listener accepts yet. Load state, register metrics."""
 
+    def bound_listeners(self) -> list[tuple[str, str, int]]:
+        """``(listener name, host, port)`` of the ports this front end bound itself in
+        :meth:`start` (a server library with its own sockets, such as grpcio's); the
+        gateway lists them with its own listeners. Most front ends bind none."""
+        return []
+
     def connection_made(self, conn: Connection) -> ConnectionHandler:
         raise NotImplementedError
 

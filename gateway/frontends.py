@@ -69,10 +69,11 @@ FRONT_ENDS: tuple[FrontEndSpec, ...] = (
     FrontEndSpec("http", "gateway.http", sniff_http),
     # RocketMQ remoting (RIP-55): the unified ports and its own remoting_port.
     FrontEndSpec("remoting", "gateway.remoting", sniff_remoting),
-    # RocketMQ gRPC (issue 15 part 2): recognised by the HTTP/2 preface; until
-    # gateway.grpc exists such a connection gets GOAWAY and is closed.
+    # RocketMQ 5 gRPC (issue 16): recognised by the HTTP/2 preface and relayed byte for
+    # byte to the gRPC server (gateway.grpc.relay); should the front end not be
+    # available, such a connection gets GOAWAY and is closed.
     FrontEndSpec(
-        "grpc", "gateway.grpc", sniff_h2, refusal=h2_goaway(b"gRPC is not served here yet")
+        "grpc", "gateway.grpc", sniff_h2, refusal=h2_goaway(b"gRPC is not served here")
     ),
 )
 

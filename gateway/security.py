@@ -51,6 +51,10 @@ def make_tls_context(cfg: GatewayConfig) -> ssl.SSLContext:
             ctx.load_verify_locations(cafile=cfg.tls_ca)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"tls: cannot load certificate or key: {exc}") from None
+    # gRPC clients over TLS (unified TLS port) require ALPN h2, and the handshake
+    # happens before sniffing; http/1.1 first so that HTTPS clients offering both keep
+    # HTTP/1.1. A client offering neither (MQTT's "mqtt", none) continues without ALPN.
+    ctx.set_alpn_protocols(["http/1.1", "h2"])
     if cfg.tls_client_cert != "none":
         if not cfg.tls_ca:
             raise ConfigError("tls_client_cert needs tls_ca (the CA client certificates chain to)")

@@ -162,6 +162,8 @@ class Gateway:
                 if front_end is not None:
                     await front_end.start()
                     self.front_ends[spec.name] = front_end
+                    for name, host, bound in front_end.bound_listeners():
+                        self._listed(BoundListener(name, (spec.name,), host, bound))
             for listener in LISTENERS:
                 port = cfg.port(listener.name)
                 if port is not None:
@@ -192,14 +194,14 @@ class Gateway:
             protocols = tuple(name for name, _ in self.sniffers)
         for sock in server.sockets:
             host, bound = sock.getsockname()[:2]
-            bl = BoundListener(listener.name, protocols, host, bound)
-            self.listeners.append(bl)
-            log.info(
-                "listener started",
-                extra={
-                    "listener": bl.name, "address": bl.address, "protocols": ",".join(protocols)
-                },
-            )
+            self._listed(BoundListener(listener.name, protocols, host, bound))
+
+    def _listed(self, bl: BoundListener) -> None:
+        self.listeners.append(bl)
+        log.info(
+            "listener started",
+            extra={"listener": bl.name, "address": bl.address, "protocols": ",".join(bl.protocols)},
+        )
 
     def request_stop(self) -> None:
         """Ask :meth:`wait_stopped` to return (signal handlers call this)."""

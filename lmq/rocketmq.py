@@ -237,6 +237,9 @@ class GroupConfig:
     #: Consume from the oldest message when the group has no offset yet (RocketMQ's
     #: CONSUME_FROM_FIRST_OFFSET is the client's choice; this is the broker default).
     consume_from_min_enable: bool = True
+    #: The group consumes in order (RocketMQ's consumeMessageOrderly): gRPC clients are
+    #: told ``subscription.fifo`` and get one assignment per queue.
+    consume_message_orderly: bool = False
 
     def __post_init__(self) -> None:
         validate_group(self.name)

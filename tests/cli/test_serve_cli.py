@@ -61,12 +61,13 @@ def lines_until_ready(proc: subprocess.Popen[str]) -> list[str]:
 def test_serve_prints_ports_answers_health_and_stops_on_sigterm(tmp_path):
     proc = spawn(
         "--data-dir", str(tmp_path / "data"), "--mqtt-port", "auto", "--amqp-port", "0",
-        "--unified-port", "auto", "--log-format", "json",
+        "--unified-port", "auto", "--grpc-port", "auto", "--log-format", "json",
     )
     try:
         lines = lines_until_ready(proc)
         listening = dict(line.split(" ")[1:] for line in lines if line.startswith("listening "))
-        assert set(listening) == {"mqtt", "unified"}  # amqp disabled by port 0
+        # amqp disabled by port 0; grpc is bound by grpcio itself and listed all the same
+        assert set(listening) == {"mqtt", "unified", "grpc"}
         assert all(address.startswith("127.0.0.1:") for address in listening.values())
         url = f"http://{listening['unified']}/health"
         with urllib.request.urlopen(url, timeout=BOUND) as response:

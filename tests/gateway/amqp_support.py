@@ -37,7 +37,7 @@ class ThreadGateway:
         self.thread.start()
         config = GatewayConfig(**{
             "data_dir": self.data_dir, "mqtt_port": AUTO, "amqp_port": AUTO,
-            "unified_port": 0, "shutdown_timeout": 2.0, **self.options})
+            "unified_port": 0, "grpc_port": 0, "shutdown_timeout": 2.0, **self.options})
         self.gateway = Gateway(config)
         self.call(self.gateway.start())
         return self

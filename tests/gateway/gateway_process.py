@@ -42,6 +42,8 @@ class GatewayProcess:
                 "auto",
                 "--unified-port",
                 "auto",
+                "--grpc-port",
+                "auto",
                 *self.extra,
             ],
             stdout=subprocess.PIPE,

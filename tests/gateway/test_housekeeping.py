@@ -21,7 +21,9 @@ async def test_idle_ttl_spares_lmqs_in_use_and_retention_runs(tmp_path):
         retention_bytes=256 * 1024,
     )
     gw = Gateway(
-        GatewayConfig(data_dir=tmp_path, mqtt_port=0, amqp_port=0, unified_port=0, store=store_cfg)
+        GatewayConfig(
+            data_dir=tmp_path, mqtt_port=0, amqp_port=0, unified_port=0, grpc_port=0,
+            store=store_cfg)
     )
     await gw.start()
     try:

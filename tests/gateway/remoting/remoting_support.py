@@ -39,7 +39,7 @@ def front_end_specs() -> tuple[FrontEndSpec, ...]:
 async def running_gateway(data_dir: Path, **options: Any) -> AsyncIterator[Gateway]:
     config = GatewayConfig(**{
         "data_dir": data_dir, "mqtt_port": AUTO, "amqp_port": 0, "unified_port": AUTO,
-        "shutdown_timeout": 2.0, **options})
+        "grpc_port": 0, "shutdown_timeout": 2.0, **options})
     gateway = Gateway(config, front_ends=front_end_specs())
     await asyncio.wait_for(gateway.start(), BOUND)
     try:

@@ -1,0 +1,30 @@
+"""The RocketMQ 5 gRPC front end (``apache.rocketmq.v2.MessagingService``).
+
+- :mod:`.frontend`: :class:`GrpcFrontEnd`, the shared state, the ``grpc.aio`` server
+  and its listeners (the dedicated ports and the internal one the unified port hands
+  HTTP/2 connections to);
+- :mod:`.service`: the servicer: one method per RPC, each building a :class:`.call.Call`
+  and delegating to the module that serves it;
+- :mod:`.call`: the per-call context (metadata, client id, principal, deadline, ACL
+  checks);
+- RPC families: :mod:`.route` (QueryRoute, QueryAssignment), :mod:`.clients`
+  (Heartbeat, NotifyClientTermination, Telemetry), :mod:`.send`, :mod:`.receive`,
+  :mod:`.ack`, :mod:`.offsets`, :mod:`.transactions`.
+
+The generated protocol classes come from PyPI ``rocketmq-python-client``. See
+docs/rocketmq.md, "gRPC".
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.context import GatewayContext
+    from gateway.grpc.frontend import GrpcFrontEnd
+
+
+def create_frontend(ctx: GatewayContext) -> GrpcFrontEnd:
+    from gateway.grpc.frontend import GrpcFrontEnd
+
+    return GrpcFrontEnd(ctx)

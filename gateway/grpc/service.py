@@ -1,0 +1,234 @@
+"""The servicer of ``apache.rocketmq.v2.MessagingService``: one method per RPC.
+
+Every method does the same three things: build the per-call context
+(:class:`~gateway.grpc.call.Call`: metadata, client id, peer, deadline, and the
+principal from the ``authorization`` metadata, :mod:`gateway.grpc.auth`), call the one
+function that serves the RPC, and turn what escapes it into the RPC's response:
+
+- :class:`protocol.grpc.StatusError` (raised by the delegate, or by authentication) is
+  answered as a response of the RPC's type carrying that status;
+- any other exception is logged and answered ``INTERNAL_SERVER_ERROR``. A streamed RPC
+  ends with one such status response; the stream is never broken by a crash.
+  Cancellation (the client went away, the server stops) propagates.
+
+The delegates (``call`` is a :class:`~gateway.grpc.call.Call`, requests and responses
+the ``rocketmq.grpc_protocol.service_pb2`` classes):
+
+- :mod:`gateway.grpc.route`:
+  ``async query_route(call, req: QueryRouteRequest) -> QueryRouteResponse``;
+  ``async query_assignment(call, req: QueryAssignmentRequest) -> QueryAssignmentResponse``.
+- :mod:`gateway.grpc.clients`:
+  ``async heartbeat(call, req: HeartbeatRequest) -> HeartbeatResponse``;
+  ``async notify_client_termination(call, req) -> NotifyClientTerminationResponse``.
+- :mod:`gateway.grpc.telemetry`: ``telemetry(call, requests:
+  AsyncIterator[TelemetryCommand]) -> AsyncIterator[TelemetryCommand]`` (async generator).
+- :mod:`gateway.grpc.send`:
+  ``async send_message(call, req: SendMessageRequest) -> SendMessageResponse``.
+- :mod:`gateway.grpc.receive`: ``receive_message(call, req: ReceiveMessageRequest) ->
+  AsyncIterator[ReceiveMessageResponse]`` (async generator: messages, a
+  ``delivery_timestamp``, then one status).
+- :mod:`gateway.grpc.ack`:
+  ``async ack_message(call, req: AckMessageRequest) -> AckMessageResponse``;
+  ``async change_invisible_duration(call, req: ChangeInvisibleDurationRequest) ->
+  ChangeInvisibleDurationResponse``;
+  ``async forward_message_to_dead_letter_queue(call, req:
+  ForwardMessageToDeadLetterQueueRequest) -> ForwardMessageToDeadLetterQueueResponse``.
+- :mod:`gateway.grpc.offsets`: ``pull_message(call, req: PullMessageRequest) ->
+  AsyncIterator[PullMessageResponse]`` (async generator);
+  ``async update_offset(call, req: UpdateOffsetRequest) -> UpdateOffsetResponse``;
+  ``async get_offset(call, req: GetOffsetRequest) -> GetOffsetResponse``;
+  ``async query_offset(call, req: QueryOffsetRequest) -> QueryOffsetResponse``.
+- :mod:`gateway.grpc.transactions`:
+  ``async end_transaction(call, req: EndTransactionRequest) -> EndTransactionResponse``;
+  ``async recall_message(call, req: RecallMessageRequest) -> RecallMessageResponse``.
+
+A delegate is looked up on its module at every call (``send.send_message``), so a module
+can be replaced without touching this file. Inside a delegate: ``call.front`` is the
+:class:`~gateway.grpc.frontend.GrpcFrontEnd` (``ctx``, ``store``, ``topics``,
+``groups``, ``clients``, ``max_body``), ``call.check_publish(topic)`` /
+``call.check_subscribe(topic, group)`` raise FORBIDDEN, ``with call.receive_slot():``
+holds one of the client's concurrent receives (TOO_MANY_REQUESTS beyond),
+``call.time_remaining()`` is the client's deadline, ``call.front.stopping`` (an Event)
+is set when the gateway shuts down (end long polls then), ``call.context.cancelled()``
+says whether the client went away. Request messages may be a
+:class:`~gateway.grpc.requests.Malformed`: the wrappers answer those before delegating.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeAlias, TypeVar
+
+import grpc.aio
+from google.protobuf.message import Message
+from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
+
+from gateway.grpc import ack, clients, offsets, receive, route, send, telemetry, transactions
+from gateway.grpc.call import Call
+from gateway.grpc.requests import check_parsed
+from protocol.grpc import Code, StatusError, status
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R", bound=Message)
+
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
+    def __init__(self, front: Any) -> None:
+        #: The GrpcFrontEnd (typed Any: the generated base class is untyped).
+        self.front = front
+
+    # -- the wrappers ------------------------------------------------------------------
+
+    async def _unary(
+        self,
+        rpc: str,
+        request: Message,
+        context: Context,
+        delegate: Callable[[Call, Any], Awaitable[R]],
+        response_type: type[R],
+    ) -> R:
+        front = self.front
+        try:
+            check_parsed(request)
+            call = front.new_call(rpc, context)
+            response = await delegate(call, request)
+        except StatusError as exc:
+            response = response_type(status=exc.status())
+        except Exception:
+            log.exception("gRPC call failed", extra={"protocol": "grpc", "rpc": rpc})
+            response = response_type(
+                status=status(Code.INTERNAL_SERVER_ERROR, f"{rpc} failed inside the gateway"))
+        front.count(rpc, response.status.code)  # type: ignore[attr-defined]
+        return response
+
+    async def _stream(
+        self,
+        rpc: str,
+        request: Any,
+        context: Context,
+        delegate: Callable[[Call, Any], AsyncIterator[R]],
+        response_type: type[R],
+    ) -> AsyncIterator[R]:
+        front = self.front
+        code: int = Code.OK
+        front.open_streams += 1
+        try:
+            check_parsed(request)  # a stream of requests (Telemetry) checks each one
+            call = front.new_call(rpc, context)
+            async for response in delegate(call, request):
+                if response.HasField("status"):
+                    code = response.status.code  # type: ignore[attr-defined]
+                yield response
+        except StatusError as exc:
+            code = exc.code
+            yield response_type(status=exc.status())
+        except Exception:
+            log.exception("gRPC call failed", extra={"protocol": "grpc", "rpc": rpc})
+            code = Code.INTERNAL_SERVER_ERROR
+            yield response_type(
+                status=status(Code.INTERNAL_SERVER_ERROR, f"{rpc} failed inside the gateway"))
+        finally:
+            front.open_streams -= 1
+            front.count(rpc, code)
+
+    # -- the RPCs ----------------------------------------------------------------------
+
+    async def QueryRoute(self, request: Any, context: Context) -> Any:
+        return await self._unary("QueryRoute", request, context,
+                                 lambda c, r: route.query_route(c, r),
+                                 service_pb2.QueryRouteResponse)
+
+    async def Heartbeat(self, request: Any, context: Context) -> Any:
+        return await self._unary("Heartbeat", request, context,
+                                 lambda c, r: clients.heartbeat(c, r),
+                                 service_pb2.HeartbeatResponse)
+
+    async def SendMessage(self, request: Any, context: Context) -> Any:
+        return await self._unary("SendMessage", request, context,
+                                 lambda c, r: send.send_message(c, r),
+                                 service_pb2.SendMessageResponse)
+
+    async def QueryAssignment(self, request: Any, context: Context) -> Any:
+        return await self._unary("QueryAssignment", request, context,
+                                 lambda c, r: route.query_assignment(c, r),
+                                 service_pb2.QueryAssignmentResponse)
+
+    async def ReceiveMessage(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        # an async generator itself: grpc.aio tells streaming handlers by that
+        async for response in self._stream("ReceiveMessage", request, context,
+                                              lambda c, r: receive.receive_message(c, r),
+                                              service_pb2.ReceiveMessageResponse):
+            yield response
+
+    async def AckMessage(self, request: Any, context: Context) -> Any:
+        return await self._unary("AckMessage", request, context,
+                                 lambda c, r: ack.ack_message(c, r),
+                                 service_pb2.AckMessageResponse)
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Context) -> Any:
+        return await self._unary("ForwardMessageToDeadLetterQueue", request, context,
+                                 lambda c, r: ack.forward_message_to_dead_letter_queue(c, r),
+                                 service_pb2.ForwardMessageToDeadLetterQueueResponse)
+
+    async def PullMessage(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        # an async generator itself: grpc.aio tells streaming handlers by that
+        async for response in self._stream("PullMessage", request, context,
+                                              lambda c, r: offsets.pull_message(c, r),
+                                              service_pb2.PullMessageResponse):
+            yield response
+
+    async def UpdateOffset(self, request: Any, context: Context) -> Any:
+        return await self._unary("UpdateOffset", request, context,
+                                 lambda c, r: offsets.update_offset(c, r),
+                                 service_pb2.UpdateOffsetResponse)
+
+    async def GetOffset(self, request: Any, context: Context) -> Any:
+        return await self._unary("GetOffset", request, context,
+                                 lambda c, r: offsets.get_offset(c, r),
+                                 service_pb2.GetOffsetResponse)
+
+    async def QueryOffset(self, request: Any, context: Context) -> Any:
+        return await self._unary("QueryOffset", request, context,
+                                 lambda c, r: offsets.query_offset(c, r),
+                                 service_pb2.QueryOffsetResponse)
+
+    async def EndTransaction(self, request: Any, context: Context) -> Any:
+        return await self._unary("EndTransaction", request, context,
+                                 lambda c, r: transactions.end_transaction(c, r),
+                                 service_pb2.EndTransactionResponse)
+
+    async def Telemetry(self, request_iterator: Any, context: Context) -> AsyncIterator[Any]:
+        # an async generator itself: grpc.aio tells streaming handlers by that
+        async for response in self._stream("Telemetry", request_iterator, context,
+                                              lambda c, r: telemetry.telemetry(c, r),
+                                              service_pb2.TelemetryCommand):
+            yield response
+
+    async def NotifyClientTermination(self, request: Any, context: Context) -> Any:
+        return await self._unary("NotifyClientTermination", request, context,
+                                 lambda c, r: clients.notify_client_termination(c, r),
+                                 service_pb2.NotifyClientTerminationResponse)
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Context) -> Any:
+        return await self._unary("ChangeInvisibleDuration", request, context,
+                                 lambda c, r: ack.change_invisible_duration(c, r),
+                                 service_pb2.ChangeInvisibleDurationResponse)
+
+    async def RecallMessage(self, request: Any, context: Context) -> Any:
+        return await self._unary("RecallMessage", request, context,
+                                 lambda c, r: transactions.recall_message(c, r),
+                                 service_pb2.RecallMessageResponse)
+
+    async def SyncLiteSubscription(self, request: Any, context: Context) -> Any:
+        async def unsupported(call: Call, req: Any) -> Any:
+            raise StatusError(Code.UNSUPPORTED, "lite topics are not supported by this gateway")
+
+        return await self._unary("SyncLiteSubscription", request, context, unsupported,
+                                 service_pb2.SyncLiteSubscriptionResponse)
+
+
+__all__ = ["MessagingService"]
