@@ -27,6 +27,7 @@ from gateway.config import GatewayConfig
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
 from gateway.rocketmq.groups import GroupRegistry
+from gateway.rocketmq.services import RocketMQServices
 from gateway.rocketmq.topics import TopicRegistry
 from gateway.state import ServerState
 from gateway.topic_space import TopicSpace
@@ -57,6 +58,9 @@ class GatewayContext:
     #: RocketMQ topics (their queue LMQs) and consumer groups, loaded from the store.
     rocketmq_topics: TopicRegistry
     rocketmq_groups: GroupRegistry
+    #: The schedule, pop and send-back every RocketMQ front end shares (one pop state
+    #: per gateway); started before the front ends, stopped after them.
+    rocketmq: RocketMQServices
     #: Where front ends register their counters and gauges (at construction or start).
     metrics: Registry
     #: The event loop everything but the store's threads runs on.

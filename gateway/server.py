@@ -42,6 +42,7 @@ from gateway.housekeeping import housekeeping_loop
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
 from gateway.rocketmq.groups import GroupRegistry
+from gateway.rocketmq.services import RocketMQServices
 from gateway.rocketmq.topics import TopicRegistry
 from gateway.security import make_authenticator, make_tls_context
 from gateway.sniff import Sniffer
@@ -149,14 +150,18 @@ class Gateway:
             raise
         self.topic_space.set_rocketmq_topics(rmq_topics.get)
         rmq_topics.add_listener(self.topic_space.rocketmq_topics_changed)
+        publisher = Publisher(store, loop)
         self._ctx = ctx = GatewayContext(
-            config=cfg, store=store, publisher=Publisher(store, loop),
+            config=cfg, store=store, publisher=publisher,
             topic_space=self.topic_space, rocketmq_topics=rmq_topics,
-            rocketmq_groups=rmq_groups, metrics=self.metrics, loop=loop,
+            rocketmq_groups=rmq_groups,
+            rocketmq=RocketMQServices(store, loop, publisher.submit, rmq_topics, rmq_groups),
+            metrics=self.metrics, loop=loop,
             authenticator=authenticator, state=self.state, introspection=self)
         recovery = store.recovery
         log.info("store open", extra={"recovery": recovery.summary() if recovery else "-"})
         try:
+            ctx.rocketmq.start()
             for spec in self.specs:
                 front_end = load_front_end(spec, ctx)
                 if front_end is not None:
@@ -251,6 +256,7 @@ class Gateway:
             except Exception:
                 log.exception("shutdown: front end stop failed", extra={"protocol": name})
         if self._ctx is not None:
+            self._ctx.rocketmq.stop()
             log.info("shutdown: closing store")
             await asyncio.to_thread(self._ctx.store.close)
         log.info("shutdown: done")

@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 __all__ = [
+    "BROKER_NAME",
     "DEFAULT_QUEUE_NUMS",
     "DLQ_PREFIX",
     "GROUP_META_PREFIX",
@@ -66,6 +67,8 @@ __all__ = [
 ]
 
 #: Prefix of every RocketMQ queue's LMQ name.
+#: The one broker's name (routes, pop receipts) in every RocketMQ protocol.
+BROKER_NAME = "lmq-gateway"
 LMQ_PREFIX = "rmq:"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"

@@ -1,12 +1,12 @@
 """The pop family of request codes: POP_MESSAGE, ACK_MESSAGE, BATCH_ACK_MESSAGE,
 PEEK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, NOTIFICATION, POLLING_INFO, and
-CONSUMER_SEND_MSG_BACK, on :class:`~gateway.remoting.pop_service.PopService`,
-:class:`~gateway.remoting.sendback.SendBackService` and the persistent schedule
+CONSUMER_SEND_MSG_BACK, on :class:`~gateway.rocketmq.pop_service.PopService`,
+:class:`~gateway.rocketmq.sendback.SendBackService` and the persistent schedule
 (:class:`~gateway.rocketmq.schedule.ScheduleService`).
 
-The three services belong to the front end (:func:`services`): built when the front end
-starts (:func:`start`, so delays scheduled before a restart are moved without waiting
-for a request) and stopped with it.
+The three services are the gateway's (:class:`gateway.rocketmq.services.RocketMQServices`,
+``ctx.rocketmq``), shared with the gRPC front end: a remoting pop and a gRPC receive of
+one group see the same in-flight messages.
 
 Answers, as RocketMQ's broker gives them:
 
@@ -29,9 +29,6 @@ Answers, as RocketMQ's broker gives them:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-from weakref import WeakKeyDictionary
 
 from broker_core import Record, UnknownLmq, UnknownReceipt
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
@@ -42,110 +39,27 @@ from gateway.remoting.messages import (
     record_flags,
     rocketmq_properties,
 )
-from gateway.remoting.pop_receipts import REVIVE_QID
-from gateway.remoting.pop_service import (
-    OffsetOutOfRange,
-    PollingFull,
-    PopResult,
-    PopService,
-)
 from gateway.remoting.replies import error, response
 from gateway.remoting.route import BROKER_NAME
-from gateway.remoting.sendback import MessageNotFound, SendBackService
 from gateway.remoting.stored import encode_stored, pack_host
-from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService, level_lmq
-from lmq.rocketmq import InvalidName, TopicConfig, retry_topic
+from gateway.rocketmq.pop_receipts import REVIVE_QID
+from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopResult
+from gateway.rocketmq.sendback import MessageNotFound
+from gateway.rocketmq.services import RocketMQServices
+from lmq.rocketmq import InvalidName, retry_topic
 from protocol.remoting import HeaderError, RemotingCommand, RequestCode, ResponseCode
 from protocol.remoting.bodies import BatchAckMessageRequestBody
 from protocol.remoting.errors import BodyError
 from protocol.remoting.pop import real_topic
 
-if TYPE_CHECKING:
-    from gateway.remoting.frontend import RemotingFrontEnd
-
-__all__ = ["Services", "register", "services", "start", "stop"]
+__all__ = ["register"]
 
 MAX_POP_NUMS = 32
 PROPERTY_POP_CK = "POP_CK"
 PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
 
 
-@dataclass(slots=True)
-class Services:
-    schedule: ScheduleService
-    pop: PopService
-    sendback: SendBackService
-
-
-_services: WeakKeyDictionary[Any, Services] = WeakKeyDictionary()
-
-
-def services(front: RemotingFrontEnd) -> Services:
-    """The front end's pop, send-back and schedule services (built on first use)."""
-    found = _services.get(front)
-    if found is None:
-        found = _services[front] = _build(front)
-    return found
-
-
-def _build(front: RemotingFrontEnd) -> Services:
-    store, submit = front.store, front.publisher.submit
-    topics, groups = front.topics, front.groups
-
-    def queue_count(topic: str) -> int | None:
-        config = topics.get(topic)
-        return None if config is None else config.read_queues
-
-    def max_times(group: str) -> int:
-        config = groups.get(group)
-        return 16 if config is None else config.retry_max_times
-
-    schedule = ScheduleService(store, submit, front.loop)
-    pop = PopService(
-        store, front.loop, submit, queue_count=queue_count, max_times=max_times,
-        ensure_topic=topics.ensure, broker_name=BROKER_NAME,
-    )
-    sendback = SendBackService(
-        store, schedule, submit, ensure_topic=topics.ensure, max_times=max_times
-    )
-    return Services(schedule, pop, sendback)
-
-
-def start(front: RemotingFrontEnd) -> None:
-    """Start the schedule (moves delays left by an earlier run) and adopt every known
-    group for pop (see :meth:`PopService.adopt`)."""
-    found = services(front)
-    if any(front.store.lmq(level_lmq(n)) is not None
-           for n in range(1, found.schedule.max_level + 1)):
-        ensure_schedule_topic(front)
-    found.schedule.start()
-    for name in front.groups.names():
-        found.pop.adopt(name)
-    found.pop.arm_revive()
-
-
-def ensure_schedule_topic(front: RemotingFrontEnd) -> None:
-    """Register ``SCHEDULE_TOPIC_XXXX`` with one queue per delay level, once something
-    is scheduled: a topic like any other to the registry, listed by ``lmq topics``, its
-    queues never removed as idle (RocketMQ's broker lists it among its topics too). A
-    gateway that never schedules has no such topic."""
-    levels = services(front).schedule.max_level
-    config = front.topics.get(SCHEDULE_TOPIC)
-    if config is None or config.queue_count < levels:
-        front.topics.create(
-            TopicConfig(SCHEDULE_TOPIC, read_queues=levels, write_queues=levels))
-
-
-def stop(front: RemotingFrontEnd) -> None:
-    found = _services.pop(front, None)
-    if found is not None:
-        found.schedule.stop()
-        found.pop.stop()
-
-
 def register(table: DispatchTable) -> None:
-    table.on_start.append(start)
-    table.on_stop.append(stop)
     table.register(RequestCode.POP_MESSAGE, pop_message)
     table.register(RequestCode.ACK_MESSAGE, ack_message)
     table.register(RequestCode.BATCH_ACK_MESSAGE, batch_ack_message)
@@ -169,7 +83,7 @@ def _topic(ctx: RequestContext, topic: str) -> None:
             ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
 
 
-def _group(ctx: RequestContext, group: str) -> Services:
+def _group(ctx: RequestContext, group: str) -> RocketMQServices:
     try:
         config = ctx.front.groups.ensure(group)
     except InvalidName as exc:
@@ -178,7 +92,7 @@ def _group(ctx: RequestContext, group: str) -> Services:
         raise RequestError(
             ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
             f"subscription group [{group}] does not exist")
-    found = services(ctx.front)
+    found = ctx.front.ctx.rocketmq
     found.pop.adopt(group)
     return found
 
@@ -335,7 +249,7 @@ def change_invisible_time(ctx: RequestContext, cmd: RemotingCommand) -> Remoting
         "popTime": pop_time, "invisibleTime": invisible, "reviveQid": REVIVE_QID})
 
 
-def _reader(ctx: RequestContext, cmd: RemotingCommand) -> tuple[str, str, int, Services]:
+def _reader(ctx: RequestContext, cmd: RemotingCommand) -> tuple[str, str, int, RocketMQServices]:
     """The ``(group, topic, queueId, services)`` of a request that reads a queue as a
     group (peek, notification, polling info): the topic exists (or is auto-created),
     the caller may subscribe to it, and the group exists."""
@@ -390,7 +304,7 @@ async def consumer_send_msg_back(ctx: RequestContext, cmd: RemotingCommand) -> R
     origin = cmd.ext_fields.get("originTopic") or retry_topic(group)
     ctx.front.check_subscribe(ctx, origin, group)
     found = _group(ctx, group)
-    ensure_schedule_topic(ctx.front)
+    found.ensure_schedule_topic()
     host, port = ctx.local_address
     try:
         await found.sendback.send_back(

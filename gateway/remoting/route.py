@@ -25,15 +25,14 @@ from typing import TYPE_CHECKING
 from gateway.remoting.dispatch import DispatchTable, RequestContext
 from gateway.remoting.fields import get_bool, get_str
 from gateway.remoting.replies import error, response
-from lmq.rocketmq import InvalidName
+from lmq.rocketmq import BROKER_NAME, InvalidName
 from protocol.remoting.codes import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
     from lmq.rocketmq import TopicConfig
     from protocol.remoting import RemotingCommand
 
-#: The one broker's name and cluster in routes (also in pop receipts' extraInfo).
-BROKER_NAME = "lmq-gateway"
+#: The one broker's cluster in routes (its name is lmq.rocketmq.BROKER_NAME).
 CLUSTER_NAME = "DefaultCluster"
 #: Requests from this client version on get standard JSON (MQVersion V4_9_4).
 STANDARD_JSON_VERSION = 401

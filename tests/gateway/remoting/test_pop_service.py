@@ -1,7 +1,7 @@
-"""The pop service (gateway/remoting/pop_service.py) and receipts (pop_receipts.py) on a
+"""The pop service (gateway/rocketmq/pop_service.py) and receipts (pop_receipts.py) on a
 real store: receipts rebuilt from ExtraInfo, across queues and across a restart, long
 polling woken by an append and by a revive, dead letters after the retry limit, and
-send-back (gateway/remoting/sendback.py) through the persistent schedule."""
+send-back (gateway/rocketmq/sendback.py) through the persistent schedule."""
 
 from __future__ import annotations
 
@@ -16,15 +16,15 @@ from broker_core import Message, MessageStore, StoreConfig
 from broker_core.clock import now_ms
 from gateway.publisher import Publisher
 from gateway.remoting.messages import PROPS, RECONSUME, decode_properties
-from gateway.remoting.pop_receipts import ExtraInfo, pop_retry_topic, store_receipt, visible_at
-from gateway.remoting.pop_service import OffsetOutOfRange, PopService
-from gateway.remoting.sendback import (
+from gateway.rocketmq.pop_receipts import ExtraInfo, pop_retry_topic, store_receipt, visible_at
+from gateway.rocketmq.pop_service import OffsetOutOfRange, PopService
+from gateway.rocketmq.schedule import PROP_REAL_TOPIC, ScheduleService, level_lmq
+from gateway.rocketmq.sendback import (
     PROP_ORIGIN_MESSAGE_ID,
     PROP_RETRY_TOPIC,
     MessageNotFound,
     SendBackService,
 )
-from gateway.rocketmq.schedule import PROP_REAL_TOPIC, ScheduleService, level_lmq
 from lmq.rocketmq import queue_lmq
 from protocol.remoting.messages import offset_msg_id
 

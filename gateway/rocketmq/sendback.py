@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from broker_core import AppendResult, Message, MessageStore
-from gateway.remoting.records import (
+from gateway.rocketmq.records import (
     RECONSUME,
     record_reconsume_times,
     with_rocketmq_properties,

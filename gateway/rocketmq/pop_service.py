@@ -1,6 +1,7 @@
-"""Pop consumption for the remoting front end, on the store's pop
-(:mod:`broker_core.pop`): popping one queue or all of a topic's queues, long polling,
-ack, batch ack, change of invisible time, peek, notification, and dead letters.
+"""Pop consumption for the RocketMQ front ends (remoting's POP_MESSAGE family, gRPC's
+ReceiveMessage family), on the store's pop (:mod:`broker_core.pop`): popping one queue
+or all of a topic's queues, long polling, ack, batch ack, change of invisible time,
+peek, notification, and dead letters.
 
 Model
 -----
@@ -40,14 +41,14 @@ from dataclasses import dataclass, field
 
 from broker_core import AppendResult, Message, MessageStore, Record, StoredMessage, UnknownLmq
 from broker_core.errors import UnknownReceipt
-from gateway.remoting.pop_receipts import (
+from gateway.rocketmq.pop_receipts import (
     REVIVE_QID,
     ExtraInfo,
     pop_retry_topic,
     store_receipt,
     visible_at,
 )
-from gateway.remoting.records import RECONSUME, record_reconsume_times, with_rocketmq_properties
+from gateway.rocketmq.records import RECONSUME, record_reconsume_times, with_rocketmq_properties
 from lmq.rocketmq import dlq_topic, queue_lmq
 from protocol.remoting.pop import NORMAL_TOPIC as MARK_NORMAL
 from protocol.remoting.pop import RETRY_TOPIC_V1 as MARK_RETRY
@@ -338,6 +339,17 @@ class PopService:
         except UnknownReceipt:
             return False
         return True
+
+    def requeue(self, group: str, items: Sequence[PopItem]) -> int:
+        """Make popped messages visible again now (a receive that could not hand them
+        to its consumer: the proxy's nack); receipts no longer in flight are ignored.
+        Returns how many came back."""
+        receipts = [
+            store_receipt(group, item.source.topic, item.source.queue_id,
+                          item.message.offset, visible_at(ExtraInfo.parse(item.extra_info)))
+            for item in items if item.extra_info
+        ]
+        return self.store.requeue_many(receipts) if receipts else 0
 
     def batch_ack(
         self, group: str, topic: str, queue_id: int, visible_at: int, offsets: Sequence[int]
