@@ -134,5 +134,3 @@ def grpc_endpoint(gw: GatewayProcess, port: str = "unified") -> str:
     or the dedicated ``grpc`` port."""
     return f"127.0.0.1:{gw.ports[port]}"
 
-
-GRPC_ARGS = ("--grpc-port", "auto")

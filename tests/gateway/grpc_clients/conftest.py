@@ -19,7 +19,7 @@ from gateway.rocketmq.topics import TopicRegistry
 from lmq.rocketmq import GroupConfig, MessageType, TopicConfig
 
 from ..gateway_process import GatewayProcess
-from .clients import GRPC_ARGS, GrpcClient, NodeClient, PyClient
+from .clients import GrpcClient, NodeClient, PyClient
 
 
 class Clients:
@@ -85,7 +85,7 @@ def start_gateway(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
     def start(**prepared: Any) -> GatewayProcess:
         data = tmp_path / "data"
         prepare(data, **prepared)
-        gw = GatewayProcess(data, *GRPC_ARGS).start()
+        gw = GatewayProcess(data).start()  # serves gRPC on the unified and a grpc port
         running.append(gw)
         return gw
 

@@ -124,8 +124,9 @@ def serve(client: Any, role: str) -> None:
             if op == "send" and role == "producer":
                 receipt = client.send(message(cmd["message"]))
                 mq = receipt.message_queue
+                # the client's MessageQueue keeps its id private (no property)
                 result: Any = {"id": receipt.message_id, "offset": receipt.offset,
-                               "queue": getattr(mq, "queue_id", None)}
+                               "queue": getattr(mq, "_MessageQueue__queue_id", None)}
             elif op == "receive" and role == "simple":
                 got = client.receive(cmd.get("max", 16), cmd.get("invisible", 15))
                 for m in got:
