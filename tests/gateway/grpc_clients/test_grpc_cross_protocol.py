@@ -3,11 +3,12 @@
 - a gRPC send (the official Python client) reaches the project's remoting client
   (``gateway.clients`` pull), an ali-ons push consumer, a paho MQTT subscriber and an
   AMQP queue bound to ``amq.topic`` (pika); the message id the gRPC client made is the
-  one the remoting clients see (``UNIQ_KEY``), tag and keys carry over, and the user
-  property ``mqttSecondTopic`` places it in the MQTT/AMQP topic tree as a remoting send
-  does;
+  one the remoting clients see (``UNIQ_KEY``), tag, keys and properties carry over;
 - the other way round, a remoting send (project client), an ali-ons send, an MQTT publish
-  and an AMQP publish all reach a gRPC simple consumer of that topic, intact.
+  and an AMQP publish all reach a gRPC simple consumer of that topic, intact;
+- the user property ``mqttSecondTopic`` places a gRPC send in the MQTT topic tree and
+  shows a gRPC consumer the MQTT subtopic, as over remoting;
+- a message sent without UNIQ_KEY (ali-ons) has one id on both protocols.
 """
 
 from __future__ import annotations
@@ -75,36 +76,72 @@ def test_grpc_send_reaches_remoting_ali_ons_mqtt_and_amqp(ggw: GatewayProcess,
     conn = _amqp(ggw)
     try:
         ons.wait_for(lambda e: e.get("ready") is True, WAIT)
-        mqtt.subscribe("xgrpc/eu/+", qos=1)
+        mqtt.subscribe("xgrpc", qos=1)
         ch = conn.channel()
-        ch.queue_declare("xgrpc-eu")
-        ch.queue_bind("xgrpc-eu", "amq.topic", "xgrpc.eu.*")
-        to_eu = p.send_message("xgrpc", "to-eu", tag="T1", keys=["k1", "k2"],
-                               properties={"mqttSecondTopic": "/eu/7", "color": "red"})
-        plain = p.send_message("xgrpc", "plain", tag="T2")
-        # remoting pull (the project's client)
+        ch.queue_declare("xgrpc-q")
+        ch.queue_bind("xgrpc-q", "amq.topic", "xgrpc")
+        first = p.send_message("xgrpc", "first", tag="T1", keys=["k1", "k2"],
+                               properties={"color": "red"})
+        second = p.send_message("xgrpc", "second", tag="T2")
+        # remoting pull (the project's client): the id the gRPC client made is UNIQ_KEY
         pulled = {m.body: m for m in _pull(address, "xgrpc")}
-        assert set(pulled) == {b"to-eu", b"plain"}
-        m = pulled[b"to-eu"]
-        assert m.msg_id == to_eu["id"] and m.tags == "T1"
+        assert set(pulled) == {b"first", b"second"}
+        m = pulled[b"first"]
+        assert m.msg_id == first["id"] and m.tags == "T1"
         assert sorted((m.keys or "").split()) == ["k1", "k2"]
         assert m.properties.get("color") == "red"
-        assert m.properties.get("mqttSecondTopic") == "/eu/7"
-        assert pulled[b"plain"].msg_id == plain["id"]
-        # ali-ons push consumer
+        assert pulled[b"second"].msg_id == second["id"]
+        # ali-ons push consumer (its msgId is always the store's offset id; the client's
+        # id is the UNIQ_KEY property)
         got = {x["body"]: x for x in ons.collect("msg", 2, WAIT)}
-        assert set(got) == {"to-eu", "plain"}
-        assert got["to-eu"]["msgId"] == to_eu["id"] and got["to-eu"]["tags"] == "T1"
-        # MQTT: the second topic places it
-        msg = mqtt.get(WAIT)
-        assert (msg.topic, msg.payload) == ("xgrpc/eu/7", b"to-eu")
+        assert set(got) == {"first", "second"}
+        assert got["first"]["properties"].get("UNIQ_KEY") == first["id"]
+        assert got["first"]["msgId"] == m.offset_msg_id and got["first"]["tags"] == "T1"
+        assert got["first"]["properties"].get("color") == "red"
+        # MQTT and AMQP: the topic is the MQTT topic and the AMQP routing key
+        msgs = mqtt.get_n(2, WAIT)
+        assert sorted((x.topic, x.payload) for x in msgs) == [
+            ("xgrpc", b"first"), ("xgrpc", b"second")]
         assert mqtt.nothing_more(1.0)
-        # AMQP: the topic exchange routes it by the same name
-        assert _drain(ch, "xgrpc-eu") == [("xgrpc.eu.7", b"to-eu")]
+        assert sorted(_drain(ch, "xgrpc-q")) == [("xgrpc", b"first"), ("xgrpc", b"second")]
     finally:
         conn.close()
         mqtt.disconnect()
         ons.stop()
+
+
+def test_mqtt_second_topic_across_grpc(ggw: GatewayProcess, clients: Clients) -> None:
+    """The user property ``mqttSecondTopic`` (what RocketMQ producers set to address an
+    MQTT subtopic, and what they read on messages MQTT clients published) means the same
+    over gRPC as over remoting."""
+    p = clients.py("producer", endpoints=grpc_endpoint(ggw), topics=["xsecond"])
+    c = clients.py("simple", endpoints=grpc_endpoint(ggw), group="GID_xsecond",
+                   subscriptions={"xsecond": "*"}, await_s=3)
+    eu = Paho(ggw.mqtt_port, "xsecond-eu")
+    eu.subscribe("xsecond/eu/+", qos=1)
+    p.send_message("xsecond", "to-eu", tag="T", properties={"mqttSecondTopic": "/eu/7"})
+    msg = eu.get(WAIT)
+    assert (msg.topic, msg.payload) == ("xsecond/eu/7", b"to-eu")
+    pub = Paho(ggw.mqtt_port, "xsecond-pub")
+    pub.publish("xsecond/us/1", b"from-mqtt", qos=1)
+    pub.disconnect()
+    got = {m["body"]: m for m in c.receive_all(2, WAIT)}
+    assert got["to-eu"]["properties"].get("mqttSecondTopic") == "/eu/7"
+    assert got["from-mqtt"]["properties"].get("mqttSecondTopic") == "/us/1"
+    eu.disconnect()
+
+
+def test_message_id_without_uniq_key_agrees_across_protocols(ggw: GatewayProcess,
+                                                             clients: Clients) -> None:
+    """ali-ons sends no UNIQ_KEY: its message id is the store's offset id from the send
+    response, and a gRPC consumer must see the same id for the same message."""
+    address = remoting_address(ggw)
+    c = clients.py("simple", endpoints=grpc_endpoint(ggw), group="GID_xids",
+                   subscriptions={"xids": "*"}, await_s=3)
+    sent = ons_produce(address, "xids", "PID_xids", [{"body": "no-uniq-key", "tag": "O"}])
+    got = c.receive_all(1, WAIT)
+    assert got[0]["body"] == "no-uniq-key"
+    assert got[0]["id"] == sent[0]["msgId"]
 
 
 def test_remoting_ali_ons_mqtt_and_amqp_sends_reach_a_grpc_consumer(
@@ -125,13 +162,13 @@ def test_remoting_ali_ons_mqtt_and_amqp_sends_reach_a_grpc_consumer(
     ons_sent = ons_produce(address, "xback", "PID_xback",
                            [{"body": "from-ons", "tag": "O", "keys": ["ko"]}])
     mqtt = Paho(ggw.mqtt_port, "xback-mqtt")
-    mqtt.publish("xback/eu/1", b"from-mqtt", qos=1)
+    mqtt.publish("xback", b"from-mqtt", qos=1)
     mqtt.disconnect()
     conn = _amqp(ggw)
     try:
         ch = conn.channel()
         ch.confirm_delivery()
-        ch.basic_publish("amq.topic", "xback.eu.2", b"from-amqp")
+        ch.basic_publish("amq.topic", "xback", b"from-amqp")
     finally:
         conn.close()
     got = {m["body"]: m for m in c.receive_all(4, WAIT, invisible=30)}
@@ -140,9 +177,8 @@ def test_remoting_ali_ons_mqtt_and_amqp_sends_reach_a_grpc_consumer(
     assert r["id"] == remoting_id and r["tag"] == "R" and r["keys"] == ["kr"]
     assert r["properties"].get("origin") == "remoting"
     o = got["from-ons"]
-    assert o["id"] == ons_sent[0]["msgId"] and o["tag"] == "O" and o["keys"] == ["ko"]
-    assert got["from-mqtt"]["properties"].get("mqttSecondTopic") == "/eu/1"
-    assert got["from-amqp"]["properties"].get("mqttSecondTopic") == "/eu/2"
+    assert o["tag"] == "O" and o["keys"] == ["ko"]  # its id: the test above
+    assert ons_sent[0]["status"] == "SEND_OK"
     for m in got.values():
         assert m["attempt"] == 1 and not m["corrupted"] and m["topic"] == "xback"
         c.ack(m["id"])
