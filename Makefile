@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 system-deps:
 	bash scripts/install-system-deps.sh
 
-# ali-ons and its dependencies, exactly as tests/node/package-lock.json pins them; again
-# only when the lockfile changes.
+# ali-ons, rocketmq-client-nodejs and their dependencies, exactly as
+# tests/node/package-lock.json pins them; again only when the lockfile changes.
 $(NODE_STAMP): tests/node/package-lock.json
 	bash scripts/install-node-deps.sh
 

@@ -133,6 +133,8 @@ class Broker:
         self.amqp_port: int | None = None
         #: RocketMQ remoting (the gateway serves it on its unified port); None elsewhere.
         self.remoting_port: int | None = None
+        #: RocketMQ 5 gRPC's dedicated port (the gateway's ``grpc_port``); None elsewhere.
+        self.grpc_port: int | None = None
         self.version = "?"
         self.log_path = workdir / f"{self.name}.log"
 
@@ -254,9 +256,10 @@ class Gateway(Broker):
             str(self.amqp_port or 0),
             "--unified-port",
             str(self.remoting_port or 0),
-            # gRPC clients use the unified port; no fixed 8081 that runs could collide on
+            # a free ephemeral port of the run (never the fixed 8081 runs could collide on):
+            # grpc_1to1 measures the dedicated listener, gRPC's own access point
             "--grpc-port",
-            "0",
+            str(self.grpc_port or 0),
             "--max-connections",
             "200000",
             "--durability",
@@ -273,6 +276,7 @@ class Gateway(Broker):
             self.mqtt_port = free_port()
             self.amqp_port = free_port()
             self.remoting_port = free_port()
+            self.grpc_port = free_port()
         cmd, env = self._command()
         t0 = time.perf_counter()
         log = open(self.log_path, "ab")

@@ -572,9 +572,12 @@ DESCRIPTIONS = {
     "amqp_topic": "AMQP topic exchange with 1,000 bindings",
 }
 
-# The RocketMQ remoting scenarios live in their own module; registered here so
+# The RocketMQ remoting and gRPC scenarios live in their own modules; registered here so
 # `python -m bench --scenarios` lists them.
+from bench import grpc as _grpc  # noqa: E402
 from bench import remoting as _remoting  # noqa: E402
 
 SCENARIOS.update(_remoting.SCENARIOS)
 DESCRIPTIONS.update(_remoting.DESCRIPTIONS)
+SCENARIOS.update(_grpc.SCENARIOS)
+DESCRIPTIONS.update(_grpc.DESCRIPTIONS)

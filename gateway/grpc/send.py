@@ -1,19 +1,165 @@
-"""SendMessage (owned by h-gmsg; see gateway/grpc/service.py for the contract)."""
+"""SendMessage: one or more messages of one topic, stored as a remoting send stores them.
+
+A request's messages (``1..MAX_MESSAGES``, all of one topic, as the proxy requires) go
+to ONE queue of the topic: a FIFO message's queue is picked by its message group (the
+same group always lands in the same queue, so its order is kept), any other request's
+round robin; the ``queue_id`` a client names in ``system_properties`` is ignored, as the
+proxy ignores it. Each message is one record dispatched to the queue's LMQ and whatever
+else the one topic space routes the topic to (MQTT subscribers, AMQP bindings), like a
+remoting send (:mod:`gateway.rocketmq.records`).
+
+Checks, with the proxy's codes: the topic (ILLEGAL_TOPIC, TOPIC_NOT_FOUND, FORBIDDEN for
+a topic not writable or the ACL), each message (:func:`protocol.grpc.messages.decode_message`:
+body size, properties, tag, keys, id, group), and the message type against the topic's
+(MESSAGE_PROPERTY_CONFLICT_WITH_TYPE). DELAY and TRANSACTION messages are refused with
+UNSUPPORTED until the message-types issue, as remoting refuses them.
+
+Durability: the response is built only when the store acknowledges the append under the
+configured durability (after the covering fsync in sync mode). Its entries are
+``{status OK, message_id (the client's id), transaction_id "", offset (in the queue)}``.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import logging
+import zlib
 from typing import TYPE_CHECKING
 
+from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from protocol.grpc import Code, status
+from broker_core import Durability, MessageTooLarge, StorageFull, StoreError
+from gateway.grpc.records import parse_peer, to_store, writable_topic
+from gateway.rocketmq.records import SYSTEM_PROPERTIES
+from lmq.rocketmq import MessageType, queue_lmq
+from protocol.grpc import Code, StatusError, ok
+from protocol.grpc.messages import Incoming, decode_message
 
 if TYPE_CHECKING:
+    from broker_core import Message
     from gateway.grpc.call import Call
+
+log = logging.getLogger(__name__)
+
+#: Messages in one SendMessage (the clients send one; a batch is all or nothing).
+MAX_MESSAGES = 1024
+
+_TYPES = {
+    pb.NORMAL: MessageType.NORMAL,
+    pb.FIFO: MessageType.FIFO,
+    pb.DELAY: MessageType.DELAY,
+    pb.TRANSACTION: MessageType.TRANSACTION,
+}
+_round_robin = itertools.count()
+
+
+def effective_type(incoming: Incoming) -> MessageType:
+    """The message's type as the broker sees it (RocketMQ 5's
+    ``TopicMessageType.parseFromMessageProperty``): TRANSACTION, DELAY (a delivery
+    time), FIFO (a message group), else NORMAL. A declared type the properties
+    contradict (FIFO without a group, DELAY without a time) is
+    MESSAGE_PROPERTY_CONFLICT_WITH_TYPE."""
+    declared = incoming.message_type
+    if declared == pb.TRANSACTION:
+        kind = MessageType.TRANSACTION
+    elif incoming.delivery_ms is not None:
+        kind = MessageType.DELAY
+    elif incoming.message_group:
+        kind = MessageType.FIFO
+    else:
+        kind = MessageType.NORMAL
+    if declared in _TYPES and _TYPES[declared] != kind:
+        raise StatusError(
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"the message is declared {_TYPES[declared].value} but its properties make it"
+            f" {kind.value}")
+    if declared not in _TYPES and declared != pb.MESSAGE_TYPE_UNSPECIFIED:
+        raise StatusError(
+            Code.UNSUPPORTED, f"message type {pb.MessageType.Name(declared)} is not supported")
+    return kind
+
+
+def choose_queue(write_queues: int, group: str) -> int:
+    """A message group's queue (stable: CRC32 of the group), else round robin."""
+    if group:
+        return zlib.crc32(group.encode()) % write_queues
+    return next(_round_robin) % write_queues
+
+
+def _failure(exc: BaseException) -> StatusError:
+    if isinstance(exc, StatusError):
+        return exc
+    if isinstance(exc, MessageTooLarge):
+        return StatusError(Code.MESSAGE_BODY_TOO_LARGE, str(exc))
+    if isinstance(exc, StorageFull):
+        return StatusError(Code.INTERNAL_SERVER_ERROR, f"the store is full: {exc}")
+    if isinstance(exc, StoreError):
+        return StatusError(Code.INTERNAL_SERVER_ERROR, f"the store refused the message: {exc}")
+    return StatusError(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 async def send_message(
     call: Call, request: service_pb2.SendMessageRequest
 ) -> service_pb2.SendMessageResponse:
+    messages = request.messages
+    if not messages:
+        raise StatusError(Code.MESSAGE_CORRUPTED, "no message to send")
+    if len(messages) > MAX_MESSAGES:
+        raise StatusError(
+            Code.PAYLOAD_TOO_LARGE,
+            f"{len(messages)} messages in one request; at most {MAX_MESSAGES}")
+    topic = messages[0].topic.name
+    for msg in messages:
+        if msg.topic.name != topic:
+            raise StatusError(Code.MESSAGE_CORRUPTED, "topic in message is not same")
+    front = call.front
+    config = writable_topic(call, topic)
+    # the producer's address: the relayed connection's on the unified port
+    born = call.connection.peer if call.connection is not None else parse_peer(call.peer)
+    peer_host = call.peer_host or born.rpartition(":")[0].strip("[]")
+    incoming = [
+        decode_message(msg, reserved=SYSTEM_PROPERTIES, max_body=front.max_body,
+                       peer_host=peer_host)
+        for msg in messages
+    ]
+    for index, one in enumerate(incoming):
+        kind = effective_type(one)
+        if kind != config.message_type:
+            raise StatusError(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"message {index}: the message type {kind.value} does not match the type"
+                f" {config.message_type.value} of topic {topic}")
+        if kind in (MessageType.DELAY, MessageType.TRANSACTION):
+            raise StatusError(
+                Code.UNSUPPORTED,
+                f"{kind.value} messages are not supported by LMQ Gateway yet")
+    queue_id = choose_queue(config.write_queues, incoming[0].message_group
+                            if len(incoming) == 1 else "")
+    lmq = queue_lmq(topic, queue_id)
+    # mqttSecondTopic is a reserved property name: a gRPC message goes to the topic.
+    lmqs = [lmq, *front.ctx.topic_space.route_rocketmq(topic, "")]
+    items: list[tuple[Message, list[str]]] = [
+        (to_store(one, born_host=born), lmqs) for one in incoming]
+    try:
+        if len(items) == 1:
+            results = [await front.publisher.submit(*items[0])]
+        else:
+            # One append for the whole request: all of it is stored, or none.
+            store = front.store
+            results = store.append_batch(items, wait=False)
+            if store.config.durability == Durability.SYNC:
+                await asyncio.wrap_future(store.acknowledged(results[-1].end))
+    except Exception as exc:
+        log.info("gRPC send refused: %s", exc, extra=call.log_fields())
+        raise _failure(exc) from None
     return service_pb2.SendMessageResponse(
-        status=status(Code.NOT_IMPLEMENTED, "not implemented yet"))
+        status=ok(),
+        entries=[
+            service_pb2.SendResultEntry(
+                status=ok(), message_id=one.message_id, transaction_id="",
+                offset=result.offsets[0])
+            for one, result in zip(incoming, results, strict=True)
+        ],
+    )

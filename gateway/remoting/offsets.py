@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 from gateway.remoting.dispatch import DispatchTable, RequestContext
 from gateway.remoting.fields import get_int, get_str
 from gateway.remoting.replies import error, response
+from gateway.rocketmq.offsets import committed_offset, offset_at_time
 from lmq.rocketmq import queue_lmq
 from protocol.remoting.codes import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
-    from broker_core import MessageStore
     from protocol.remoting import RemotingCommand
 
 
@@ -45,13 +45,9 @@ def _queue(cmd: RemotingCommand) -> str:
 def query_consumer_offset(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     group = get_str(cmd, "consumerGroup")
     lmq = _queue(cmd)
-    store = ctx.front.store
-    offset = store.get_offset(group, lmq)
+    offset = committed_offset(ctx.front.store, group, lmq)
     if offset is not None:
         return response(fields={"offset": offset})
-    info = store.lmq(lmq)
-    if info is None or info.min_offset == 0:
-        return response(fields={"offset": 0})
     return error(ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
 
 
@@ -105,25 +101,3 @@ def search_offset_by_timestamp(ctx: RequestContext, cmd: RemotingCommand) -> Rem
     lmq = _queue(cmd)
     timestamp = get_int(cmd, "timestamp")
     return response(fields={"offset": offset_at_time(ctx.front.store, lmq, timestamp)})
-
-
-def offset_at_time(store: MessageStore, lmq: str, timestamp: int) -> int:
-    """The offset of the first message of ``lmq`` stored at or after ``timestamp`` (ms),
-    the queue's max offset when every message is older, its min offset when every one
-    is newer (RocketMQ's ``getOffsetInQueueByTime`` with ``BoundaryType.LOWER``).
-    A binary search over the queue: store times grow with offsets, since offsets are
-    assigned under the append lock in log order."""
-    info = store.lmq(lmq)
-    if info is None:
-        return 0
-    lo, hi = info.min_offset, info.max_offset
-    while lo < hi:
-        mid = (lo + hi) // 2
-        message = store.read_at(lmq, mid)
-        if message is None:  # cleaned meanwhile: search above it
-            lo = mid + 1
-        elif message.record.store_ms < timestamp:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo

@@ -340,6 +340,17 @@ class PopService:
             return False
         return True
 
+    def requeue(self, group: str, items: Sequence[PopItem]) -> int:
+        """Make popped messages visible again now (a receive that could not hand them
+        to its consumer: the proxy's nack); receipts no longer in flight are ignored.
+        Returns how many came back."""
+        receipts = [
+            store_receipt(group, item.source.topic, item.source.queue_id,
+                          item.message.offset, visible_at(ExtraInfo.parse(item.extra_info)))
+            for item in items if item.extra_info
+        ]
+        return self.store.requeue_many(receipts) if receipts else 0
+
     def batch_ack(
         self, group: str, topic: str, queue_id: int, visible_at: int, offsets: Sequence[int]
     ) -> None:

@@ -1,0 +1,46 @@
+"""Queue offsets every RocketMQ front end reads the same way: a group's committed offset
+on a queue LMQ (with remoting's rule for a group that never committed one), and the
+offset of a store time.
+"""
+
+from __future__ import annotations
+
+from broker_core import MessageStore
+
+__all__ = ["committed_offset", "offset_at_time"]
+
+
+def committed_offset(store: MessageStore, group: str, lmq: str) -> int | None:
+    """``group``'s committed offset on ``lmq``; for a group that never committed one, 0
+    when the queue still starts at 0 (nothing was ever cleaned from it, as RocketMQ's
+    broker answers while the queue's first message is still held), else None (the
+    client falls back to its consume-from-where policy)."""
+    offset = store.get_offset(group, lmq)
+    if offset is not None:
+        return offset
+    info = store.lmq(lmq)
+    if info is None or info.min_offset == 0:
+        return 0
+    return None
+
+
+def offset_at_time(store: MessageStore, lmq: str, timestamp: int) -> int:
+    """The offset of the first message of ``lmq`` stored at or after ``timestamp`` (ms),
+    the queue's max offset when every message is older, its min offset when every one
+    is newer (RocketMQ's ``getOffsetInQueueByTime`` with ``BoundaryType.LOWER``).
+    A binary search over the queue: store times grow with offsets, since offsets are
+    assigned under the append lock in log order."""
+    info = store.lmq(lmq)
+    if info is None:
+        return 0
+    lo, hi = info.min_offset, info.max_offset
+    while lo < hi:
+        mid = (lo + hi) // 2
+        message = store.read_at(lmq, mid)
+        if message is None:  # cleaned meanwhile: search above it
+            lo = mid + 1
+        elif message.record.store_ms < timestamp:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
