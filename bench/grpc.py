@@ -150,7 +150,8 @@ async def grpc_1to1(b: Broker, cfg: Any) -> dict[str, Any]:
     st = {"sent": 0, "confirmed": 0, "nacked": 0, "delivered": 0, "acked": 0, "receives": 0}
     latencies: list[float] = []
     room = asyncio.Event()
-    running = True
+    running = True  # receivers
+    sending = True  # senders: stop first, the receivers drain what is in flight
     try:
         route = await pstub.query_route(
             svc.QueryRouteRequest(topic=pb.Resource(name=topic), endpoints=endpoints),
@@ -178,7 +179,7 @@ async def grpc_1to1(b: Broker, cfg: Any) -> dict[str, Any]:
             return st["sent"] - st["nacked"] - st["delivered"]
 
         async def sender() -> None:
-            while running:
+            while sending:
                 if outstanding() >= window:
                     room.clear()
                     try:
@@ -247,13 +248,13 @@ async def grpc_1to1(b: Broker, cfg: Any) -> dict[str, Any]:
         await asyncio.sleep(cfg.duration)
         end = dict(st, t=_perf(), cpu=mon.cpu_seconds(), gen=time.process_time(),
                    lat=len(latencies))
-        running = False
+        sending = False
         # drain: what was sent arrives (for the loss count)
         deadline = _perf() + 5.0
         while _perf() < deadline and st["delivered"] < st["confirmed"]:
             await asyncio.sleep(0.05)
     finally:
-        running = False
+        running = sending = False
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
