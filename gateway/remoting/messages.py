@@ -35,7 +35,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from broker_core import Message, Protocol, Record
-from gateway.remoting.stored import encode_stored, pack_host
+from broker_core.record import RawMessage, raw_properties
+from gateway.remoting.stored import pack_host, topic_field, write_stored
 from gateway.user_properties import decode_user_properties, encode_user_properties
 from lmq.rocketmq import MQTT_SECOND_TOPIC, join_mqtt_topic, split_mqtt_topic
 from lmq.topic_space import amqp_to_mqtt
@@ -52,9 +53,12 @@ __all__ = [
     "decode_properties",
     "encode_properties",
     "encode_record",
+    "foreign_properties",
     "record_flags",
     "rocketmq_properties",
     "to_store_message",
+    "write_raw",
+    "write_record",
 ]
 
 PROPS = "rmq.props"
@@ -137,6 +141,15 @@ def rocketmq_properties(record: Record) -> str:
     raw = props.get(PROPS)
     if raw is not None:
         return raw.decode()
+    return foreign_properties(record.protocol, record.topic, record.tag, props)
+
+
+def foreign_properties(
+    protocol: int, topic: str, tag: str, props: Mapping[str, bytes]
+) -> str:
+    """The properties string of a record not sent over RocketMQ (MQTT, AMQP, internal):
+    its user properties, its tag as ``TAGS`` and its second topic as
+    ``mqttSecondTopic``."""
     out: dict[str, str] = {}
     user = props.get(USER_PROPERTIES)
     if user:
@@ -146,9 +159,9 @@ def rocketmq_properties(record: Record) -> str:
                 PROPERTY_SEPARATOR not in name + value
             ):
                 out[name] = value
-    if record.tag:
-        out["TAGS"] = record.tag
-    second = split_mqtt_topic(mqtt_name(record))[1]
+    if tag:
+        out["TAGS"] = tag
+    second = split_mqtt_topic(_mqtt_name(protocol, topic, props))[1]
     if second:
         out[MQTT_SECOND_TOPIC] = second
     return encode_properties(out)
@@ -158,10 +171,14 @@ def mqtt_name(record: Record) -> str:
     """The record's name in the one topic space: its topic, or for an AMQP record (whose
     topic is its routing key) the routing key mapped to MQTT (``orders.eu.42`` ->
     ``orders/eu/42``), as the MQTT front end reads it."""
-    if record.protocol == Protocol.AMQP:
-        key = record.properties.get(AMQP_ROUTING_KEY)
-        return amqp_to_mqtt(key.decode() if key is not None else record.topic)
-    return record.topic
+    return _mqtt_name(record.protocol, record.topic, record.properties)
+
+
+def _mqtt_name(protocol: int, topic: str, props: Mapping[str, bytes]) -> str:
+    if protocol == Protocol.AMQP:
+        key = props.get(AMQP_ROUTING_KEY)
+        return amqp_to_mqtt(key.decode() if key is not None else topic)
+    return topic
 
 
 def record_flags(record: Record) -> tuple[int, int, int, str]:
@@ -193,12 +210,74 @@ def encode_record(
     """Append ``record`` to ``out`` in the stored-message layout, as a message of queue
     ``queue_id`` of ``topic`` at ``queue_offset``. ``ValueError``: its properties are
     too long for the layout's 2-byte length."""
-    sys_flag, flag, reconsume, born = record_flags(record)
-    encode_stored(
-        out, queue_id=queue_id, flag=flag, queue_offset=queue_offset,
-        physical_offset=record.position, sys_flag=sys_flag,
-        born_ms=record.born_ms or record.store_ms,
-        born_host=pack_host(born) if born else store_host,
-        store_ms=record.store_ms, store_host=store_host,
-        reconsume_times=reconsume, body=record.body, topic=topic,
-        properties=rocketmq_properties(record))
+    write_record(out, record, topic_field(topic), queue_id, queue_offset, store_host)
+
+
+def write_record(
+    out: bytearray,
+    record: Record,
+    topic: bytes,
+    queue_id: int,
+    queue_offset: int,
+    store_host: tuple[bytes, bool],
+) -> None:
+    """:func:`encode_record` for the pull path: positional, the topic as
+    :func:`~gateway.remoting.stored.topic_field` gives it."""
+    props = record.properties
+    text = props.get(PROPS)
+    if text is None:
+        write_stored(
+            out, queue_id, 0, queue_offset, record.position, 0,
+            record.born_ms or record.store_ms, store_host, record.store_ms, store_host, 0,
+            record.body, topic,
+            foreign_properties(record.protocol, record.topic, record.tag, props).encode())
+        return
+    sys_flag = props.get(SYSFLAG)
+    flag = props.get(FLAG)
+    reconsume = props.get(RECONSUME)
+    born = props.get(BORN_HOST)
+    write_stored(
+        out, queue_id, int(flag) if flag else 0, queue_offset, record.position,
+        int(sys_flag) if sys_flag else 0, record.born_ms or record.store_ms,
+        pack_host(born.decode()) if born else store_host, record.store_ms, store_host,
+        int(reconsume) if reconsume else 0, record.body, topic, text)
+
+
+_PROPS_RAW = PROPS.encode()
+_SYSFLAG_RAW = SYSFLAG.encode()
+_FLAG_RAW = FLAG.encode()
+_RECONSUME_RAW = RECONSUME.encode()
+_BORN_HOST_RAW = BORN_HOST.encode()
+
+
+def write_raw(
+    out: bytearray,
+    message: RawMessage,
+    topic: bytes,
+    queue_id: int,
+    store_host: tuple[bytes, bool],
+) -> None:
+    """:func:`write_record` for a record read undecoded (``store.pull_raw``): the same
+    bytes, from the record's stored fields; the properties string of a RocketMQ record
+    is copied as stored, never decoded."""
+    block = message.properties
+    props = raw_properties(block) if block else {}
+    text = props.get(_PROPS_RAW)
+    if text is None:
+        names = {k.decode(): v for k, v in props.items()}
+        write_stored(
+            out, queue_id, 0, message.offset, message.position, 0,
+            message.born_ms or message.store_ms, store_host, message.store_ms, store_host, 0,
+            message.body, topic,
+            foreign_properties(message.protocol, message.topic.decode(),
+                               message.tag.decode(), names).encode())
+        return
+    sys_flag = props.get(_SYSFLAG_RAW)
+    flag = props.get(_FLAG_RAW)
+    reconsume = props.get(_RECONSUME_RAW)
+    born = props.get(_BORN_HOST_RAW)
+    write_stored(
+        out, queue_id, int(flag) if flag else 0, message.offset, message.position,
+        int(sys_flag) if sys_flag else 0, message.born_ms or message.store_ms,
+        pack_host(born.decode()) if born else store_host, message.store_ms, store_host,
+        int(reconsume) if reconsume else 0, message.body, topic, text)
