@@ -28,6 +28,11 @@ A record written by MQTT or AMQP is read by a RocketMQ consumer with its user
 properties as message properties, its tag as ``TAGS`` and ``mqttSecondTopic`` derived
 from its MQTT name (:func:`mqtt_name`: an AMQP record's routing key mapped to MQTT) by
 :func:`rocketmq_properties`.
+
+Writing a record in the stored-message layout (PULL_MESSAGE, QUERY_MESSAGE): from a
+decoded :class:`Record` with :func:`encode_record` / :func:`write_record`, or from one
+read undecoded (``store.pull_raw``) with :func:`write_raw`, which copies a RocketMQ
+record's ``rmq.props`` bytes as they are and decodes nothing else but the few flags.
 """
 
 from __future__ import annotations
