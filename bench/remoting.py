@@ -98,6 +98,12 @@ async def _consumers(
     return clients, consumers
 
 
+def _raw_group(topic: str) -> str:
+    """One consumer group per run (its topic is new too): no member of an earlier
+    scenario in it, so the allocation is exactly over this run's consumers."""
+    return f"{GROUP}-{topic}"
+
+
 async def _raw_consumers(
     address: str, topic: str, n: int, stats: Stats
 ) -> tuple[list[RemotingClient], list[RawPuller], list[asyncio.Transport]]:
@@ -105,31 +111,35 @@ async def _raw_consumers(
     so the gateway knows the group), each pulling its share of the topic's queues by the
     average allocation over a raw connection of its own (:class:`RawPuller`)."""
     pid = os.getpid()
+    group = _raw_group(topic)
     clients = [RemotingClient(address, client_id=f"bench@{pid}@{i}", timeout=10.0)
                for i in range(n)]
     for client in clients:
         conn = await client.connection(address)
         await conn.call(RequestCode.HEART_BEAT, None,
-                        heartbeat_body(client.client_id, GROUP, topic))
+                        heartbeat_body(client.client_id, group, topic))
+    ours = sorted(c.client_id for c in clients)
     deadline = _perf() + 30.0
     ids: list[str] = []
-    while _perf() < deadline:
+    while _perf() < deadline:  # the group as the gateway sees it: exactly these members
         response = await conn.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                   {"consumerGroup": GROUP})
-        ids = list(ConsumerListBody.parse(response.body).consumer_id_list)
-        if len(ids) >= n:
+                                   {"consumerGroup": group})
+        ids = sorted(ConsumerListBody.parse(response.body).consumer_id_list)
+        if ids == ours:
             break
         await asyncio.sleep(0.1)
+    else:
+        raise RuntimeError(f"consumer group {group}: members {ids}, expected {ours}")
     queues = list((await clients[0].route(topic)).read_queues)
     host, port = address.rsplit(":", 1)
     loop = asyncio.get_running_loop()
     pullers, transports = [], []
     for client in clients:
         mine = allocate_averagely(queues, ids, client.client_id)
-        puller_api = PullConsumer(client, GROUP)
+        puller_api = PullConsumer(client, group)
         starts = {mq.queue_id: await puller_api.max_offset(mq) for mq in mine}
         transport, puller = await loop.create_connection(
-            lambda starts=starts: RawPuller(topic, GROUP, starts, len(queues), stats,
+            lambda starts=starts: RawPuller(topic, group, starts, len(queues), stats,
                                             batch=PULL_BATCH), host, int(port))
         pullers.append(puller)
         transports.append(transport)
@@ -144,14 +154,14 @@ async def _close_raw(clients: list[RemotingClient], pullers: list[RawPuller],
         transport.close()
     for client, puller in zip(clients, pullers, strict=True):
         try:
-            api = PullConsumer(client, GROUP)
+            api = PullConsumer(client, _raw_group(topic))
             route = await client.route(topic)
             by_id = {mq.queue_id: mq for mq in route.read_queues}
             for queue_id, offset in puller.offsets().items():
                 await api.update_offset(by_id[queue_id], offset)
             conn = await client.connection(next(iter(route.brokers.values())))
             await conn.call(RequestCode.UNREGISTER_CLIENT,
-                            {"clientID": client.client_id, "consumerGroup": GROUP})
+                            {"clientID": client.client_id, "consumerGroup": _raw_group(topic)})
         except Exception as exc:  # the scenario's result stands; say why closing failed
             stats.errors.append(f"consumer close: {exc!r}")
         await client.close()

@@ -19,7 +19,10 @@ Every response carries ``nextBeginOffset``, ``minOffset``, ``maxOffset`` and
 commit-offset flag, ``commitOffset`` is committed for the group first (as the broker
 does), so a push consumer's progress is durable without a separate call.
 
-A pull that finds data answers inline; only a suspended one becomes a task.
+A pull that finds data answers inline; only a suspended one becomes a task. It reads
+with ``store.pull_raw``: records from the log come checked but undecoded, are filtered
+on their stored tag bytes and written from their stored bytes (``write_raw``); records
+from the hot tail come decoded (``write_record``). Both write the codec's bytes.
 """
 
 from __future__ import annotations
