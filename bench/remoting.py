@@ -11,17 +11,23 @@
   created by route queries (auto-create), then the gateway's RSS and open files and
   the latency of GET_ROUTEINFO_BY_TOPIC on existing topics.
 
-The producer is a raw pipelined connection (frames built with ``protocol.remoting``);
-the consumers are the project's client (``gateway.clients.PushConsumer``), so consuming
-includes the client's decoding of the stored-message layout.
+* ``remoting_1to1_client`` -- ``remoting_1to1`` consumed by the project's client
+  (``gateway.clients.PushConsumer``: every message decoded into a ``ReceivedMessage``
+  and handed to an async handler), which measures the client as much as the gateway.
+
+The producer is a raw pipelined connection (:class:`bench.remoting_wire.RawSender`:
+frames from a template the codec made). The consumers of ``remoting_1to1`` and
+``remoting_8q_4c`` are members of one consumer group (HEART_BEAT through the project's
+client) pulling over raw connections (:class:`bench.remoting_wire.RawPuller`: one
+long-polling pull in flight per queue, the offset committed with each pull, every
+message counted and its queue, offset and sequence checked), so the generator's
+share of a core stays well below the gateway's (``gen_cpu_pct``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
-import struct
 import time
 from dataclasses import asdict
 from typing import Any
@@ -31,12 +37,21 @@ import psutil
 from bench.loadgen import Monitor, Publisher, pump
 from bench.mqtt_wire import Stats
 from bench.peers import Broker
-from gateway.clients import PushConsumer, ReceivedMessage, RemotingClient, RemotingConnection
-from protocol.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode
-from protocol.remoting import messages as wire
+from bench.remoting_wire import STAMP, RawPuller, RawSender, heartbeat_body, summarize
+from gateway.clients import (
+    PullConsumer,
+    PushConsumer,
+    ReceivedMessage,
+    RemotingClient,
+    RemotingConnection,
+)
+from protocol.remoting import RequestCode
+from protocol.remoting.bodies import ConsumerListBody
+from protocol.remoting.client import allocate_averagely
 
 _perf = time.perf_counter
-_stamp = struct.Struct(">dQ")
+GROUP = "benchConsumers"
+PULL_BATCH = 64  # messages a pull asks for (what the PushConsumer variant asks too)
 
 
 def _address(b: Broker) -> str:
@@ -48,73 +63,13 @@ def _address(b: Broker) -> str:
     return f"127.0.0.1:{port}"
 
 
-def uniq_prop(seq: int) -> str:
-    return f"UNIQ_KEY\x01B{os.getpid():X}{seq:012X}\x02"
-
-
-class RemotingSender(asyncio.Protocol):
-    """A producer connection writing SEND_MESSAGE_V2 frames back to back; responses are
-    counted (``confirmed`` for code 0, ``nacked`` otherwise), in any order."""
-
-    def __init__(self, topic: str, queues: int, payload: int, *, uniq: bool = True) -> None:
-        self.topic = topic
-        self.uniq = uniq  # a UNIQ_KEY per message, as every RocketMQ producer sets one
-        self.queues = queues
-        self.pad = bytes(max(0, payload - _stamp.size))
-        self.transport: asyncio.Transport | None = None
-        self.decoder = FrameDecoder()
-        self.confirmed = 0
-        self.nacked = 0
-        self.write_paused = False
-        self.seq = itertools.count()
-        self.opaque = itertools.count(1)
-        self.props = wire.encode_properties({"WAIT": "true"})
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        self.decoder.feed(data)
-        while (cmd := self.decoder.next_command()) is not None:
-            if cmd.code == ResponseCode.SUCCESS:
-                self.confirmed += 1
-            else:
-                self.nacked += 1
-
-    def pause_writing(self) -> None:
-        self.write_paused = True
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-
-    def build(self, n: int) -> bytes:
-        frames = []
-        now = _perf()
-        born = str(int(time.time() * 1000))
-        for _ in range(n):
-            seq = next(self.seq)
-            fields = {
-                "a": "benchProducers", "b": self.topic, "c": "TBW102", "d": "4",
-                "e": str(seq % self.queues), "f": "0", "g": born, "h": "0",
-                "i": self.props + (uniq_prop(seq) if self.uniq else ""),
-                "j": "0", "k": "false", "m": "false",
-            }
-            frames.append(
-                RemotingCommand.request(
-                    RequestCode.SEND_MESSAGE_V2, fields, _stamp.pack(now, seq) + self.pad,
-                    opaque=next(self.opaque),
-                ).encode()
-            )
-        return b"".join(frames)
-
-
 async def _consumers(
     address: str, topic: str, n: int, stats: Stats
 ) -> tuple[list[RemotingClient], list[PushConsumer]]:
     clients, consumers = [], []
 
     async def handler(message: ReceivedMessage) -> None:
-        t, _ = _stamp.unpack_from(message.body)
+        t, _ = STAMP.unpack_from(message.body)
         lat = stats.latencies
         if len(lat) < stats.max_latency_samples:
             lat.append(_perf() - t)
@@ -125,8 +80,8 @@ async def _consumers(
     for i in range(n):
         client = RemotingClient(address, client_id=f"bench@{os.getpid()}@{i}", timeout=10.0)
         consumer = PushConsumer(
-            client, "benchConsumers", consume_from="last", rebalance_interval=2.0,
-            commit_interval=1.0, pull_batch=64,
+            client, GROUP, consume_from="last", rebalance_interval=2.0,
+            commit_interval=1.0, pull_batch=PULL_BATCH,
         )
         consumer.subscribe(topic, "*", handler)
         await consumer.start()
@@ -143,18 +98,93 @@ async def _consumers(
     return clients, consumers
 
 
-async def _pubsub(b: Broker, cfg: Any, n_consumers: int) -> dict[str, Any]:
+def _raw_group(topic: str) -> str:
+    """One consumer group per run (its topic is new too): no member of an earlier
+    scenario in it, so the allocation is exactly over this run's consumers."""
+    return f"{GROUP}-{topic}"
+
+
+async def _raw_consumers(
+    address: str, topic: str, n: int, stats: Stats
+) -> tuple[list[RemotingClient], list[RawPuller], list[asyncio.Transport]]:
+    """``n`` members of one consumer group (HEART_BEAT through the project's client,
+    so the gateway knows the group), each pulling its share of the topic's queues by the
+    average allocation over a raw connection of its own (:class:`RawPuller`)."""
+    pid = os.getpid()
+    group = _raw_group(topic)
+    clients = [RemotingClient(address, client_id=f"bench@{pid}@{i}", timeout=10.0)
+               for i in range(n)]
+    for client in clients:
+        conn = await client.connection(address)
+        await conn.call(RequestCode.HEART_BEAT, None,
+                        heartbeat_body(client.client_id, group, topic))
+    ours = sorted(c.client_id for c in clients)
+    deadline = _perf() + 30.0
+    ids: list[str] = []
+    while _perf() < deadline:  # the group as the gateway sees it: exactly these members
+        response = await conn.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                                   {"consumerGroup": group})
+        ids = sorted(ConsumerListBody.parse(response.body).consumer_id_list)
+        if ids == ours:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise RuntimeError(f"consumer group {group}: members {ids}, expected {ours}")
+    queues = list((await clients[0].route(topic)).read_queues)
+    host, port = address.rsplit(":", 1)
+    loop = asyncio.get_running_loop()
+    pullers, transports = [], []
+    for client in clients:
+        mine = allocate_averagely(queues, ids, client.client_id)
+        puller_api = PullConsumer(client, group)
+        starts = {mq.queue_id: await puller_api.max_offset(mq) for mq in mine}
+        transport, puller = await loop.create_connection(
+            lambda starts=starts: RawPuller(topic, group, starts, len(queues), stats,
+                                            batch=PULL_BATCH), host, int(port))
+        pullers.append(puller)
+        transports.append(transport)
+    return clients, pullers, transports
+
+
+async def _close_raw(clients: list[RemotingClient], pullers: list[RawPuller],
+                     transports: list[asyncio.Transport], topic: str, stats: Stats) -> None:
+    """Stop pulling, commit each queue's offset and unregister, as a consumer's close."""
+    for puller, transport in zip(pullers, transports, strict=True):
+        puller.closing = True
+        transport.close()
+    for client, puller in zip(clients, pullers, strict=True):
+        try:
+            api = PullConsumer(client, _raw_group(topic))
+            route = await client.route(topic)
+            by_id = {mq.queue_id: mq for mq in route.read_queues}
+            for queue_id, offset in puller.offsets().items():
+                await api.update_offset(by_id[queue_id], offset)
+            conn = await client.connection(next(iter(route.brokers.values())))
+            await conn.call(RequestCode.UNREGISTER_CLIENT,
+                            {"clientID": client.client_id, "consumerGroup": _raw_group(topic)})
+        except Exception as exc:  # the scenario's result stands; say why closing failed
+            stats.errors.append(f"consumer close: {exc!r}")
+        await client.close()
+
+
+async def _pubsub(b: Broker, cfg: Any, n_consumers: int, *, raw: bool = True) -> dict[str, Any]:
     address = _address(b)
-    topic = f"bench{n_consumers}c{int(time.time())}"
+    topic = f"bench{n_consumers}c{'r' if raw else 'p'}{int(time.time())}"
     stats = Stats()
     mon = Monitor(b.pid).start()
     async with RemotingClient(address) as setup:
         queues = len((await setup.route(topic)).write_queues)
-    clients, consumers = await _consumers(address, topic, n_consumers, stats)
+    pullers: list[RawPuller] = []
+    transports: list[asyncio.Transport] = []
+    consumers: list[PushConsumer] = []
+    if raw:
+        clients, pullers, transports = await _raw_consumers(address, topic, n_consumers, stats)
+    else:
+        clients, consumers = await _consumers(address, topic, n_consumers, stats)
     host, port = address.rsplit(":", 1)
     loop = asyncio.get_running_loop()
     transport, sender = await loop.create_connection(
-        lambda: RemotingSender(topic, queues, cfg.payload), host, int(port)
+        lambda: RawSender(topic, queues, cfg.payload), host, int(port)
     )
     try:
         res = await pump(
@@ -170,17 +200,24 @@ async def _pubsub(b: Broker, cfg: Any, n_consumers: int) -> dict[str, Any]:
         )
         out = asdict(res)
         out.update(confirmed=sender.confirmed, nacked=sender.nacked, queues=queues,
-                   consumers=n_consumers)
+                   consumers=n_consumers, consumer="raw" if raw else "gateway.clients")
+        if raw:
+            out.update(summarize(pullers))
+        if stats.errors:
+            out["errors"] = stats.errors[:20]
         return out
     finally:
         transport.close()
+        if raw:
+            await _close_raw(clients, pullers, transports, topic, stats)
         for c in consumers:
             try:
                 await c.close()
             except Exception as exc:  # the scenario's result stands; say why closing failed
                 stats.errors.append(f"consumer close: {exc!r}")
-        for cl in clients:
-            await cl.close()
+        if not raw:
+            for cl in clients:
+                await cl.close()
         await mon.stop()
 
 
@@ -190,6 +227,10 @@ async def remoting_1to1(b: Broker, cfg: Any) -> dict[str, Any]:
 
 async def remoting_8q_4c(b: Broker, cfg: Any) -> dict[str, Any]:
     return await _pubsub(b, cfg, 4)
+
+
+async def remoting_1to1_client(b: Broker, cfg: Any) -> dict[str, Any]:
+    return await _pubsub(b, cfg, 1, raw=False)
 
 
 def _open_files(pid: int) -> int:
@@ -270,11 +311,13 @@ async def remoting_topics(b: Broker, cfg: Any) -> dict[str, Any]:
 SCENARIOS = {
     "remoting_1to1": remoting_1to1,
     "remoting_8q_4c": remoting_8q_4c,
+    "remoting_1to1_client": remoting_1to1_client,
     "remoting_topics": remoting_topics,
 }
 
 DESCRIPTIONS = {
     "remoting_1to1": "RocketMQ remoting send -> push consumer, 1 -> 1, topic of 8 queues",
     "remoting_8q_4c": "RocketMQ remoting send -> 4 push consumers of one group, 8 queues",
+    "remoting_1to1_client": "remoting_1to1 consumed by the project's client (PushConsumer)",
     "remoting_topics": "RocketMQ 100,000 topics of 8 queues: RSS, open files, route latency",
 }

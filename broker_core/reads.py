@@ -1,5 +1,5 @@
 """The read paths: pull (through the hot tail, the index and the decoded-record cache),
-``pull_plain`` for backlogs, and point reads.
+``pull_plain`` for backlogs, ``pull_raw`` for re-encoding readers, and point reads.
 
 A pull first looks for the LMQ's meta (the LMQ table), then for its first record in the
 hot tail (a reader at the tail is served from memory); otherwise it reads the index
@@ -24,11 +24,24 @@ from broker_core.config import StoreConfig
 from broker_core.consume_queue import ConsumeQueueIndex, IndexEntry
 from broker_core.errors import CorruptRecord, UnknownLmq
 from broker_core.lmq_table import LmqTable
-from broker_core.record import PlainMessage, Record, decode_plain, decode_record
+from broker_core.record import (
+    PlainMessage,
+    RawMessage,
+    Record,
+    decode_plain,
+    decode_raw,
+    decode_record,
+)
 from broker_core.results import PullResult, StoredMessage
 from broker_core.tail_cache import TailCache
 
 log = logging.getLogger(__name__)
+
+#: :meth:`Reader.pull_raw` reads the records of one pull with one read of the log span
+#: that holds them when the span is at most this many times their bytes...
+SPAN_FACTOR = 16
+#: ... and at most this long; otherwise one ``pread`` per record.
+SPAN_MAX = 1 << 20
 
 
 class Reader:
@@ -142,6 +155,74 @@ class Reader:
         # (by calling it) that plain messages may be among them.
         return PullResult(cast(list[StoredMessage], messages), next_offset, min_offset,
                           max_offset)
+
+    def pull_raw(self, lmq: str, offset: int, max_count: int, max_bytes: int) -> PullResult:
+        """:meth:`pull` (no tag filter) for a reader that re-encodes records into another
+        layout (RocketMQ's stored messages): a message record read from the log comes as
+        a :class:`~broker_core.record.RawMessage` (see
+        :func:`~broker_core.record.decode_raw`: checked, its fields left as bytes), any
+        other as a :class:`StoredMessage`, as do records found in the hot tail. Like
+        :meth:`pull_plain` it neither consults nor fills the decoded-record cache.
+
+        The records are read with one read of the log span that holds them all when they
+        are close together (an LMQ among a few busy ones, e.g. one queue of a topic of 8:
+        one read of 8x the bytes costs less than a ``pread`` per record), else one
+        ``pread`` each. Corrupt records are handled as by :meth:`pull`."""
+        lmq_id, start, min_offset, max_offset, done = self._pull_start(
+            lmq, offset, max_count, max_bytes, True)
+        if done is not None:
+            return done
+        offsets, positions, sizes, bodies = self.index.spans(lmq_id, start, max_offset, max_count)
+        if not offsets:
+            return PullResult([], start, min_offset, max_offset)
+        next_offset = offsets[-1] + 1
+        raws = self._read_spans(positions, sizes)
+        messages: list[StoredMessage | RawMessage] = []
+        append = messages.append
+        budget = max_bytes
+        for i, raw in enumerate(raws):
+            if raw is None:  # its segment was removed by retention meanwhile
+                continue
+            body_size = bodies[i]
+            if messages and budget - body_size < 0:
+                next_offset = offsets[i]
+                break
+            position = positions[i]
+            try:
+                plain = decode_raw(raw, position, offsets[i])
+                if plain is None:
+                    record = decode_record(raw, position)
+            except CorruptRecord as exc:
+                self._corrupt(exc, position)
+                continue
+            budget -= body_size
+            append(plain if plain is not None else StoredMessage(lmq, offsets[i], record))
+        # PullResult.messages is declared as StoredMessage: pull_raw's callers know (by
+        # calling it) that raw messages may be among them.
+        return PullResult(cast(list[StoredMessage], messages), next_offset, min_offset,
+                          max_offset)
+
+    def _read_spans(self, positions: list[int], sizes: list[int]) -> list[bytes | None]:
+        """The bytes of each record ``[positions[i], positions[i] + sizes[i])``: cut from
+        one read of the whole span when it is at most ``SPAN_FACTOR`` times the records'
+        bytes (and ``SPAN_MAX``), else :meth:`CommitLog.read_each`. None for a record
+        whose segment was removed (retention)."""
+        first = positions[0]
+        span = positions[-1] + sizes[-1] - first
+        # An LMQ's records are in log order (offsets are given in append order); checked
+        # all the same, since a slice cut from the wrong place would read as damage.
+        if (len(positions) > 1 and 0 < span <= SPAN_MAX and span <= SPAN_FACTOR * sum(sizes)
+                and min(positions) == first and max(positions) == positions[-1]):
+            try:
+                raw = self.log.read_raw(first, span)
+            except SegmentGone:
+                raw = b""
+            if len(raw) == span:
+                return [
+                    raw[p - first : p - first + n]
+                    for p, n in zip(positions, sizes, strict=True)
+                ]
+        return self.log.read_each(positions, sizes)
 
     def _pull_start(
         self, lmq: str, offset: int, max_count: int, max_bytes: int, hot: bool

@@ -566,6 +566,95 @@ def decode_plain(data: bytes, expected_position: int, offset: int) -> PlainMessa
     )
 
 
+class RawMessage(NamedTuple):
+    """A message record checked but not decoded: its fields as the bytes they are stored
+    as, for a reader that re-encodes them into another protocol's layout (RocketMQ's
+    stored-message layout) without building a :class:`Record`. Built by
+    :func:`decode_raw`; ``offset`` is the message's offset in the LMQ it was read from.
+    ``properties`` is the encoded properties block (:func:`raw_properties` reads it)."""
+
+    offset: int
+    position: int
+    protocol: int
+    store_ms: int
+    born_ms: int
+    topic: bytes
+    tag: bytes
+    properties: bytes
+    body: bytes
+
+
+def decode_raw(data: bytes, expected_position: int, offset: int) -> RawMessage | None:
+    """:func:`decode_record` cut short for a re-encoding reader: the record that is
+    exactly ``data`` as a :class:`RawMessage`, or None if it is not a message of a known
+    protocol (the caller decodes it in full, which says what is wrong).
+
+    The checks of every read protect it (magic, size, CRC32C over ``[12, size)``, the
+    stored position; :class:`CorruptRecord` otherwise) and the field lengths must fit
+    the record. Not done: UTF-8 decoding of the strings (written from ``str``, covered
+    by the CRC) and the dispatch list, which such a reader does not use."""
+    (
+        size,
+        _,
+        _,
+        rtype,
+        proto,
+        _flags,
+        position,
+        store_ms,
+        born_ms,
+        origin_len,
+        topic_len,
+        tag_len,
+        _pad,
+        props_len,
+        body_len,
+    ) = _checked_header(data, expected_position)
+    if rtype != 1 or proto > 2:
+        return None
+    topic = HEADER_SIZE + origin_len
+    tag = topic + topic_len
+    props = tag + tag_len
+    body = props + props_len
+    end = body + body_len
+    if end + 4 > size:
+        raise CorruptRecord(f"field lengths overrun the record at {position}")
+    return _new_tuple(
+        RawMessage,
+        (
+            offset,
+            position,
+            proto,
+            store_ms,
+            born_ms,
+            data[topic:tag],
+            data[tag:props] if tag_len else b"",
+            data[props:body] if props_len else b"",
+            data[body:end],
+        ),
+    )
+
+
+def raw_properties(block: bytes) -> dict[bytes, bytes]:
+    """The properties of an encoded properties block (a :class:`RawMessage`'s), names
+    and values left as bytes (:func:`decode_properties` decodes the names)."""
+    props: dict[bytes, bytes] = {}
+    pos, end = 0, len(block)
+    try:
+        while pos < end:
+            klen = (block[pos] << 8) | block[pos + 1]
+            at = pos + 2 + klen
+            key = block[pos + 2 : at]
+            (vlen,) = _U32_UNPACK(block, at)
+            pos = at + 4 + vlen
+            if pos > end:
+                raise CorruptRecord("property value overruns the properties block")
+            props[key] = block[at + 4 : pos]
+    except (IndexError, struct.error):
+        raise CorruptRecord("property name overruns the properties block") from None
+    return props
+
+
 def decode_properties(view: memoryview) -> dict[str, bytes]:
     props: dict[str, bytes] = {}
     pos, end = 0, len(view)

@@ -273,6 +273,16 @@ class MessageStore:
         other as a :class:`StoredMessage`. See :meth:`broker_core.reads.Reader.pull_plain`."""
         return self.reader.pull_plain(lmq, offset, max_count, max_bytes)
 
+    def pull_raw(
+        self, lmq: str, offset: int, max_count: int = 32, max_bytes: int = 4 * 1024 * 1024
+    ) -> PullResult:
+        """:meth:`pull` (no tag filter) for a reader that re-encodes messages into
+        another layout (RocketMQ's stored messages): a message record read from the log
+        comes as a :class:`~broker_core.record.RawMessage` (checked, its fields left as
+        stored bytes), any other as a :class:`StoredMessage`, as do hot-tail records.
+        See :meth:`broker_core.reads.Reader.pull_raw`."""
+        return self.reader.pull_raw(lmq, offset, max_count, max_bytes)
+
     def read_at(self, lmq: str, offset: int) -> StoredMessage | None:
         return self.reader.read_at(lmq, offset)
 

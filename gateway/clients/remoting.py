@@ -49,6 +49,8 @@ from protocol.remoting.client import ClientConnection, Response, ServerRequest
 from protocol.remoting.ids import UniqKeyFactory
 from protocol.remoting.route import TopicRouteData
 
+from .received import ReceivedMessage, decode_messages
+
 log = logging.getLogger("lmq.client.remoting")
 
 DEFAULT_TIMEOUT = 3.0
@@ -133,64 +135,6 @@ def new_uniq_key() -> str:
         salt = int.from_bytes(os.urandom(4)) >> 1
         _uniq.append(UniqKeyFactory(_local_ip(), os.getpid(), salt=salt))
     return _uniq[0].next(int(time.time() * 1000))
-
-
-@dataclass(frozen=True, slots=True)
-class ReceivedMessage:
-    """A pulled or popped message (RocketMQ's ``MessageExt`` as a client sees it).
-
-    ``msg_id`` is the UNIQ_KEY the producer set, or the store's ``offset_msg_id`` when
-    there is none (as the Java client's ``getMsgId``); the body is inflated if it was
-    sent compressed.
-    """
-
-    topic: str
-    body: bytes
-    properties: dict[str, str]
-    queue_id: int
-    queue_offset: int
-    commit_log_offset: int
-    offset_msg_id: str
-    reconsume_times: int = 0
-    born_timestamp: int = 0
-    store_timestamp: int = 0
-    sys_flag: int = 0
-    flag: int = 0
-
-    @property
-    def msg_id(self) -> str:
-        return self.properties.get("UNIQ_KEY") or self.offset_msg_id
-
-    @property
-    def tags(self) -> str | None:
-        return self.properties.get("TAGS")
-
-    @property
-    def keys(self) -> str | None:
-        """The keys, space-separated as KEYS carries them."""
-        return self.properties.get("KEYS")
-
-    @classmethod
-    def from_stored(cls, m: wire.StoredMessage) -> ReceivedMessage:
-        return cls(
-            topic=m.topic,
-            body=m.body,
-            properties=m.properties,
-            queue_id=m.queue_id,
-            queue_offset=m.queue_offset,
-            commit_log_offset=m.commit_log_offset,
-            offset_msg_id=m.msg_id,
-            reconsume_times=m.reconsume_times,
-            born_timestamp=m.born_timestamp,
-            store_timestamp=m.store_timestamp,
-            sys_flag=m.sys_flag,
-            flag=m.flag,
-        )
-
-
-def decode_messages(body: bytes) -> list[ReceivedMessage]:
-    """The messages of a PULL or POP response body."""
-    return [ReceivedMessage.from_stored(m) for m in wire.decode_stored(body)] if body else []
 
 
 @dataclass(frozen=True, slots=True)

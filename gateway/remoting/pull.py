@@ -19,7 +19,10 @@ Every response carries ``nextBeginOffset``, ``minOffset``, ``maxOffset`` and
 commit-offset flag, ``commitOffset`` is committed for the group first (as the broker
 does), so a push consumer's progress is durable without a separate call.
 
-A pull that finds data answers inline; only a suspended one becomes a task.
+A pull that finds data answers inline; only a suspended one becomes a task. It reads
+with ``store.pull_raw``: records from the log come checked but undecoded, are filtered
+on their stored tag bytes and written from their stored bytes (``write_raw``); records
+from the hot tail come decoded (``write_record``). Both write the codec's bytes.
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from broker_core.record import RawMessage
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
 from gateway.remoting.fields import get_int, get_str
-from gateway.remoting.messages import encode_record
+from gateway.remoting.messages import write_raw, write_record
 from gateway.remoting.offsets import commit
 from gateway.remoting.replies import response
-from gateway.remoting.stored import pack_host
+from gateway.remoting.stored import pack_host, topic_field
 from lmq.rocketmq import InvalidName, Perm, queue_lmq
 from protocol.remoting.codes import PullSysFlag, RequestCode, ResponseCode
 
@@ -72,7 +76,7 @@ def parse_tag_expression(expression: str) -> frozenset[str] | None:
 
 class PullRequest:
     __slots__ = ("group", "topic", "queue_id", "lmq", "offset", "max_count", "max_bytes",
-                 "tags", "suspend_ms", "store_host")
+                 "tags", "raw_tags", "suspend_ms", "store_host")
 
     def __init__(self, ctx: RequestContext, cmd: RemotingCommand) -> None:
         front = ctx.front
@@ -124,6 +128,8 @@ class PullRequest:
                 ResponseCode.SYSTEM_ERROR,
                 "The broker does not support consumer to filter message by SQL92")
         self.tags = parse_tag_expression(expression)
+        # the same, as the stored tag bytes a record read undecoded is filtered on
+        self.raw_tags = None if self.tags is None else frozenset(t.encode() for t in self.tags)
         self.suspend_ms = (
             min(get_int(cmd, "suspendTimeoutMillis", 0), MAX_SUSPEND_MS)
             if sys_flag & _SUSPEND else 0)
@@ -159,20 +165,27 @@ def read(front: RemotingFrontEnd, req: PullRequest) -> RemotingCommand | None:
         return None
     offset = req.offset
     tags = req.tags
-    topic = req.topic
+    raw_tags = req.raw_tags
+    topic = topic_field(req.topic)
+    queue_id = req.queue_id
+    store_host = req.store_host
     out = bytearray()
     count = 0
+    pull = front.store.pull_raw
     for _ in range(MAX_FILTER_ROUNDS):
-        result = store.pull(req.lmq, offset, req.max_count - count, req.max_bytes - len(out))
+        result = pull(req.lmq, offset, req.max_count - count, req.max_bytes - len(out))
         lo, hi = result.min_offset, result.max_offset
         for message in result.messages:
-            record = message.record
-            if tags is not None and record.tag not in tags:
-                continue
             try:
-                encode_record(
-                    out, record, topic=topic, queue_id=req.queue_id,
-                    queue_offset=message.offset, store_host=req.store_host)
+                if type(message) is RawMessage:
+                    if raw_tags is not None and message.tag not in raw_tags:
+                        continue
+                    write_raw(out, message, topic, queue_id, store_host)
+                else:  # a record from the hot tail, or one read in full
+                    record = message.record
+                    if tags is not None and record.tag not in tags:
+                        continue
+                    write_record(out, record, topic, queue_id, message.offset, store_host)
             except ValueError as exc:  # properties too long for the layout: skipped
                 log.warning("message not deliverable over remoting: %s", exc,
                             extra={"lmq": req.lmq, "offset": message.offset})

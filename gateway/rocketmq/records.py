@@ -63,6 +63,7 @@ __all__ = [
     "USER_PROPERTIES",
     "decode_properties",
     "encode_properties",
+    "foreign_properties",
     "mqtt_name",
     "record_flags",
     "record_reconsume_times",
@@ -149,6 +150,15 @@ def rocketmq_properties(record: Record) -> str:
     raw = props.get(PROPS)
     if raw is not None:
         return raw.decode()
+    return foreign_properties(record.protocol, record.topic, record.tag, props)
+
+
+def foreign_properties(
+    protocol: int, topic: str, tag: str, props: Mapping[str, bytes]
+) -> str:
+    """The properties string of a record not sent over RocketMQ (MQTT, AMQP, internal):
+    its user properties, its tag as ``TAGS`` and its second topic as
+    ``mqttSecondTopic``."""
     out: dict[str, str] = {}
     user = props.get(USER_PROPERTIES)
     if user:
@@ -158,9 +168,9 @@ def rocketmq_properties(record: Record) -> str:
                 PROPERTY_SEPARATOR not in name + value
             ):
                 out[name] = value
-    if record.tag:
-        out["TAGS"] = record.tag
-    second = split_mqtt_topic(mqtt_name(record))[1]
+    if tag:
+        out["TAGS"] = tag
+    second = split_mqtt_topic(_mqtt_name(protocol, topic, props))[1]
     if second:
         out[MQTT_SECOND_TOPIC] = second
     return encode_properties(out)
@@ -170,10 +180,14 @@ def mqtt_name(record: Record) -> str:
     """The record's name in the one topic space: its topic, or for an AMQP record (whose
     topic is its routing key) the routing key mapped to MQTT (``orders.eu.42`` ->
     ``orders/eu/42``), as the MQTT front end reads it."""
-    if record.protocol == Protocol.AMQP:
-        key = record.properties.get(AMQP_ROUTING_KEY)
-        return amqp_to_mqtt(key.decode() if key is not None else record.topic)
-    return record.topic
+    return _mqtt_name(record.protocol, record.topic, record.properties)
+
+
+def _mqtt_name(protocol: int, topic: str, props: Mapping[str, bytes]) -> str:
+    if protocol == Protocol.AMQP:
+        key = props.get(AMQP_ROUTING_KEY)
+        return amqp_to_mqtt(key.decode() if key is not None else topic)
+    return topic
 
 
 def record_flags(record: Record) -> tuple[int, int, int, str]:

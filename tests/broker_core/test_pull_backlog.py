@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from broker_core import CorruptRecord, MessageStore, StoreConfig, tail_cache
-from broker_core.record import Message, PlainMessage, Protocol
+from broker_core import CorruptRecord, MessageStore, StoreConfig, reads, tail_cache
+from broker_core.record import Message, PlainMessage, Protocol, RawMessage, raw_properties
 
 from .conftest import SMALL
 
@@ -185,3 +185,116 @@ def test_index_spans_are_the_entries(tmp_path):
                 [e.record_size for e in want],
                 [e.body_size for e in want],
             )
+
+
+# -- pull_raw: the same backlog, message records checked and left as stored bytes -----
+
+
+def _drain_raw(s: MessageStore, name: str, batch: int = 256) -> list:
+    out, offset = [], 0
+    while True:
+        r = s.pull_raw(name, offset, max_count=batch)
+        if not r.messages:
+            assert r.next_offset == offset
+            return out
+        assert [m.offset for m in r.messages] == list(range(offset, offset + len(r.messages)))
+        out.extend(r.messages)
+        offset = r.next_offset
+
+
+def _raw_as_record(m) -> tuple:
+    """The fields a RawMessage leaves as bytes, decoded, or the same of a StoredMessage."""
+    if isinstance(m, RawMessage):
+        props = {k.decode(): v for k, v in raw_properties(m.properties).items()}
+        return (m.offset, m.position, m.protocol, m.store_ms, m.born_ms, m.topic.decode(),
+                m.tag.decode(), props, m.body)
+    r = m.record
+    return (m.offset, r.position, int(r.protocol), r.store_ms, r.born_ms, r.topic, r.tag,
+            r.properties, r.body)
+
+
+def test_pull_raw_reads_what_pull_reads(tmp_path):
+    with MessageStore.open(tmp_path / "data", SMALL) as s:
+        _fill(s)
+        s.append_batch(
+            [
+                (Message("run", b"p", properties={"k": b"v", "": b"", "long": bytes(300)},
+                         qos=1, tag="x", origin="me"), ["run"]),
+                (Message("run", b"a", protocol=Protocol.AMQP, retain=True), ["run"]),
+                (Message("run", b"", protocol=Protocol.MQTT, born_ms=5), ["run"]),
+            ]
+        )
+        for name in [f"bl/{i}" for i in range(0, N_LMQS, 7)] + ["run"]:
+            for batch in (1, 48, 256):
+                s.tail.clear_records()
+                want = [_raw_as_record(m) for m in _drain(s, name, batch)]
+                got = _drain_raw(s, name, batch)
+                assert all(isinstance(m, RawMessage) for m in got)
+                assert [_raw_as_record(m) for m in got] == want
+        assert got[-3].properties and raw_properties(got[-3].properties)[b"long"] == bytes(300)
+
+
+def test_pull_raw_reads_records_far_apart_one_by_one(tmp_path, monkeypatch):
+    """One read of the span when the records are close, one pread each when they are
+    not (the span over SPAN_FACTOR times their bytes); the same messages either way."""
+    with MessageStore.open(tmp_path / "data", SMALL) as s:
+        _fill(s)
+        each = []
+        monkeypatch.setattr(s.log, "read_each", lambda p, z: each.append(len(p)) or
+                            type(s.log).read_each(s.log, p, z))
+        want = [_raw_as_record(m) for m in _drain(s, "bl/3", 40)]
+        # 30 LMQs interleaved: a pull's span is ~30x its records' bytes
+        assert [_raw_as_record(m) for m in _drain_raw(s, "bl/3", 40)] == want
+        assert sum(each) == PER_LMQ
+        each.clear()
+        monkeypatch.setattr(reads, "SPAN_FACTOR", 32)
+        assert [_raw_as_record(m) for m in _drain_raw(s, "bl/3", 40)] == want
+        assert each == []
+
+
+def test_pull_raw_budget_and_hot_tail(tmp_path):
+    with MessageStore.open(tmp_path / "data", SMALL) as s:
+        _fill(s)
+        for max_bytes in (1, 250, 400):
+            r = s.pull_raw("bl/3", 10, max_count=50, max_bytes=max_bytes)
+            want = s.pull("bl/3", 10, max_count=50, max_bytes=max_bytes)
+            assert [m.offset for m in r.messages] == [m.offset for m in want.messages]
+            assert r.next_offset == want.next_offset == 10 + len(want.messages)
+        assert s.pull_raw("bl/3", PER_LMQ, max_count=50).messages == []
+        remove = s.add_listener("hot", lambda *_: None)
+        s.append_batch([(Message("hot", b"h%d" % k), ["hot"]) for k in range(5)])
+        hot = s.pull_raw("hot", 1, max_count=10).messages  # served decoded, from memory
+        assert [type(m).__name__ for m in hot] == ["StoredMessage"] * 4
+        assert [m.body for m in hot] == [b"h1", b"h2", b"h3", b"h4"]
+        remove()
+
+
+@pytest.mark.parametrize("cfg", [SMALL, SKIP], ids=["refuse", "skip"])
+@pytest.mark.parametrize("name", ["bl/7", "run"], ids=["interleaved", "adjacent"])
+def test_a_damaged_record_is_never_served_by_pull_raw(tmp_path, cfg, name):
+    with MessageStore.open(tmp_path / "data", cfg) as s:
+        _fill(s)
+        victim = s.pull(name, 300, max_count=1).messages[0]
+        _flip(s, victim.record.position + 60)
+        if cfg.on_corrupt == "refuse":
+            with pytest.raises(CorruptRecord, match="CRC mismatch"):
+                _drain_raw(s, name)
+            assert len(s.pull_raw(name, 0, max_count=300).messages) == 300
+            assert s.pull_raw(name, 301, max_count=500).messages[0].offset == 301
+        else:
+            offsets, offset = [], 0
+            while (r := s.pull_raw(name, offset, max_count=64)).next_offset != offset:
+                offsets.extend(m.offset for m in r.messages)
+                offset = r.next_offset
+            assert offsets == [k for k in range(PER_LMQ) if k != 300]
+            assert s.corrupt_reads == 1
+
+
+def test_raw_properties_refuses_overruns():
+    block = b"\x00\x01k\x00\x00\x00\x02v"  # the value claims 2 bytes, 1 is there
+    with pytest.raises(CorruptRecord):
+        raw_properties(block)
+    with pytest.raises(CorruptRecord):
+        raw_properties(b"\x00\x05ab")
+    assert raw_properties(b"\x00\x01k\x00\x00\x00\x01v\x00\x00\x00\x00\x00\x00") == {
+        b"k": b"v", b"": b""}
