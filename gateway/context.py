@@ -34,7 +34,7 @@ from gateway.topic_space import TopicSpace
 
 
 class Introspection(Protocol):
-    """What the gateway tells about itself (``/health``)."""
+    """What the gateway tells about itself (``/health``, its listeners' addresses)."""
 
     def health(self) -> Awaitable[tuple[int, dict[str, Any]]]:
         """``(HTTP status, health document)``: 200 when serving, 503 otherwise."""
@@ -42,6 +42,11 @@ class Introspection(Protocol):
 
     def store_stats(self) -> Awaitable[dict[str, Any]]:
         """The store's statistics (also refreshes the ``lmq_store_*`` gauges)."""
+        ...
+
+    def listener_address(self, name: str) -> tuple[str, int] | None:
+        """``(host, port)`` the listener ``name`` (``unified``, ``remoting``...) is bound
+        to, ``None`` when it is not listening (yet)."""
         ...
 
 

@@ -278,6 +278,10 @@ class Gateway:
     def listener(self, name: str) -> BoundListener | None:
         return next((bl for bl in self.listeners if bl.name == name), None)
 
+    def listener_address(self, name: str) -> tuple[str, int] | None:
+        bl = self.listener(name)
+        return None if bl is None else (bl.host, bl.port)
+
     def uptime(self) -> float:
         return time.monotonic() - self.started_at
 

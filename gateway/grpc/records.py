@@ -20,6 +20,7 @@ from gateway.rocketmq.records import (
     to_store_message,
 )
 from lmq.rocketmq import (
+    MQTT_SECOND_TOPIC,
     GroupConfig,
     InvalidName,
     Perm,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPRESSED",
+    "RESERVED",
     "delivered",
     "group_config",
     "parse_peer",
@@ -48,6 +50,12 @@ __all__ = [
 #: RocketMQ's sysFlag bit of a compressed body.
 COMPRESSED = 0x1
 
+#: The property names a gRPC message may not carry as user properties, and that are
+#: not shown to consumers as such: RocketMQ's system properties, but not
+#: ``mqttSecondTopic``, which gRPC producers set as a user property to address an MQTT
+#: subtopic (as remoting producers do) and consumers read on what MQTT clients sent.
+RESERVED = SYSTEM_PROPERTIES - {MQTT_SECOND_TOPIC}
+
 
 def parse_peer(peer: str) -> str:
     """gRPC's peer name (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``) as ``host:port``
@@ -59,12 +67,26 @@ def parse_peer(peer: str) -> str:
 
 
 def store_host(call: Call) -> tuple[str, int]:
-    """The address messages show as their store host (offsetMsgIds of messages without
-    a client id): the advertised address, else the address the gRPC port answers on."""
-    text = call.front.advertised_address or ""
+    """The address messages show as their store host, which is also the host part of
+    the offsetMsgId a message without a client id (UNIQ_KEY) is known by. The same
+    address remoting uses, so such a message has one id on both protocols: the
+    advertised address; else the address the client connected to on the unified port
+    (a relayed call); else (the dedicated gRPC port, whose local address grpcio does
+    not give) the unified port's address, loopback for a wildcard bind."""
+    front = call.front
+    text = front.advertised_address or ""
     host, _, port = text.rpartition(":")
     if host and port.isdigit():
         return host.strip("[]"), int(port)
+    conn = call.connection
+    if conn is not None and conn.local_address is not None:
+        return conn.local_address
+    unified = front.ctx.introspection.listener_address("unified")
+    if unified is not None:
+        bound_host, bound_port = unified
+        if bound_host in ("0.0.0.0", "::", ""):
+            bound_host = "127.0.0.1"
+        return bound_host, bound_port
     return "127.0.0.1", 0
 
 
@@ -156,5 +178,5 @@ def delivered(
             store_host="{}:{}".format(*host), receipt_handle=receipt,
             delivery_attempt=attempt, invisible_ms=invisible_ms,
         ),
-        reserved=SYSTEM_PROPERTIES, max_body=call.front.max_body,
+        reserved=RESERVED, max_body=call.front.max_body,
     )

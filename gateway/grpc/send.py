@@ -5,8 +5,9 @@ to ONE queue of the topic: a FIFO message's queue is picked by its message group
 same group always lands in the same queue, so its order is kept), any other request's
 round robin; the ``queue_id`` a client names in ``system_properties`` is ignored, as the
 proxy ignores it. Each message is one record dispatched to the queue's LMQ and whatever
-else the one topic space routes the topic to (MQTT subscribers, AMQP bindings), like a
-remoting send (:mod:`gateway.rocketmq.records`).
+else the one topic space routes its MQTT name to (MQTT subscribers, AMQP bindings): the
+topic joined with the message's ``mqttSecondTopic`` user property, like a remoting send
+(:mod:`gateway.rocketmq.records`).
 
 Checks, with the proxy's codes: the topic (ILLEGAL_TOPIC, TOPIC_NOT_FOUND, FORBIDDEN for
 a topic not writable or the ACL), each message (:func:`protocol.grpc.messages.decode_message`:
@@ -31,9 +32,8 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core import Durability, MessageTooLarge, StorageFull, StoreError
-from gateway.grpc.records import parse_peer, to_store, writable_topic
-from gateway.rocketmq.records import SYSTEM_PROPERTIES
-from lmq.rocketmq import MessageType, queue_lmq
+from gateway.grpc.records import RESERVED, parse_peer, to_store, writable_topic
+from lmq.rocketmq import MQTT_SECOND_TOPIC, MessageType, queue_lmq
 from protocol.grpc import Code, StatusError, ok
 from protocol.grpc.messages import Incoming, decode_message
 
@@ -120,7 +120,7 @@ async def send_message(
     born = call.connection.peer if call.connection is not None else parse_peer(call.peer)
     peer_host = call.peer_host or born.rpartition(":")[0].strip("[]")
     incoming = [
-        decode_message(msg, reserved=SYSTEM_PROPERTIES, max_body=front.max_body,
+        decode_message(msg, reserved=RESERVED, max_body=front.max_body,
                        peer_host=peer_host)
         for msg in messages
     ]
@@ -138,10 +138,13 @@ async def send_message(
     queue_id = choose_queue(config.write_queues, incoming[0].message_group
                             if len(incoming) == 1 else "")
     lmq = queue_lmq(topic, queue_id)
-    # mqttSecondTopic is a reserved property name: a gRPC message goes to the topic.
-    lmqs = [lmq, *front.ctx.topic_space.route_rocketmq(topic, "")]
+    # Each message also reaches the MQTT subscribers and AMQP queues of its MQTT name:
+    # the topic joined with its mqttSecondTopic property, if any.
+    route = front.ctx.topic_space.route_rocketmq
     items: list[tuple[Message, list[str]]] = [
-        (to_store(one, born_host=born), lmqs) for one in incoming]
+        (to_store(one, born_host=born),
+         [lmq, *route(topic, one.properties.get(MQTT_SECOND_TOPIC, ""))])
+        for one in incoming]
     try:
         if len(items) == 1:
             results = [await front.publisher.submit(*items[0])]

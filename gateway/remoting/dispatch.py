@@ -126,6 +126,13 @@ class RequestContext(Protocol):
         """The gateway address this client connected to (host, port)."""
         ...
 
+    @property
+    def store_address(self) -> tuple[str, int]:
+        """The store host of message ids and stored-message layouts: the advertised
+        address when configured, else :attr:`local_address` (the gRPC front end uses
+        the same, so a message without UNIQ_KEY has one id on both)."""
+        ...
+
     def msg_id(self, position: int) -> str:
         """The offsetMsgId of the record at log ``position`` (store address: the
         address this client connected to)."""

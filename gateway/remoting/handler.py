@@ -82,12 +82,21 @@ class RemotingHandler(ConnectionHandler):
         # asked (a PROXY header is parsed before the handler exists, but keep no copy).
         return self.conn.local_address or ("127.0.0.1", 0)
 
+    @property
+    def store_address(self) -> tuple[str, int]:
+        advertised = self.front.advertised_address
+        if advertised:
+            host, _, port = advertised.rpartition(":")
+            if host and port.isdigit():
+                return host.strip("[]"), int(port)
+        return self.local_address
+
     def msg_id(self, position: int) -> str:
-        """The offsetMsgId of the record at log ``position``, with this connection's
-        local address as the store address (the address part encoded once)."""
+        """The offsetMsgId of the record at log ``position``, with :attr:`store_address`
+        as the store address (the address part encoded once)."""
         prefix = self._id_prefix
         if prefix is None:
-            host, port = self.local_address
+            host, port = self.store_address
             prefix = self._id_prefix = offset_msg_id((host, port), 0)[:-16]
         return f"{prefix}{position:016X}"
 

@@ -305,7 +305,7 @@ async def consumer_send_msg_back(ctx: RequestContext, cmd: RemotingCommand) -> R
     ctx.front.check_subscribe(ctx, origin, group)
     found = _group(ctx, group)
     found.ensure_schedule_topic()
-    host, port = ctx.local_address
+    host, port = ctx.store_address
     try:
         await found.sendback.send_back(
             group, position, delay_level=delay_level,
@@ -319,6 +319,6 @@ async def consumer_send_msg_back(ctx: RequestContext, cmd: RemotingCommand) -> R
 
 
 def _local(ctx: RequestContext) -> str:
-    """The store host of message ids: the address the client connected to, as pulls
-    give it (so a message's offsetMsgId is the same pulled or popped)."""
-    return "{}:{}".format(*ctx.local_address)
+    """The store host of message ids, as pulls give it (so a message's offsetMsgId is
+    the same pulled or popped)."""
+    return "{}:{}".format(*ctx.store_address)

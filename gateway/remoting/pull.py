@@ -135,7 +135,7 @@ class PullRequest:
             if sys_flag & _SUSPEND else 0)
         if sys_flag & _COMMIT_OFFSET:
             commit(ctx, self.group, self.topic, self.queue_id, get_int(cmd, "commitOffset", -1))
-        self.store_host = pack_host("{}:{}".format(*ctx.local_address))
+        self.store_host = pack_host("{}:{}".format(*ctx.store_address))
 
 
 def _result(code: int, next_offset: int, min_offset: int, max_offset: int,

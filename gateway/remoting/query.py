@@ -46,7 +46,7 @@ def queue_of(record: Record, topic: str | None = None) -> tuple[str, int, int]:
 
 
 def _store_host(ctx: RequestContext) -> tuple[bytes, bool]:
-    return pack_host("{}:{}".format(*ctx.local_address))
+    return pack_host("{}:{}".format(*ctx.store_address))
 
 
 def query_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:

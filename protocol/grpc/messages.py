@@ -28,8 +28,10 @@ v2 ``SystemProperties``     RocketMQ property
 ==========================  =============================================================
 
 Bodies: a GZIP body is inflated on send (at most the maximum body size; the stored body
-is plain, so MQTT and AMQP consumers read it); a delivered body is IDENTITY with a CRC32
-``body_digest`` (8 upper-case hex digits, what the clients compare). A record a remoting
+is plain, so MQTT and AMQP consumers read it); a delivered body is IDENTITY with an MD5
+``body_digest`` (upper-case hex), as RocketMQ's proxy sends it: the clients' CRC32
+checks disagree on the format (Python 8 hex digits, Node decimal), their MD5 checks do
+not. A producer's CRC32 digest is accepted as hex or decimal. A record a remoting
 producer compressed (sysFlag bit 0) is inflated for delivery too; if that fails (LZ4,
 ZSTD, damaged) it goes as GZIP, as the proxy sends it.
 
@@ -53,6 +55,7 @@ __all__ = [
     "Delivery",
     "Incoming",
     "body_digest",
+    "digest_matches",
     "decode_message",
     "duration_ms",
     "encode_message",
@@ -167,6 +170,26 @@ def inflate(body: bytes, limit: int) -> bytes:
     return out
 
 
+def digest_matches(body: bytes, kind: int, checksum: str) -> bool:
+    """Whether a producer's ``checksum`` of ``body`` is right. The clients write CRC32
+    differently (Python: 8 hex digits; Java: hex without leading zeros; Node: decimal),
+    so a CRC32 matches as hex or as decimal; MD5 and SHA1 as hex in either case. A digest
+    type this gateway does not know is not checked."""
+    if kind == pb.CRC32:
+        value = zlib.crc32(body) & 0xFFFFFFFF
+        for base in (16, 10):
+            try:
+                if int(checksum, base) == value:
+                    return True
+            except ValueError:
+                pass
+        return False
+    try:
+        return body_digest(body, kind) == checksum.upper()
+    except ValueError:
+        return True
+
+
 def body_digest(body: bytes, kind: int = pb.CRC32) -> str:
     """The digest the clients compare: CRC32 as 8 upper-case hex digits, MD5 and SHA1 as
     upper-case hex."""
@@ -232,13 +255,10 @@ def decode_message(
     address, the born host when the message names none."""
     sysp = msg.system_properties
     body = msg.body
-    if sysp.HasField("body_digest") and sysp.body_digest.checksum:
-        try:
-            expected = body_digest(body, sysp.body_digest.type)
-        except ValueError:
-            expected = None
-        if expected is not None and expected != sysp.body_digest.checksum.upper():
-            raise StatusError(Code.MESSAGE_CORRUPTED, "the body does not match its digest")
+    if sysp.HasField("body_digest") and sysp.body_digest.checksum and not digest_matches(
+        body, sysp.body_digest.type, sysp.body_digest.checksum
+    ):
+        raise StatusError(Code.MESSAGE_CORRUPTED, "the body does not match its digest")
     if sysp.body_encoding == pb.GZIP:
         try:
             body = inflate(body, max_body)
@@ -349,7 +369,9 @@ def encode_message(d: Delivery, *, reserved: Container[str], max_body: int) -> p
             encoding = pb.GZIP  # as stored; the client inflates what it can
     sysp = pb.SystemProperties(
         message_id=props.get(UNIQ_KEY) or d.fallback_message_id,
-        body_digest=pb.Digest(type=pb.CRC32, checksum=body_digest(body)),
+        # MD5, as RocketMQ's proxy sends it: every client checks it the same way (their
+        # CRC32 checks disagree on the format)
+        body_digest=pb.Digest(type=pb.MD5, checksum=body_digest(body, pb.MD5)),
         body_encoding=encoding,
         message_type=message_type_of(props),
         born_timestamp=timestamp(d.born_ms or d.store_ms),

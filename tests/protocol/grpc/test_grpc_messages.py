@@ -18,6 +18,7 @@ from protocol.grpc.messages import (
     Delivery,
     body_digest,
     decode_message,
+    digest_matches,
     duration_ms,
     encode_message,
     inflate,
@@ -136,6 +137,20 @@ def test_digests_as_the_client_computes_them() -> None:
     assert body_digest(b"\xff" * 3) == format(zlib.crc32(b"\xff" * 3), "08X")
 
 
+def test_producer_crc32_digests_in_every_client_format() -> None:
+    # Python writes 8 hex digits, Java hex without leading zeros, Node decimal
+    body = next(b for b in (bytes([i]) * 3 for i in range(256)) if zlib.crc32(b) < 1 << 28)
+    value = zlib.crc32(body)
+    for text in (format(value, "08X"), format(value, "X"), format(value, "x"), str(value)):
+        assert digest_matches(body, pb.CRC32, text), text
+        decode_message(sent(body=body, body_digest=pb.Digest(type=pb.CRC32, checksum=text)),
+                       reserved=SYSTEM_PROPERTIES, max_body=MAX)
+    for text in (format(value + 1, "08X"), str(value + 1), "not a number", ""):
+        assert not digest_matches(body, pb.CRC32, text), text
+    md5 = body_digest(body, pb.MD5)
+    assert digest_matches(body, pb.MD5, md5.lower()) and not digest_matches(body, pb.MD5, "00")
+
+
 def delivery(props: dict[str, str], **kw: object) -> Delivery:
     base = dict(topic="orders", body=b"payload", properties=props,
                 fallback_message_id="0A0000010000000000000042", born_ms=1_700_000_000_123,
@@ -170,7 +185,8 @@ def test_delivery_reads_in_the_official_client() -> None:
     assert sysp.born_host == "producer" and sysp.store_host == "10.0.0.1:8081"
     assert duration_ms(sysp.invisible_duration) == 30_000
     assert sysp.body_encoding == pb.IDENTITY
-    assert sysp.body_digest.checksum == body_digest(b"payload")
+    assert sysp.body_digest.type == pb.MD5
+    assert sysp.body_digest.checksum == body_digest(b"payload", pb.MD5)
 
 
 def test_delivery_without_client_id_or_born_time() -> None:
@@ -231,7 +247,7 @@ def test_round_trip(body: bytes, tag: str, keys: list[str], users: dict[str, str
     out = encode_message(delivery(stored, body=incoming.body),
                          reserved=SYSTEM_PROPERTIES, max_body=MAX)
     sysp = out.system_properties
-    assert out.body == body and sysp.body_digest.checksum == body_digest(body)
+    assert out.body == body and sysp.body_digest.checksum == body_digest(body, pb.MD5)
     assert sysp.message_id == "ID-1"
     assert sysp.tag == tag and sysp.HasField("tag") == bool(tag)
     assert list(sysp.keys) == keys
