@@ -380,6 +380,8 @@ class AmqpChannel:
         header = ev.header
         headers = header.headers if header._headers_span is not None else None
         queues, mqtt = broker.route(h.vhost, m.exchange, m.routing_key, headers)
+        if mqtt:  # into the one topic space: the MQTT topic ACL applies
+            h.check_topic(m.routing_key, m, bind=False)
         full: list[Queue] = _NONE_FULL
         for q in queues:
             if q.rejects_when_full and q.is_full():

@@ -29,9 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
+from gateway.amqp.broker import DEFAULT_VHOST
 from gateway.amqp.channel import AmqpChannel
 from gateway.amqp.queues import Queue
 from gateway.frontend import ConnectionHandler
+from lmq.topic_space import amqp_to_mqtt
 from protocol.amqp import AMQPConnection, AMQPError
 from protocol.amqp.errors import (
     ACCESS_REFUSED,
@@ -311,6 +313,30 @@ class AmqpHandler(ConnectionHandler):
                 f"access to {what} '{resource or 'amq.default'}' in vhost '{self.vhost}' "
                 f"refused for user '{user}'", method=method)
 
+    def check_topic(self, key: str, method: Any, *, bind: bool) -> None:
+        """The MQTT topic ACL on what crosses ``amq.topic`` of vhost ``/`` (the one topic
+        space; docs/security.md): a publish with routing key ``a.b.c`` needs
+        ``can_publish`` on ``a/b/c``; a binding with key ``a.*`` needs the whole of
+        ``a/+`` granted to subscribe (a grant with a deny filter is refused: an AMQP
+        queue has no per-message delivery filter). The client identifier is empty, so
+        ``%c`` rules never grant. 403 ACCESS_REFUSED, RabbitMQ's topic-authorisation
+        refusal."""
+        auth = self.authenticator
+        if auth is None:
+            return
+        if bind:
+            decision = auth.subscribe_decision(self.principal, "", binding_filter(key))
+            granted = decision.granted and decision.deny is None
+        else:
+            granted = auth.can_publish(self.principal, "", amqp_to_mqtt(key))
+        if not granted:
+            user = self.proto.username or "anonymous"
+            raise ChannelError(
+                ACCESS_REFUSED,
+                f"{'read' if bind else 'write'} access to topic '{key}' in exchange"
+                f" 'amq.topic' in vhost '{self.vhost}' refused for user '{user}'",
+                method=method)
+
     def queue(self, name: str, method: Any) -> Queue:
         return self.broker.queue(self.vhost, name, self.conn.id)
 
@@ -424,6 +450,16 @@ def _basic_get(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
     ch.get(m)
 
 
+def binding_filter(key: str) -> str:
+    """The MQTT filter that covers AMQP binding key ``key``: ``*`` -> ``+``, ``.`` ->
+    ``/``, and a ``#`` before the last word widened to ``#`` there (``a.#.b`` ->
+    ``a/#``), since MQTT allows ``#`` only last."""
+    levels = amqp_to_mqtt(key).split("/")
+    if "#" in levels:
+        levels = levels[: levels.index("#") + 1]
+    return "/".join(levels)
+
+
 def _basic_recover(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
     ch.requeue_all()
     if m.name == "Basic.Recover":
@@ -444,6 +480,8 @@ def _queue_bind(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
     qname = m.queue or ch.last_queue
     h.check("write", qname, m)
     h.check("read", m.exchange, m, exchange=True)
+    if m.exchange == "amq.topic" and h.vhost == DEFAULT_VHOST:
+        h.check_topic(m.routing_key, m, bind=True)
     h.broker.bind(h.vhost, m.exchange, ("q", qname), m.routing_key, m.arguments or {},
                   h.conn.id)
     if not m.nowait:
@@ -495,6 +533,8 @@ def _exchange_bind(h: AmqpHandler, ch: AmqpChannel, m: Any) -> None:
     h.check("write", m.destination, m, exchange=True)
     h.check("read", m.source, m, exchange=True)
     bind = m.name == "Exchange.Bind"
+    if bind and m.source == "amq.topic" and h.vhost == DEFAULT_VHOST:
+        h.check_topic(m.routing_key, m, bind=True)
     op = h.broker.bind if bind else h.broker.unbind
     op(h.vhost, m.source, ("e", m.destination), m.routing_key, m.arguments or {}, h.conn.id)
     if not m.nowait:

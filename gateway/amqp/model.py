@@ -115,6 +115,11 @@ class ChannelHost(Protocol):
         """403 ACCESS_REFUSED unless the user may ``kind`` (configure, write, read)."""
         ...
 
+    def check_topic(self, key: str, method: Any, *, bind: bool) -> None:
+        """403 ACCESS_REFUSED unless the MQTT topic ACL lets the user publish with
+        routing key ``key`` through ``amq.topic`` of vhost ``/`` (or bind with it)."""
+        ...
+
     def queue(self, name: str, method: Any) -> Queue:
         """The queue ``name`` of the connection's vhost (404, or 405 if exclusive to
         another connection)."""
