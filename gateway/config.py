@@ -125,6 +125,10 @@ class GatewayConfig:
     #: QoS 1/2 messages in flight to one MQTT client: the lower of this and the client's
     #: Receive Maximum.
     max_inflight: int = 1024
+    #: QoS 1/2 PUBLISH packets an MQTT 5 client may have unacknowledged towards the
+    #: gateway: the Receive Maximum of CONNACK; more is DISCONNECT 0x93. 3.x clients
+    #: have no such limit (reading pauses while the store catches up, whatever this is).
+    receive_maximum: int = 1024
     #: Queues one AMQP connection may have created and not yet deleted (its LMQs);
     #: more declares get 406 PRECONDITION_FAILED. 0 = no limit.
     max_queues_per_connection: int = 0
@@ -363,6 +367,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "allow_anonymous": _bool,
     "max_subscriptions_per_session": _int(0),
     "max_inflight": _int(1, 65535),
+    "receive_maximum": _int(1, 65535),
     "max_queued_messages": _int(0),
     "max_keep_alive": _int(0, 65535),
     "max_queues_per_connection": _int(0),

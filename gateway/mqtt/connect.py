@@ -27,11 +27,6 @@ if TYPE_CHECKING:
     from gateway.mqtt.handler import MqttHandler
     from gateway.mqtt.sessions import Session
 
-#: QoS 1/2 PUBLISHes a client may have waiting for their PUBACK/PUBREC (our Receive
-#: Maximum, sent in the MQTT 5 CONNACK). A client with more waiting is not disconnected
-#: (3.x has no Receive Maximum): its further packets wait, unprocessed, until the store
-#: catches up.
-RECEIVE_MAXIMUM = 1024
 #: Inbound topic aliases we accept (MQTT 5 Topic Alias Maximum).
 TOPIC_ALIAS_MAXIMUM = 1024
 _V5 = MQTTVersion.V5
@@ -140,7 +135,7 @@ def accept(
     connack_props = Properties()
     if version == _V5:
         connack_props = Properties(
-            receive_maximum=RECEIVE_MAXIMUM,
+            receive_maximum=config.receive_maximum,
             topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
             maximum_packet_size=config.max_packet_size,
             assigned_client_identifier=assigned,
@@ -156,4 +151,4 @@ def accept(
     )
 
 
-__all__ = ["RECEIVE_MAXIMUM", "TOPIC_ALIAS_MAXIMUM", "Accepted", "Refused", "accept", "login"]
+__all__ = ["TOPIC_ALIAS_MAXIMUM", "Accepted", "Refused", "accept", "login"]

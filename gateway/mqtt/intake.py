@@ -9,7 +9,8 @@ acknowledges the append (so an acknowledged message survives kill -9).
 Invariants:
 
 - ``waiting`` counts the QoS 1/2 publishes submitted and not yet acknowledged by the
-  store. Reading pauses (``paused_for_store``) when it exceeds ``RECEIVE_MAXIMUM`` (only
+  store. Reading pauses (``paused_for_store``) when it exceeds the configured
+  ``receive_maximum``, the Receive Maximum of CONNACK (only
   a 3.x client can: an MQTT 5 client's one-too-many is refused by the machine with
   DISCONNECT 0x93) or when the store lags, and resumes once it is below half of it.
 - ``throttled``: the token bucket paused reading; a timer resumes it. Reading resumes
@@ -27,7 +28,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from broker_core import AppendResult, Message, MessageTooLarge, StorageFull
 from gateway.auth import Principal
-from gateway.mqtt.connect import RECEIVE_MAXIMUM
 from gateway.mqtt.flows import Inbound
 from gateway.mqtt.messages import to_store_message
 from gateway.mqtt.token_bucket import TokenBucket
@@ -82,7 +82,7 @@ class IntakeHost(Protocol):
 
 class PublishIntake:
     __slots__ = ("host", "front", "proto", "waiting", "paused_for_store", "throttled",
-                 "_bucket")
+                 "_bucket", "_pause_at")
 
     def __init__(self, host: IntakeHost, front: MqttFrontEnd, proto: Connection) -> None:
         self.host = host
@@ -92,6 +92,8 @@ class PublishIntake:
         self.paused_for_store = False
         self.throttled = False
         rate = front.ctx.config.max_publish_rate
+        #: The Receive Maximum the gateway announces (``receive_maximum``).
+        self._pause_at = front.ctx.config.receive_maximum
         self._bucket = TokenBucket(rate, front.loop.time()) if rate else None
 
     def publish(self, publish: Publish) -> None:
@@ -147,7 +149,7 @@ class PublishIntake:
         publisher.submit_callback(
             message, lmqs, lambda result, exc: self._published(result, exc, publish, message)
         )
-        if self.waiting > RECEIVE_MAXIMUM or publisher.lagging:
+        if self.waiting > self._pause_at or publisher.lagging:
             self.paused_for_store = True
             host.pause_reading()
 
@@ -159,7 +161,7 @@ class PublishIntake:
             await publisher.caught_up.wait()
         if self.host.closed:
             return
-        if self.paused_for_store and self.waiting < RECEIVE_MAXIMUM // 2:
+        if self.paused_for_store and self.waiting < self._pause_at // 2:
             self.paused_for_store = False
             if not self.throttled:
                 self.host.resume_reading()
@@ -197,7 +199,7 @@ class PublishIntake:
             self.waiting -= 1
             if qos == 2 and session is not None:
                 session.qos2_appending -= 1
-        if self.paused_for_store and self.waiting < RECEIVE_MAXIMUM // 2:
+        if self.paused_for_store and self.waiting < self._pause_at // 2:
             self.paused_for_store = False
             if not self.throttled:
                 host.resume_reading()

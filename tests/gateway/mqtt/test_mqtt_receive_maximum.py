@@ -23,6 +23,7 @@ from protocol.mqtt import (
     packet_bytes,
 )
 
+from ..gateway_process import GatewayProcess
 from ..mqtt_clients import TIMEOUT, RawClient
 
 V5 = MQTTVersion.V5
@@ -84,3 +85,23 @@ def test_a_client_within_receive_maximum_is_never_disconnected(gateway):
     finally:
         client.disconnect()
         client.loop_stop()
+
+
+def test_receive_maximum_is_configurable(tmp_path):
+    config = tmp_path / "gateway.toml"
+    config.write_text("receive_maximum = 16\n")
+    gw = GatewayProcess(tmp_path / "data", "--config", str(config)).start()
+    try:
+        c = RawClient(gw.mqtt_port, V5)
+        c.send(Connect("small", V5))
+        ack = c.recv()
+        assert isinstance(ack, Connack) and ack.properties.receive_maximum == 16
+        c.send_raw(b"".join(
+            packet_bytes(Publish("rm/t", b"x", 2, packet_id=i), V5) for i in range(1, 17)))
+        assert {c.recv().packet_id for _ in range(16)} == set(range(1, 17))
+        c.send_raw(packet_bytes(Publish("rm/t", b"x", 2, packet_id=17), V5))
+        reply = c.recv()
+        assert isinstance(reply, Disconnect), reply
+        assert reply.reason_code == ReasonCode.RECEIVE_MAXIMUM_EXCEEDED
+    finally:
+        gw.stop()
