@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker_core import Protocol, Record
+from gateway.auth.acl import intersects
 from gateway.mqtt.delivery import PULL_BATCH, Outbox, Reader, deliver, pull_size
 from gateway.mqtt.messages import mqtt_topic, now_ms
 from gateway.mqtt.session_state import SubscriptionState
@@ -56,20 +57,9 @@ MAX_GROUPED = 64
 
 def filters_overlap(a: str, b: str) -> bool:
     """Whether some topic name matches both filters (MQTT 4.7; a filter starting with a
-    wildcard matches no topic starting with ``$``, MQTT-4.7.2-1)."""
-    la, lb = a.split("/"), b.split("/")
-    wild = ("+", "#")
-    if (la[0][:1] == "$" and lb[0] in wild) or (lb[0][:1] == "$" and la[0] in wild):
-        return False
-    for x, y in zip(la, lb, strict=False):
-        if x == "#" or y == "#":
-            return True
-        if x != y and x != "+" and y != "+":
-            return False
-    if len(la) == len(lb):
-        return True
-    longer = la if len(la) > len(lb) else lb
-    return longer[min(len(la), len(lb))] == "#"  # "a/#" also matches "a"
+    wildcard matches no topic starting with ``$``, MQTT-4.7.2-1): the ACL's
+    :func:`~gateway.auth.acl.intersects`, one definition for both."""
+    return intersects(a, b)
 
 
 def groups(readers: list[Reader]) -> list[list[Reader]]:
