@@ -1,14 +1,22 @@
 """Child process of the timer crash test: schedules delayed messages (sync durability)
 due 0-300 ms ahead to two LMQs, fires due timers between batches, and reports each
-acknowledged schedule as ``SCHED position due_ms``."""
+acknowledged schedule as ``SCHED position due_ms``.
+
+With a crash rate (third argument, per index write), the process also SIGKILLs itself
+just before an index batch is committed: after a batch's records reached the log and
+before the index (timer keys, checkpoint) says so, the one window where recovery must
+replay fires and changes from the log to keep every timer exactly once."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import sys
 
 from broker_core import Durability, Message, MessageStore, StoreConfig
 from broker_core.clock import now_ms
+from broker_core.consume_queue import ConsumeQueueIndex
 
 LMQS = ["timers:a", "timers:b"]
 CONFIG = StoreConfig(
@@ -20,6 +28,16 @@ CONFIG = StoreConfig(
 def main() -> None:
     data_dir, seed = sys.argv[1], int(sys.argv[2])
     rng = random.Random(seed)
+    crash_rate = float(os.environ.get("TIMER_WRITER_CRASH_RATE", "0"))
+    if crash_rate:
+        real_write = ConsumeQueueIndex.write
+
+        def write(self: ConsumeQueueIndex, wb: object) -> None:
+            if rng.random() < crash_rate:
+                os.kill(os.getpid(), signal.SIGKILL)
+            real_write(self, wb)  # type: ignore[arg-type]
+
+        ConsumeQueueIndex.write = write  # type: ignore[method-assign]
     store = MessageStore.open(data_dir, CONFIG)
     print("READY", flush=True)
     seq = 0
