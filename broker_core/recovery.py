@@ -396,7 +396,13 @@ def verify_log(
         return report
     ids: dict[str, int | None] = {}
     for item in clog.scan(end=min(end, dispatched_to), skip_damage=True):
-        if isinstance(item, ScanStop) or item.type != RecordType.MESSAGE:
+        if isinstance(item, ScanStop) or item.delayed:
+            continue  # a delayed record's list names targets and due times, not entries
+        if item.type == RecordType.TIMER_FIRE:
+            target = fire_entry_fields(item)[0]  # a fire's entries point at the delayed record
+        elif item.type == RecordType.MESSAGE:
+            target = item.position
+        else:
             continue
         for name, offset in item.dispatch:
             if removed_at.get(name, -1) > item.position:
@@ -415,9 +421,9 @@ def verify_log(
                 meta = index.meta(lmq_id)
                 if meta is not None and meta.min_offset <= offset < meta.next_offset:
                     problem(f"index entry missing: {name!r} offset {offset}")
-            elif entry.position != item.position:
+            elif entry.position != target:
                 problem(
                     f"index entry {name!r} offset {offset} points at {entry.position},"
-                    f" the log has it at {item.position}"
+                    f" the log has it at {target}"
                 )
     return report

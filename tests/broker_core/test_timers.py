@@ -62,6 +62,18 @@ def test_not_readable_before_due_then_in_every_lmq_as_the_original_record(tmp_pa
             assert got[-1].record.position == res.position
         assert bodies(s, "q:a") == [b"now", b"later"]
         assert s.fire_timers(now=due + 10_000) == 0  # fired once
+        report = s.verify()
+        assert report.ok, report.problems
+        # verify checks a fire's entries against the delayed record's position
+        meta = s.lmq_table.meta_for_read("q:b")
+        assert meta is not None
+        entry = s.index.entry(meta.id, 0)
+        assert entry is not None
+        batch = s.index.new_batch()
+        batch.put_entry(meta.id, 0, entry.position + 1, entry.record_size, entry.body_size,
+                        entry.tag_hash, entry.store_ms)
+        batch.commit()
+        assert any("'q:b' offset 0 points at" in p for p in s.verify().problems)
 
 
 def test_fired_in_due_order_to_the_millisecond(tmp_path):
@@ -311,3 +323,5 @@ def test_kill_9_while_scheduling_and_firing(tmp_path, monkeypatch, seed, crash_r
         a = [m.record.position for m in s.pull("timers:a", 0, max_count=100_000).messages]
         b = [m.record.position for m in s.pull("timers:b", 0, max_count=100_000).messages]
         assert a == b and len(a) == len(fires) and len(set(a)) == len(a)
+        report = s.verify()
+        assert report.ok, report.problems
