@@ -227,11 +227,17 @@ class Timers:
             break
         return None
 
-    def due(self, now: int, limit: int) -> list[tuple[int, int, int]]:
+    def due(
+        self, now: int, limit: int, after: tuple[int, int] | None = None
+    ) -> list[tuple[int, int, int]]:
         """Up to ``limit`` (due_ms, position, record_size) with ``due_ms <= now``, in
-        due order; reads one page of the index, never everything due."""
+        due order, from just after the timer ``after`` (due_ms, position) if given;
+        reads one page of the index, never everything due. (A pass over many pages
+        seeks past the page it fired, not over the deletes it left at the start of
+        the range.)"""
         out: list[tuple[int, int, int]] = []
-        for key, value in rocks.items(self.index.db, b"T"):
+        start = b"T" if after is None else _timer_key(*after) + b"\x00"
+        for key, value in rocks.items(self.index.db, start):
             if not key.startswith(b"T") or len(out) >= limit:
                 break
             _, due, position = _TIMER_KEY.unpack(key)
@@ -348,14 +354,15 @@ class Timers:
         return timer
 
     def fire_locked(
-        self, now: int, limit: int
-    ) -> tuple[int, list[LmqMeta]]:
-        """Fire up to ``limit`` timers due by ``now``, in due order: one fire record
-        each, in one log write and one index batch. Returns how many fired and the LMQs
+        self, now: int, limit: int, after: tuple[int, int] | None = None
+    ) -> tuple[list[tuple[int, int, int]], list[LmqMeta]]:
+        """Fire up to ``limit`` timers due by ``now``, in due order (from just after
+        ``after``, see :meth:`due`): one fire record each, in one log write and one
+        index batch. Returns the timers fired (due_ms, position, size) and the LMQs
         that gained entries (for the listeners)."""
-        due = self.due(now, limit)
+        due = self.due(now, limit, after)
         if not due:
-            return 0, []
+            return [], []
         lmqs = self.lmqs
         start = self.log.end
         pending = Pending(start=start, next_id=lmqs.next_id)
@@ -414,7 +421,7 @@ class Timers:
             self._undo(start)
             raise
         lmqs.trim()
-        return len(due), list(touched.values())
+        return due, list(touched.values())
 
     def _topic_of(self, position: int) -> str:
         timer = self.due_of(position)
