@@ -299,25 +299,20 @@ class MessageStore:
     def fire_timers(self, now: int | None = None, max_count: int | None = None) -> int:
         """Dispatch every timer due by ``now`` (epoch ms, default the store clock), in
         due order, a page (``StoreConfig.timer_page``) per log write and index batch,
-        the append lock released between pages; at most ``max_count`` if given. Each
-        page seeks past the previous one (a timer added meanwhile before it fires at
-        the next call). The
+        the append lock released between pages; at most ``max_count`` if given. The
         gateway's housekeeping calls it (at :meth:`next_timer_due`). Returns how many
         fired; listeners of the LMQs are notified."""
         fired = 0
         page = self.config.timer_page
         at = now_ms() if now is None else now
-        after: tuple[int, int] | None = None  # the last timer fired by this call
         while max_count is None or fired < max_count:
             limit = page if max_count is None else min(page, max_count - fired)
             with self.locks.append:
                 self.locks.check_open()
-                done, touched = self.timers.fire_locked(at, limit, after)
+                count, touched = self.timers.fire_locked(at, limit)
                 end = self.log.end
-            count = len(done)
             if count == 0:
                 break
-            after = done[-1][:2]
             fired += count
             if self.config.durability == Durability.SYNC:
                 self.acknowledged(end).result()

@@ -171,6 +171,9 @@ class Timers:
         #: Replay: position -> pending (True) or not, for records of the batch being
         #: replayed (its puts are not readable until it commits).
         self._overlay: dict[int, bool] = {}
+        #: Where a scan for due timers starts: no pending timer key sorts below it
+        #: (fires move it up past what they deleted, every add moves it down).
+        self._seek = b"T"
         self.load()
 
     # -- counters ----------------------------------------------------------------------
@@ -180,6 +183,7 @@ class Timers:
         self.counts.clear()
         self._dirty.clear()
         self._overlay.clear()
+        self._seek = b"T"
         for key, value in rocks.items(self.index.db, b"Q"):
             if not key.startswith(b"Q"):
                 break
@@ -221,23 +225,19 @@ class Timers:
 
     def next_due(self) -> int | None:
         """The earliest pending due time (ms), or None."""
-        for key in rocks.keys(self.index.db, b"T"):
+        for key in rocks.keys(self.index.db, self._seek):
             if key.startswith(b"T"):
                 return int(_TIMER_KEY.unpack(key)[1])
             break
         return None
 
-    def due(
-        self, now: int, limit: int, after: tuple[int, int] | None = None
-    ) -> list[tuple[int, int, int]]:
+    def due(self, now: int, limit: int) -> list[tuple[int, int, int]]:
         """Up to ``limit`` (due_ms, position, record_size) with ``due_ms <= now``, in
-        due order, from just after the timer ``after`` (due_ms, position) if given;
-        reads one page of the index, never everything due. (A pass over many pages
-        seeks past the page it fired, not over the deletes it left at the start of
-        the range.)"""
+        due order; reads one page of the index, never everything due. It seeks from
+        ``_seek``, not over the deletes fired timers leave at the start of the range
+        (until RocksDB compacts them away, a seek would step over each)."""
         out: list[tuple[int, int, int]] = []
-        start = b"T" if after is None else _timer_key(*after) + b"\x00"
-        for key, value in rocks.items(self.index.db, start):
+        for key, value in rocks.items(self.index.db, self._seek):
             if not key.startswith(b"T") or len(out) >= limit:
                 break
             _, due, position = _TIMER_KEY.unpack(key)
@@ -353,16 +353,13 @@ class Timers:
             raise
         return timer
 
-    def fire_locked(
-        self, now: int, limit: int, after: tuple[int, int] | None = None
-    ) -> tuple[list[tuple[int, int, int]], list[LmqMeta]]:
-        """Fire up to ``limit`` timers due by ``now``, in due order (from just after
-        ``after``, see :meth:`due`): one fire record each, in one log write and one
-        index batch. Returns the timers fired (due_ms, position, size) and the LMQs
+    def fire_locked(self, now: int, limit: int) -> tuple[int, list[LmqMeta]]:
+        """Fire up to ``limit`` timers due by ``now``, in due order: one fire record
+        each, in one log write and one index batch. Returns how many fired and the LMQs
         that gained entries (for the listeners)."""
-        due = self.due(now, limit, after)
+        due = self.due(now, limit)
         if not due:
-            return [], []
+            return 0, []
         lmqs = self.lmqs
         start = self.log.end
         pending = Pending(start=start, next_id=lmqs.next_id)
@@ -421,7 +418,9 @@ class Timers:
             self._undo(start)
             raise
         lmqs.trim()
-        return due, list(touched.values())
+        # every timer up to the last one fired is gone (fired, or cancelled if unreadable)
+        self._seek = max(self._seek, _timer_key(*due[-1][:2]) + b"\x00")
+        return len(due), list(touched.values())
 
     def _topic_of(self, position: int) -> str:
         timer = self.due_of(position)
@@ -439,7 +438,10 @@ class Timers:
         return pos
 
     def _add(self, batch: IndexBatch, position: int, due: int, size: int, topic: str) -> None:
-        batch.wb.put(_timer_key(due, position), _SIZE.pack(size))
+        key = _timer_key(due, position)
+        if key < self._seek:
+            self._seek = key
+        batch.wb.put(key, _SIZE.pack(size))
         batch.wb.put(_pos_key(b"P", position), _PENDING.pack(due, size) + topic.encode())
         self._count(topic, 1)
 

@@ -108,6 +108,14 @@ def test_cancel_and_reschedule(tmp_path):
         assert not s.cancel_timer(b.position)  # fired
         assert not s.reschedule_timer(b.position, base)
         assert not s.cancel_timer(12345)  # no record there
+        # timers added or moved before the last one fired still fire
+        d = s.append_delayed(msg(b"d"), ["q"], base + 10)
+        e = s.append_delayed(msg(b"e"), ["q"], base + 100)
+        assert s.reschedule_timer(e.position, base + 20)
+        assert s.next_timer_due() == base + 10
+        assert s.fire_timers(now=base + 60) == 2
+        assert bodies(s, "q") == [b"c", b"b", b"d", b"e"]
+        assert s.pending_timer(d.position) is None
 
 
 def test_maximum_delay_is_configurable_and_refused_with_nothing_stored(tmp_path):
