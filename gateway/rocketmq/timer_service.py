@@ -1,8 +1,10 @@
 """Firing the store's durable timers (broker_core.timers) on the gateway's event loop.
 
 One loop timer at the store's next due time (``MessageStore.next_timer_due``), like
-the pop service's revive timer: when it runs, ``fire_timers`` dispatches everything due
-(paged inside the store) and the timer is armed again at the next due time. A front end
+the pop service's revive timer: when it runs, ``fire_timers`` dispatches one page of
+what is due (``StoreConfig.timer_page``) and, if a whole page fired, runs again with
+``call_soon`` so the loop serves other work between pages (a million due at once never
+holds the loop for the whole burst); else it is armed again at the next due time. A front end
 that stores a delayed message calls :meth:`TimerFiring.arm` with its due time, so an
 earlier timer than the one armed is not missed. Timers pending from an earlier run fire
 at :meth:`start` (their due times may be past: they fire at once).
@@ -25,7 +27,7 @@ class TimerFiring:
     def __init__(self, store: MessageStore, loop: asyncio.AbstractEventLoop) -> None:
         self.store = store
         self.loop = loop
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: asyncio.Handle | None = None
         self._at: int | None = None
 
     def start(self) -> None:
@@ -46,11 +48,18 @@ class TimerFiring:
     def _fire(self) -> None:
         self._handle = None
         self._at = None
+        page = self.store.config.timer_page
+        fired = 0
         try:
-            self.store.fire_timers()
+            fired = self.store.fire_timers(max_count=page)
         except Exception:
             log.exception("firing timers failed")
-        if not self.store.closed:
+        if self.store.closed:
+            return
+        if fired >= page:  # more may be due: the next page after other loop work
+            self._at = 0
+            self._handle = self.loop.call_soon(self._fire)
+        else:
             self.arm()
 
     def stop(self) -> None:
