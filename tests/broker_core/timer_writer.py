@@ -28,8 +28,10 @@ CONFIG = StoreConfig(
 def main() -> None:
     data_dir, seed = sys.argv[1], int(sys.argv[2])
     rng = random.Random(seed)
+    store = MessageStore.open(data_dir, CONFIG)
+    print("READY", flush=True)
     crash_rate = float(os.environ.get("TIMER_WRITER_CRASH_RATE", "0"))
-    if crash_rate:
+    if crash_rate:  # after READY: the harness expects it from every run
         real_write = ConsumeQueueIndex.write
 
         def write(self: ConsumeQueueIndex, wb: object) -> None:
@@ -38,8 +40,6 @@ def main() -> None:
             real_write(self, wb)  # type: ignore[arg-type]
 
         ConsumeQueueIndex.write = write  # type: ignore[method-assign]
-    store = MessageStore.open(data_dir, CONFIG)
-    print("READY", flush=True)
     seq = 0
     while True:
         now = now_ms()
