@@ -15,10 +15,12 @@ from broker_core.errors import (
 from broker_core.pop import PoppedMessage
 from broker_core.record import Message, Protocol, Record, RecordType
 from broker_core.store import AppendResult, LmqInfo, MessageStore, PullResult, StoredMessage
+from broker_core.timers import DelayTooLong
 
 __all__ = [
     "AppendResult",
     "CorruptRecord",
+    "DelayTooLong",
     "Durability",
     "InvalidLmqName",
     "LmqInfo",

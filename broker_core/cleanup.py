@@ -63,7 +63,13 @@ def retain(parts: StoreParts, now_ms: int | None = None) -> RetentionReport:
         segments = log.segments()
         total = log.size_bytes
         keep_from = segments[-1]
+        # never a segment holding a pending timer's record, or one fired within
+        # retention_ms (broker_core.timers)
+        hold = parts.timers.retention_floor(int(now))
         for seg in segments[:-1]:
+            if hold is not None and seg.end > hold:
+                keep_from = seg
+                break
             mtime_ms = os.stat(seg.path).st_mtime * 1000
             too_old = cfg.retention_ms > 0 and mtime_ms < now - cfg.retention_ms
             too_big = cfg.retention_bytes > 0 and total > cfg.retention_bytes

@@ -71,6 +71,18 @@ class StoreConfig:
     #: not indexed and costs nothing. Empty: no key index. A rebuild of the index
     #: (``lmq store rebuild-index``) indexes by the setting it runs with.
     key_index_properties: tuple[str, ...] = ("KEYS", "UNIQ_KEY")
+    #: Timers (:mod:`broker_core.timers`): the longest delay a delayed message may ask
+    #: for, in ms (40 days); a later due time is refused with ``DelayTooLong``. Pending
+    #: timers cost one RocksDB key each and no memory, so this bounds nothing but intent.
+    max_timer_delay_ms: int = 40 * 24 * 3600 * 1000
+    #: Timers: RocketMQ's delay levels, level 1 first (``s``, ``m``, ``h``, ``d`` units).
+    delay_levels: tuple[str, ...] = (
+        "1s", "5s", "10s", "30s", "1m", "2m", "3m", "4m", "5m", "6m", "7m", "8m", "9m",
+        "10m", "20m", "30m", "1h", "2h",
+    )
+    #: Timers: most timers fired in one log write and one index batch (a page); due
+    #: timers are read from the index a page at a time, never all at once.
+    timer_page: int = 1024
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 64 * 1024:
@@ -81,5 +93,7 @@ class StoreConfig:
             raise ValueError("flush_interval_ms must be positive")
         if self.max_deliveries < 1:
             raise ValueError("max_deliveries must be at least 1")
+        if self.max_timer_delay_ms <= 0 or self.timer_page < 1:
+            raise ValueError("max_timer_delay_ms and timer_page must be positive")
         if self.on_corrupt not in ("refuse", "skip"):
             raise ValueError(f"on_corrupt must be 'refuse' or 'skip', not {self.on_corrupt!r}")

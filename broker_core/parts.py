@@ -17,6 +17,7 @@ from broker_core.key_index import KeyIndex
 from broker_core.lmq_table import LmqTable
 from broker_core.locks import StoreLocks
 from broker_core.tail_cache import TailCache
+from broker_core.timers import Timers
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,3 +30,4 @@ class StoreParts:
     locks: StoreLocks
     config: StoreConfig
     keys: KeyIndex
+    timers: Timers

@@ -29,7 +29,12 @@ are big-endian; strings are UTF-8 with a length prefix and no terminator.
   replay of the log removes the same LMQs at the same point; its dispatch list names the
   removed LMQs with the next offset they had).
 - ``prot``: the protocol that produced the message (0 internal, 1 MQTT, 2 AMQP).
-- ``flags``: bits 0-1 QoS, bit 2 retain.
+- ``flags``: bits 0-1 QoS, bit 2 retain, bit 3 (0x08) delayed.
+- Types 3 and 4 and the delayed flag are the durable timers (:mod:`broker_core.timers`,
+  which documents their bodies): a *delayed* message (type 1, flag 0x08) is written once
+  and not dispatched, its dispatch list naming the LMQs it will go to, each with its due
+  time (epoch ms) where an offset would be; 3 = timer fire (dispatches the delayed
+  record's position into those LMQs), 4 = timer change (cancel or reschedule).
 - ``position`` is the record's own byte position in the log. A record copied to the wrong
   place (or a stale page) fails this check even if its CRC is intact.
 - The dispatch list is the heart of atomic multi-dispatch: the (LMQ name, offset) pairs
@@ -70,9 +75,16 @@ FLAG_QOS_MASK = 0x3
 FLAG_RETAIN = 0x4
 
 
+FLAG_DELAYED = 0x8
+
+
 class RecordType(enum.IntEnum):
     MESSAGE = 1
     LMQ_REMOVAL = 2
+    #: A due timer's dispatch (broker_core.timers).
+    TIMER_FIRE = 3
+    #: A timer cancelled or rescheduled (broker_core.timers).
+    TIMER_CHANGE = 4
 
 
 class Protocol(enum.IntEnum):
@@ -132,6 +144,9 @@ class Record:
     properties: dict[str, bytes]
     body: bytes
     dispatch: tuple[tuple[str, int], ...]
+    #: A delayed message (flag 0x08): not dispatched when written; ``dispatch`` names
+    #: the LMQs it goes to when due, each with the due time (ms) in place of an offset.
+    delayed: bool = False
 
     @property
     def next_position(self) -> int:
@@ -271,8 +286,10 @@ def encode_record_with_tail(
     message: Message,
     tail: bytes,
     record_type: int = RecordType.MESSAGE,
+    flags: int = 0,
 ) -> bytes:
-    """The hot path of :func:`encode_record`, with the dispatch list already encoded."""
+    """The hot path of :func:`encode_record`, with the dispatch list already encoded;
+    ``flags`` are added to the message's QoS and retain bits (:data:`FLAG_DELAYED`)."""
     origin = message.origin.encode() if message.origin else b""
     topic = message.topic.encode()
     tag = message.tag.encode() if message.tag else b""
@@ -282,7 +299,7 @@ def encode_record_with_tail(
         rest = _HEAD_REST.pack(
             record_type,
             message.protocol,
-            message.qos | (FLAG_RETAIN if message.retain else 0),
+            message.qos | (FLAG_RETAIN if message.retain else 0) | flags,
             position,
             store_ms,
             message.born_ms or store_ms,
@@ -459,6 +476,7 @@ def decode_record(view: memoryview | bytes, expected_position: int | None = None
         properties,
         body,
         dispatch,
+        bool(flags & FLAG_DELAYED),
     )
 
 

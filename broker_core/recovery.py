@@ -40,6 +40,7 @@ from broker_core.key_index import has_legacy_entries
 from broker_core.lmq_table import Pending
 from broker_core.parts import StoreParts
 from broker_core.record import Record, RecordType
+from broker_core.timers import fire_entry_fields
 
 if TYPE_CHECKING:
     from broker_core.store import MessageStore
@@ -126,22 +127,15 @@ class _Replayer:
                     batch.put_raw, record.topic, record.properties, record.position,
                     record.store_ms, parts.log.segment_base(record.position),
                 )
-            pending = Pending()
-            for name, offset in record.dispatch:
-                meta = parts.lmqs.meta_for_write(name, record.store_ms, batch, pending)
-                if meta.next_offset > offset:
-                    continue  # already in the index (replay is idempotent)
-                if meta.next_offset == meta.min_offset:
-                    meta.min_position = record.position
-                    meta.min_offset = offset  # an LMQ first seen mid-log starts here
-                batch.put_entry(
-                    meta.id, offset, record.position, record.size, body, thash, record.store_ms
-                )
-                meta.next_offset = offset + 1
-                meta.bytes += body
-                meta.last_write_ms = max(meta.last_write_ms, record.store_ms)
-                self.dirty[meta.id] = meta
-                self.entries += 1
+            if record.delayed:  # not dispatched: a timer (broker_core.timers)
+                parts.timers.replay(batch, record)
+            else:
+                self._entries(batch, record, record.position, record.size, body, thash)
+        elif record.type in (RecordType.TIMER_FIRE, RecordType.TIMER_CHANGE):
+            # the timer index, and a fire's entries pointing at the delayed record
+            parts.timers.replay(batch, record)
+            if record.type == RecordType.TIMER_FIRE:
+                self._entries(batch, record, *fire_entry_fields(record))
         elif record.type == RecordType.LMQ_REMOVAL:
             for name, _ in record.dispatch:
                 raw = name.encode()
@@ -165,12 +159,34 @@ class _Replayer:
         if self.pending >= _REPLAY_BATCH:
             self.flush(record.next_position)
 
+    def _entries(
+        self, batch: IndexBatch, record: Record, position: int, size: int, body: int,
+        thash: int,
+    ) -> None:
+        """Put the index entries of ``record``'s dispatch list, pointing at the record
+        at ``position`` (the record itself, or for a timer fire the delayed record)."""
+        pending = Pending()
+        for name, offset in record.dispatch:
+            meta = self.parts.lmqs.meta_for_write(name, record.store_ms, batch, pending)
+            if meta.next_offset > offset:
+                continue  # already in the index (replay is idempotent)
+            if meta.next_offset == meta.min_offset:
+                meta.min_position = position
+                meta.min_offset = offset  # an LMQ first seen mid-log starts here
+            batch.put_entry(meta.id, offset, position, size, body, thash, record.store_ms)
+            meta.next_offset = offset + 1
+            meta.bytes += body
+            meta.last_write_ms = max(meta.last_write_ms, record.store_ms)
+            self.dirty[meta.id] = meta
+            self.entries += 1
+
     def flush(self, dispatched_to: int) -> None:
         lmqs = self.parts.lmqs
         if self.batch is None:
             self.batch = self.parts.index.new_batch()
         for meta in self.dirty.values():
             self.batch.put_meta(meta)
+        self.parts.timers.flush_counts(self.batch)
         self.batch.put_checkpoint(lmqs.checkpoint(dispatched_to))
         self.batch.commit()
         self.batch = None
@@ -277,6 +293,7 @@ def _reset_index(parts: StoreParts, report: RecoveryReport, reason: str) -> None
     parts.index.reset()
     parts.lmqs.reset(parts.log.min_position)
     parts.tail.clear_hot()  # keyed by LMQ ids, which the rebuild assigns anew
+    parts.timers.load()  # the timer index went with the index; the replay refills it
     report.index_rebuilt = True
     report.rebuild_reason = reason
 
@@ -379,7 +396,13 @@ def verify_log(
         return report
     ids: dict[str, int | None] = {}
     for item in clog.scan(end=min(end, dispatched_to), skip_damage=True):
-        if isinstance(item, ScanStop) or item.type != RecordType.MESSAGE:
+        if isinstance(item, ScanStop) or item.delayed:
+            continue  # a delayed record's list names targets and due times, not entries
+        if item.type == RecordType.TIMER_FIRE:
+            target = fire_entry_fields(item)[0]  # a fire's entries point at the delayed record
+        elif item.type == RecordType.MESSAGE:
+            target = item.position
+        else:
             continue
         for name, offset in item.dispatch:
             if removed_at.get(name, -1) > item.position:
@@ -398,9 +421,9 @@ def verify_log(
                 meta = index.meta(lmq_id)
                 if meta is not None and meta.min_offset <= offset < meta.next_offset:
                     problem(f"index entry missing: {name!r} offset {offset}")
-            elif entry.position != item.position:
+            elif entry.position != target:
                 problem(
                     f"index entry {name!r} offset {offset} points at {entry.position},"
-                    f" the log has it at {item.position}"
+                    f" the log has it at {target}"
                 )
     return report

@@ -48,6 +48,7 @@ from broker_core.record import Message, Record, RecordType, peek_size
 from broker_core.recovery import RecoveryReport
 from broker_core.results import AppendResult, LmqInfo, PullResult, StoredMessage
 from broker_core.tail_cache import TailCache
+from broker_core.timers import CANCELLED, PendingTimer, Timers, delay_level_ms
 
 __all__ = [
     "AppendResult", "Listener", "LmqInfo", "MessageStore", "PullResult", "StoredMessage",
@@ -93,6 +94,9 @@ class MessageStore:
             self.log, self.index, self.lmq_table, self.tail, self.listeners, config, self.keys
         )
         self.reader = Reader(self.log, self.index, self.lmq_table, self.tail, config)
+        self.timers = Timers(
+            self.log, self.index, self.lmq_table, self.keys, self.tail, config
+        )
         self.flusher: Flusher | None = None
         #: What opening found and repaired (set by :meth:`open`).
         self.recovery: RecoveryReport | None = None
@@ -130,7 +134,7 @@ class MessageStore:
     def _parts(self) -> StoreParts:
         return StoreParts(
             self.log, self.index, self.state, self.lmq_table, self.tail, self.locks,
-            self.config, self.keys,
+            self.config, self.keys, self.timers,
         )
 
     def __enter__(self) -> MessageStore:
@@ -219,6 +223,103 @@ class MessageStore:
         with self.locks.append:
             self.locks.check_open()
             return LmqInfo.of(self.dispatcher.create_lmq_locked(name))
+
+    # -- timers (see broker_core.timers) -----------------------------------------------
+
+    def append_delayed(
+        self, message: Message, lmqs: Sequence[str], due_ms: int, *, wait: bool = True
+    ) -> AppendResult:
+        """Append one delayed message: stored now, dispatched to ``lmqs`` (all of them,
+        atomically) once the wall clock reaches ``due_ms`` (epoch ms) and
+        :meth:`fire_timers` runs. Its ``position`` names it for :meth:`cancel_timer`
+        and :meth:`reschedule_timer`; ``offsets`` is empty (assigned at the fire). A due
+        time already past fires at the next :meth:`fire_timers`. Raises
+        :class:`~broker_core.timers.DelayTooLong` past ``max_timer_delay_ms``, and the
+        errors of :meth:`append_batch`, with nothing stored."""
+        return self.append_delayed_batch([(message, lmqs, due_ms)], wait=wait)[0]
+
+    def append_delayed_batch(
+        self, items: Sequence[tuple[Message, Sequence[str], int]], *, wait: bool = True
+    ) -> list[AppendResult]:
+        """:meth:`append_delayed` for several messages, in one log write and one index
+        batch (all or none)."""
+        cfg = self.config
+        for message, lmqs, _ in items:
+            if len(message.body) > cfg.max_message_bytes:
+                raise MessageTooLarge(len(message.body), cfg.max_message_bytes)
+            if len(lmqs) > cfg.max_fanout:
+                raise StoreError(
+                    f"fan-out of {len(lmqs)} LMQs exceeds the maximum of {cfg.max_fanout}"
+                )
+        with self.locks.append:
+            self.locks.check_open()
+            results = self.timers.append_locked(items, now_ms())
+        if wait and results and cfg.durability == Durability.SYNC:
+            self.acknowledged(results[-1].end).result()
+        return results
+
+    def delay_level_due(self, level: int, now: int | None = None) -> int:
+        """The due time (epoch ms) of RocketMQ delay ``level`` from ``now``
+        (``StoreConfig.delay_levels``; level 1 is the first, past the last is the last)."""
+        return (now_ms() if now is None else now) + delay_level_ms(self.config.delay_levels, level)
+
+    def cancel_timer(self, position: int, *, wait: bool = True) -> bool:
+        """Cancel the pending timer of the delayed record at ``position``: it is never
+        dispatched. False if none is pending there (fired, cancelled, or not delayed)."""
+        return self._change_timer(position, CANCELLED, wait)
+
+    def reschedule_timer(self, position: int, due_ms: int, *, wait: bool = True) -> bool:
+        """Move the pending timer of the record at ``position`` to ``due_ms``. False if
+        none is pending there; :class:`~broker_core.timers.DelayTooLong` past the
+        maximum delay."""
+        return self._change_timer(position, due_ms, wait)
+
+    def _change_timer(self, position: int, due_ms: int, wait: bool) -> bool:
+        with self.locks.append:
+            self.locks.check_open()
+            changed = self.timers.change_locked(position, due_ms, now_ms())
+            end = self.log.end
+        if changed is not None and wait and self.config.durability == Durability.SYNC:
+            self.acknowledged(end).result()
+        return changed is not None
+
+    def pending_timer(self, position: int) -> PendingTimer | None:
+        """The pending timer of the delayed record at ``position``, or None."""
+        return self.timers.due_of(position)
+
+    def pending_timers(self, topic: str | None = None) -> int:
+        """Pending timers of ``topic`` (every topic if None): a counter, not a scan."""
+        return self.timers.pending(topic)
+
+    def next_timer_due(self) -> int | None:
+        """The earliest pending due time (epoch ms), or None: when to call
+        :meth:`fire_timers` next."""
+        return self.timers.next_due()
+
+    def fire_timers(self, now: int | None = None, max_count: int | None = None) -> int:
+        """Dispatch every timer due by ``now`` (epoch ms, default the store clock), in
+        due order, a page (``StoreConfig.timer_page``) per log write and index batch,
+        the append lock released between pages; at most ``max_count`` if given. The
+        gateway's housekeeping calls it (at :meth:`next_timer_due`). Returns how many
+        fired; listeners of the LMQs are notified."""
+        fired = 0
+        page = self.config.timer_page
+        at = now_ms() if now is None else now
+        while max_count is None or fired < max_count:
+            limit = page if max_count is None else min(page, max_count - fired)
+            with self.locks.append:
+                self.locks.check_open()
+                count, touched = self.timers.fire_locked(at, limit)
+                end = self.log.end
+            if count == 0:
+                break
+            fired += count
+            if self.config.durability == Durability.SYNC:
+                self.acknowledged(end).result()
+            self.listeners.notify_metas(touched)
+            if count < limit:
+                break
+        return fired
 
     # -- notification ------------------------------------------------------------------
 

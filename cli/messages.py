@@ -47,11 +47,14 @@ def record_dict(record: Record, found_by: str) -> dict[str, Any]:
     queues = []
     others = []
     for lmq, offset in record.dispatch:
+        # a delayed record's list names its LMQs with the due time, not offsets (their
+        # offsets are assigned when its timer fires)
+        at = None if record.delayed else offset
         parsed = parse_queue_lmq(lmq)
         if parsed is None:
-            others.append({"lmq": lmq, "offset": offset})
+            others.append({"lmq": lmq, "offset": at})
         else:
-            queues.append({"topic": parsed[0], "queue_id": parsed[1], "queue_offset": offset})
+            queues.append({"topic": parsed[0], "queue_id": parsed[1], "queue_offset": at})
     try:
         body: dict[str, Any] = {"body": record.body.decode("utf-8")}
     except UnicodeDecodeError:
@@ -66,6 +69,8 @@ def record_dict(record: Record, found_by: str) -> dict[str, Any]:
         "born_ms": record.born_ms,
         "origin": record.origin,
         "queues": queues,
+        # a delayed message: when it is (or was) due for delivery, epoch ms
+        "delayed_until": record.dispatch[0][1] if record.delayed and record.dispatch else None,
         "other_lmqs": others,
         "properties": {k: v.decode("utf-8", "replace") for k, v in record.properties.items()},
         "body_bytes": len(record.body),
@@ -78,6 +83,8 @@ def echo_record(data: dict[str, Any]) -> None:
     click.echo(f"topic:      {data['topic']}" + (f"  tag {data['tag']}" if data["tag"] else ""))
     click.echo(f"stored:     {_time(data['store_ms'])}  born {_time(data['born_ms'])}"
                f"  from {data['origin'] or '-'} ({data['protocol']})")
+    if data.get("delayed_until") is not None:
+        click.echo(f"delayed:    until {_time(data['delayed_until'])}")
     for q in data["queues"]:
         click.echo(f"queue:      {q['topic']} #{q['queue_id']} offset {q['queue_offset']}")
     for other in data["other_lmqs"]:

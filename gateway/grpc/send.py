@@ -12,8 +12,15 @@ topic joined with the message's ``mqttSecondTopic`` user property, like a remoti
 Checks, with the proxy's codes: the topic (ILLEGAL_TOPIC, TOPIC_NOT_FOUND, FORBIDDEN for
 a topic not writable or the ACL), each message (:func:`protocol.grpc.messages.decode_message`:
 body size, properties, tag, keys, id, group), and the message type against the topic's
-(MESSAGE_PROPERTY_CONFLICT_WITH_TYPE). DELAY and TRANSACTION messages are refused with
+(MESSAGE_PROPERTY_CONFLICT_WITH_TYPE). TRANSACTION messages are refused with
 UNSUPPORTED until the message-types issue, as remoting refuses them.
+
+DELAY messages (a delivery timestamp, on a topic of type DELAY) are stored once, now,
+as the store's durable timers (``MessageStore.append_delayed_batch``) and dispatched to
+the queue's LMQ (and the MQTT/AMQP routes) at the delivery time, to the millisecond; a
+time past ``StoreConfig.max_timer_delay_ms`` is ILLEGAL_DELIVERY_TIME. Their entries
+carry offset 0 (the queue offset is assigned when they fire) and a ``recall_handle``
+(``lmq:<log position>``) for RecallMessage (:mod:`gateway.grpc.transactions`).
 
 Durability: the response is built only when the store acknowledges the append under the
 configured durability (after the covering fsync in sync mode). Its entries are
@@ -31,7 +38,7 @@ from typing import TYPE_CHECKING
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core import Durability, MessageTooLarge, StorageFull, StoreError
+from broker_core import DelayTooLong, Durability, MessageTooLarge, StorageFull, StoreError
 from gateway.grpc.records import RESERVED, parse_peer, to_store, writable_topic
 from lmq.rocketmq import MQTT_SECOND_TOPIC, MessageType, queue_lmq
 from protocol.grpc import Code, StatusError, ok
@@ -93,6 +100,8 @@ def _failure(exc: BaseException) -> StatusError:
         return exc
     if isinstance(exc, MessageTooLarge):
         return StatusError(Code.MESSAGE_BODY_TOO_LARGE, str(exc))
+    if isinstance(exc, DelayTooLong):
+        return StatusError(Code.ILLEGAL_DELIVERY_TIME, str(exc))
     if isinstance(exc, StorageFull):
         return StatusError(Code.INTERNAL_SERVER_ERROR, f"the store is full: {exc}")
     if isinstance(exc, StoreError):
@@ -131,7 +140,7 @@ async def send_message(
                 Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                 f"message {index}: the message type {kind.value} does not match the type"
                 f" {config.message_type.value} of topic {topic}")
-        if kind in (MessageType.DELAY, MessageType.TRANSACTION):
+        if kind == MessageType.TRANSACTION:
             raise StatusError(
                 Code.UNSUPPORTED,
                 f"{kind.value} messages are not supported by LMQ Gateway yet")
@@ -145,6 +154,8 @@ async def send_message(
         (to_store(one, born_host=born),
          [lmq, *route(topic, one.properties.get(MQTT_SECOND_TOPIC, ""))])
         for one in incoming]
+    if config.message_type == MessageType.DELAY:
+        return await _send_delayed(call, incoming, items)
     try:
         if len(items) == 1:
             results = [await front.publisher.submit(*items[0])]
@@ -163,6 +174,38 @@ async def send_message(
             service_pb2.SendResultEntry(
                 status=ok(), message_id=one.message_id, transaction_id="",
                 offset=result.offsets[0])
+            for one, result in zip(incoming, results, strict=True)
+        ],
+    )
+
+
+#: The prefix of the recall handles this gateway gives (the record's log position follows).
+RECALL_PREFIX = "lmq:"
+
+
+async def _send_delayed(
+    call: Call, incoming: list[Incoming], items: list[tuple[Message, list[str]]]
+) -> service_pb2.SendMessageResponse:
+    """Store DELAY messages as the store's timers (one append for the request: all or
+    none), answered once durable; the gateway's timer firing is armed at the earliest."""
+    front = call.front
+    store = front.store
+    delayed = [(msg, lmqs, one.delivery_ms or 0)
+               for (msg, lmqs), one in zip(items, incoming, strict=True)]
+    try:
+        results = store.append_delayed_batch(delayed, wait=False)
+        if store.config.durability == Durability.SYNC:
+            await asyncio.wrap_future(store.acknowledged(results[-1].end))
+    except Exception as exc:
+        log.info("gRPC delayed send refused: %s", exc, extra=call.log_fields())
+        raise _failure(exc) from None
+    front.ctx.rocketmq.timers.arm(min(due for _, _, due in delayed))
+    return service_pb2.SendMessageResponse(
+        status=ok(),
+        entries=[
+            service_pb2.SendResultEntry(
+                status=ok(), message_id=one.message_id, transaction_id="", offset=0,
+                recall_handle=f"{RECALL_PREFIX}{result.position}")
             for one, result in zip(incoming, results, strict=True)
         ],
     )

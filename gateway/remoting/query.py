@@ -41,7 +41,8 @@ def queue_of(record: Record, topic: str | None = None) -> tuple[str, int, int]:
     for lmq, offset in record.dispatch:
         parsed = parse_queue_lmq(lmq)
         if parsed is not None and (topic is None or parsed[0] == topic):
-            return parsed[0], parsed[1], offset
+            # a delayed record names its queues with its due time: offset not known here
+            return parsed[0], parsed[1], 0 if record.delayed else offset
     return topic or split_mqtt_topic(record.topic)[0], 0, 0
 
 

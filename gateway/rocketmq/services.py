@@ -25,6 +25,7 @@ from gateway.rocketmq.groups import GroupRegistry
 from gateway.rocketmq.pop_service import PopService, Submit
 from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService, level_lmq
 from gateway.rocketmq.sendback import DEFAULT_MAX_RECONSUME_TIMES, SendBackService
+from gateway.rocketmq.timer_service import TimerFiring
 from gateway.rocketmq.topics import TopicRegistry
 from lmq.rocketmq import BROKER_NAME, TopicConfig
 
@@ -54,6 +55,8 @@ class RocketMQServices:
         self.sendback = SendBackService(
             store, self.schedule, submit, ensure_topic=topics.ensure, max_times=self.max_times
         )
+        #: The store's durable timers (delayed messages), fired at their due times.
+        self.timers = TimerFiring(store, loop)
 
     def queue_count(self, topic: str) -> int | None:
         """The topic's read queues; None when there is no such topic."""
@@ -86,7 +89,9 @@ class RocketMQServices:
         for name in self.groups.names():
             self.pop.adopt(name)
         self.pop.arm_revive()
+        self.timers.start()
 
     def stop(self) -> None:
         self.schedule.stop()
         self.pop.stop()
+        self.timers.stop()

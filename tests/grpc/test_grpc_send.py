@@ -1,6 +1,6 @@
 """SendMessage against a real ``lmq serve`` with raw grpc.aio stubs: the response entries,
 durability of what it says is stored, batches, the topic and message checks with the
-proxy's codes, and DELAY/TRANSACTION refused until issue 17."""
+proxy's codes, and TRANSACTION refused until issue 17 (DELAY: test_grpc_delay.py)."""
 
 from __future__ import annotations
 
@@ -111,9 +111,6 @@ async def test_send_checks(tmp_path: Path) -> None:
             ([message("t1", b"x", kind=pb.FIFO)], Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
             ([message("t1", b"x", group="g", kind=pb.FIFO)],
              Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-            ([message("delayed", b"x", kind=pb.DELAY,
-                      delivery_timestamp=pb.google_dot_protobuf_dot_timestamp__pb2.Timestamp(
-                          seconds=2_000_000_000))], Code.UNSUPPORTED),
             ([message("tx", b"x", kind=pb.TRANSACTION)], Code.UNSUPPORTED),
             ([message("t1", b"x")] * 1025, Code.PAYLOAD_TOO_LARGE),
         ]
