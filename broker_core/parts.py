@@ -17,6 +17,7 @@ from broker_core.key_index import KeyIndex
 from broker_core.lmq_table import LmqTable
 from broker_core.locks import StoreLocks
 from broker_core.tail_cache import TailCache
+from broker_core.transactions import TransactionTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,3 +30,5 @@ class StoreParts:
     locks: StoreLocks
     config: StoreConfig
     keys: KeyIndex
+    #: Pending and ended transactions (broker_core.transactions).
+    txns: TransactionTable

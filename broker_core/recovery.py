@@ -126,22 +126,10 @@ class _Replayer:
                     batch.put_raw, record.topic, record.properties, record.position,
                     record.store_ms, parts.log.segment_base(record.position),
                 )
-            pending = Pending()
-            for name, offset in record.dispatch:
-                meta = parts.lmqs.meta_for_write(name, record.store_ms, batch, pending)
-                if meta.next_offset > offset:
-                    continue  # already in the index (replay is idempotent)
-                if meta.next_offset == meta.min_offset:
-                    meta.min_position = record.position
-                    meta.min_offset = offset  # an LMQ first seen mid-log starts here
-                batch.put_entry(
-                    meta.id, offset, record.position, record.size, body, thash, record.store_ms
-                )
-                meta.next_offset = offset + 1
-                meta.bytes += body
-                meta.last_write_ms = max(meta.last_write_ms, record.store_ms)
-                self.dirty[meta.id] = meta
-                self.entries += 1
+            self._entries(
+                batch, record.dispatch, record.position, record.size, body, thash,
+                record.store_ms,
+            )
         elif record.type == RecordType.LMQ_REMOVAL:
             for name, _ in record.dispatch:
                 raw = name.encode()
@@ -160,10 +148,47 @@ class _Replayer:
             self.records += 1
             self.flush(record.next_position)
             return
+        elif record.type in (RecordType.TXN_HALF, RecordType.TXN_CONTROL):
+            # transactions: the table's keys go into this batch; a commit (or dead
+            # letter) puts the entries of its dispatch list, pointing at the half record
+            half = parts.txns.apply(record, batch)
+            if half is not None:
+                self._entries(
+                    batch, record.dispatch, half.position, half.size, half.body_size,
+                    half.tag_hash, record.store_ms,
+                )
         self.records += 1
         self.pending += 1
         if self.pending >= _REPLAY_BATCH:
             self.flush(record.next_position)
+
+    def _entries(
+        self,
+        batch: IndexBatch,
+        dispatch: tuple[tuple[str, int], ...],
+        position: int,
+        size: int,
+        body: int,
+        thash: int,
+        store_ms: int,
+    ) -> None:
+        """Put the index entries of one dispatch list, each pointing at the record at
+        ``position`` (skipping those already in the index: replay is idempotent)."""
+        parts = self.parts
+        pending = Pending()
+        for name, offset in dispatch:
+            meta = parts.lmqs.meta_for_write(name, store_ms, batch, pending)
+            if meta.next_offset > offset:
+                continue  # already in the index (replay is idempotent)
+            if meta.next_offset == meta.min_offset:
+                meta.min_position = position
+                meta.min_offset = offset  # an LMQ first seen mid-log starts here
+            batch.put_entry(meta.id, offset, position, size, body, thash, store_ms)
+            meta.next_offset = offset + 1
+            meta.bytes += body
+            meta.last_write_ms = max(meta.last_write_ms, store_ms)
+            self.dirty[meta.id] = meta
+            self.entries += 1
 
     def flush(self, dispatched_to: int) -> None:
         lmqs = self.parts.lmqs
@@ -211,6 +236,7 @@ def recover(parts: StoreParts) -> RecoveryReport:
         cp = Checkpoint(clog.min_position, lmqs.next_id, clog.min_position)
     lmqs.cleaned_to = max(cp.cleaned_to, lmqs.cleaned_to)
     report.replay_from = cp.dispatched_to
+    parts.txns.load()  # pending transactions as of the checkpoint; replay brings them on
     # Passes 3 and 4: scan, skip or truncate, redispatch.
     replayer = _Replayer(parts, remove_state=not report.index_rebuilt)
     position = cp.dispatched_to
@@ -277,6 +303,7 @@ def _reset_index(parts: StoreParts, report: RecoveryReport, reason: str) -> None
     parts.index.reset()
     parts.lmqs.reset(parts.log.min_position)
     parts.tail.clear_hot()  # keyed by LMQ ids, which the rebuild assigns anew
+    parts.txns.clear()  # its keys were in the index; the replay puts them back
     report.index_rebuilt = True
     report.rebuild_reason = reason
 
