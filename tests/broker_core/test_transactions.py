@@ -281,3 +281,52 @@ def test_recovery_reproduces_state(tmp_path_factory, sequence):
                 assert bodies(s, name) == expect
     finally:
         s.close()
+
+
+# -- kill -9 ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+def test_commits_survive_sigkill_exactly_once(tmp_path, seed):
+    from . import killed_writer, txn_writer
+
+    writer = Path(txn_writer.__file__)
+    halves: dict[int, bytes] = {}
+    committed: dict[int, set[str]] = {}
+    rolled_back: set[int] = set()
+    for round_ in range(3):
+        for line in killed_writer.run_and_kill(writer, tmp_path, seed * 10 + round_,
+                                               run_for=0.5 + 0.3 * round_):
+            kind, pos, rest = (line.split() + [""])[:3]
+            if kind == "HALF":
+                halves[int(pos)] = rest.encode()
+            elif kind == "COMMIT":
+                committed[int(pos)] = set(rest.split(","))
+            elif kind == "ROLLBACK":
+                rolled_back.add(int(pos))
+    assert len(committed) > 20 and rolled_back
+    with MessageStore.open(tmp_path, txn_writer.CONFIG) as s:
+        seen: dict[str, list[int]] = {}
+        for name in txn_writer.NAMES:
+            info = s.lmq(name)
+            msgs = s.pull(name, 0, max_count=100_000, max_bytes=1 << 40).messages if info else []
+            seen[name] = [m.record.position for m in msgs]
+            assert len(seen[name]) == len(set(seen[name])), "a half delivered twice"
+        for pos, lmqs in committed.items():  # acknowledged commits: delivered, once
+            for name in lmqs:
+                assert seen[name].count(pos) == 1, (pos, name)
+            assert s.end_transaction(pos, True).outcome == Outcome.ALREADY_COMMITTED
+        for name, positions in seen.items():
+            for pos in positions:  # nothing delivered without a commit in the log
+                assert pos not in rolled_back
+                if pos not in committed:  # committed, not acknowledged before the kill
+                    assert s.end_transaction(pos, False).outcome == Outcome.ALREADY_COMMITTED
+        for pos in rolled_back:
+            assert s.end_transaction(pos, True).outcome == Outcome.ALREADY_ROLLED_BACK
+        # what is left pending is a half whose end was never acknowledged, and it is
+        # checked back after the restart
+        pending = {t.position for t in s.pending_transactions()}
+        assert not pending & (set(committed) | rolled_back)
+        assert {t.position for t in s.transaction_checks_due(now=1 << 62)} == pending
+        assert verify(s).ok
