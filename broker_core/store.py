@@ -287,6 +287,12 @@ class MessageStore:
     def pending_transaction(self, position: int) -> PendingTransaction | None:
         return self.txns.pending.get(position)
 
+    def transaction_outcome(self, position: int) -> Outcome | None:
+        """How the half message at ``position`` ended (an ``ALREADY_*`` outcome), or
+        None if it is pending or unknown (its outcome is forgotten with its segment)."""
+        ended = self.txns.ended(position)
+        return None if ended is None else ALREADY[ended[0]]
+
     def transaction_checks_due(
         self, now: int | None = None, limit: int = 1000
     ) -> list[PendingTransaction]:

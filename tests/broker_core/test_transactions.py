@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker_core import Message, MessageStore, StoreConfig
+from broker_core import Message, MessageStore
+from broker_core.errors import StorageFull
 from broker_core.record import RecordType
 from broker_core.recovery import verify
 from broker_core.transactions import GROUP_PROPERTY, IMMUNITY_PROPERTY, Outcome
@@ -49,27 +50,29 @@ def test_half_is_not_readable_until_commit(store):
     assert store.pending_transactions() == []
 
 
-def test_commit_is_atomic_over_all_lmqs(store):
-    """Both LMQs gain the entry in one WriteBatch: a reader polling both never sees one
-    without the other (checked on the index: both entries exist or neither)."""
+def test_commit_is_atomic_over_all_lmqs(store, monkeypatch):
+    """One WriteBatch holds every LMQ's entry: a commit whose index write fails leaves
+    the message in none of them (and still pending); the retry puts it in all, at the
+    same log position."""
     lmqs = [f"q{i}" for i in range(20)]
     half = store.append_half(Message(topic="t", body=b"x"), lmqs, "pg")
-    seen: list[int] = []
-    stop = threading.Event()
+    end = store.log_end
+    real_write = store.index.write
 
-    def poll() -> None:
-        while not stop.is_set():
-            counts = [(store.lmq(n).messages if store.lmq(n) else 0) for n in lmqs]
-            seen.append(len(set(counts)))
+    def failing_write(wb):
+        raise StorageFull("injected: the disk is full")
 
-    t = threading.Thread(target=poll)
-    t.start()
-    store.end_transaction(half.position, commit=True)
-    stop.set()
-    t.join()
-    assert all(bodies(store, n) == [b"x"] for n in lmqs)
-    # reads of the metadata are not one snapshot, so this only shows the end state;
-    # atomicity itself is the single WriteBatch (see test_recovery_reproduces_state)
+    monkeypatch.setattr(store.index, "write", failing_write)
+    with pytest.raises(StorageFull):
+        store.end_transaction(half.position, commit=True)
+    monkeypatch.setattr(store.index, "write", real_write)
+    assert all(store.lmq(n) is None or bodies(store, n) == [] for n in lmqs)
+    assert store.log_end == end  # the control record was cut off again
+    assert [p.position for p in store.pending_transactions()] == [half.position]
+    assert store.end_transaction(half.position, commit=True).outcome == Outcome.COMMITTED
+    for n in lmqs:
+        got = store.read_at(n, 0)
+        assert got is not None and got.record.position == half.position
 
 
 def test_rollback_never_delivers(store):
@@ -193,7 +196,7 @@ def test_retention_keeps_pending_halves(tmp_path):
     cfg = replace(SMALL, retention_ms=0, retention_bytes=64 * 1024)
     with MessageStore.open(tmp_path / "d", cfg) as s:
         h = s.append_half(Message(topic="t", body=b"pending"), ["a"], "pg")
-        for i in range(200):
+        for _ in range(200):
             s.append(Message(topic="t", body=bytes(8000)), ["filler"])
         report = s.apply_retention()
         assert report.segments_removed == 0  # the half is in the first segment
@@ -317,7 +320,7 @@ def test_commits_survive_sigkill_exactly_once(tmp_path, seed):
             for name in lmqs:
                 assert seen[name].count(pos) == 1, (pos, name)
             assert s.end_transaction(pos, True).outcome == Outcome.ALREADY_COMMITTED
-        for name, positions in seen.items():
+        for positions in seen.values():
             for pos in positions:  # nothing delivered without a commit in the log
                 assert pos not in rolled_back
                 if pos not in committed:  # committed, not acknowledged before the kill
