@@ -356,7 +356,7 @@ class TransactionWriter:
                                     dispatch=dispatch or pairs, record_type=rtype)
                 size = len(raw)
                 if len(buf) + size > room:
-                    buf, room = d._room_for(buf, size, seg_room)
+                    buf, room = d.room_for(buf, size, seg_room)
                 buf += raw
                 record = decode_record(bytes(raw), pos)
                 half = table.apply(record, batch)
@@ -376,7 +376,7 @@ class TransactionWriter:
             batch.put_checkpoint(lmqs.checkpoint(pos))
             batch.commit()
         except BaseException:
-            d._undo(pending)
+            d.undo(pending)
             table.load()  # the in-memory table back to the keys as they were
             raise
         lmqs.trim()

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
+from broker_core import PendingTransaction
 from broker_core.clock import now_ms
-from broker_core.transactions import PendingTransaction
 from cli.context import data_dir_option, open_store
 
 
