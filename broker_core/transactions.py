@@ -238,11 +238,11 @@ class TransactionTable:
         return out
 
     def iter_pending(self) -> Iterator[PendingTransaction]:
-        """Pending halves, oldest first."""
-        for position in sorted(self.pending):
-            txn = self.pending.get(position)
-            if txn is not None:
-                yield txn
+        """Pending halves, oldest first (a copy taken at once: any thread may call it
+        while an append changes the dict)."""
+        snapshot = self.pending.copy()
+        for position in sorted(snapshot):
+            yield snapshot[position]
 
     def trim(self, log_min: int) -> None:
         """Forget the outcomes of halves below ``log_min`` (their segments are gone)."""

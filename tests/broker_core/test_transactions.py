@@ -75,6 +75,23 @@ def test_commit_is_atomic_over_all_lmqs(store, monkeypatch):
         assert got is not None and got.record.position == half.position
 
 
+def test_commit_notifies_listeners_and_serves_the_hot_tail(store):
+    calls: list[tuple[str, int]] = []
+    store.create_lmq("a")
+    store.append(Message(topic="t", body=b"first"), ["b"])
+    store.add_listener("a", lambda lmq, nxt: calls.append((lmq, nxt)))
+    half = store.append_half(Message(topic="t", body=b"hot"), ["a", "b"], "pg")
+    assert calls == []
+    store.end_transaction(half.position, commit=True)
+    assert calls == [("a", 1)]
+    got = store.pull("a", 0).messages
+    assert [m.body for m in got] == [b"hot"]
+    # served from the hot tail, with the offsets the commit assigned (the half record in
+    # the log has offset 0 for every LMQ)
+    assert dict(got[0].record.dispatch) == {"a": 0, "b": 1}
+    assert [m.body for m in store.pull("b", 0).messages] == [b"first", b"hot"]
+
+
 def test_rollback_never_delivers(store):
     half = store.append_half(Message(topic="t", body=b"no"), ["a"], "pg")
     assert store.end_transaction(half.position, commit=False).outcome == Outcome.ROLLED_BACK
