@@ -40,6 +40,7 @@ from broker_core.key_index import has_legacy_entries
 from broker_core.lmq_table import Pending
 from broker_core.parts import StoreParts
 from broker_core.record import Record, RecordType
+from broker_core.transactions import control_half
 
 if TYPE_CHECKING:
     from broker_core.store import MessageStore
@@ -406,7 +407,13 @@ def verify_log(
         return report
     ids: dict[str, int | None] = {}
     for item in clog.scan(end=min(end, dispatched_to), skip_damage=True):
-        if isinstance(item, ScanStop) or item.type != RecordType.MESSAGE:
+        if isinstance(item, ScanStop):
+            continue
+        if item.type == RecordType.MESSAGE:
+            target = item.position
+        elif item.type == RecordType.TXN_CONTROL and item.dispatch:
+            target = control_half(item)  # a commit's entries point at its half record
+        else:
             continue
         for name, offset in item.dispatch:
             if removed_at.get(name, -1) > item.position:
@@ -425,9 +432,9 @@ def verify_log(
                 meta = index.meta(lmq_id)
                 if meta is not None and meta.min_offset <= offset < meta.next_offset:
                     problem(f"index entry missing: {name!r} offset {offset}")
-            elif entry.position != item.position:
+            elif entry.position != target:
                 problem(
                     f"index entry {name!r} offset {offset} points at {entry.position},"
-                    f" the log has it at {item.position}"
+                    f" the log has it at {target}"
                 )
     return report

@@ -292,6 +292,11 @@ class TransactionTable:
         return txn if action in (Action.COMMIT, Action.DEAD_LETTER) else None
 
 
+def control_half(record: Record) -> int:
+    """The position of the half message a ``TXN_CONTROL`` record is about."""
+    return int(CONTROL.unpack(record.body)[0])
+
+
 def control_message(txn: PendingTransaction, action: Action) -> Message:
     body = CONTROL.pack(txn.position, txn.size, txn.body_size, txn.tag_hash, action)
     return Message(topic=txn.topic, body=body)

@@ -350,3 +350,18 @@ def test_commits_survive_sigkill_exactly_once(tmp_path, seed):
         assert not pending & (set(committed) | rolled_back)
         assert {t.position for t in s.transaction_checks_due(now=1 << 62)} == pending
         assert verify(s).ok
+
+
+def test_verify_checks_commit_entries(store):
+    plain = store.append(Message(topic="t", body=b"p"), ["z"])
+    half = store.append_half(Message(topic="t", body=b"x"), ["a"], "pg")
+    store.end_transaction(half.position, commit=True)
+    assert verify(store).ok
+    meta = store.lmq("a")
+    batch = store.index.new_batch()  # damage: the entry points at another record
+    batch.put_entry(meta.id, 0, plain.position, plain.size, 1, 0, 0)
+    batch.commit()
+    problems = verify(store).problems
+    assert problems == [
+        f"index entry 'a' offset 0 points at {plain.position}, the log has it at {half.position}"
+    ]
