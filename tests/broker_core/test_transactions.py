@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker_core import Message, MessageStore
+from broker_core import Durability, Message, MessageStore
 from broker_core.errors import StorageFull
 from broker_core.record import RecordType
 from broker_core.recovery import verify
@@ -365,3 +365,19 @@ def test_verify_checks_commit_entries(store):
     assert problems == [
         f"index entry 'a' offset 0 points at {plain.position}, the log has it at {half.position}"
     ]
+
+
+def test_sync_commit_returns_only_when_durable(tmp_path):
+    """In sync durability the flusher fsyncs only when asked: an end that did not wait
+    for its control record would return with the durable position behind it."""
+    cfg = replace(SMALL, durability=Durability.SYNC)
+    with MessageStore.open(tmp_path / "d", cfg) as s:
+        assert s.flusher is not None
+        half = s.append_half(Message(topic="t", body=b"x"), ["a"], "pg")
+        assert s.flusher.durable_position >= half.end
+        first = s.end_transaction(half.position, commit=True)
+        assert s.flusher.durable_position >= first.control_end > half.end
+        other = s.append_half(Message(topic="t", body=b"y"), ["a"], "pg", wait=False)
+        rolled = s.end_transaction(other.position, commit=False)
+        assert s.flusher.durable_position >= rolled.control_end
+        assert s.end_transaction(half.position, True).control_end == first.control_end
