@@ -16,17 +16,21 @@ from broker_core.pop import PoppedMessage
 from broker_core.record import Message, Protocol, Record, RecordType
 from broker_core.store import AppendResult, LmqInfo, MessageStore, PullResult, StoredMessage
 from broker_core.timers import DelayTooLong
+from broker_core.transactions import EndResult, Outcome, PendingTransaction
 
 __all__ = [
     "AppendResult",
     "CorruptRecord",
     "DelayTooLong",
     "Durability",
+    "EndResult",
     "InvalidLmqName",
     "LmqInfo",
     "Message",
     "MessageStore",
     "MessageTooLarge",
+    "Outcome",
+    "PendingTransaction",
     "PoppedMessage",
     "Protocol",
     "PullResult",

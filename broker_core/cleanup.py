@@ -4,7 +4,8 @@
   as RocketMQ does) is older than ``retention_ms``, and more while the log is larger than
   ``retention_bytes``. The active segment is never removed. Then the index is trimmed:
   every LMQ drops its entries below the new log start and its ``min_offset`` moves up,
-  and the key index drops the keys of the removed records.
+  and the key index drops the keys of the removed records. A segment holding a pending
+  half message (:mod:`broker_core.transactions`) is never removed, nor any after it.
   Its ``next_offset`` never moves: cleaning never resets a live LMQ's offsets.
 - **LMQ removal** (``remove_lmqs``; the idle TTL and ``lmq topics clean`` use it) first
   appends an LMQ-removal control record to the log, so a replay removes the same LMQs at
@@ -64,8 +65,13 @@ def retain(parts: StoreParts, now_ms: int | None = None) -> RetentionReport:
         total = log.size_bytes
         keep_from = segments[-1]
         # never a segment holding a pending timer's record, or one fired within
-        # retention_ms (broker_core.timers)
+        # retention_ms (broker_core.timers); a pending half message pins its segment
+        # (and so every later one): its commit dispatches that record
+        # (broker_core.transactions)
         hold = parts.timers.retention_floor(int(now))
+        pinned = parts.txns.oldest_pending()
+        if pinned is not None:
+            hold = pinned if hold is None else min(hold, pinned)
         for seg in segments[:-1]:
             if hold is not None and seg.end > hold:
                 keep_from = seg
@@ -120,6 +126,7 @@ def trim_index(parts: StoreParts, log_min: int) -> int:
             batch.commit()
     # the key index's entries of the removed records, before the checkpoint says done
     parts.keys.trim(log_min)
+    parts.txns.trim(log_min)  # outcomes of the half messages removed
     with lock:
         lmqs.cleaned_to = log_min
         batch = index.new_batch()

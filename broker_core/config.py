@@ -84,6 +84,17 @@ class StoreConfig:
     #: timers are read from the index a page at a time, never all at once.
     timer_page: int = 1024
 
+    # Transactions (broker_core.transactions): the check-back schedule of half messages.
+    #: The first check of a half message is due this long after it was stored (or after
+    #: its ``CHECK_IMMUNITY_TIME_IN_SECONDS`` property, if longer).
+    txn_first_check_ms: int = 6_000
+    #: Between two checks of the same half message.
+    txn_check_interval_ms: int = 30_000
+    #: Checks after which an unresolved half message is dead-lettered, not checked again.
+    txn_max_checks: int = 15
+    #: The LMQ unresolved half messages go to after their last check (RocketMQ's topic).
+    txn_dead_letter_lmq: str = "TRANS_CHECK_MAX_TIME_TOPIC"
+
     def __post_init__(self) -> None:
         if self.segment_bytes < 64 * 1024:
             raise ValueError("segment_bytes must be at least 64 KiB")
@@ -95,5 +106,9 @@ class StoreConfig:
             raise ValueError("max_deliveries must be at least 1")
         if self.max_timer_delay_ms <= 0 or self.timer_page < 1:
             raise ValueError("max_timer_delay_ms and timer_page must be positive")
+        if self.txn_first_check_ms < 0 or self.txn_check_interval_ms <= 0:
+            raise ValueError("txn_first_check_ms must be >= 0, txn_check_interval_ms > 0")
+        if self.txn_max_checks < 0:
+            raise ValueError("txn_max_checks must be at least 0")
         if self.on_corrupt not in ("refuse", "skip"):
             raise ValueError(f"on_corrupt must be 'refuse' or 'skip', not {self.on_corrupt!r}")

@@ -122,7 +122,7 @@ class Dispatcher:
                     record = encode(pos, now, message, meta.wire1 + pack_offset(offset), rtype)
                     size = len(record)
                     if len(buf) + size > room:
-                        buf, room = self._room_for(buf, size, seg_room)
+                        buf, room = self.room_for(buf, size, seg_room)
                         seg_base = log_.active_base
                     buf += record
                     props = message.properties
@@ -168,7 +168,7 @@ class Dispatcher:
                 record = encode(pos, now, message, b"".join(parts), rtype)
                 size = len(record)
                 if len(buf) + size > room:
-                    buf, room = self._room_for(buf, size, seg_room)
+                    buf, room = self.room_for(buf, size, seg_room)
                     seg_base = log_.active_base
                 buf += record
                 if is_message:
@@ -213,13 +213,13 @@ class Dispatcher:
             batch.commit()
         except BaseException:
             self.tail.drop_young()
-            self._undo(pending)
+            self.undo(pending)
             raise
         lmqs.trim()
         self.tail.rotate()
         return results, list(touched.values())
 
-    def _room_for(self, buf: bytearray, size: int, seg_room: int) -> tuple[bytearray, int]:
+    def room_for(self, buf: bytearray, size: int, seg_room: int) -> tuple[bytearray, int]:
         """A record of ``size`` bytes does not fit behind ``buf`` in the active segment:
         write ``buf`` out, roll if need be; the new (empty) buffer and the room left."""
         if size > seg_room:
@@ -232,7 +232,7 @@ class Dispatcher:
             log_.roll()
         return buf, seg_room - log_.active_size
 
-    def _undo(self, pending: Pending) -> None:
+    def undo(self, pending: Pending) -> None:
         """Forget in-memory changes of a failed batch and cut its records off the log."""
         self.lmqs.undo(pending)
         self.tail.clear_records()  # positions past pending.start will be reused
@@ -257,7 +257,7 @@ class Dispatcher:
             batch.put_checkpoint(self.lmqs.checkpoint(end))
             batch.commit()
         except BaseException:
-            self._undo(pending)
+            self.undo(pending)
             raise
         return meta
 

@@ -18,6 +18,7 @@ from broker_core.lmq_table import LmqTable
 from broker_core.locks import StoreLocks
 from broker_core.tail_cache import TailCache
 from broker_core.timers import Timers
+from broker_core.transactions import TransactionTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,3 +32,5 @@ class StoreParts:
     config: StoreConfig
     keys: KeyIndex
     timers: Timers
+    #: Pending and ended transactions (broker_core.transactions).
+    txns: TransactionTable

@@ -28,6 +28,8 @@ are big-endian; strings are UTF-8 with a length prefix and no terminator.
 - ``type``: 1 = message, 2 = LMQ removal (a control record written by cleanup so that a
   replay of the log removes the same LMQs at the same point; its dispatch list names the
   removed LMQs with the next offset they had).
+  5 = transaction half message, 6 = transaction control record (commit, rollback, check,
+  dead letter): :mod:`broker_core.transactions` defines their contents.
 - ``prot``: the protocol that produced the message (0 internal, 1 MQTT, 2 AMQP).
 - ``flags``: bits 0-1 QoS, bit 2 retain, bit 3 (0x08) delayed.
 - Types 3 and 4 and the delayed flag are the durable timers (:mod:`broker_core.timers`,
@@ -85,6 +87,10 @@ class RecordType(enum.IntEnum):
     TIMER_FIRE = 3
     #: A timer cancelled or rescheduled (broker_core.timers).
     TIMER_CHANGE = 4
+    #: A half message: stored, not dispatched (broker_core.transactions).
+    TXN_HALF = 5
+    #: The end, a check or the dead-lettering of a half message (broker_core.transactions).
+    TXN_CONTROL = 6
 
 
 class Protocol(enum.IntEnum):

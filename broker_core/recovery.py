@@ -41,6 +41,7 @@ from broker_core.lmq_table import Pending
 from broker_core.parts import StoreParts
 from broker_core.record import Record, RecordType
 from broker_core.timers import fire_entry_fields
+from broker_core.transactions import control_half
 
 if TYPE_CHECKING:
     from broker_core.store import MessageStore
@@ -130,12 +131,17 @@ class _Replayer:
             if record.delayed:  # not dispatched: a timer (broker_core.timers)
                 parts.timers.replay(batch, record)
             else:
-                self._entries(batch, record, record.position, record.size, body, thash)
+                self._entries(
+                    batch, record.dispatch, record.position, record.size, body, thash,
+                    record.store_ms,
+                )
         elif record.type in (RecordType.TIMER_FIRE, RecordType.TIMER_CHANGE):
             # the timer index, and a fire's entries pointing at the delayed record
             parts.timers.replay(batch, record)
             if record.type == RecordType.TIMER_FIRE:
-                self._entries(batch, record, *fire_entry_fields(record))
+                self._entries(
+                    batch, record.dispatch, *fire_entry_fields(record), record.store_ms
+                )
         elif record.type == RecordType.LMQ_REMOVAL:
             for name, _ in record.dispatch:
                 raw = name.encode()
@@ -154,29 +160,45 @@ class _Replayer:
             self.records += 1
             self.flush(record.next_position)
             return
+        elif record.type in (RecordType.TXN_HALF, RecordType.TXN_CONTROL):
+            # transactions: the table's keys go into this batch; a commit (or dead
+            # letter) puts the entries of its dispatch list, pointing at the half record
+            half = parts.txns.apply(record, batch)
+            if half is not None:
+                self._entries(
+                    batch, record.dispatch, half.position, half.size, half.body_size,
+                    half.tag_hash, record.store_ms,
+                )
         self.records += 1
         self.pending += 1
         if self.pending >= _REPLAY_BATCH:
             self.flush(record.next_position)
 
     def _entries(
-        self, batch: IndexBatch, record: Record, position: int, size: int, body: int,
+        self,
+        batch: IndexBatch,
+        dispatch: tuple[tuple[str, int], ...],
+        position: int,
+        size: int,
+        body: int,
         thash: int,
+        store_ms: int,
     ) -> None:
-        """Put the index entries of ``record``'s dispatch list, pointing at the record
-        at ``position`` (the record itself, or for a timer fire the delayed record)."""
+        """Put the index entries of one dispatch list, each pointing at the record at
+        ``position`` (skipping those already in the index: replay is idempotent)."""
+        parts = self.parts
         pending = Pending()
-        for name, offset in record.dispatch:
-            meta = self.parts.lmqs.meta_for_write(name, record.store_ms, batch, pending)
+        for name, offset in dispatch:
+            meta = parts.lmqs.meta_for_write(name, store_ms, batch, pending)
             if meta.next_offset > offset:
                 continue  # already in the index (replay is idempotent)
             if meta.next_offset == meta.min_offset:
                 meta.min_position = position
                 meta.min_offset = offset  # an LMQ first seen mid-log starts here
-            batch.put_entry(meta.id, offset, position, size, body, thash, record.store_ms)
+            batch.put_entry(meta.id, offset, position, size, body, thash, store_ms)
             meta.next_offset = offset + 1
             meta.bytes += body
-            meta.last_write_ms = max(meta.last_write_ms, record.store_ms)
+            meta.last_write_ms = max(meta.last_write_ms, store_ms)
             self.dirty[meta.id] = meta
             self.entries += 1
 
@@ -227,6 +249,7 @@ def recover(parts: StoreParts) -> RecoveryReport:
         cp = Checkpoint(clog.min_position, lmqs.next_id, clog.min_position)
     lmqs.cleaned_to = max(cp.cleaned_to, lmqs.cleaned_to)
     report.replay_from = cp.dispatched_to
+    parts.txns.load()  # pending transactions as of the checkpoint; replay brings them on
     # Passes 3 and 4: scan, skip or truncate, redispatch.
     replayer = _Replayer(parts, remove_state=not report.index_rebuilt)
     position = cp.dispatched_to
@@ -294,6 +317,7 @@ def _reset_index(parts: StoreParts, report: RecoveryReport, reason: str) -> None
     parts.lmqs.reset(parts.log.min_position)
     parts.tail.clear_hot()  # keyed by LMQ ids, which the rebuild assigns anew
     parts.timers.load()  # the timer index went with the index; the replay refills it
+    parts.txns.clear()  # its keys were in the index; the replay puts them back
     report.index_rebuilt = True
     report.rebuild_reason = reason
 
@@ -398,10 +422,12 @@ def verify_log(
     for item in clog.scan(end=min(end, dispatched_to), skip_damage=True):
         if isinstance(item, ScanStop) or item.delayed:
             continue  # a delayed record's list names targets and due times, not entries
-        if item.type == RecordType.TIMER_FIRE:
-            target = fire_entry_fields(item)[0]  # a fire's entries point at the delayed record
-        elif item.type == RecordType.MESSAGE:
+        if item.type == RecordType.MESSAGE:
             target = item.position
+        elif item.type == RecordType.TIMER_FIRE:
+            target = fire_entry_fields(item)[0]  # a fire's entries point at the delayed record
+        elif item.type == RecordType.TXN_CONTROL and item.dispatch:
+            target = control_half(item)  # a commit's entries point at its half record
         else:
             continue
         for name, offset in item.dispatch:

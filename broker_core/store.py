@@ -31,7 +31,7 @@ from broker_core import cleanup, recovery
 from broker_core.clock import now_ms, tag_hash
 from broker_core.commit_log import CommitLog, ScanStop
 from broker_core.config import Durability, StoreConfig
-from broker_core.consume_queue import ConsumeQueueIndex
+from broker_core.consume_queue import ConsumeQueueIndex, LmqMeta
 from broker_core.consumer_state import ConsumerState, InflightKey
 from broker_core.dispatch import Dispatcher
 from broker_core.errors import MessageTooLarge, StoreClosed, StoreError, UnknownLmq
@@ -49,6 +49,15 @@ from broker_core.recovery import RecoveryReport
 from broker_core.results import AppendResult, LmqInfo, PullResult, StoredMessage
 from broker_core.tail_cache import TailCache
 from broker_core.timers import CANCELLED, PendingTimer, Timers, delay_level_ms
+from broker_core.transactions import (
+    ALREADY,
+    Action,
+    EndResult,
+    Outcome,
+    PendingTransaction,
+    TransactionTable,
+    TransactionWriter,
+)
 
 __all__ = [
     "AppendResult", "Listener", "LmqInfo", "MessageStore", "PullResult", "StoredMessage",
@@ -93,6 +102,8 @@ class MessageStore:
         self.dispatcher = Dispatcher(
             self.log, self.index, self.lmq_table, self.tail, self.listeners, config, self.keys
         )
+        self.txns = TransactionTable(self.index, config)
+        self.txn_writer = TransactionWriter(self.dispatcher, self.txns)
         self.reader = Reader(self.log, self.index, self.lmq_table, self.tail, config)
         self.timers = Timers(
             self.log, self.index, self.lmq_table, self.keys, self.tail, config
@@ -129,12 +140,14 @@ class MessageStore:
     ) -> MessageStore:
         """Open a snapshot of the store for reading (stats, listing, verify), without
         recovery and without the directory lock, so it works beside a running gateway."""
-        return cls(Path(data_dir), config or StoreConfig(), read_only=True)
+        store = cls(Path(data_dir), config or StoreConfig(), read_only=True)
+        store.txns.load()
+        return store
 
     def _parts(self) -> StoreParts:
         return StoreParts(
             self.log, self.index, self.state, self.lmq_table, self.tail, self.locks,
-            self.config, self.keys, self.timers,
+            self.config, self.keys, self.timers, self.txns,
         )
 
     def __enter__(self) -> MessageStore:
@@ -320,6 +333,104 @@ class MessageStore:
             if count < limit:
                 break
         return fired
+
+    # -- transactions (see broker_core.transactions) ------------------------------------
+
+    def append_half(
+        self, message: Message, lmqs: Sequence[str], producer_group: str, *, wait: bool = True
+    ) -> AppendResult:
+        """Store a half message meant for ``lmqs``, not dispatched: no reader sees it
+        until :meth:`end_transaction` commits it. Its id is ``result.position``. With
+        ``wait``, returns once it is durable as :meth:`append` does."""
+        cfg = self.config
+        if len(message.body) > cfg.max_message_bytes:
+            raise MessageTooLarge(len(message.body), cfg.max_message_bytes)
+        if len(lmqs) > cfg.max_fanout:
+            raise StoreError(f"fan-out of {len(lmqs)} LMQs exceeds the maximum of {cfg.max_fanout}")
+        with self.locks.append:
+            self.locks.check_open()
+            result = self.txn_writer.write_half_locked(message, lmqs, producer_group)
+        if wait and cfg.durability == Durability.SYNC:
+            self.acknowledged(result.end).result()
+        return result
+
+    def end_transaction(self, position: int, commit: bool, *, wait: bool = True) -> EndResult:
+        """Commit (dispatch the half message at ``position`` to all its LMQs at once, one
+        control record) or roll it back. Idempotent: a half already ended is not touched
+        again and the result says how it ended (``ALREADY_*``); ``UNKNOWN`` if there is
+        no half message there. With ``wait``, returns only once the deciding control
+        record is durable under the configured durability, the earlier one included."""
+        with self.locks.append:
+            self.locks.check_open()
+            txn = self.txns.pending.get(position)
+            if txn is None:
+                ended = self.txns.ended(position)
+                if ended is None:
+                    return EndResult(Outcome.UNKNOWN)
+                result = EndResult(ALREADY[ended[0]], ended[1])
+                touched: list[LmqMeta] = []
+            else:
+                action = Action.COMMIT if commit else Action.ROLLBACK
+                written, touched = self.txn_writer.write_controls_locked(
+                    [(txn, action, txn.lmqs if commit else ())]
+                )
+                outcome = Outcome.COMMITTED if commit else Outcome.ROLLED_BACK
+                result = EndResult(outcome, written[0][0].end)
+        self.listeners.notify_metas(touched)
+        if wait and self.config.durability == Durability.SYNC:
+            self.acknowledged(result.control_end).result()
+        return result
+
+    def pending_transactions(self) -> list[PendingTransaction]:
+        """Half messages not yet ended, oldest first."""
+        return list(self.txns.iter_pending())
+
+    def pending_transaction(self, position: int) -> PendingTransaction | None:
+        return self.txns.pending.get(position)
+
+    def transaction_outcome(self, position: int) -> Outcome | None:
+        """How the half message at ``position`` ended (an ``ALREADY_*`` outcome), or
+        None if it is pending or unknown (its outcome is forgotten with its segment)."""
+        ended = self.txns.ended(position)
+        return None if ended is None else ALREADY[ended[0]]
+
+    def transaction_checks_due(
+        self, now: int | None = None, limit: int = 1000
+    ) -> list[PendingTransaction]:
+        """The half messages whose check-back is due at ``now`` (epoch ms), at most
+        ``limit``, each with its check counted (a CHECK control record, written before
+        this returns, so a restart does not reset the count): the caller asks a
+        producer of ``txn.group`` about each. A half due after ``txn_max_checks``
+        checks is not returned: it goes to ``txn_dead_letter_lmq`` (a log line and
+        ``stats()["transactions_dead_lettered"]``)."""
+        cfg = self.config
+        at = now_ms() if now is None else now
+        with self.locks.append:
+            self.locks.check_open()
+            due = self.txns.due(at, limit)
+            if not due:
+                return []
+            ops = [
+                (t, Action.DEAD_LETTER, (cfg.txn_dead_letter_lmq,))
+                if t.checks >= cfg.txn_max_checks
+                else (t, Action.CHECK, ())
+                for t in due
+            ]
+            written, touched = self.txn_writer.write_controls_locked(ops)
+            checked = []
+            for (txn, action, _), (result, _half) in zip(ops, written, strict=True):
+                if action == Action.CHECK:
+                    checked.append(self.txns.pending[txn.position])
+                else:
+                    self.txns.dead_lettered += 1
+                    log.warning(
+                        "transaction half message at %d (producer group %r, topic %r) had"
+                        " %d checks unanswered: dead-lettered to %r at offset %d",
+                        txn.position, txn.group, txn.topic, txn.checks,
+                        cfg.txn_dead_letter_lmq, result.offsets[0],
+                    )
+        self.listeners.notify_metas(touched)
+        return checked
 
     # -- notification ------------------------------------------------------------------
 
@@ -667,6 +778,8 @@ class MessageStore:
             "index_disk_bytes": _du(self.data_dir / "index"),
             "state_disk_bytes": _du(self.data_dir / "state"),
             "cached_lmqs": len(self.lmq_table.cache),
+            "transactions_pending": len(self.txns.pending),
+            "transactions_dead_lettered": self.txns.dead_lettered,
         }
 
 

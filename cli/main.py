@@ -19,6 +19,7 @@ _GROUPS: dict[str, tuple[str, str]] = {
     "vhosts": ("cli.vhosts", "vhosts"),
     "groups": ("cli.groups", "groups"),
     "messages": ("cli.messages", "messages"),
+    "transactions": ("cli.transactions", "transactions"),
 }
 
 
