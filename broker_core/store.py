@@ -59,6 +59,9 @@ from broker_core.transactions import (
     TransactionWriter,
 )
 
+#: Record types that hold a message (a half message is delivered from its own record).
+_MESSAGE_TYPES = (RecordType.MESSAGE, RecordType.TXN_HALF)
+
 __all__ = [
     "AppendResult", "Listener", "LmqInfo", "MessageStore", "PullResult", "StoredMessage",
     "now_ms", "tag_hash",
@@ -556,7 +559,9 @@ class MessageStore:
     def record_at(self, position: int) -> Record | None:
         """The message record that starts at log ``position`` (RocketMQ's offsetMsgId
         names one), or None if no valid message record starts there (removed by
-        retention, past the end, inside a record, damaged, or a control record)."""
+        retention, past the end, inside a record, damaged, or a control record). A
+        transaction's half message is a message record: a committed one is delivered
+        from it, and a check-back shows it."""
         log_ = self.log
         if not log_.min_position <= position < log_.end:
             return None
@@ -567,7 +572,7 @@ class MessageStore:
             record = log_.read(position, size)
         except (StoreError, ValueError):
             return None
-        return record if record.type == RecordType.MESSAGE else None
+        return record if record.type in _MESSAGE_TYPES else None
 
     # -- consumer offsets --------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from gateway.grpc.clients import ClientRegistry
 from gateway.grpc.relay import RelayHandler
 from gateway.grpc.requests import register
 from gateway.grpc.service import MessagingService
+from gateway.grpc.transactions import TransactionChecks
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -88,6 +89,8 @@ class GrpcFrontEnd(FrontEnd):
         self.receives: dict[str, int] = {}
         self.max_receives = cfg.grpc_max_receives_per_client
         self.service = MessagingService(self)
+        #: Transaction check-backs to producers' Telemetry streams.
+        self.transaction_checks = TransactionChecks(self)
         self.server: grpc.aio.Server | None = None
         #: The internal listener's port (loopback), for the unified ports' hand-off.
         self.internal_port = 0
@@ -152,6 +155,7 @@ class GrpcFrontEnd(FrontEnd):
         await server.start()
         self.server = server
         self.ctx.spawn(self._sweep_loop(), "grpc-sweep")
+        self.ctx.spawn(self.transaction_checks.run(), "grpc-transaction-checks")
 
     def _bound(self, name: str, bound: int) -> None:
         self.bound.append((name, self.ctx.config.bind, bound))

@@ -34,11 +34,14 @@ from protocol.remoting.messages import offset_msg_id
 
 if TYPE_CHECKING:
     from gateway.grpc.call import Call
+    from gateway.grpc.frontend import GrpcFrontEnd
 
 __all__ = [
     "COMPRESSED",
     "RESERVED",
     "delivered",
+    "encode_record",
+    "gateway_store_host",
     "group_config",
     "parse_peer",
     "readable_topic",
@@ -71,16 +74,23 @@ def store_host(call: Call) -> tuple[str, int]:
     the offsetMsgId a message without a client id (UNIQ_KEY) is known by. The same
     address remoting uses, so such a message has one id on both protocols: the
     advertised address; else the address the client connected to on the unified port
-    (a relayed call); else (the dedicated gRPC port, whose local address grpcio does
-    not give) the unified port's address, loopback for a wildcard bind."""
+    (a relayed call); else :func:`gateway_store_host`."""
     front = call.front
+    if not front.advertised_address:
+        conn = call.connection
+        if conn is not None and conn.local_address is not None:
+            return conn.local_address
+    return gateway_store_host(front)
+
+
+def gateway_store_host(front: GrpcFrontEnd) -> tuple[str, int]:
+    """The store host without a connection (the dedicated gRPC port, whose local
+    address grpcio does not give; server commands): the advertised address, else the
+    unified port's address (loopback for a wildcard bind)."""
     text = front.advertised_address or ""
     host, _, port = text.rpartition(":")
     if host and port.isdigit():
         return host.strip("[]"), int(port)
-    conn = call.connection
-    if conn is not None and conn.local_address is not None:
-        return conn.local_address
     unified = front.ctx.introspection.listener_address("unified")
     if unified is not None:
         bound_host, bound_port = unified
@@ -166,9 +176,27 @@ def delivered(
 ) -> pb.Message:
     """The v2 message a consumer gets for ``rec``, at ``offset`` of queue ``queue_id``
     of ``topic``."""
+    return encode_record(
+        call.front, store_host(call), rec, topic=topic, queue_id=queue_id, offset=offset,
+        receipt=receipt, attempt=attempt, invisible_ms=invisible_ms)
+
+
+def encode_record(
+    front: GrpcFrontEnd,
+    host: tuple[str, int],
+    rec: Record,
+    *,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    receipt: str | None = None,
+    attempt: int = 1,
+    invisible_ms: int | None = None,
+) -> pb.Message:
+    """:func:`delivered` with the store host given (also for server commands, which
+    have no call: a transaction check-back's message)."""
     props = decode_properties(rocketmq_properties(rec))
     sys_flag, _flag, _reconsume, born = record_flags(rec)
-    host = store_host(call)
     return encode_message(
         Delivery(
             topic=topic, body=rec.body, properties=props,
@@ -178,5 +206,5 @@ def delivered(
             store_host="{}:{}".format(*host), receipt_handle=receipt,
             delivery_attempt=attempt, invisible_ms=invisible_ms,
         ),
-        reserved=RESERVED, max_body=call.front.max_body,
+        reserved=RESERVED, max_body=front.max_body,
     )

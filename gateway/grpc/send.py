@@ -12,8 +12,12 @@ topic joined with the message's ``mqttSecondTopic`` user property, like a remoti
 Checks, with the proxy's codes: the topic (ILLEGAL_TOPIC, TOPIC_NOT_FOUND, FORBIDDEN for
 a topic not writable or the ACL), each message (:func:`protocol.grpc.messages.decode_message`:
 body size, properties, tag, keys, id, group), and the message type against the topic's
-(MESSAGE_PROPERTY_CONFLICT_WITH_TYPE). TRANSACTION messages are refused with
-UNSUPPORTED until the message-types issue, as remoting refuses them.
+(MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
+
+TRANSACTION messages (one per request) are stored as the store's half messages
+(``MessageStore.append_half``), delivered only when EndTransaction (or a check-back's
+answer) commits them; the entry's ``transaction_id`` is ``lmq-tx:<log position>``
+(:mod:`gateway.grpc.transactions`).
 
 DELAY messages (a delivery timestamp, on a topic of type DELAY) are stored once, now,
 as the store's durable timers (``MessageStore.append_delayed_batch``) and dispatched to
@@ -140,10 +144,9 @@ async def send_message(
                 Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                 f"message {index}: the message type {kind.value} does not match the type"
                 f" {config.message_type.value} of topic {topic}")
-        if kind == MessageType.TRANSACTION:
+        if kind == MessageType.TRANSACTION and len(incoming) > 1:
             raise StatusError(
-                Code.UNSUPPORTED,
-                f"{kind.value} messages are not supported by LMQ Gateway yet")
+                Code.UNSUPPORTED, "a transactional message is sent alone, not in a batch")
     queue_id = choose_queue(config.write_queues, incoming[0].message_group
                             if len(incoming) == 1 else "")
     lmq = queue_lmq(topic, queue_id)
@@ -156,6 +159,8 @@ async def send_message(
         for one in incoming]
     if config.message_type == MessageType.DELAY:
         return await _send_delayed(call, incoming, items)
+    if config.message_type == MessageType.TRANSACTION:
+        return await _send_half(call, incoming[0], *items[0])
     try:
         if len(items) == 1:
             results = [await front.publisher.submit(*items[0])]
@@ -181,6 +186,31 @@ async def send_message(
 
 #: The prefix of the recall handles this gateway gives (the record's log position follows).
 RECALL_PREFIX = "lmq:"
+#: The prefix of the transaction ids this gateway gives (the half record's position follows).
+TRANSACTION_PREFIX = "lmq-tx:"
+
+
+async def _send_half(
+    call: Call, one: Incoming, message: Message, lmqs: list[str]
+) -> service_pb2.SendMessageResponse:
+    """Store a TRANSACTION message as the store's half message (not delivered until
+    EndTransaction commits it, :mod:`gateway.grpc.transactions`), answered once durable.
+    Its producer group is the topic (v2 sends name none; the proxy does the same); the
+    transaction id names the half record."""
+    store = call.front.store
+    try:
+        result = store.append_half(message, lmqs, one.topic, wait=False)
+        if store.config.durability == Durability.SYNC:
+            await asyncio.wrap_future(store.acknowledged(result.end))
+    except Exception as exc:
+        log.info("gRPC transactional send refused: %s", exc, extra=call.log_fields())
+        raise _failure(exc) from None
+    return service_pb2.SendMessageResponse(
+        status=ok(),
+        entries=[service_pb2.SendResultEntry(
+            status=ok(), message_id=one.message_id,
+            transaction_id=f"{TRANSACTION_PREFIX}{result.position}", offset=0)],
+    )
 
 
 async def _send_delayed(

@@ -1,11 +1,26 @@
-"""EndTransaction (not served until the message-types issue, 17) and RecallMessage.
+"""EndTransaction, transaction check-backs, and RecallMessage.
 
-SendMessage refuses TRANSACTION messages with UNSUPPORTED, so no transaction is ever
-half-done: EndTransaction answers UNSUPPORTED with a message saying so, the status
-RocketMQ's proxy uses for what it does not serve (docs/rocketmq.md, "Differences from
-RocketMQ").
+**Transactions.** SendMessage stores a TRANSACTION message as the store's half message
+(:mod:`gateway.grpc.send`; its transaction id is ``lmq-tx:<log position>``).
+EndTransaction commits it (one control record dispatches it to every LMQ it was sent
+to) or rolls it back, answered once that record is durable under the configured
+durability. Ending is idempotent in the store: a repeated commit (or rollback) answers
+OK and delivers nothing twice; a commit after a rollback, or after the message was
+dead-lettered, is PRECONDITION_FAILED naming the earlier outcome (and the reverse). An
+id that is not ours, or names no transaction of the request's topic, is
+INVALID_TRANSACTION_ID.
 
-RecallMessage cancels a pending DELAY message by the ``recall_handle`` its send
+**Check-backs.** :class:`TransactionChecks` asks the store every second for the half
+messages whose check is due (``MessageStore.transaction_checks_due``: first after
+``txn_first_check_ms`` or the message's CHECK_IMMUNITY_TIME_IN_SECONDS, then every
+``txn_check_interval_ms``, counted in the log; after ``txn_max_checks`` the message
+goes to the dead-letter LMQ) and sends each, as RocketMQ's proxy does, a
+``RecoverOrphanedTransactionCommand`` (the message and its transaction id) on the
+Telemetry stream of one producer publishing to its topic; the producer's checker
+answers with EndTransaction (source SOURCE_SERVER_CHECK). With no such producer
+connected the check is still counted, as the broker counts it.
+
+**RecallMessage** cancels a pending DELAY message by the ``recall_handle`` its send
 returned (``lmq:<log position>``, :mod:`gateway.grpc.send`): the store's
 ``cancel_timer``, durable before the answer; the message is then never delivered. A
 handle that is not ours is ILLEGAL_MESSAGE_ID; one whose message already fired, was
@@ -15,27 +30,149 @@ recalled, or is of another topic is NOT_FOUND.
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
 from typing import TYPE_CHECKING
 
+from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core import Durability
-from gateway.grpc.send import RECALL_PREFIX
-from protocol.grpc import Code, StatusError, ok, status
+from broker_core import Durability, Outcome
+from gateway.grpc.records import encode_record, gateway_store_host
+from gateway.grpc.send import RECALL_PREFIX, TRANSACTION_PREFIX
+from lmq.rocketmq import parse_queue_lmq, split_mqtt_topic
+from protocol.grpc import Code, StatusError, ok
 
 if TYPE_CHECKING:
+    from broker_core import PendingTransaction
     from gateway.grpc.call import Call
+    from gateway.grpc.frontend import GrpcFrontEnd
 
-__all__ = ["end_transaction", "recall_message"]
+__all__ = ["CHECK_POLL_S", "TransactionChecks", "end_transaction", "recall_message"]
+
+log = logging.getLogger("lmq.grpc")
+
+#: How often the store is asked for due check-backs.
+CHECK_POLL_S = 1.0
+#: Check-backs asked for per poll at most (the rest come at the next poll).
+CHECK_BATCH = 1000
+
+_ENDED_OK = {
+    True: (Outcome.COMMITTED, Outcome.ALREADY_COMMITTED),
+    False: (Outcome.ROLLED_BACK, Outcome.ALREADY_ROLLED_BACK),
+}
+
+
+def _transaction_position(transaction_id: str) -> int:
+    digits = (transaction_id[len(TRANSACTION_PREFIX):]
+              if transaction_id.startswith(TRANSACTION_PREFIX) else "")
+    if not digits.isdigit():
+        raise StatusError(
+            Code.INVALID_TRANSACTION_ID,
+            f"not a transaction id of this gateway: {transaction_id!r}")
+    return int(digits)
 
 
 async def end_transaction(
     call: Call, request: service_pb2.EndTransactionRequest
 ) -> service_pb2.EndTransactionResponse:
-    return service_pb2.EndTransactionResponse(status=status(
-        Code.UNSUPPORTED,
-        "transactional messages are not supported by LMQ Gateway yet; no transaction"
-        f" {request.transaction_id!r} was started (TRANSACTION sends are refused)"))
+    topic = request.topic.name
+    if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
+        raise StatusError(Code.BAD_REQUEST, "the transaction resolution must be COMMIT or ROLLBACK")
+    position = _transaction_position(request.transaction_id)
+    call.check_publish(topic)
+    store = call.front.store
+    pending = store.pending_transaction(position)
+    if pending is not None and split_mqtt_topic(pending.topic)[0] != topic:
+        raise StatusError(
+            Code.INVALID_TRANSACTION_ID,
+            f"transaction {request.transaction_id!r} is not one of topic {topic!r}")
+    commit = request.resolution == pb.COMMIT
+    result = store.end_transaction(position, commit, wait=False)
+    if result.outcome == Outcome.UNKNOWN:
+        raise StatusError(
+            Code.INVALID_TRANSACTION_ID,
+            f"no transaction {request.transaction_id!r} (never sent, or its log segment"
+            " is gone)")
+    if store.config.durability == Durability.SYNC and result.control_end:
+        await asyncio.wrap_future(store.acknowledged(result.control_end))
+    if result.outcome not in _ENDED_OK[commit]:
+        raise StatusError(
+            Code.PRECONDITION_FAILED,
+            f"transaction {request.transaction_id!r} already ended: {result.outcome.value}")
+    log.debug("gRPC transaction ended", extra={
+        **call.log_fields(), "position": position, "outcome": result.outcome.value,
+        "source": pb.TransactionSource.Name(request.source)})
+    return service_pb2.EndTransactionResponse(status=ok())
+
+
+class TransactionChecks:
+    """The check-back loop of one gRPC front end (see the module doc)."""
+
+    def __init__(self, front: GrpcFrontEnd) -> None:
+        self.front = front
+        #: Check-backs sent to a producer, and those with none to ask.
+        self.sent = 0
+        self.unasked = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(CHECK_POLL_S)
+            try:
+                self.check_once()
+            except Exception:
+                log.exception("transaction check-backs failed")
+
+    def check_once(self, now: int | None = None) -> int:
+        """Ask the store for the due checks and send them; how many were sent."""
+        store = self.front.store
+        if store.closed:
+            return 0
+        due = store.transaction_checks_due(now, CHECK_BATCH)
+        sent = 0
+        for txn in due:
+            if self._send(txn):
+                sent += 1
+            else:
+                self.unasked += 1
+                log.info("transaction check-back: no producer of its topic connected",
+                         extra={"protocol": "grpc", "position": txn.position,
+                                "topic": txn.topic, "checks": txn.checks})
+        self.sent += sent
+        return sent
+
+    def _producers(self, topic: str) -> list[str]:
+        out = []
+        for client in self.front.clients.clients.values():
+            settings = client.settings
+            if client.outbox is None or settings is None or not settings.HasField("publishing"):
+                continue
+            if any(t.name == topic for t in settings.publishing.topics):
+                out.append(client.client_id)
+        return out
+
+    def _send(self, txn: PendingTransaction) -> bool:
+        front = self.front
+        topic = split_mqtt_topic(txn.topic)[0]
+        producers = self._producers(topic)
+        if not producers:
+            return False
+        rec = front.store.record_at(txn.position)
+        if rec is None:
+            return False
+        queue_id = 0
+        for lmq in txn.lmqs:
+            parsed = parse_queue_lmq(lmq)
+            if parsed is not None and parsed[0] == topic:
+                queue_id = parsed[1]
+                break
+        message = encode_record(
+            front, gateway_store_host(front), rec, topic=topic, queue_id=queue_id, offset=0)
+        command = service_pb2.TelemetryCommand(
+            recover_orphaned_transaction_command=service_pb2.RecoverOrphanedTransactionCommand(
+                message=message, transaction_id=f"{TRANSACTION_PREFIX}{txn.position}"))
+        random.shuffle(producers)
+        return any(front.clients.send_command(cid, command) for cid in producers)
 
 
 async def recall_message(

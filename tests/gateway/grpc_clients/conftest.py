@@ -78,14 +78,14 @@ def prepare(data_dir: Path, *, topics: dict[str, MessageType] | None = None,
 
 @pytest.fixture
 def start_gateway(tmp_path: Path) -> Iterator[Callable[..., GatewayProcess]]:
-    """``start_gateway(topics=..., groups=..., users=...)``: prepare the store, then
-    start the gateway subprocess (stopped at the end of the test)."""
+    """``start_gateway(*flags, topics=..., groups=..., users=...)``: prepare the store,
+    then start the gateway subprocess with ``flags`` (stopped at the end of the test)."""
     running: list[GatewayProcess] = []
 
-    def start(**prepared: Any) -> GatewayProcess:
+    def start(*extra: str, **prepared: Any) -> GatewayProcess:
         data = tmp_path / "data"
         prepare(data, **prepared)
-        gw = GatewayProcess(data).start()  # serves gRPC on the unified and a grpc port
+        gw = GatewayProcess(data, *extra).start()  # gRPC on the unified and a grpc port
         running.append(gw)
         return gw
 

@@ -9,6 +9,11 @@ and prints one ``{"reply": id, "ok": ...}`` or ``{"reply": id, "error": ...}`` e
 
 - ``{"op": "send", "message": {topic, body, tag, keys, properties, group}}``
 - ``{"op": "receive", "max": n, "invisible": seconds}`` -> the messages
+- ``{"op": "send_tx", "message": {...}, "end": "commit"|"rollback"|"none"}`` (a
+  transactional producer: begin, send the half message, then commit, roll back, or
+  leave it to the gateway's check-back; the producer's checker answers a check-back
+  with ``checker[body]`` (COMMIT, ROLLBACK; unspecified if absent) and prints
+  ``{"check": {...}, "answer": ...}``)
 - ``{"op": "ack", "msg": message_id}``, ``{"op": "change", "msg": ..., "invisible": s}``
   (on the last received copy of that message; the client itself replaces the receipt
   handle with the one ChangeInvisibleDuration returns)
@@ -40,6 +45,8 @@ from rocketmq import (
     Producer,
     PushConsumer,
     SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
 )
 
 _out_lock = threading.Lock()
@@ -112,6 +119,18 @@ class Listener(MessageListener):
         return ConsumeResult.FAILURE if failing else ConsumeResult.SUCCESS
 
 
+class Checker(TransactionChecker):
+    """Answers check-backs by body (``checker`` in the producer's config)."""
+
+    def __init__(self, answers: dict[str, str]) -> None:
+        self.answers = answers
+
+    def check(self, message: Any) -> Any:
+        answer = self.answers.get(message.body.decode(), "TRANSACTION_RESOLUTION_UNSPECIFIED")
+        out({"check": view(message), "answer": answer})
+        return getattr(TransactionResolution, answer)
+
+
 def serve(client: Any, role: str) -> None:
     held: dict[str, Any] = {}  # message id -> the last received copy
     for line in sys.stdin:
@@ -127,6 +146,15 @@ def serve(client: Any, role: str) -> None:
                 # the client's MessageQueue keeps its id private (no property)
                 result: Any = {"id": receipt.message_id, "offset": receipt.offset,
                                "queue": getattr(mq, "_MessageQueue__queue_id", None)}
+            elif op == "send_tx" and role == "producer":
+                transaction = client.begin_transaction()
+                receipt = client.send(message(cmd["message"]), transaction)
+                end = cmd.get("end", "commit")
+                if end == "commit":
+                    transaction.commit()
+                elif end == "rollback":
+                    transaction.rollback()
+                result = {"id": receipt.message_id, "transaction_id": receipt.transaction_id}
             elif op == "receive" and role == "simple":
                 got = client.receive(cmd.get("max", 16), cmd.get("invisible", 15))
                 for m in got:
@@ -157,7 +185,8 @@ def main() -> None:
     client: Any
     try:
         if role == "producer":
-            client = Producer(conf, cfg.get("topics"))
+            checker = Checker(cfg["checker"]) if "checker" in cfg else None
+            client = Producer(conf, cfg.get("topics"), checker)
         elif role == "simple":
             client = SimpleConsumer(conf, cfg["group"], subscriptions(cfg),
                                     await_duration=cfg.get("await_s", 5))

@@ -9,7 +9,10 @@ unchanged, against a gateway subprocess on loopback over gRPC:
 - at-least-once: a message not acked comes back after its invisible duration with a
   growing delivery attempt;
 - PushConsumer consumes and acks (nothing comes back); a listener that fails goes
-  through the backoff policy and, after the group's maximum attempts, to ``%DLQ%<group>``.
+  through the backoff policy and, after the group's maximum attempts, to ``%DLQ%<group>``;
+- transactional producer: a committed half message is delivered, a rolled-back one
+  never; one left open is checked back on the producer's Telemetry stream and its
+  checker's answer settles it.
 
 Every client is a subprocess stopped by PID; every wait is bounded (``clients.py``).
 """
@@ -193,3 +196,32 @@ def test_push_consumer_failure_backs_off_then_goes_to_the_dlq(
         time.sleep(0.5)
     assert [m.body for m in dlq] == [b"poison"]
     assert dlq[0].keys == "bad"
+
+
+def test_transactional_producer_commit_rollback_and_check_back(
+    start_gateway: Callable[..., GatewayProcess], clients: Clients, tmp_path: Any
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text("[store]\ntxn_first_check_ms = 500\ntxn_check_interval_ms = 60000\n")
+    gw = start_gateway("--config", str(config), topics={"pyTx": MessageType.TRANSACTION})
+    p = producer(clients, gw, "pyTx",
+                 checker={"left-open-yes": "COMMIT", "left-open-no": "ROLLBACK"})
+    c = simple(clients, gw, "GID_pyTx", {"pyTx": "*"})
+    committed = p.call("send_tx", message={"topic": "pyTx", "body": "commit-me"},
+                       end="commit")
+    assert committed["transaction_id"].startswith("lmq-tx:")
+    p.call("send_tx", message={"topic": "pyTx", "body": "roll-me-back"}, end="rollback")
+    opened = {body: p.call("send_tx", message={"topic": "pyTx", "body": body}, end="none")
+              for body in ("left-open-yes", "left-open-no")}
+    # the gateway asks the producer about the two left open; its checker answers
+    checks = {e["body"]: e for e in p.collect("check", 2, WAIT)}
+    assert sorted(checks) == ["left-open-no", "left-open-yes"]
+    assert checks["left-open-yes"]["id"] == opened["left-open-yes"]["id"]
+    assert checks["left-open-yes"]["topic"] == "pyTx" and not checks["left-open-yes"]["corrupted"]
+    got = {m["body"]: m for m in c.receive_all(2, WAIT, invisible=30)}
+    assert sorted(got) == ["commit-me", "left-open-yes"]
+    assert got["commit-me"]["id"] == committed["id"]
+    for m in got.values():
+        assert not m["corrupted"]
+        c.ack(m["id"])
+    assert c.receive(16, 5) == []  # the rolled-back ones never come
