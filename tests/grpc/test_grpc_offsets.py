@@ -115,12 +115,14 @@ async def test_offset_checks(tmp_path: Path) -> None:
         assert (got.status.code, got.offset) == (Code.OK, 0)
 
 
-async def test_transactions_are_refused_until_issue_17(tmp_path: Path) -> None:
+async def test_foreign_transaction_ids_and_recall_handles(tmp_path: Path) -> None:
     async with grpc_gateway(tmp_path / "data") as (_gw, g):
+        # EndTransaction is served (tests/grpc/test_grpc_transactions.py): "tx-1" is not
+        # a transaction id of this gateway
         end = await g.stub.EndTransaction(service_pb2.EndTransactionRequest(
             topic=resource("t"), message_id="m", transaction_id="tx-1",
             resolution=pb.COMMIT, source=pb.SOURCE_CLIENT), metadata=g.md(), timeout=BOUND)
-        assert end.status.code == Code.UNSUPPORTED and "transaction" in end.status.message
+        assert end.status.code == Code.INVALID_TRANSACTION_ID and "tx-1" in end.status.message
         # RecallMessage is served (tests/grpc/test_grpc_delay.py): "h" is not a handle
         recall = await g.stub.RecallMessage(service_pb2.RecallMessageRequest(
             topic=resource("t"), recall_handle="h"), metadata=g.md(), timeout=BOUND)

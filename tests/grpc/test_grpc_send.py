@@ -1,6 +1,6 @@
 """SendMessage against a real ``lmq serve`` with raw grpc.aio stubs: the response entries,
 durability of what it says is stored, batches, the topic and message checks with the
-proxy's codes, and TRANSACTION refused until issue 17 (DELAY: test_grpc_delay.py)."""
+proxy's codes (DELAY: test_grpc_delay.py; TRANSACTION: test_grpc_transactions.py)."""
 
 from __future__ import annotations
 
@@ -111,7 +111,8 @@ async def test_send_checks(tmp_path: Path) -> None:
             ([message("t1", b"x", kind=pb.FIFO)], Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
             ([message("t1", b"x", group="g", kind=pb.FIFO)],
              Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-            ([message("tx", b"x", kind=pb.TRANSACTION)], Code.UNSUPPORTED),
+            ([message("tx", b"x", kind=pb.TRANSACTION)] * 2, Code.UNSUPPORTED),  # alone only
+            ([message("t1", b"x", kind=pb.TRANSACTION)], Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
             ([message("t1", b"x")] * 1025, Code.PAYLOAD_TOO_LARGE),
         ]
         for msgs, code in cases:
