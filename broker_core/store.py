@@ -783,6 +783,7 @@ class MessageStore:
             "index_disk_bytes": _du(self.data_dir / "index"),
             "state_disk_bytes": _du(self.data_dir / "state"),
             "cached_lmqs": len(self.lmq_table.cache),
+            "timers_pending": self.timers.pending(None),
             "transactions_pending": len(self.txns.pending),
             "transactions_dead_lettered": self.txns.dead_lettered,
         }

@@ -332,6 +332,11 @@ class Gateway:
                 ("lmqs", "LMQs in the index"),
                 ("log_end_position", "Commit-log end position"),
                 ("index_disk_bytes", "Bytes of the consume-queue index on disk"),
+                ("timers_pending", "Delayed messages waiting for their due time"),
+                ("transactions_pending", "Half messages neither committed nor rolled back"),
+                ("transactions_dead_lettered",
+                 "Half messages dead-lettered after their last unanswered check-back, "
+                 "since the gateway started"),
             )
         }
 

@@ -147,6 +147,7 @@ def test_pending_counts_per_topic_survive_reopen(tmp_path):
         assert (s.pending_timers("t0"), s.pending_timers("t1")) == (2, 1)
     with MessageStore.open(tmp_path, SMALL) as s:
         assert (s.pending_timers("t0"), s.pending_timers("t1")) == (2, 1)
+        assert s.stats()["timers_pending"] == 3  # the gauge lmq_store_timers_pending
         s.fire_timers(now=base + 100)
         assert s.pending_timers() == 0 and s.pending_timers("t0") == 0
 

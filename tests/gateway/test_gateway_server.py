@@ -189,6 +189,9 @@ async def test_health_and_metrics(start):
     assert "lmq_echo_lines_total 1\n" in text  # a front end's own metric
     assert "# TYPE lmq_store_log_bytes gauge\nlmq_store_log_bytes 0\n" in text
     assert "lmq_store_segments 1\n" in text and "lmq_store_lmqs 0\n" in text
+    assert "lmq_store_timers_pending 0\n" in text
+    assert "lmq_store_transactions_pending 0\n" in text
+    assert "lmq_store_transactions_dead_lettered 0\n" in text
     assert 'lmq_http_requests_total{path="/health",status="200"} 1\n' in text
 
 
