@@ -23,9 +23,7 @@ rounded here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
-from broker_core.timers import delay_level_ms
+from collections.abc import Callable, Mapping
 
 __all__ = ["DELAY_PROPERTIES", "DelayError", "due_time"]
 
@@ -48,16 +46,18 @@ def _integer(props: Mapping[str, str], name: str) -> int:
 
 
 def due_time(
-    props: Mapping[str, str], now: int, levels: Sequence[str], max_delay_ms: int
+    props: Mapping[str, str], now: int, level_due: Callable[[int, int], int],
+    max_delay_ms: int,
 ) -> int | None:
     """The epoch ms the message is due at, or None when it is not delayed (no delay
-    property, a level of 0 or less, or a due time not in the future). Raises
+    property, a level of 0 or less, or a due time not in the future). ``level_due(level,
+    now)`` is the due time of a delay level (``MessageStore.delay_level_due``). Raises
     :class:`DelayError` for an unreadable property or a delay past ``max_delay_ms``."""
     level_text = props.get("DELAY")
     if level_text is not None:
         level = _integer(props, "DELAY")
         if level > 0:
-            return now + delay_level_ms(levels, level)
+            return level_due(level, now)
     for name, relative, scale in (("TIMER_DELAY_SEC", True, 1000),
                                   ("TIMER_DELAY_MS", True, 1),
                                   ("TIMER_DELIVER_MS", False, 1),

@@ -269,9 +269,9 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
 
 
 def _due(ctx: RequestContext, props: dict[str, str], now: int) -> int | None:
-    cfg = ctx.front.store.config
+    store = ctx.front.store
     try:
-        return due_time(props, now, cfg.delay_levels, cfg.max_timer_delay_ms)
+        return due_time(props, now, store.delay_level_due, store.config.max_timer_delay_ms)
     except DelayError as exc:
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
 
