@@ -5,8 +5,10 @@ A send is delayed by one of (the broker's ``HookUtils.checkIfTimerMessage`` and
 
 1. ``DELAY`` = a delay level ``n >= 1`` (RocketMQ 4's ``messageDelayLevel``, the store's
    ``StoreConfig.delay_levels``; a level past the last is the last, as the broker clamps
-   it). The broker then ignores (and drops) the ``TIMER_*`` properties; so does this.
-   A level is never checked against the maximum delay (nor does the broker check it).
+   it). The broker then ignores the ``TIMER_*`` properties (and removes them from the
+   message); they are ignored here too, and kept.
+   The store checks its due time against the maximum delay like any other (the broker
+   does not; only a maximum below the longest level, 2 h by default, makes a difference).
 2. ``TIMER_DELAY_SEC`` (seconds from now), else ``TIMER_DELAY_MS`` (ms from now), else
    ``TIMER_DELIVER_MS`` (an epoch ms): RocketMQ 5's timer properties. A value that is not
    an integer is refused (the broker's WHEEL_TIMER_MSG_ILLEGAL -> MESSAGE_ILLEGAL).

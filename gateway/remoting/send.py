@@ -54,7 +54,14 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from broker_core import AppendResult, Durability, MessageTooLarge, StorageFull, StoreError
+from broker_core import (
+    AppendResult,
+    DelayTooLong,
+    Durability,
+    MessageTooLarge,
+    StorageFull,
+    StoreError,
+)
 from broker_core.clock import now_ms
 from gateway.remoting.delayed import DelayError, due_time
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
@@ -218,7 +225,7 @@ def choose_queue(config: TopicConfig, queue_id: int) -> int:
 
 
 def failure(exc: BaseException) -> RemotingCommand:
-    if isinstance(exc, MessageTooLarge):
+    if isinstance(exc, (MessageTooLarge, DelayTooLong)):
         return error(ResponseCode.MESSAGE_ILLEGAL, str(exc))
     if isinstance(exc, StorageFull):
         return error(ResponseCode.SERVICE_NOT_AVAILABLE, f"the store is full: {exc}")
