@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from gateway.clients import PullConsumer, RemotingClient, RemotingError, TransactionProducer
+from gateway.clients.received import decode_messages
 from gateway.clients.remoting import SendResult
-from protocol.remoting import ResponseCode, SysFlag
+from protocol.remoting import RequestCode, ResponseCode, SysFlag
 from protocol.remoting.messages import parse_offset_msg_id
 from tests.grpc.test_grpc_send import create_topic
 
@@ -43,6 +44,21 @@ async def pull_all(client: RemotingClient, topic: str, want: int = 0,
         await asyncio.sleep(0.2)
 
 
+async def query(client: RemotingClient, topic: str, key: str,
+                unique: bool = False) -> list[bytes]:
+    """QUERY_MESSAGE by key: the bodies found (none: QUERY_NOT_FOUND)."""
+    conn = await client.connection(client.namesrv)
+    fields: dict[str, object] = {"topic": topic, "key": key, "maxNum": 32,
+                                 "beginTimestamp": 0, "endTimestamp": 2**62}
+    if unique:
+        fields["_UNIQUE_KEY_QUERY"] = True
+    answer = await conn.invoke(RequestCode.QUERY_MESSAGE, fields)
+    if answer.code == ResponseCode.QUERY_NOT_FOUND:
+        return []
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    return [m.body for m in decode_messages(answer.body)]
+
+
 def position(result: SendResult) -> int:
     return parse_offset_msg_id(result.offset_msg_id)[1]
 
@@ -55,8 +71,9 @@ async def test_commit_once_rollback_never_and_ends_are_idempotent(tmp_path: Path
         async with RemotingClient(namesrv(gw)) as client:
             producer = TransactionProducer(client, "PG_tx")
             a = await producer.send_half("rtx", b"commit-me", keys=["ka"])
-            b = await producer.send_half("rtx", b"roll-me-back")
-            c = await producer.send_half("rtx", b"stay-open")
+            b = await producer.send_half("rtx", b"roll-me-back", keys=["kb"])
+            c = await producer.send_half("rtx", b"stay-open", keys=["kc"])
+            assert await query(client, "rtx", "ka") == []  # not committed: not found
             assert a.transaction_id and a.transaction_id == a.msg_id  # the UNIQ_KEY
             assert a.queue_offset == 0
             assert await pull_all(client, "rtx") == []  # halves are not delivered
@@ -100,6 +117,11 @@ async def test_commit_once_rollback_never_and_ends_are_idempotent(tmp_path: Path
             assert msg.sys_flag & SysFlag.TRANSACTION_MASK == SysFlag.TRANSACTION_COMMIT
             assert msg.commit_log_offset == position(a)
             assert msg.properties.get("PGROUP") == "PG_tx"
+            # found by key once committed; the rolled back and the open one never
+            assert await query(client, "rtx", "ka") == [b"commit-me"]
+            assert await query(client, "rtx", a.msg_id, unique=True) == [b"commit-me"]
+            assert await query(client, "rtx", "kb") == []
+            assert await query(client, "rtx", "kc") == []
     finally:
         gw.stop()
 
