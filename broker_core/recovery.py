@@ -163,6 +163,13 @@ class _Replayer:
         elif record.type in (RecordType.TXN_HALF, RecordType.TXN_CONTROL):
             # transactions: the table's keys go into this batch; a commit (or dead
             # letter) puts the entries of its dispatch list, pointing at the half record
+            if record.type == RecordType.TXN_HALF and record.properties and (
+                parts.keys.properties
+            ):  # a half's keys, as the live append put them
+                parts.keys.put(
+                    batch.put_raw, record.topic, record.properties, record.position,
+                    record.store_ms, parts.log.segment_base(record.position),
+                )
             half = parts.txns.apply(record, batch)
             if half is not None:
                 self._entries(

@@ -364,6 +364,8 @@ class TransactionWriter:
                     buf, room = d.room_for(buf, size, seg_room)
                 buf += raw
                 record = decode_record(bytes(raw), pos)
+                if rtype == RecordType.TXN_HALF:
+                    self._index_keys(record, batch, now)
                 half = table.apply(record, batch)
                 offsets: tuple[int, ...] = ()
                 if half is not None:
@@ -389,6 +391,16 @@ class TransactionWriter:
             d.tail.young[(lmq_id, offset)] = hot
         d.tail.rotate()
         return out, list(touched.values())
+
+    def _index_keys(self, record: Record, batch: IndexBatch, now: int) -> None:
+        """A half message's keys (``KEYS``, ``UNIQ_KEY``...) go into the key index as a
+        message's do, so a committed one is found by key; readers skip the ones not
+        committed (``MessageStore.transaction_outcome``). Replay puts the same keys."""
+        keys = self.d.keys
+        props = record.properties
+        if props and keys.properties and not keys.names.isdisjoint(props):
+            keys.put(batch.put_raw, record.topic, props, record.position, now,
+                     self.d.log.active_base)
 
     def _dispatch(
         self,

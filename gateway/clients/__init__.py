@@ -24,6 +24,7 @@ from .remoting import (
     SendResult,
     TopicRoute,
 )
+from .transactions import TransactionProducer
 
 __all__ = [
     "ConnectionLost",
@@ -42,4 +43,5 @@ __all__ = [
     "RequestTimeout",
     "SendResult",
     "TopicRoute",
+    "TransactionProducer",
 ]

@@ -148,6 +148,8 @@ class SendResult:
     queue: MessageQueue
     queue_offset: int
     code: int = 0
+    #: A transactional send's transaction id (the broker's: the UNIQ_KEY), else "".
+    transaction_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -637,6 +639,7 @@ def _send_result(response: RemotingCommand, mq: MessageQueue, msg_id: str) -> Se
         queue=queue,
         queue_offset=int(f.get("queueOffset", -1)),
         code=response.code,
+        transaction_id=f.get("transactionId", ""),
     )
 
 

@@ -39,7 +39,7 @@ from gateway.grpc.clients import ClientRegistry
 from gateway.grpc.relay import RelayHandler
 from gateway.grpc.requests import register
 from gateway.grpc.service import MessagingService
-from gateway.grpc.transactions import TransactionChecks
+from gateway.grpc.transactions import check_sender
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -89,8 +89,6 @@ class GrpcFrontEnd(FrontEnd):
         self.receives: dict[str, int] = {}
         self.max_receives = cfg.grpc_max_receives_per_client
         self.service = MessagingService(self)
-        #: Transaction check-backs to producers' Telemetry streams.
-        self.transaction_checks = TransactionChecks(self)
         self.server: grpc.aio.Server | None = None
         #: The internal listener's port (loopback), for the unified ports' hand-off.
         self.internal_port = 0
@@ -155,7 +153,8 @@ class GrpcFrontEnd(FrontEnd):
         await server.start()
         self.server = server
         self.ctx.spawn(self._sweep_loop(), "grpc-sweep")
-        self.ctx.spawn(self.transaction_checks.run(), "grpc-transaction-checks")
+        # transaction check-backs reach producers' Telemetry streams this way
+        self.ctx.rocketmq.transactions.register(self.name, check_sender(self))
 
     def _bound(self, name: str, bound: int) -> None:
         self.bound.append((name, self.ctx.config.bind, bound))
@@ -188,6 +187,7 @@ class GrpcFrontEnd(FrontEnd):
             await self.server.stop(self.grace)
 
     async def stop(self) -> None:
+        self.ctx.rocketmq.transactions.unregister(self.name)
         await self._begin_stop()
 
     # -- calls -------------------------------------------------------------------------

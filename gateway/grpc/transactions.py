@@ -10,15 +10,14 @@ dead-lettered, is PRECONDITION_FAILED naming the earlier outcome (and the revers
 id that is not ours, or names no transaction of the request's topic, is
 INVALID_TRANSACTION_ID.
 
-**Check-backs.** :class:`TransactionChecks` asks the store every second for the half
-messages whose check is due (``MessageStore.transaction_checks_due``: first after
-``txn_first_check_ms`` or the message's CHECK_IMMUNITY_TIME_IN_SECONDS, then every
-``txn_check_interval_ms``, counted in the log; after ``txn_max_checks`` the message
-goes to the dead-letter LMQ) and sends each, as RocketMQ's proxy does, a
-``RecoverOrphanedTransactionCommand`` (the message and its transaction id) on the
-Telemetry stream of one producer publishing to its topic; the producer's checker
-answers with EndTransaction (source SOURCE_SERVER_CHECK). With no such producer
-connected the check is still counted, as the broker counts it.
+**Check-backs.** The gateway's one check-back loop
+(:mod:`gateway.rocketmq.transaction_checks`, shared with remoting) asks the store every
+second for the half messages whose check is due; :func:`check_sender` is the gRPC way
+out: as RocketMQ's proxy does, a ``RecoverOrphanedTransactionCommand`` (the message and
+its transaction id ``lmq-tx:<position>``) on the Telemetry stream of one producer
+publishing to its topic; the producer's checker answers with EndTransaction (source
+SOURCE_SERVER_CHECK). A half sent over remoting may be checked this way too (when no
+remoting producer of its group is connected): its gRPC transaction id works as well.
 
 **RecallMessage** cancels a pending DELAY message by the ``recall_handle`` its send
 returned (``lmq:<log position>``, :mod:`gateway.grpc.send`): the store's
@@ -44,18 +43,14 @@ from lmq.rocketmq import parse_queue_lmq, split_mqtt_topic
 from protocol.grpc import Code, StatusError, ok
 
 if TYPE_CHECKING:
-    from broker_core import PendingTransaction
+    from broker_core import PendingTransaction, Record
     from gateway.grpc.call import Call
     from gateway.grpc.frontend import GrpcFrontEnd
+    from gateway.rocketmq.transaction_checks import CheckSender
 
-__all__ = ["CHECK_POLL_S", "TransactionChecks", "end_transaction", "recall_message"]
+__all__ = ["check_sender", "end_transaction", "recall_message"]
 
 log = logging.getLogger("lmq.grpc")
-
-#: How often the store is asked for due check-backs.
-CHECK_POLL_S = 1.0
-#: Check-backs asked for per poll at most (the rest come at the next poll).
-CHECK_BATCH = 1000
 
 _ENDED_OK = {
     True: (Outcome.COMMITTED, Outcome.ALREADY_COMMITTED),
@@ -106,44 +101,14 @@ async def end_transaction(
     return service_pb2.EndTransactionResponse(status=ok())
 
 
-class TransactionChecks:
-    """The check-back loop of one gRPC front end (see the module doc)."""
+def check_sender(front: GrpcFrontEnd) -> CheckSender:
+    """The gRPC way to a producer for the gateway's one check-back loop
+    (:mod:`gateway.rocketmq.transaction_checks`): a ``RecoverOrphanedTransactionCommand``
+    on the Telemetry stream of one producer publishing to the half's topic."""
 
-    def __init__(self, front: GrpcFrontEnd) -> None:
-        self.front = front
-        #: Check-backs sent to a producer, and those with none to ask.
-        self.sent = 0
-        self.unasked = 0
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(CHECK_POLL_S)
-            try:
-                self.check_once()
-            except Exception:
-                log.exception("transaction check-backs failed")
-
-    def check_once(self, now: int | None = None) -> int:
-        """Ask the store for the due checks and send them; how many were sent."""
-        store = self.front.store
-        if store.closed:
-            return 0
-        due = store.transaction_checks_due(now, CHECK_BATCH)
-        sent = 0
-        for txn in due:
-            if self._send(txn):
-                sent += 1
-            else:
-                self.unasked += 1
-                log.info("transaction check-back: no producer of its topic connected",
-                         extra={"protocol": "grpc", "position": txn.position,
-                                "topic": txn.topic, "checks": txn.checks})
-        self.sent += sent
-        return sent
-
-    def _producers(self, topic: str) -> list[str]:
+    def producers(topic: str) -> list[str]:
         out = []
-        for client in self.front.clients.clients.values():
+        for client in front.clients.clients.values():
             settings = client.settings
             if client.outbox is None or settings is None or not settings.HasField("publishing"):
                 continue
@@ -151,14 +116,10 @@ class TransactionChecks:
                 out.append(client.client_id)
         return out
 
-    def _send(self, txn: PendingTransaction) -> bool:
-        front = self.front
+    def send(txn: PendingTransaction, rec: Record) -> bool:
         topic = split_mqtt_topic(txn.topic)[0]
-        producers = self._producers(topic)
-        if not producers:
-            return False
-        rec = front.store.record_at(txn.position)
-        if rec is None:
+        found = producers(topic)
+        if not found:
             return False
         queue_id = 0
         for lmq in txn.lmqs:
@@ -171,8 +132,10 @@ class TransactionChecks:
         command = service_pb2.TelemetryCommand(
             recover_orphaned_transaction_command=service_pb2.RecoverOrphanedTransactionCommand(
                 message=message, transaction_id=f"{TRANSACTION_PREFIX}{txn.position}"))
-        random.shuffle(producers)
-        return any(front.clients.send_command(cid, command) for cid in producers)
+        random.shuffle(found)
+        return any(front.clients.send_command(cid, command) for cid in found)
+
+    return send
 
 
 async def recall_message(

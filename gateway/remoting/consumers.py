@@ -225,6 +225,15 @@ class ConsumerManager:
                 out.append(info.channel)
         return out
 
+    def producer_channels(self, group: str) -> list[Any]:
+        """The connections of the clients whose heartbeats name producer ``group``."""
+        out = []
+        for client_id in self.producer_groups.get(group, ()):
+            info = self.clients.get(client_id)
+            if info is not None:
+                out.append(info.channel)
+        return out
+
     def subscription(self, group: str, topic: str) -> Subscription | None:
         """The group's subscription to ``topic`` (from its latest heartbeat that has one)."""
         best: Subscription | None = None

@@ -72,6 +72,7 @@ __all__ = [
 #: The modules whose ``register(table)`` fill the table, in this order.
 MODULES: tuple[str, ...] = (
     "gateway.remoting.send",
+    "gateway.remoting.transactions",
     "gateway.remoting.pull",
     "gateway.remoting.offsets",
     "gateway.remoting.clients",

@@ -8,12 +8,22 @@
   message of its queue of ``topic``; none found is QUERY_NOT_FOUND, as the broker.
 - VIEW_MESSAGE_BY_ID ``{offset}``: the record starting at that log position (the
   position an offsetMsgId carries); SYSTEM_ERROR when none starts there.
+
+Delayed and transactional messages: QUERY_MESSAGE finds only what a consumer can see: a
+delayed message once it fired, a transactional one once committed (a half message's
+keys are indexed when it is stored, and it is skipped until its commit; a broker
+indexes it under its system topic, so a query of the real topic does not find it
+either). VIEW_MESSAGE_BY_ID shows any of them, pending or not (a broker shows the half
+or timer message at that offset too). Such a message is shown at queue offset 0: its
+offset in the queue is assigned by the fire or commit record, which a lookup by the
+message's own position does not read (a pull or pop shows the real offset).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker_core import MessageStore, Outcome, RecordType
 from gateway.remoting.dispatch import DispatchTable, RequestContext
 from gateway.remoting.fields import get_bool, get_int, get_str
 from gateway.remoting.messages import encode_record
@@ -46,6 +56,16 @@ def queue_of(record: Record, topic: str | None = None) -> tuple[str, int, int]:
     return topic or split_mqtt_topic(record.topic)[0], 0, 0
 
 
+def visible(store: MessageStore, record: Record) -> bool:
+    """Whether a consumer can see ``record``: not a delayed message still pending, not
+    a half message that was not committed."""
+    if record.type == RecordType.TXN_HALF:
+        return store.transaction_outcome(record.position) == Outcome.ALREADY_COMMITTED
+    if record.delayed:
+        return store.pending_timer(record.position) is None
+    return True
+
+
 def _store_host(ctx: RequestContext) -> tuple[bytes, bool]:
     return pack_host("{}:{}".format(*ctx.store_address))
 
@@ -69,6 +89,8 @@ def query_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
             if props.get("UNIQ_KEY", b"").decode(errors="replace") != key:
                 continue
         elif key not in props.get("KEYS", b"").decode(errors="replace").split():
+            continue
+        if not visible(store, record):
             continue
         name, queue_id, offset = queue_of(record, topic)
         try:

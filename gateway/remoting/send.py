@@ -17,14 +17,33 @@ Checks, in RocketMQ's order and with its codes:
 - the message type, as RocketMQ 5 checks it (``TopicMessageType.parseFromMessageProperty``):
   ``TRAN_MSG`` or a prepared sysFlag = TRANSACTION, ``DELAY``/``TIMER_*`` (or Aliyun's
   ``__STARTDELIVERTIME``) = DELAY, ``__SHARDINGKEY`` = FIFO, else NORMAL; a type other
-  than the topic's is MESSAGE_ILLEGAL. DELAY and TRANSACTION sends are refused
-  (MESSAGE_ILLEGAL, with a remark) until the message-types issue;
+  than the topic's is MESSAGE_ILLEGAL;
 - the body size (``store.max_message_bytes``): MESSAGE_ILLEGAL.
+
+DELAY sends (:mod:`gateway.remoting.delayed` reads when they are due: ``DELAY`` level,
+``TIMER_DELAY_SEC`` / ``TIMER_DELAY_MS`` / ``TIMER_DELIVER_MS``, ``__STARTDELIVERTIME``)
+are stored once, now, as the store's durable timers (``append_delayed_batch``) meant
+for the same LMQs a plain send goes to, and dispatched there when due (the gateway's
+timer firing, :mod:`gateway.rocketmq.timer_service`, armed here). The answer's
+``queueOffset`` is 0: the offset is assigned when the message fires. A consumer reads
+the message as sent, in its own topic and queue (the broker moves it through
+``SCHEDULE_TOPIC_XXXX`` / ``rmq_sys_wheel_timer`` and restores ``REAL_TOPIC``; no such
+detour here, so no ``REAL_TOPIC``/``REAL_QID``/``TIMER_OUT_MS`` properties are added).
+
+TRANSACTION sends are stored as half messages, delivered when END_TRANSACTION (or a
+check-back's answer) commits them: :mod:`gateway.remoting.transactions`. A delayed
+transactional message is refused (MESSAGE_ILLEGAL): the store's half messages carry no
+due time (the broker applies the delay when the commit re-puts the message).
 
 A batch (SEND_BATCH_MESSAGE) is all or nothing: every message is decoded and checked
 first, then all are appended with ONE ``store.append_batch`` (one log write; a failed
 append stores none of them), and the response names them all (``msgId`` the
-offsetMsgIds joined with ``,``, ``queueOffset`` the first one's offset).
+offsetMsgIds joined with ``,``, ``queueOffset`` the first one's offset). All go to the
+header's one queue in the batch's order, so messages of one ``__SHARDINGKEY`` keep their
+order whatever other keys the batch mixes in. A batch may hold delayed messages (the
+broker refuses them): then the whole batch is ONE ``append_delayed_batch``, its
+messages not delayed due now (they fire at once, in the batch's order). A batch of
+transactional messages is refused, as the broker refuses it.
 """
 
 from __future__ import annotations
@@ -32,12 +51,28 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from broker_core import AppendResult, Durability, MessageTooLarge, StorageFull, StoreError
+from broker_core import (
+    AppendResult,
+    DelayTooLong,
+    Durability,
+    MessageTooLarge,
+    StorageFull,
+    StoreError,
+)
+from broker_core.clock import now_ms
+from gateway.remoting.delayed import DelayError, due_time
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
-from gateway.remoting.messages import decode_properties, encode_properties, to_store_message
+from gateway.remoting.messages import (
+    SYSFLAG,
+    decode_properties,
+    encode_properties,
+    to_store_message,
+)
 from gateway.remoting.replies import error, response
+from gateway.remoting.transactions import committed_sys_flag, send_half
 from lmq.rocketmq import (
     MQTT_SECOND_TOPIC,
     InvalidName,
@@ -52,6 +87,8 @@ from protocol.remoting.errors import MessageError
 from protocol.remoting.messages import decode_batch
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from broker_core import Message
     from protocol.remoting import RemotingCommand
 
@@ -75,6 +112,8 @@ _TYPE_PROPERTIES = frozenset(("TRAN_MSG", "__SHARDINGKEY", *_DELAY_PROPERTIES))
 _round_robin = itertools.count()
 _SEND_V1 = int(RequestCode.SEND_MESSAGE)
 _NORMAL = MessageType.NORMAL
+_FIFO = MessageType.FIFO
+_TRANSACTION = MessageType.TRANSACTION
 
 
 def register(table: DispatchTable) -> None:
@@ -145,10 +184,6 @@ def check_type(config: TopicConfig, kind: MessageType) -> None:
             ResponseCode.MESSAGE_ILLEGAL,
             f"the message type {kind.value} does not match the type"
             f" {config.message_type.value} of topic {config.name}")
-    if kind in (MessageType.DELAY, MessageType.TRANSACTION):
-        raise RequestError(
-            ResponseCode.MESSAGE_ILLEGAL,
-            f"{kind.value} messages are not supported by LMQ Gateway yet")
 
 
 def writable_topic(ctx: RequestContext, topic: str) -> TopicConfig:
@@ -189,8 +224,8 @@ def choose_queue(config: TopicConfig, queue_id: int) -> int:
     return queue_id
 
 
-def _failure(exc: BaseException) -> RemotingCommand:
-    if isinstance(exc, MessageTooLarge):
+def failure(exc: BaseException) -> RemotingCommand:
+    if isinstance(exc, (MessageTooLarge, DelayTooLong)):
         return error(ResponseCode.MESSAGE_ILLEGAL, str(exc))
     if isinstance(exc, StorageFull):
         return error(ResponseCode.SERVICE_NOT_AVAILABLE, f"the store is full: {exc}")
@@ -206,10 +241,12 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     config = writable_topic(ctx, topic)
     queue_id = choose_queue(config, header.queue_id)
     props = decode_properties(header.properties)
+    kind = _NORMAL
     if header.sys_flag & _TX_MASK or not props.keys().isdisjoint(_TYPE_PROPERTIES) or (
         config.message_type is not _NORMAL
     ):
-        check_type(config, message_type(props, header.sys_flag))
+        kind = message_type(props, header.sys_flag)
+        check_type(config, kind)
     body = cmd.body
     if len(body) > front.max_body:
         raise RequestError(
@@ -222,10 +259,12 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     lmq = front.queue_lmq(topic, queue_id)
     routes = front.topic_space.route_rocketmq(topic, props.get(MQTT_SECOND_TOPIC, ""))
     lmqs = [lmq, *routes] if routes else (lmq,)
+    if kind is not _NORMAL and kind is not _FIFO:
+        return _special(ctx, cmd, header, kind, message, props, list(lmqs), queue_id)
 
     def done(result: AppendResult | None, exc: BaseException | None) -> None:
         if result is None:
-            ctx.reply(cmd, _failure(exc or RuntimeError("append failed")))
+            ctx.reply(cmd, failure(exc or RuntimeError("append failed")))
             return
         front.sent += 1
         ctx.reply_send_ok(cmd, ctx.msg_id(result.position), queue_id, result.offsets[0])
@@ -234,6 +273,88 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     if front.publisher.lagging:
         front.throttle(ctx)
     return None
+
+
+def _due(ctx: RequestContext, props: dict[str, str], now: int) -> int | None:
+    store = ctx.front.store
+    try:
+        return due_time(props, now, store.delay_level_due, store.config.max_timer_delay_ms)
+    except DelayError as exc:
+        raise RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+
+
+def _special(
+    ctx: RequestContext, cmd: RemotingCommand, header: SendHeader, kind: MessageType,
+    message: Message, props: dict[str, str], lmqs: list[str], queue_id: int,
+) -> RemotingCommand | None:
+    """A DELAY or TRANSACTION send: checked now, stored and answered from a task."""
+    due = _due(ctx, props, now_ms())
+    work: Awaitable[RemotingCommand]
+    if kind is _TRANSACTION:
+        if due is not None:
+            raise RequestError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a transactional message cannot be delayed by LMQ Gateway")
+        group = props.get("PGROUP") or header.producer_group
+        message = _replace_sys_flag(message, committed_sys_flag(header.sys_flag))
+        work = send_half(ctx, message, lmqs, group, queue_id, props.get("UNIQ_KEY", ""))
+    elif due is None:  # a delay not in the future: delivered now, as the broker does
+        work = _send_now(ctx, message, lmqs, queue_id)
+    else:
+        work = _send_delayed(ctx, [(message, lmqs, due)], queue_id)
+    ctx.spawn(_reply_later(ctx, cmd, work), f"remoting-send-{kind.value}")
+    return None
+
+
+def _replace_sys_flag(message: Message, sys_flag: int) -> Message:
+    props = dict(message.properties or {})
+    props[SYSFLAG] = str(sys_flag).encode()
+    return replace(message, properties=props)
+
+
+async def _reply_later(
+    ctx: RequestContext, cmd: RemotingCommand, work: Awaitable[RemotingCommand]
+) -> None:
+    try:
+        result = await work
+    except RequestError as exc:
+        result = error(exc.code, exc.remark)
+    ctx.reply(cmd, result)
+
+
+async def _send_now(
+    ctx: RequestContext, message: Message, lmqs: list[str], queue_id: int
+) -> RemotingCommand:
+    try:
+        result = await ctx.front.publisher.submit(message, lmqs)
+    except Exception as exc:
+        return failure(exc)
+    ctx.front.sent += 1
+    return response(fields={"msgId": ctx.msg_id(result.position), "queueId": queue_id,
+                            "queueOffset": result.offsets[0]})
+
+
+async def _send_delayed(
+    ctx: RequestContext, items: list[tuple[Message, list[str], int]], queue_id: int
+) -> RemotingCommand:
+    """Store delayed messages in one append (all or none), answered once durable; the
+    timer firing is armed at the earliest due time."""
+    front = ctx.front
+    store = front.store
+    try:
+        results = store.append_delayed_batch(items, wait=False)
+        if store.config.durability == Durability.SYNC:
+            await asyncio.wrap_future(store.acknowledged(results[-1].end))
+    except Exception as exc:
+        log.info("remoting delayed send refused: %s", exc, extra=ctx.conn.log_fields())
+        return failure(exc)
+    front.ctx.rocketmq.timers.arm(min(due for _, _, due in items))
+    front.sent += len(results)
+    return response(fields={
+        "msgId": ",".join(ctx.msg_id(r.position) for r in results),
+        "queueId": queue_id,
+        "queueOffset": 0,
+    })
 
 
 async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
@@ -251,16 +372,23 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
     max_body = store.config.max_message_bytes
     lmq = queue_lmq(header.topic, queue_id)
     items: list[tuple[Message, list[str]]] = []
+    dues: list[int | None] = []
+    now = now_ms()
     for index, entry in enumerate(entries):
         body, props, flag = entry.body, entry.properties, entry.flag
         props_text = encode_properties(props)
         kind = message_type(props, header.sys_flag)
-        if kind != MessageType.NORMAL or config.message_type != MessageType.NORMAL:
-            try:
+        try:
+            if kind != MessageType.NORMAL or config.message_type != MessageType.NORMAL:
                 check_type(config, kind)
-            except RequestError as exc:
+            if kind is _TRANSACTION:
                 raise RequestError(
-                    exc.code, f"message {index} of the batch: {exc.remark}") from None
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "a batch cannot hold transactional messages; send them one by one")
+            dues.append(_due(ctx, props, now) if kind is MessageType.DELAY else None)
+        except RequestError as exc:
+            raise RequestError(
+                exc.code, f"message {index} of the batch: {exc.remark}") from None
         if len(body) > max_body:
             raise RequestError(
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -272,6 +400,10 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
             flag=flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
         routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
         items.append((message, [lmq, *routes]))
+    if any(due is not None for due in dues):
+        return await _send_delayed(
+            ctx, [(m, lmqs, now if due is None else due)
+                  for (m, lmqs), due in zip(items, dues, strict=True)], queue_id)
     try:
         # One append for the whole batch: all of it is stored, or (an exception) none.
         results = store.append_batch(items, wait=False)
@@ -279,7 +411,7 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
             await asyncio.wrap_future(store.acknowledged(results[-1].end))
     except Exception as exc:
         log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())
-        return _failure(exc)
+        return failure(exc)
     front.sent += len(results)
     return response(fields={
         "msgId": ",".join(ctx.msg_id(r.position) for r in results),

@@ -27,13 +27,14 @@ from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService, level_lmq
 from gateway.rocketmq.sendback import DEFAULT_MAX_RECONSUME_TIMES, SendBackService
 from gateway.rocketmq.timer_service import TimerFiring
 from gateway.rocketmq.topics import TopicRegistry
+from gateway.rocketmq.transaction_checks import TransactionChecks
 from lmq.rocketmq import BROKER_NAME, TopicConfig
 
 __all__ = ["RocketMQServices"]
 
 
 class RocketMQServices:
-    """``schedule``, ``pop`` and ``sendback`` over one store, appender
+    """``schedule``, ``pop``, ``sendback``, ``timers`` and ``transactions`` over one store, appender
     (``Publisher.submit``) and the gateway's topic and group registries."""
 
     def __init__(
@@ -57,6 +58,10 @@ class RocketMQServices:
         )
         #: The store's durable timers (delayed messages), fired at their due times.
         self.timers = TimerFiring(store, loop)
+        #: Transaction check-backs: one loop, each front end registers its way to
+        #: producers (:mod:`gateway.rocketmq.transaction_checks`).
+        self.transactions = TransactionChecks(store)
+        self._loop = loop
 
     def queue_count(self, topic: str) -> int | None:
         """The topic's read queues; None when there is no such topic."""
@@ -90,8 +95,10 @@ class RocketMQServices:
             self.pop.adopt(name)
         self.pop.arm_revive()
         self.timers.start()
+        self.transactions.start(self._loop)
 
     def stop(self) -> None:
         self.schedule.stop()
         self.pop.stop()
         self.timers.stop()
+        self.transactions.stop()

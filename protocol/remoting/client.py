@@ -216,3 +216,67 @@ def subscription_data(topic: str, expression: str | None, sub_version: int) -> S
 def tag_matches(tags: Sequence[str], message_tag: str | None) -> bool:
     """Whether a message with ``message_tag`` passes a subscription to ``tags``."""
     return not tags or (message_tag is not None and message_tag in tags)
+
+
+# --- transactions ----------------------------------------------------------------------
+
+#: END_TRANSACTION's ``commitOrRollback`` (``MessageSysFlag``'s transaction types).
+COMMIT = 8
+ROLLBACK = 12
+UNKNOWN = 0
+
+
+def end_transaction_fields(
+    *,
+    producer_group: str,
+    topic: str,
+    commit_log_offset: int,
+    queue_offset: int,
+    msg_id: str,
+    transaction_id: str,
+    commit: bool | None,
+    from_check: bool,
+    broker_name: str | None = None,
+) -> dict[str, object]:
+    """END_TRANSACTION's header as the Java producer fills it
+    (``DefaultMQProducerImpl.endTransaction`` and, from a check, ``processTransactionState``):
+    ``commitLogOffset`` the half's log position (from its offsetMsgId:
+    :func:`~protocol.remoting.messages.parse_offset_msg_id`, or a check's header),
+    ``tranStateTableOffset`` its queue offset, ``commitOrRollback`` 8 / 12 / 0 for
+    ``commit`` True / False / None."""
+    return {
+        "producerGroup": producer_group,
+        "topic": topic,
+        "tranStateTableOffset": queue_offset,
+        "commitLogOffset": commit_log_offset,
+        "commitOrRollback": UNKNOWN if commit is None else COMMIT if commit else ROLLBACK,
+        "fromTransactionCheck": from_check,
+        "msgId": msg_id,
+        "transactionId": transaction_id,
+        "brokerName": broker_name,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionCheck:
+    """A CHECK_TRANSACTION_STATE header: which half message the server asks about."""
+
+    topic: str
+    commit_log_offset: int
+    tran_state_table_offset: int
+    msg_id: str
+    transaction_id: str
+    offset_msg_id: str
+    broker_name: str
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, str]) -> TransactionCheck:
+        return cls(
+            topic=fields.get("topic", ""),
+            commit_log_offset=int(fields.get("commitLogOffset", "0") or 0),
+            tran_state_table_offset=int(fields.get("tranStateTableOffset", "0") or 0),
+            msg_id=fields.get("msgId", ""),
+            transaction_id=fields.get("transactionId", ""),
+            offset_msg_id=fields.get("offsetMsgId", ""),
+            broker_name=fields.get("brokerName", ""),
+        )

@@ -43,9 +43,13 @@ async function produce(cfg) {
     const msg = new Message(cfg.topic, m.tag || '', m.body);
     if (m.keys) msg.keys = m.keys;
     for (const [k, v] of Object.entries(m.properties || {})) msg.properties[k] = v;
+    // ali-ons' own delay API: a delay level (DELAY) or Aliyun's absolute start time
+    if (m.delayLevel) msg.delayTimeLevel = m.delayLevel;
+    if (m.startDeliverTime) msg.setStartDeliverTime(m.startDeliverTime);
     try {
+      const startedAt = Date.now();
       const r = await producer.send(msg);
-      out({ sent: { body: m.body, msgId: r.msgId, status: r.sendStatus,
+      out({ sent: { body: m.body, msgId: r.msgId, status: r.sendStatus, startedAt,
         queueId: Number(r.messageQueue.queueId), queueOffset: Number(r.queueOffset) } });
     } catch (err) {
       out({ error: err.message, body: m.body });
@@ -70,6 +74,7 @@ async function consume(cfg) {
       msgId: msg.msgId, body, tags: msg.tags, keys: msg.keys, topic: msg.topic,
       queueId: msg.queueId, queueOffset: Number(msg.queueOffset),
       reconsumeTimes: msg.reconsumeTimes, properties: msg.properties,
+      consumedAt: Date.now(),
     };
     if (failOnce.has(body)) {
       failOnce.delete(body);

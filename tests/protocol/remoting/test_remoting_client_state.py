@@ -183,3 +183,27 @@ def test_subscription_data_and_tag_filter() -> None:
     assert subscription_data("orders", None, 1).sub_string == "*"
     assert tag_matches([], None) and tag_matches(["a"], "a")
     assert not tag_matches(["a"], "b") and not tag_matches(["a"], None)
+
+
+def test_end_transaction_fields_as_the_java_producer_fills_them() -> None:
+    from protocol.remoting.client import COMMIT, ROLLBACK, UNKNOWN, end_transaction_fields
+
+    base = dict(producer_group="PG", topic="t", commit_log_offset=4096, queue_offset=3,
+                msg_id="U1", transaction_id="U1", from_check=False)
+    fields = end_transaction_fields(commit=True, **base)  # type: ignore[arg-type]
+    assert fields["commitOrRollback"] == COMMIT == 8
+    assert fields["commitLogOffset"] == 4096 and fields["tranStateTableOffset"] == 3
+    assert fields["producerGroup"] == "PG" and fields["fromTransactionCheck"] is False
+    assert end_transaction_fields(commit=False, **base)["commitOrRollback"] == ROLLBACK == 12  # type: ignore[arg-type]
+    assert end_transaction_fields(commit=None, **base)["commitOrRollback"] == UNKNOWN == 0  # type: ignore[arg-type]
+
+
+def test_transaction_check_header_parsed() -> None:
+    from protocol.remoting.client import TransactionCheck
+
+    check = TransactionCheck.from_fields({
+        "topic": "t", "commitLogOffset": "77", "tranStateTableOffset": "0", "msgId": "U",
+        "transactionId": "U", "offsetMsgId": "AB", "brokerName": "lmq-gateway"})
+    assert (check.topic, check.commit_log_offset, check.msg_id, check.broker_name) == (
+        "t", 77, "U", "lmq-gateway")
+    assert TransactionCheck.from_fields({}).commit_log_offset == 0
