@@ -25,6 +25,13 @@ with ``deliveries`` = 2; a cleared bit (acked) never comes back. Retries popped 
 and fresh messages whose invisible time is changed, use the durable in-flight table
 above as before. The invisible time of a fresh message still runs out (revive).
 
+FIFO pops (:meth:`PopConsumer.pop_fifo`) keep each message group's order for a pop
+group: a group's next message is given only after the previous one was acked (state and
+transitions in :mod:`broker_core.fifo`). Their deliveries are in the durable in-flight
+table like any pop's; ack, change of invisible time, requeue and revive find a group's
+head by offset and move the group on (or make its head wait a backoff) instead of
+writing a retry record.
+
 The receipt codecs live in :mod:`broker_core.receipts`, the two in-flight tables in
 :mod:`broker_core.inflight`; this module is the orchestration: pop, ack, change the
 invisible time, requeue, revive and dead-letter.
@@ -49,6 +56,7 @@ from broker_core.consumer_state import (
     fresh_prefix,
 )
 from broker_core.errors import UnknownLmq, UnknownReceipt
+from broker_core.fifo import BlockedGroup, FifoTable, Head, Lane
 from broker_core.inflight import DurableInflight, FreshTable, Hit, MemoryInflight, Settled
 from broker_core.locks import StoreLocks
 from broker_core.receipts import decode_receipt, encode_receipt, is_memory, split_receipts
@@ -107,6 +115,7 @@ class PopConsumer:
         self.memory = MemoryInflight(state, self._lmq_id)
         #: The groups whose first deliveries go to the memory table.
         self._memory_groups: set[str] = set()
+        self.fifo = FifoTable(state, config)
 
     def _lmq_id(self, name: str) -> int | None:
         info = self.reader.lmq(name)
@@ -118,6 +127,16 @@ class PopConsumer:
         if not self.durable.loaded:
             self.durable.schedule()
             self.memory.load()
+        if not self.fifo.loaded:
+            self.fifo.load()
+
+    def _write(self, batch: StateBatch) -> None:
+        """Write a batch that changed FIFO state (reloaded from disk if it fails)."""
+        try:
+            self.state.write(batch)
+        except BaseException:
+            self.fifo.invalidate()
+            raise
 
     def _limit(self, group: str) -> int:
         return self._max_deliveries.get(group, self.config.max_deliveries)
@@ -133,6 +152,11 @@ class PopConsumer:
     def forget(self, key: InflightKey) -> None:
         """An in-flight record was deleted outside this class (LMQ removal)."""
         self.durable.removed((key,))
+
+    def forget_lmqs(self, names: Sequence[str]) -> None:
+        """LMQs were removed with all their state records (LMQ removal)."""
+        for name in names:
+            self.fifo.drop_lmq(name)
 
     def set_max_deliveries(self, group: str, limit: int | None) -> None:
         if limit is None:
@@ -168,7 +192,11 @@ class PopConsumer:
                 batch.delete_inflight(item.key)
                 gone.append(item.key)
                 if self.reader.lmq(item.key.lmq) is not None:
-                    batch.put_retry(item.key.lmq, group, item.key.offset, item.deliveries)
+                    hit = self.fifo.find(group, item.key.lmq, item.key.offset)
+                    if hit is not None:  # a FIFO head: ready again, first of its group
+                        self.fifo.retry_at(hit[0], hit[1], 0, batch)
+                    else:
+                        batch.put_retry(item.key.lmq, group, item.key.offset, item.deliveries)
                     released += 1
             self.durable.removed(gone)
             # fresh records (on disk; the memory tables mirror them)
@@ -184,7 +212,7 @@ class PopConsumer:
                     bits ^= low
                     released += 1
             if not batch.empty:
-                self.state.write(batch)
+                self._write(batch)
             self.memory.drop_group(group)
         return released
 
@@ -239,6 +267,147 @@ class PopConsumer:
                 state.write(batch)
                 self.durable.added(added)
             return out
+
+    def pop_fifo(
+        self, group: str, lmq: str, max_messages: int, invisible_ms: int,
+        group_property: str, now: int | None = None,
+    ) -> list[PoppedMessage]:
+        """A FIFO pop (see :mod:`broker_core.fifo`): up to ``max_messages`` of ``lmq`` for
+        ``group``, each the oldest unacked message of its message group (the value of
+        property ``group_property``; a message without it is its own group). First the
+        ungrouped messages that came back, then the groups' heads that are ready again
+        (oldest ``ready_at`` first), then new messages from the group's offset: the
+        first of a group without a head is delivered, later ones are parked."""
+        if invisible_ms <= 0:
+            raise ValueError("invisible_ms must be positive")
+        with self.locks.pop:
+            self.locks.check_open()
+            if now is None:
+                now = now_ms()
+            self._revive_locked(now)
+            if self.reader.lmq(lmq) is None:
+                raise UnknownLmq(f"no LMQ named {lmq!r}")
+            self._load()
+            visible_at = now + invisible_ms
+            state, fifo, read_at = self.state, self.fifo, self.reader.read_at
+            batch = state.new_batch()
+            added: list[InflightKey] = []
+            out: list[PoppedMessage] = []
+
+            def give(msg: StoredMessage, deliveries: int) -> None:
+                key = InflightKey(visible_at, group, lmq, msg.offset)
+                batch.put_inflight(key, deliveries, now)
+                added.append(key)
+                out.append(PoppedMessage(msg, encode_receipt(key), deliveries))
+
+            for offset, deliveries in state.retries(lmq, group, max_messages):
+                batch.delete_retry(lmq, group, offset)  # ungrouped messages back
+                msg = read_at(lmq, offset)
+                if msg is not None:
+                    give(msg, deliveries + 1)
+            lane = fifo.lane(group, lmq)
+            while len(out) < max_messages:
+                head = lane.next_ready(now)
+                if head is None:
+                    break
+                msg = read_at(lmq, head.offset)
+                if msg is None:  # removed by retention while it waited: the group moves on
+                    fifo.advance(lane, head, now, batch)
+                    lane = fifo.lane(group, lmq)
+                    continue
+                fifo.deliver(lane, head, now, batch)
+                give(msg, head.deliveries)
+            start = state.get_offset(lmq, group) or 0
+            pos, scanned, limit = start, 0, self.config.fifo_scan_limit
+            heads = lane.heads
+            while len(out) < max_messages and scanned < limit:
+                result = self.reader.pull(lmq, pos, min(limit - scanned, 256))
+                if not result.messages:
+                    pos = result.next_offset
+                    break
+                for msg in result.messages:
+                    scanned += 1
+                    pos = msg.offset + 1
+                    raw = msg.record.properties.get(group_property)
+                    if not raw:
+                        give(msg, 1)
+                    else:
+                        mgroup = raw.decode(errors="replace")
+                        if mgroup in heads:
+                            fifo.park(lane, mgroup, msg.offset, batch)
+                        else:
+                            fifo.start(lane, mgroup, msg.offset, now, batch)
+                            give(msg, 1)
+                    if len(out) >= max_messages or scanned >= limit:
+                        break
+                else:
+                    pos = result.next_offset
+            if pos != start:
+                batch.set_offset(lmq, group, pos)
+            if not lane.heads and not lane.parked:
+                fifo.lanes.pop((group, lmq), None)
+            if not batch.empty:
+                self._write(batch)
+                self.durable.added(added)
+            return out
+
+    def fifo_ready(self, group: str, lmq: str, now: int | None = None) -> bool:
+        """Whether a FIFO pop of ``lmq`` by ``group`` has a head ready to deliver again
+        (new messages past the offset are the caller's to see)."""
+        with self.locks.pop:
+            self._load()
+            return self.fifo.has_ready(group, lmq, now_ms() if now is None else now)
+
+    def blocked_groups(self, group: str | None = None) -> list[BlockedGroup]:
+        """The blocked FIFO message groups (of one pop group, or all), oldest first."""
+        with self.locks.pop:
+            self._load()
+            found = [b for b in self.fifo.blocked() if group is None or b.group == group]
+        return sorted(found, key=lambda b: (b.since_ms, b.group, b.lmq, b.message_group))
+
+    def release_message_group(self, group: str, lmq: str, message_group: str) -> int | None:
+        """An operator releases a FIFO message group of ``group`` on ``lmq``: its head goes
+        to the dead-letter LMQ (in flight or not: a receipt of it is void after) and the
+        group moves on. Returns the head's offset, or None if the group has no head."""
+        with self.locks.pop:
+            self.locks.check_open()
+            self._load()
+            lane = self.fifo.lanes.get((group, lmq))
+            head = None if lane is None else lane.heads.get(message_group)
+            if lane is None or head is None:
+                return None
+            found = None
+            if head.inflight:
+                found = next((i for i in self.state.all_inflight()
+                              if i.key.group == group and i.key.lmq == lmq
+                              and i.key.offset == head.offset), None)
+            item = found or Inflight(InflightKey(0, group, lmq, head.offset),
+                                     head.deliveries, head.since_ms)
+            self._dead_letter(item)  # first: a crash before the write below copies it twice
+            batch = self.state.new_batch()
+            if found is not None:
+                batch.delete_inflight(found.key)
+            self.fifo.advance(lane, head, now_ms(), batch)
+            self._write(batch)
+            if found is not None:
+                self.durable.removed((found.key,))
+        self.reader.notify(lmq)
+        return head.offset
+
+    def _fifo_back(self, lane: Lane, head: Head, item: Inflight, now: int, at: int,
+                   batch: StateBatch, woken: set[str]) -> None:
+        """A FIFO head's delivery ended unacked (its in-flight record is deleted in
+        ``batch``): dead-lettered after the group's limit (the group moves on), else
+        ready again at ``at``, first of its group."""
+        limit = self._limit(lane.group)
+        if limit and item.deliveries >= limit:
+            self._dead_letter(item)  # before the batch is written (never lost)
+            if self.fifo.advance(lane, head, now, batch) is not None:
+                woken.add(lane.lmq)
+            return
+        self.fifo.retry_at(lane, head, at, batch)
+        if at <= now:
+            woken.add(lane.lmq)
 
     def _pop_fresh(
         self,
@@ -296,11 +465,16 @@ class PopConsumer:
             self.locks.check_open()
             if self.state.get_inflight(key) is None:
                 raise UnknownReceipt(_NOT_IN_FLIGHT)
+            self._load()
             batch = self.state.new_batch()
             batch.delete_inflight(key)
-            self.state.write(batch)
-            self._load()
+            hit = self.fifo.find(key.group, key.lmq, key.offset)
+            if hit is not None:  # a FIFO head: its group moves on
+                self.fifo.advance(hit[0], hit[1], now_ms(), batch)
+            self._write(batch)
             self.durable.removed((key,))
+        if hit is not None:
+            self.reader.notify(key.lmq)
 
     def ack_many(self, receipts: list[str]) -> None:
         """Ack several receipts in one write. Unlike :meth:`ack`, receipts that are no
@@ -311,13 +485,31 @@ class PopConsumer:
             keys, by_table = self.memory.group_receipts(receipts)
             batch = self.state.new_batch()
             plan = self.memory.settle_grouped(by_table, batch) if by_table else None
+            if keys:
+                self._load()
+            woken = self._ack_fifo(keys, batch) if keys and self.fifo.lanes else set()
             for key in keys:
                 batch.delete_inflight(key)
             if not batch.empty:
-                self.state.write(batch)
+                self._write(batch)
             if plan:
                 self.memory.apply_plan(plan)
             self.durable.removed(keys)
+        for lmq in woken:
+            self.reader.notify(lmq)
+
+    def _ack_fifo(self, keys: list[InflightKey], batch: StateBatch) -> set[str]:
+        """The FIFO heads among ``keys`` still in flight under those keys: their groups
+        move on in ``batch``. Returns the LMQs to notify."""
+        woken: set[str] = set()
+        now = now_ms()
+        for key in keys:
+            hit = self.fifo.find(key.group, key.lmq, key.offset)
+            if hit is None or not hit[1].inflight or self.state.get_inflight(key) is None:
+                continue  # not a head, or a stale receipt of one
+            self.fifo.advance(hit[0], hit[1], now, batch)
+            woken.add(key.lmq)
+        return woken
 
     def change_invisible_time(self, receipt: str, invisible_ms: int) -> str:
         if invisible_ms < 0:
@@ -387,18 +579,22 @@ class PopConsumer:
                 back.append(current)
             woken: set[str] = set()
             dead: list[Inflight] = []
+            now = now_ms()
             for item in back:
                 k = item.key
                 if self.reader.lmq(k.lmq) is None:
                     continue
                 limit = self._limit(k.group)
-                if limit and item.deliveries >= limit:
+                hit = self.fifo.find(k.group, k.lmq, k.offset) if self.fifo.lanes else None
+                if hit is not None:
+                    self._fifo_back(hit[0], hit[1], item, now, 0, batch, woken)
+                elif limit and item.deliveries >= limit:
                     dead.append(item)
                 else:
                     batch.put_retry(k.lmq, k.group, k.offset, item.deliveries)
                     woken.add(k.lmq)
             if not batch.empty:
-                state.write(batch)
+                self._write(batch)
             if settled:
                 self.memory.apply(found, settled)
             self.durable.removed(gone)
@@ -419,15 +615,15 @@ class PopConsumer:
         """When the next in-flight message becomes due (ms), or None."""
         with self.locks.pop:
             self._load()
-            due = self.durable.next_due()
-            fresh = self.memory.next_due()
-            if fresh is not None and (due is None or fresh < due):
-                return fresh
-            return due
+            times = [t for t in (self.durable.next_due(), self.memory.next_due(),
+                                 self.fifo.next_wake()) if t is not None]
+            return min(times, default=None)
 
     def _revive_locked(self, now: int) -> int:
         self._load()
         total = 0
+        for lmq in self.fifo.due_wakes(now):  # FIFO heads whose backoff ended
+            self.reader.notify(lmq)
         if self.memory.may_be_due(now):
             total = self._revive_fresh(now)
         durable = self.durable
@@ -444,13 +640,18 @@ class PopConsumer:
                 if self.reader.lmq(item.key.lmq) is None:
                     continue  # the LMQ was removed
                 limit = self._limit(item.key.group)
-                if limit and item.deliveries >= limit:
+                hit = self.fifo.find(item.key.group, item.key.lmq, item.key.offset)
+                if hit is not None:
+                    # the backoff runs from when the invisible time ran out
+                    at = item.key.visible_at + self.fifo.backoff_ms(item.deliveries)
+                    self._fifo_back(hit[0], hit[1], item, now, at, batch, woken)
+                elif limit and item.deliveries >= limit:
                     self._dead_letter(item)
                 else:
                     batch.put_retry(item.key.lmq, item.key.group, item.key.offset, item.deliveries)
                     woken.add(item.key.lmq)
                 total += 1
-            self.state.write(batch)
+            self._write(batch)
             if len(due) < _REVIVE_BATCH:
                 break
         durable.prune(now)  # stale entries: deleted without our knowing

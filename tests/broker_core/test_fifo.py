@@ -1,0 +1,302 @@
+"""FIFO pop (broker_core.fifo): per message group order, a poisoned group blocks only
+itself, orderly retries with backoff, dead letters, release, restarts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker_core import Message, MessageStore, StoreConfig, UnknownReceipt
+
+from .conftest import SMALL
+
+KEY = "__SHARDINGKEY"
+NOW = 10_000_000
+CONFIG = StoreConfig(segment_bytes=256 * 1024, max_message_bytes=64 * 1024,
+                     fifo_retry_backoff_ms=100, fifo_retry_max_backoff_ms=1_000,
+                     max_deliveries=4)
+
+
+def publish(s: MessageStore, groups: list[str | None], lmq: str = "q") -> None:
+    """One message per entry, its body ``<group>:<seq in group>``."""
+    seen: dict[str | None, int] = {}
+    for _, lmq_info in [(0, s.lmq(lmq))]:
+        if lmq_info is not None:
+            for m in s.pull(lmq, 0, 100_000).messages:
+                g = m.record.properties.get(KEY)
+                key = g.decode() if g else None
+                seen[key] = seen.get(key, 0) + 1
+    items = []
+    for g in groups:
+        n = seen.get(g, 0)
+        seen[g] = n + 1
+        props = {KEY: g.encode()} if g is not None else {}
+        items.append((Message(topic="t", body=f"{g}:{n}".encode(), properties=props), [lmq]))
+    s.append_batch(items)
+
+
+def bodies(popped) -> list[str]:
+    return [p.message.record.body.decode() for p in popped]
+
+
+@pytest.fixture
+def fstore(tmp_path: Path):
+    s = MessageStore.open(tmp_path / "data", CONFIG)
+    yield s
+    s.close()
+
+
+def test_one_message_per_group_until_acked(fstore):
+    publish(fstore, ["a", "a", "b", "a", "b", "c"])
+    got = fstore.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW)
+    assert bodies(got) == ["a:0", "b:0", "c:0"]
+    assert fstore.get_offset("g", "q") == 6  # the offset moved on: the rest is parked
+    assert fstore.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW) == []
+    fstore.ack(got[0].receipt)  # a:0 done: a:1 is next, nothing else
+    nxt = fstore.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW)
+    assert bodies(nxt) == ["a:1"]
+    fstore.ack(got[1].receipt)
+    fstore.ack(nxt[0].receipt)
+    assert bodies(fstore.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW)) == ["a:2", "b:1"]
+
+
+def test_messages_without_a_group_are_each_their_own(fstore):
+    publish(fstore, [None, None, "a", None, "a"])
+    got = fstore.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW)
+    assert bodies(got) == ["None:0", "None:1", "a:0", "None:2"]
+
+
+def test_unacked_head_comes_back_first_after_backoff(fstore):
+    publish(fstore, ["a", "a", "b"])
+    first = fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW)
+    assert bodies(first) == ["a:0", "b:0"]
+    fstore.ack(first[1].receipt)
+    # a:0's invisible time runs out at NOW+1000; its backoff (100 ms) follows
+    assert fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 1_000) == []
+    blocked = fstore.blocked_message_groups("g")
+    assert [(b.message_group, b.offset, b.deliveries, b.waiting) for b in blocked] == [
+        ("a", 0, 1, 1)]
+    assert blocked[0].since_ms == NOW and blocked[0].ready_at == NOW + 1_100
+    again = fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 1_100)
+    assert bodies(again) == ["a:0"] and again[0].deliveries == 2
+    # the backoff doubles: the second retry waits 200 ms
+    assert fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 2_100 + 199) == []
+    third = fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 2_100 + 200)
+    assert bodies(third) == ["a:0"] and third[0].deliveries == 3
+    with pytest.raises(UnknownReceipt):
+        fstore.ack(first[0].receipt)  # its first receipt is void
+    fstore.ack(third[0].receipt)
+    assert bodies(fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 3_400)) == ["a:1"]
+    assert fstore.blocked_message_groups() == []
+
+
+def test_dead_letter_after_max_deliveries_and_the_group_moves_on(fstore):
+    publish(fstore, ["a", "a", "b"])
+    now = NOW
+    got = fstore.pop_fifo("g", "q", 10, 10, KEY, now=now)
+    fstore.ack(got[1].receipt)  # b:0
+    for delivery in range(2, 5):
+        now += 10_000
+        got = fstore.pop_fifo("g", "q", 10, 10, KEY, now=now)
+        assert bodies(got) == ["a:0"] and got[0].deliveries == delivery
+    now += 10_000  # the fourth delivery ran out: max_deliveries = 4 -> the DLQ
+    got = fstore.pop_fifo("g", "q", 10, 10, KEY, now=now)
+    assert bodies(got) == ["a:1"]
+    dlq = fstore.pull("%DLQ%g", 0, 10).messages
+    assert [m.record.body for m in dlq] == [b"a:0"]
+    assert dlq[0].record.properties["DLQ_DELIVERIES"] == b"4"
+
+
+def test_change_invisible_time_keeps_the_group_blocked(fstore):
+    publish(fstore, ["a", "a"])
+    (p,) = fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW)
+    new = fstore.change_invisible_time(p.receipt, 60_000)
+    assert fstore.pop_fifo("g", "q", 10, 1_000, KEY) == []
+    fstore.ack(new)
+    assert bodies(fstore.pop_fifo("g", "q", 10, 1_000, KEY)) == ["a:1"]
+
+
+def test_requeue_makes_the_head_ready_now(fstore):
+    publish(fstore, ["a", "a"])
+    got = fstore.pop_fifo("g", "q", 10, 60_000, KEY)
+    assert fstore.requeue_many([got[0].receipt]) == 1
+    again = fstore.pop_fifo("g", "q", 10, 60_000, KEY)
+    assert bodies(again) == ["a:0"]
+    fstore.ack_many([again[0].receipt, got[0].receipt])  # the stale receipt is ignored
+    assert bodies(fstore.pop_fifo("g", "q", 10, 60_000, KEY)) == ["a:1"]
+
+
+def test_release_sends_the_head_to_the_dlq(fstore):
+    publish(fstore, ["a", "a", "a", "b"])
+    got = fstore.pop_fifo("g", "q", 10, 60_000, KEY)
+    assert bodies(got) == ["a:0", "b:0"]
+    assert fstore.release_message_group("g", "q", "zz") is None
+    assert fstore.release_message_group("g", "q", "a") == 0
+    with pytest.raises(UnknownReceipt):
+        fstore.ack(got[0].receipt)  # released: its receipt is void
+    assert bodies(fstore.pop_fifo("g", "q", 10, 60_000, KEY)) == ["a:1"]
+    assert [m.record.body for m in fstore.pull("%DLQ%g", 0, 10).messages] == [b"a:0"]
+
+
+def test_state_survives_a_restart(tmp_path):
+    path = tmp_path / "data"
+    with MessageStore.open(path, CONFIG) as s:
+        publish(s, ["a", "a", "b", "b", "c"])
+        got = s.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW)
+        assert bodies(got) == ["a:0", "b:0", "c:0"]
+        s.ack(got[1].receipt)
+    with MessageStore.open(path, CONFIG) as s:
+        # a:0 and c:0 are in flight still; b:1 was promoted by the ack
+        assert bodies(s.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 10)) == ["b:1"]
+        again = s.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 1_100)
+        assert sorted(bodies(again)) == ["a:0", "c:0"]
+        s.ack(again[0].receipt)
+        s.ack(again[1].receipt)
+    with MessageStore.open(path, CONFIG) as s:
+        # a:1 promoted by the ack; b:1 (in flight until NOW+1010) back after its backoff
+        got = s.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 1_200)
+        assert [(p.message.record.body, p.deliveries) for p in got] == [
+            (b"a:1", 1), (b"b:1", 2)]
+
+
+def test_ten_thousand_groups_one_poisoned(tmp_path):
+    """One group's head is never acked: every other group's messages are delivered."""
+    cfg = StoreConfig(segment_bytes=8 * 1024 * 1024, max_message_bytes=64 * 1024)
+    with MessageStore.open(tmp_path / "data", cfg) as s:
+        groups = [f"g{i}" for i in range(10_000)]
+        s.append_batch([
+            (Message(topic="t", body=f"{g}:{n}".encode(), properties={KEY: g.encode()}),
+             ["q"]) for n in range(3) for g in groups])
+        delivered: dict[str, list[int]] = {}
+        poisoned = None
+        for _ in range(1000):
+            got = s.pop_fifo("c", "q", 32, 600_000, KEY)
+            if not got:
+                break
+            for p in got:
+                g, n = p.message.record.body.decode().split(":")
+                delivered.setdefault(g, []).append(int(n))
+                if g == "g7":
+                    poisoned = p  # never acked
+                else:
+                    s.ack(p.receipt)
+        assert poisoned is not None
+        assert delivered.pop("g7") == [0]
+        assert len(delivered) == 9_999
+        assert all(seq == [0, 1, 2] for seq in delivered.values())
+        (b,) = s.blocked_message_groups() or [None]
+        assert b is None  # delivered once, still in flight: not blocked yet
+        assert s.stats()["fifo_blocked_groups"] == 0
+
+
+# -- a model of per-group order under random schedules --------------------------------
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("publish"), st.lists(st.sampled_from(["a", "b", "c", None]),
+                                               min_size=1, max_size=5)),
+        st.tuples(st.just("pop"), st.integers(1, 4)),
+        st.tuples(st.just("ack"), st.integers(0, 10)),
+        st.tuples(st.just("nack"), st.integers(0, 10)),
+        st.tuples(st.just("time"), st.integers(1, 3_000)),
+        st.tuples(st.just("restart"), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS)
+def test_model_order_per_group(tmp_path_factory, ops):
+    """Whatever the schedule of publishes, pops, acks, nacks, timeouts and restarts:
+    a grouped message is delivered only when every earlier message of its group was
+    acked or dead-lettered, at most one message per group is out, and in the end every
+    message is acked or dead-lettered exactly once, each group in order."""
+    path = tmp_path_factory.mktemp("fifo") / "data"
+    s = MessageStore.open(path, CONFIG)
+    s.create_lmq("q")
+    now = NOW
+    done: dict[str, list[int]] = {}  # group -> seqs acked or dead-lettered, in order
+    sent: dict[str | None, int] = {}
+    outstanding: list = []  # popped, not settled by us
+    try:
+        def finish(body: str) -> None:
+            g, n = body.split(":")
+            if g != "None":
+                done.setdefault(g, []).append(int(n))
+
+        def dead_lettered() -> None:
+            info = s.lmq("%DLQ%g")
+            if info is None:
+                return
+            for m in s.pull("%DLQ%g", dead_lettered.seen, 1000).messages:  # type: ignore[attr-defined]
+                finish(m.record.body.decode())
+                dead_lettered.seen = m.offset + 1  # type: ignore[attr-defined]
+        dead_lettered.seen = 0  # type: ignore[attr-defined]
+
+        def pop(n: int) -> list:
+            got = s.pop_fifo("g", "q", n, 1_000, KEY, now=now)
+            dead_lettered()
+            for p in got:
+                g, seq = p.message.record.body.decode().split(":")
+                if g == "None":
+                    continue
+                # every earlier message of its group is done
+                assert done.get(g, []) == list(range(int(seq))), (g, seq, done.get(g))
+                # no other message of its group is out
+                assert all(o.message.record.body.decode().split(":")[0] != g
+                           or o.message.offset == p.message.offset for o in outstanding)
+            outstanding[:] = [o for o in outstanding
+                              if o.message.offset not in {p.message.offset for p in got}]
+            outstanding.extend(got)
+            return got
+
+        for op, arg in ops:
+            if op == "publish":
+                for g in arg:
+                    sent[g] = sent.get(g, 0) + 1
+                publish(s, arg)
+            elif op == "pop":
+                pop(arg)
+            elif op in ("ack", "nack") and outstanding:
+                p = outstanding.pop(arg % len(outstanding))
+                if op == "ack":
+                    try:
+                        s.ack(p.receipt)
+                        finish(p.message.record.body.decode())
+                    except UnknownReceipt:
+                        pass  # its invisible time ran out
+                else:
+                    s.requeue_many([p.receipt])
+                    dead_lettered()
+            elif op == "time":
+                now += arg
+            elif op == "restart":
+                s.close()
+                s = MessageStore.open(path, CONFIG)
+                outstanding.clear()  # the consumer died with its receipts
+        # drain: ack everything, waiting out invisible times and backoffs
+        for _ in range(200):
+            now += 2_000
+            for p in pop(100):
+                try:
+                    s.ack(p.receipt)
+                    finish(p.message.record.body.decode())
+                except UnknownReceipt:
+                    pass
+            outstanding.clear()
+        dead_lettered()
+        for g, count in sent.items():
+            if g is not None:
+                assert done.get(g, []) == list(range(count)), (g, done.get(g))
+    finally:
+        s.close()
+
+
+def test_small_config_default_store_has_no_fifo_state(store):
+    assert store.blocked_message_groups() == []
+    assert SMALL.fifo_scan_limit == 4096
