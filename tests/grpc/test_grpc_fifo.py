@@ -1,0 +1,119 @@
+"""FIFO over gRPC against a real ``lmq serve`` with raw stubs: a group consuming in order
+receives each message group's next message only after the previous one was acked, other
+groups flowing; ChangeInvisibleDuration and nacks bring the held message back first;
+a multi-message SendMessage puts each message in its own group's queue, in one append
+and in order. (The official client: tests/gateway/grpc_clients/test_python_client_fifo.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from broker_core import MessageStore
+from gateway.grpc.send import choose_queue
+from gateway.rocketmq.groups import GroupRegistry
+from gateway.rocketmq.topics import TopicRegistry
+from lmq.rocketmq import GroupConfig, MessageType, TopicConfig, queue_lmq
+from protocol.grpc import Code
+from tests.grpc.grpc_msg_support import ack, grpc_gateway, message, parts, receive, send
+from tests.grpc.test_grpc_ack import change
+
+QUEUES = 2
+
+
+def prepare(data: Path) -> None:
+    with MessageStore.open(data) as store:
+        TopicRegistry(store, False, 8).create(
+            TopicConfig("fifo", QUEUES, QUEUES, message_type=MessageType.FIFO))
+        groups = GroupRegistry(store)
+        groups.create(GroupConfig("ordered", retry_max_times=5, consume_message_orderly=True))
+        groups.create(GroupConfig("plain", retry_max_times=5))
+
+
+def bodies(messages: list[pb.Message]) -> list[str]:
+    return sorted(m.body.decode() for m in messages)
+
+
+async def test_one_message_per_group_until_acked_others_flow(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    prepare(data)
+    async with grpc_gateway(data) as (_gw, g):
+        for i in range(3):
+            for grp in ("a", "b", "c"):
+                res = await send(g, message("fifo", f"{grp}{i}".encode(), group=grp,
+                                            kind=pb.FIFO))
+                assert res.status.code == Code.OK, res
+        got, _, status = parts(await receive(g, "ordered", "fifo", invisible=30))
+        assert status.code == Code.OK and bodies(got) == ["a0", "b0", "c0"]
+        by = {m.body.decode(): m for m in got}
+        # a0 is held (never acked): b and c go on, a waits
+        await ack(g, "ordered", "fifo", by["b0"], by["c0"])
+        got, _, _ = parts(await receive(g, "ordered", "fifo", invisible=30))
+        assert bodies(got) == ["b1", "c1"]
+        await ack(g, "ordered", "fifo", *got)
+        got, _, _ = parts(await receive(g, "ordered", "fifo", invisible=30))
+        assert bodies(got) == ["b2", "c2"]
+        await ack(g, "ordered", "fifo", *got)
+        empty, _, status = parts(await receive(g, "ordered", "fifo", poll=0.5))
+        assert empty == [] and status.code == Code.MESSAGE_NOT_FOUND
+        # a0 made visible again in 1 s: it comes back first for its group (after the
+        # store's retry backoff), with its delivery attempt counted
+        res = await change(g, "ordered", "fifo", by["a0"].system_properties.receipt_handle, 1)
+        assert res.status.code == Code.OK  # type: ignore[attr-defined]
+        t0 = time.monotonic()
+        again, _, _ = parts(await receive(g, "ordered", "fifo", poll=10, invisible=30))
+        assert bodies(again) == ["a0"] and again[0].system_properties.delivery_attempt == 2
+        assert time.monotonic() - t0 < 9
+        await ack(g, "ordered", "fifo", again[0])
+        nxt, _, _ = parts(await receive(g, "ordered", "fifo", poll=5))
+        assert bodies(nxt) == ["a1"]
+        # a group that does not consume in order gets everything at once
+        everything, _, _ = parts(await receive(g, "plain", "fifo"))
+        assert len(everything) == 9
+
+
+async def test_an_ack_wakes_a_long_poll_with_the_next_of_the_group(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    prepare(data)
+    async with grpc_gateway(data) as (_gw, g):
+        for i in range(2):
+            await send(g, message("fifo", f"a{i}".encode(), group="a", kind=pb.FIFO))
+        (first,), _, _ = parts(await receive(g, "ordered", "fifo"))
+        waiting = asyncio.ensure_future(receive(g, "ordered", "fifo", poll=15))
+        await asyncio.sleep(0.5)
+        assert not waiting.done()
+        await ack(g, "ordered", "fifo", first)
+        got, _, _ = parts(await asyncio.wait_for(waiting, 10))
+        assert bodies(got) == ["a1"]
+
+
+async def test_batch_send_puts_each_message_in_its_groups_queue(tmp_path: Path) -> None:
+    """RocketMQ 5 puts a whole batch in its first message's queue; here each message
+    goes to its group's queue (where the group's single sends go too), in order, in
+    one append."""
+    data = tmp_path / "data"
+    prepare(data)
+    groups = [f"order-{i}" for i in range(8)]
+    queues = {grp: choose_queue(QUEUES, grp) for grp in groups}
+    assert len(set(queues.values())) == QUEUES  # the groups span both queues
+    async with grpc_gateway(data) as (_gw, g):
+        batch = [message("fifo", f"{grp}:{n}".encode(), group=grp, kind=pb.FIFO)
+                 for n in range(3) for grp in groups]
+        res = await send(g, *batch)
+        assert res.status.code == Code.OK, res
+        assert len(res.entries) == len(batch)
+        single = await send(g, message("fifo", b"order-0:3", group="order-0", kind=pb.FIFO))
+        assert single.status.code == Code.OK
+    with MessageStore.open(data) as store:
+        for q in range(QUEUES):
+            stored = [m.record.body.decode()
+                      for m in store.pull(queue_lmq("fifo", q), 0, 100).messages]
+            for body in stored:
+                assert queues[body.split(":")[0]] == q, (body, q)
+            for grp in groups:  # each group's messages in the order sent
+                seq = [int(b.split(":")[1]) for b in stored if b.split(":")[0] == grp]
+                assert seq == sorted(seq)
+        assert sum(store.lmq(queue_lmq("fifo", q)).messages for q in range(QUEUES)) == 25
