@@ -365,10 +365,12 @@ class PopConsumer:
             found = [b for b in self.fifo.blocked() if group is None or b.group == group]
         return sorted(found, key=lambda b: (b.since_ms, b.group, b.lmq, b.message_group))
 
-    def release_message_group(self, group: str, lmq: str, message_group: str) -> int | None:
+    def release_message_group(self, group: str, lmq: str, message_group: str,
+                              dead_letter_lmq: str | None = None) -> int | None:
         """An operator releases a FIFO message group of ``group`` on ``lmq``: its head goes
-        to the dead-letter LMQ (in flight or not: a receipt of it is void after) and the
-        group moves on. Returns the head's offset, or None if the group has no head."""
+        to the dead-letter LMQ (``dead_letter_lmq``, default the group's) in flight or
+        not (a receipt of it is void after), and the group moves on. Returns the head's
+        offset, or None if the group has no head."""
         with self.locks.pop:
             self.locks.check_open()
             self._load()
@@ -383,7 +385,8 @@ class PopConsumer:
                               and i.key.offset == head.offset), None)
             item = found or Inflight(InflightKey(0, group, lmq, head.offset),
                                      head.deliveries, head.since_ms)
-            self._dead_letter(item)  # first: a crash before the write below copies it twice
+            self._dead_letter(item, dead_letter_lmq)  # first: a crash before the write
+            # below copies it twice, never loses it
             batch = self.state.new_batch()
             if found is not None:
                 batch.delete_inflight(found.key)
@@ -680,11 +683,12 @@ class PopConsumer:
             self.reader.notify(lmq)
         return len(due)
 
-    def _dead_letter(self, item: Inflight) -> None:
+    def _dead_letter(self, item: Inflight, lmq: str | None = None) -> None:
         msg = self.reader.read_at(item.key.lmq, item.key.offset)
         if msg is None:
             return
-        self.append(dead_letter_copy(msg, item), [self.config.dead_letter_prefix + item.key.group])
+        self.append(dead_letter_copy(msg, item),
+                    [lmq or self.config.dead_letter_prefix + item.key.group])
         self.dead_lettered += 1
 
 

@@ -759,12 +759,15 @@ class MessageStore:
             return sorted(found, key=lambda b: (b.since_ms, b.group, b.lmq, b.message_group))
         return self.pop_consumer.blocked_groups(group)
 
-    def release_message_group(self, group: str, lmq: str, message_group: str) -> int | None:
-        """Release a blocked FIFO message group: its head goes to ``group``'s dead-letter
-        LMQ and the group moves on. Returns the head's offset (None: no such group)."""
+    def release_message_group(self, group: str, lmq: str, message_group: str,
+                              dead_letter_lmq: str | None = None) -> int | None:
+        """Release a blocked FIFO message group: its head goes to ``dead_letter_lmq``
+        (default ``group``'s dead-letter LMQ) and the group moves on. Returns the head's
+        offset (None: no such group)."""
         if self.read_only:
             raise StoreError("the store was opened read-only")
-        return self.pop_consumer.release_message_group(group, lmq, message_group)
+        return self.pop_consumer.release_message_group(
+            group, lmq, message_group, dead_letter_lmq)
 
     # -- housekeeping (see broker_core.cleanup and broker_core.recovery) ---------------
 

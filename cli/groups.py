@@ -2,7 +2,14 @@
 progress: per topic and queue, the committed offset, the queue's max offset and the lag.
 
 A group is listed when it has a configuration (created on first use or by hand) or a
-committed offset on a RocketMQ queue LMQ (``rmq:<topic>:<queue>``)."""
+committed offset on a RocketMQ queue LMQ (``rmq:<topic>:<queue>``).
+
+FIFO: ``show`` lists the group's blocked message groups (a head delivered more than
+once or waiting for its retry: since when, how often, how many messages wait behind
+it), read from the state records, so it works beside a running gateway. ``release``
+moves a message group on: its head goes to the group's dead-letter topic
+(``%DLQ%<group>``). It writes the store, so the gateway must be stopped (the store's
+directory lock refuses otherwise); the next start picks the released state up."""
 
 from __future__ import annotations
 
@@ -14,9 +21,12 @@ from typing import Any
 import click
 
 from broker_core import MessageStore
+from broker_core.clock import now_ms
+from broker_core.fifo import BlockedGroup
 from cli.context import data_dir_option, open_store
 from gateway.rocketmq.groups import GroupRegistry
-from lmq.rocketmq import LMQ_PREFIX, parse_queue_lmq
+from gateway.rocketmq.topics import TopicRegistry
+from lmq.rocketmq import LMQ_PREFIX, dlq_topic, parse_queue_lmq, queue_lmq
 
 
 @click.group()
@@ -91,6 +101,7 @@ def show(data_dir: Path, group: str, as_json: bool) -> None:
     with open_store(data_dir, read_only=True) as store:
         config = GroupRegistry(store, auto_create=False).get(group)
         rows = _progress(store).get(group, [])
+        blocked = [_blocked_row(b) for b in store.blocked_message_groups(group)]
     if config is None and not rows:
         raise click.ClickException(f"no consumer group named {group!r}")
     if as_json:
@@ -103,6 +114,7 @@ def show(data_dir: Path, group: str, as_json: bool) -> None:
             },
             "queues": rows,
             "lag": sum(r["lag"] for r in rows),
+            "blocked_message_groups": blocked,
         }))
         return
     click.echo(f"group:   {group}")
@@ -116,3 +128,52 @@ def show(data_dir: Path, group: str, as_json: bool) -> None:
         click.echo(f"{r['topic']:40} {r['queue_id']:>5} {r['offset']:>9}"
                    f" {r['max_offset']:>9} {r['lag']:>9}")
     click.echo(f"total lag: {sum(r['lag'] for r in rows)}")
+    if blocked:
+        click.echo(f"blocked message groups (FIFO): {len(blocked)}")
+        click.echo(f"{'MESSAGE GROUP':24} {'TOPIC':24} {'QUEUE':>5} {'HEAD':>9}"
+                   f" {'DELIVERED':>9} {'WAITING':>7} {'BLOCKED FOR':>11}")
+        for b in blocked:
+            click.echo(f"{b['message_group']:24} {b['topic']:24} {b['queue_id']:>5}"
+                       f" {b['offset']:>9} {b['deliveries']:>9} {b['waiting']:>7}"
+                       f" {b['blocked_for_ms'] / 1000:>10.1f}s")
+
+
+def _blocked_row(b: BlockedGroup) -> dict[str, Any]:
+    parsed = parse_queue_lmq(b.lmq)
+    return {
+        "message_group": b.message_group,
+        "topic": parsed[0] if parsed else None,
+        "queue_id": parsed[1] if parsed else None,
+        "lmq": b.lmq,
+        "offset": b.offset,
+        "deliveries": b.deliveries,
+        "since_ms": b.since_ms,
+        "blocked_for_ms": max(0, now_ms() - b.since_ms),
+        "retry_at_ms": b.ready_at,
+        "waiting": b.waiting,
+    }
+
+
+@groups.command("release")
+@data_dir_option
+@click.argument("group")
+@click.argument("topic")
+@click.argument("message_group")
+def release(data_dir: Path, group: str, topic: str, message_group: str) -> None:
+    """Release MESSAGE_GROUP of GROUP on FIFO topic TOPIC: its head message goes to
+    %DLQ%GROUP and the group moves on. With the gateway stopped."""
+    with open_store(data_dir) as store:
+        dlq = dlq_topic(group)
+        for info in store.lmqs(queue_lmq(topic, 0)[:-1]):
+            parsed = parse_queue_lmq(info.name)
+            if parsed is None or parsed[0] != topic:
+                continue
+            TopicRegistry(store, False, 1).ensure(dlq)
+            offset = store.release_message_group(group, info.name, message_group,
+                                                 queue_lmq(dlq, 0))
+            if offset is not None:
+                click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
+                           f" {parsed[1]}: offset {offset} moved to {dlq}")
+                return
+    raise click.ClickException(
+        f"message group {message_group!r} of {group!r} has no message out on {topic}")
