@@ -332,6 +332,11 @@ class Gateway:
                 ("lmqs", "LMQs in the index"),
                 ("log_end_position", "Commit-log end position"),
                 ("index_disk_bytes", "Bytes of the consume-queue index on disk"),
+                # FIFO pop (broker_core.fifo): `lmq groups show GROUP` names them
+                ("fifo_blocked_groups", "FIFO message groups whose head was delivered"
+                 " more than once or waits for its retry"),
+                ("fifo_blocked_waiting", "Messages waiting behind blocked FIFO message groups"),
+                ("fifo_oldest_blocked_ms", "Age in ms of the oldest FIFO message group block"),
             )
         }
 

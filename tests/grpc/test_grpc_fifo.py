@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from pathlib import Path
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -31,6 +32,11 @@ def prepare(data: Path) -> None:
         groups = GroupRegistry(store)
         groups.create(GroupConfig("ordered", retry_max_times=5, consume_message_orderly=True))
         groups.create(GroupConfig("plain", retry_max_times=5))
+
+
+def _metrics(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return r.read().decode()
 
 
 def bodies(messages: list[pb.Message]) -> list[str]:
@@ -67,6 +73,10 @@ async def test_one_message_per_group_until_acked_others_flow(tmp_path: Path) -> 
         again, _, _ = parts(await receive(g, "ordered", "fifo", poll=10, invisible=30))
         assert bodies(again) == ["a0"] and again[0].system_properties.delivery_attempt == 2
         assert time.monotonic() - t0 < 9
+        # delivered twice and not acked: a blocked group, in the metrics
+        metrics = await asyncio.to_thread(_metrics, _gw.ports["unified"])
+        assert "lmq_store_fifo_blocked_groups 1" in metrics
+        assert "lmq_store_fifo_blocked_waiting 2" in metrics
         await ack(g, "ordered", "fifo", again[0])
         nxt, _, _ = parts(await receive(g, "ordered", "fifo", poll=5))
         assert bodies(nxt) == ["a1"]
