@@ -41,7 +41,7 @@ BODY = bytes(100)
 
 def _fill(s: MessageStore, groups: int, per_group: int, backlog: int) -> None:
     batch: list[tuple[Message, list[str]]] = []
-    for n in range(per_group):
+    for _n in range(per_group):
         for g in range(groups):
             batch.append((Message(topic="t", body=BODY, properties={KEY: b"g%d" % g}), ["q"]))
             if len(batch) >= 4096:

@@ -321,7 +321,11 @@ class PopConsumer:
             pos, scanned, limit = start, 0, self.config.fifo_scan_limit
             heads = lane.heads
             while len(out) < max_messages and scanned < limit:
-                result = self.reader.pull(lmq, pos, min(limit - scanned, 256))
+                # Read no more than could be delivered: a pull is consumed whole (the
+                # pop stops early only at its last message), so each message of the
+                # LMQ is read once, delivered or parked, never read again.
+                want = min(max_messages - len(out), limit - scanned)
+                result = self.reader.pull(lmq, pos, want)
                 if not result.messages:
                     pos = result.next_offset
                     break

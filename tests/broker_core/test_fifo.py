@@ -344,3 +344,57 @@ def test_group_order_survives_sigkill(tmp_path, seed):
             acked.add(body)
     for g, n in published.items():
         assert last.get(g, -1) >= n, (g, n, last.get(g))
+
+
+def test_the_backlog_is_read_once_whatever_is_blocked(fstore):
+    """A poisoned group does not make pops read the log again: across a whole drain
+    every message is read from the LMQ once (delivered or parked), plus one read per
+    redelivery of a head (counted by wrapping the store's own reader)."""
+    groups = [f"g{i}" for i in range(20)]
+    fstore.append_batch([
+        (Message(topic="t", body=f"{g}:{n}".encode(), properties={KEY: g.encode()}), ["q"])
+        for n in range(50) for g in groups])
+    consumer = fstore.pop_consumer
+    reads = {"pulled": 0, "at": 0}
+    pull, read_at = consumer.reader.pull, consumer.reader.read_at
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(fstore, name)
+
+        def pull(self, *a, **k):
+            result = pull(*a, **k)
+            reads["pulled"] += len(result.messages)
+            return result
+
+        def read_at(self, *a, **k):
+            reads["at"] += 1
+            return read_at(*a, **k)
+
+    consumer.reader = Counting()  # type: ignore[assignment]
+    delivered = 0
+    poisoned = None
+    for _ in range(1000):
+        got = fstore.pop_fifo("c", "q", 8, 600_000, KEY, now=NOW)
+        if not got:
+            break
+        for p in got:
+            delivered += 1
+            if p.message.record.body.startswith(b"g3:"):
+                poisoned = p  # never acked (yet): g3's 49 others are parked
+            else:
+                fstore.ack(p.receipt)
+    assert delivered == 19 * 50 + 1 and poisoned is not None
+    assert reads["pulled"] == 1000  # each stored message read once
+    assert reads["at"] == 0
+    fstore.ack(poisoned.receipt)  # g3 unblocked: its parked messages follow in order
+    seq = []
+    while got := fstore.pop_fifo("c", "q", 8, 600_000, KEY, now=NOW):
+        assert len(got) == 1
+        seq.append(int(got[0].message.record.body.split(b":")[1]))
+        fstore.ack(got[0].receipt)
+    assert seq == list(range(1, 50))
+    assert reads["pulled"] == 1000  # none read from the LMQ again
+    assert reads["at"] == 49  # each parked message read once, when its turn came
+    assert fstore.pop_fifo("c", "q", 8, 600_000, KEY, now=NOW) == []
+    assert reads["pulled"] == 1000
