@@ -10,6 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker_core import Message, MessageStore, StoreConfig, UnknownReceipt
+from broker_core.clock import now_ms
+from broker_core.pop import PoppedMessage
+from broker_core.receipts import decode_receipt
 
 from .conftest import SMALL
 
@@ -203,12 +206,15 @@ OPS = st.lists(
         st.tuples(st.just("nack"), st.integers(0, 10)),
         st.tuples(st.just("time"), st.integers(1, 3_000)),
         st.tuples(st.just("restart"), st.just(0)),
+        st.tuples(st.just("release"), st.integers(0, 2)),
+        st.tuples(st.just("change"), st.integers(0, 10)),
+        st.tuples(st.just("ack_many"), st.integers(0, 10)),
     ),
     max_size=40,
 )
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=80, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS)
 def test_model_order_per_group(tmp_path_factory, ops):
@@ -273,13 +279,48 @@ def test_model_order_per_group(tmp_path_factory, ops):
                 else:
                     s.requeue_many([p.receipt])
                     dead_lettered()
+            elif op == "release":
+                grp = "abc"[arg]
+                if s.release_message_group("g", "q", grp) is not None:
+                    dead_lettered()
+                    outstanding[:] = [o for o in outstanding
+                                      if not o.message.record.body.startswith(grp.encode())]
+            elif op == "change" and outstanding:
+                i = arg % len(outstanding)
+                try:
+                    new = s.change_invisible_time(outstanding[i].receipt, arg * 300)
+                    outstanding[i] = PoppedMessage(outstanding[i].message, new,
+                                                   outstanding[i].deliveries)
+                except UnknownReceipt:
+                    del outstanding[i]
+            elif op == "ack_many" and outstanding:
+                take = outstanding[: arg + 1]
+                del outstanding[: arg + 1]
+                live = []
+                for p in take:  # which are still in flight: acked, the rest ignored
+                    key = decode_receipt(p.receipt)
+                    if s.state.get_inflight(key) is not None:
+                        live.append(p)
+                s.ack_many([p.receipt for p in take])
+                for p in live:
+                    finish(p.message.record.body.decode())
             elif op == "time":
                 now += arg
             elif op == "restart":
                 s.close()
                 s = MessageStore.open(path, CONFIG)
                 outstanding.clear()  # the consumer died with its receipts
-        # drain: ack everything, waiting out invisible times and backoffs
+        # drain: the consumer acks what it holds, then everything, waiting out
+        # invisible times and backoffs
+        for p in outstanding:
+            try:
+                s.ack(p.receipt)
+                finish(p.message.record.body.decode())
+            except UnknownReceipt:
+                pass
+        outstanding.clear()
+        # (change_invisible_time runs on the store's clock, the rest on the model's)
+        now = max(now, now_ms() + 10_000)
         for _ in range(200):
             now += 2_000
             for p in pop(100):
