@@ -8,12 +8,16 @@ FIFO: ``show`` lists the group's blocked message groups (a head delivered more t
 once or waiting for its retry: since when, how often, how many messages wait behind
 it), read from the state records, so it works beside a running gateway. ``release``
 moves a message group on: its head goes to the group's dead-letter topic
-(``%DLQ%<group>``). It writes the store, so the gateway must be stopped (the store's
-directory lock refuses otherwise); the next start picks the released state up."""
+(``%DLQ%<group>``). With ``--gateway HOST:PORT`` it asks a running gateway over its
+gRPC port (:mod:`gateway.grpc.admin`; ``--access-key``/``--secret-key`` sign it when
+the gateway has users, and the key needs to consume the topic as the group); without,
+it writes the store itself, so the gateway must be stopped (the store's directory lock
+refuses otherwise)."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -159,9 +163,18 @@ def _blocked_row(b: BlockedGroup) -> dict[str, Any]:
 @click.argument("group")
 @click.argument("topic")
 @click.argument("message_group")
-def release(data_dir: Path, group: str, topic: str, message_group: str) -> None:
+@click.option("--gateway", metavar="HOST:PORT",
+              help="Ask this running gateway (its gRPC port) instead of opening the store.")
+@click.option("--access-key", default="", help="With --gateway: sign with this access key.")
+@click.option("--secret-key", default="", help="With --gateway: the access key's secret.")
+def release(data_dir: Path, group: str, topic: str, message_group: str,
+            gateway: str | None, access_key: str, secret_key: str) -> None:
     """Release MESSAGE_GROUP of GROUP on FIFO topic TOPIC: its head message goes to
-    %DLQ%GROUP and the group moves on. With the gateway stopped."""
+    %DLQ%GROUP and the group moves on. Offline (the gateway stopped), or over a
+    running gateway's gRPC port with --gateway."""
+    if gateway:
+        _release_remote(gateway, access_key, secret_key, group, topic, message_group)
+        return
     with open_store(data_dir) as store:
         dlq = dlq_topic(group)
         for info in store.lmqs(queue_lmq(topic, 0)[:-1]):
@@ -177,3 +190,33 @@ def release(data_dir: Path, group: str, topic: str, message_group: str) -> None:
                 return
     raise click.ClickException(
         f"message group {message_group!r} of {group!r} has no message out on {topic}")
+
+
+def _release_remote(address: str, access_key: str, secret_key: str, group: str,
+                    topic: str, message_group: str) -> None:
+    import grpc
+
+    from gateway.grpc.admin import RELEASE
+    from protocol.grpc import Code
+    from protocol.grpc.signature import DATE_TIME, sign
+
+    date_time = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    metadata = [(DATE_TIME, date_time)]
+    if access_key:
+        metadata.append((
+            "authorization",
+            f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders={DATE_TIME},"
+            f" Signature={sign(secret_key, date_time)}"))
+    request = json.dumps({"group": group, "topic": topic, "message_group": message_group})
+    try:
+        with grpc.insecure_channel(address) as channel:
+            raw = channel.unary_unary(RELEASE)(request.encode(), metadata=metadata,
+                                                timeout=10)
+    except grpc.RpcError as exc:
+        raise click.ClickException(f"{address}: {exc.code().name} {exc.details()}") from None
+    answer = json.loads(raw)
+    if answer.get("code") != Code.OK:
+        raise click.ClickException(f"{address}: {answer.get('message')}")
+    click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
+               f" {answer['queue_id']}: offset {answer['offset']} moved to"
+               f" {answer['dead_letter_topic']}")

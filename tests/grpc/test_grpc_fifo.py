@@ -7,13 +7,16 @@ and in order. (The official client: tests/gateway/grpc_clients/test_python_clien
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import urllib.request
 from pathlib import Path
 
+from click.testing import CliRunner
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker_core import MessageStore
+from cli.main import main
 from gateway.grpc.send import choose_queue
 from gateway.rocketmq.groups import GroupRegistry
 from gateway.rocketmq.topics import TopicRegistry
@@ -182,3 +185,41 @@ async def test_a_held_group_stays_held_across_a_gateway_kill(tmp_path: Path) -> 
             await g.close()
     finally:
         gw.stop()
+
+
+async def test_show_and_release_a_blocked_group_of_a_running_gateway(tmp_path: Path) -> None:
+    """``lmq groups show`` beside the running gateway lists the blocked group;
+    ``lmq groups release --gateway`` releases it over the gRPC port: the head goes to
+    %DLQ%<group>, the group's next message follows, its old receipt is void."""
+    data = tmp_path / "data"
+    prepare(data)
+    runner = CliRunner()
+    async with grpc_gateway(data) as (gw, g):
+        for i in range(3):
+            await send(g, message("fifo", f"a{i}".encode(), group="a", kind=pb.FIFO))
+        (a0,), _, _ = parts(await receive(g, "ordered", "fifo"))
+        await change(g, "ordered", "fifo", a0.system_properties.receipt_handle, 1)
+        (again,), _, _ = parts(await receive(g, "ordered", "fifo", poll=10))
+        assert again.body == b"a0" and again.system_properties.delivery_attempt == 2
+        shown = await asyncio.to_thread(runner.invoke, main, [
+            "groups", "show", "ordered", "--json", "--data-dir", str(data)])
+        assert shown.exit_code == 0, shown.output
+        blocked = json.loads(shown.output)["blocked_message_groups"]
+        assert [(b["message_group"], b["topic"], b["deliveries"], b["waiting"])
+                for b in blocked] == [("a", "fifo", 2, 2)]
+        address = f"127.0.0.1:{gw.ports['grpc']}"
+        missing = await asyncio.to_thread(runner.invoke, main, [
+            "groups", "release", "ordered", "fifo", "zz", "--gateway", address])
+        assert missing.exit_code != 0 and "no message out" in missing.output
+        done = await asyncio.to_thread(runner.invoke, main, [
+            "groups", "release", "ordered", "fifo", "a", "--gateway", address])
+        assert done.exit_code == 0, done.output
+        assert "moved to %DLQ%ordered" in done.output
+        nxt, _, _ = parts(await receive(g, "ordered", "fifo", poll=5))
+        assert bodies(nxt) == ["a1"]
+        await ack(g, "ordered", "fifo", again)  # released: its receipt is void, and
+        empty, _, _ = parts(await receive(g, "ordered", "fifo", poll=1))
+        assert empty == []  # its ack does not move the group past a1 (still out)
+    with MessageStore.open(data) as store:
+        dlq = store.pull(queue_lmq("%DLQ%ordered", 0), 0, 10).messages
+        assert [m.record.body for m in dlq] == [b"a0"]
