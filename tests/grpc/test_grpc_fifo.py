@@ -11,12 +11,15 @@ import json
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from click.testing import CliRunner
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker_core import MessageStore
 from cli.main import main
+from gateway.auth import UsersDatabase
+from gateway.auth.acl import AclRule
 from gateway.grpc.send import choose_queue
 from gateway.rocketmq.groups import GroupRegistry
 from gateway.rocketmq.topics import TopicRegistry
@@ -223,3 +226,38 @@ async def test_show_and_release_a_blocked_group_of_a_running_gateway(tmp_path: P
     with MessageStore.open(data) as store:
         dlq = store.pull(queue_lmq("%DLQ%ordered", 0), 0, 10).messages
         assert [m.record.body for m in dlq] == [b"a0"]
+
+
+async def test_release_over_grpc_is_authenticated_and_checked(tmp_path: Path) -> None:
+    """With users, a release needs a valid signature and the right to consume the
+    topic as the group (the ACL), as ForwardMessageToDeadLetterQueue does."""
+    data = tmp_path / "data"
+    data.mkdir(parents=True)
+    db = UsersDatabase()
+    db.add_user("app", None)
+    db.add_access_key("app", "AK_app", "secret-app")
+    db.add_acl_rule("app", AclRule.parse("both allowed/#"))
+    db.save(data / "users.json")
+    runner = CliRunner()
+    process = GatewayProcess(data).start()
+    try:
+        address = f"127.0.0.1:{process.ports['grpc']}"
+
+        def release(topic: str, *key: str) -> Any:
+            return runner.invoke(main, ["groups", "release", "G", topic, "a",
+                                        "--gateway", address, *key])
+
+        signed = ("--access-key", "AK_app", "--secret-key", "secret-app")
+        unsigned = await asyncio.to_thread(release, "allowed")
+        assert unsigned.exit_code != 0 and "requires signed requests" in unsigned.output
+        wrong = await asyncio.to_thread(release, "allowed", "--access-key", "AK_app",
+                                        "--secret-key", "nope")
+        assert wrong.exit_code != 0 and "does not verify" in wrong.output
+        forbidden = await asyncio.to_thread(release, "secret", *signed)
+        assert forbidden.exit_code != 0
+        assert "no permission to consume" in forbidden.output
+        allowed = await asyncio.to_thread(release, "allowed", *signed)
+        # authenticated and allowed: there is just nothing to release
+        assert allowed.exit_code != 0 and "no message out" in allowed.output
+    finally:
+        process.stop()
