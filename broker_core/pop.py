@@ -43,7 +43,6 @@ store's append lock inside it (the lock order is always pop lock, then append lo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from broker_core.clock import now_ms
@@ -57,22 +56,15 @@ from broker_core.consumer_state import (
 )
 from broker_core.errors import UnknownLmq, UnknownReceipt
 from broker_core.fifo import BlockedGroup, FifoTable, Head, Lane
+from broker_core.fifo_pop import FifoPop
 from broker_core.inflight import DurableInflight, FreshTable, Hit, MemoryInflight, Settled
 from broker_core.locks import StoreLocks
 from broker_core.receipts import decode_receipt, encode_receipt, is_memory, split_receipts
 from broker_core.record import Message
-from broker_core.results import AppendResult, LmqInfo, PullResult, StoredMessage
+from broker_core.results import AppendResult, LmqInfo, PoppedMessage, PullResult, StoredMessage
 
 _REVIVE_BATCH = 1024
 _NOT_IN_FLIGHT = "receipt is not in flight (already acked, or its invisible time ran out)"
-
-
-@dataclass(slots=True)  # not frozen: built once per delivery, frozen init is slower
-class PoppedMessage:
-    message: StoredMessage
-    receipt: str
-    #: 1 on the first delivery, then one more each time it comes back unacked.
-    deliveries: int
 
 
 class LmqReader(Protocol):
@@ -116,6 +108,7 @@ class PopConsumer:
         #: The groups whose first deliveries go to the memory table.
         self._memory_groups: set[str] = set()
         self.fifo = FifoTable(state, config)
+        self.fifo_pop = FifoPop(self)
 
     def _lmq_id(self, name: str) -> int | None:
         info = self.reader.lmq(name)
@@ -268,138 +261,25 @@ class PopConsumer:
                 self.durable.added(added)
             return out
 
+    # -- FIFO (broker_core.fifo_pop) ------------------------------------------------------
+
     def pop_fifo(
         self, group: str, lmq: str, max_messages: int, invisible_ms: int,
         group_property: str, now: int | None = None,
     ) -> list[PoppedMessage]:
-        """A FIFO pop (see :mod:`broker_core.fifo`): up to ``max_messages`` of ``lmq`` for
-        ``group``, each the oldest unacked message of its message group (the value of
-        property ``group_property``; a message without it is its own group). First the
-        ungrouped messages that came back, then the groups' heads that are ready again
-        (oldest ``ready_at`` first), then new messages from the group's offset: the
-        first of a group without a head is delivered, later ones are parked."""
-        if invisible_ms <= 0:
-            raise ValueError("invisible_ms must be positive")
-        with self.locks.pop:
-            self.locks.check_open()
-            if now is None:
-                now = now_ms()
-            self._revive_locked(now)
-            if self.reader.lmq(lmq) is None:
-                raise UnknownLmq(f"no LMQ named {lmq!r}")
-            self._load()
-            visible_at = now + invisible_ms
-            state, fifo, read_at = self.state, self.fifo, self.reader.read_at
-            batch = state.new_batch()
-            added: list[InflightKey] = []
-            out: list[PoppedMessage] = []
-
-            def give(msg: StoredMessage, deliveries: int) -> None:
-                key = InflightKey(visible_at, group, lmq, msg.offset)
-                batch.put_inflight(key, deliveries, now)
-                added.append(key)
-                out.append(PoppedMessage(msg, encode_receipt(key), deliveries))
-
-            for offset, deliveries in state.retries(lmq, group, max_messages):
-                batch.delete_retry(lmq, group, offset)  # ungrouped messages back
-                msg = read_at(lmq, offset)
-                if msg is not None:
-                    give(msg, deliveries + 1)
-            lane = fifo.lane(group, lmq)
-            while len(out) < max_messages:
-                head = lane.next_ready(now)
-                if head is None:
-                    break
-                msg = read_at(lmq, head.offset)
-                if msg is None:  # removed by retention while it waited: the group moves on
-                    fifo.advance(lane, head, now, batch)
-                    lane = fifo.lane(group, lmq)
-                    continue
-                fifo.deliver(lane, head, now, batch)
-                give(msg, head.deliveries)
-            start = state.get_offset(lmq, group) or 0
-            pos, scanned, limit = start, 0, self.config.fifo_scan_limit
-            heads = lane.heads
-            while len(out) < max_messages and scanned < limit:
-                # Read no more than could be delivered: a pull is consumed whole (the
-                # pop stops early only at its last message), so each message of the
-                # LMQ is read once, delivered or parked, never read again.
-                want = min(max_messages - len(out), limit - scanned)
-                result = self.reader.pull(lmq, pos, want)
-                if not result.messages:
-                    pos = result.next_offset
-                    break
-                for msg in result.messages:
-                    scanned += 1
-                    pos = msg.offset + 1
-                    raw = msg.record.properties.get(group_property)
-                    if not raw:
-                        give(msg, 1)
-                    else:
-                        mgroup = raw.decode(errors="replace")
-                        if mgroup in heads:
-                            fifo.park(lane, mgroup, msg.offset, batch)
-                        else:
-                            fifo.start(lane, mgroup, msg.offset, now, batch)
-                            give(msg, 1)
-                    if len(out) >= max_messages or scanned >= limit:
-                        break
-                else:
-                    pos = result.next_offset
-            if pos != start:
-                batch.set_offset(lmq, group, pos)
-            if not lane.heads and not lane.parked:
-                fifo.lanes.pop((group, lmq), None)
-            if not batch.empty:
-                self._write(batch)
-                self.durable.added(added)
-            return out
+        """See :meth:`broker_core.fifo_pop.FifoPop.pop`."""
+        return self.fifo_pop.pop(group, lmq, max_messages, invisible_ms, group_property, now)
 
     def fifo_ready(self, group: str, lmq: str, now: int | None = None) -> bool:
-        """Whether a FIFO pop of ``lmq`` by ``group`` has a head ready to deliver again
-        (new messages past the offset are the caller's to see)."""
-        with self.locks.pop:
-            self._load()
-            return self.fifo.has_ready(group, lmq, now_ms() if now is None else now)
+        return self.fifo_pop.ready(group, lmq, now)
 
     def blocked_groups(self, group: str | None = None) -> list[BlockedGroup]:
-        """The blocked FIFO message groups (of one pop group, or all), oldest first."""
-        with self.locks.pop:
-            self._load()
-            found = [b for b in self.fifo.blocked() if group is None or b.group == group]
-        return sorted(found, key=lambda b: (b.since_ms, b.group, b.lmq, b.message_group))
+        return self.fifo_pop.blocked(group)
 
     def release_message_group(self, group: str, lmq: str, message_group: str,
                               dead_letter_lmq: str | None = None) -> int | None:
-        """An operator releases a FIFO message group of ``group`` on ``lmq``: its head goes
-        to the dead-letter LMQ (``dead_letter_lmq``, default the group's) in flight or
-        not (a receipt of it is void after), and the group moves on. Returns the head's
-        offset, or None if the group has no head."""
-        with self.locks.pop:
-            self.locks.check_open()
-            self._load()
-            lane = self.fifo.lanes.get((group, lmq))
-            head = None if lane is None else lane.heads.get(message_group)
-            if lane is None or head is None:
-                return None
-            found = None
-            if head.inflight:
-                found = next((i for i in self.state.all_inflight()
-                              if i.key.group == group and i.key.lmq == lmq
-                              and i.key.offset == head.offset), None)
-            item = found or Inflight(InflightKey(0, group, lmq, head.offset),
-                                     head.deliveries, head.since_ms)
-            self._dead_letter(item, dead_letter_lmq)  # first: a crash before the write
-            # below copies it twice, never loses it
-            batch = self.state.new_batch()
-            if found is not None:
-                batch.delete_inflight(found.key)
-            self.fifo.advance(lane, head, now_ms(), batch)
-            self._write(batch)
-            if found is not None:
-                self.durable.removed((found.key,))
-        self.reader.notify(lmq)
-        return head.offset
+        """See :meth:`broker_core.fifo_pop.FifoPop.release`."""
+        return self.fifo_pop.release(group, lmq, message_group, dead_letter_lmq)
 
     def _fifo_back(self, lane: Lane, head: Head, item: Inflight, now: int, at: int,
                    batch: StateBatch, woken: set[str]) -> None:
