@@ -50,10 +50,10 @@ class FifoPop:
             c.locks.check_open()
             if now is None:
                 now = now_ms()
-            c._revive_locked(now)
+            c.revive_locked(now)
             if c.reader.lmq(lmq) is None:
                 raise UnknownLmq(f"no LMQ named {lmq!r}")
-            c._load()
+            c.load_tables()
             visible_at = now + invisible_ms
             state, fifo, read_at = c.state, c.fifo, c.reader.read_at
             batch = state.new_batch()
@@ -117,7 +117,7 @@ class FifoPop:
             if not lane.heads and not lane.parked:
                 fifo.lanes.pop((group, lmq), None)
             if not batch.empty:
-                c._write(batch)
+                c.write_batch(batch)
                 c.durable.added(added)
             return out
 
@@ -126,14 +126,14 @@ class FifoPop:
         (new messages past the offset are the caller's to see)."""
         c = self.c
         with c.locks.pop:
-            c._load()
+            c.load_tables()
             return c.fifo.has_ready(group, lmq, now_ms() if now is None else now)
 
     def blocked(self, group: str | None = None) -> list[BlockedGroup]:
         """The blocked FIFO message groups (of one pop group, or all), oldest first."""
         c = self.c
         with c.locks.pop:
-            c._load()
+            c.load_tables()
             found = [b for b in c.fifo.blocked() if group is None or b.group == group]
         return sorted(found, key=lambda b: (b.since_ms, b.group, b.lmq, b.message_group))
 
@@ -146,7 +146,7 @@ class FifoPop:
         c = self.c
         with c.locks.pop:
             c.locks.check_open()
-            c._load()
+            c.load_tables()
             lane = c.fifo.lanes.get((group, lmq))
             head = None if lane is None else lane.heads.get(message_group)
             if lane is None or head is None:
@@ -158,13 +158,13 @@ class FifoPop:
                               and i.key.offset == head.offset), None)
             item = found or Inflight(InflightKey(0, group, lmq, head.offset),
                                      head.deliveries, head.since_ms)
-            c._dead_letter(item, dead_letter_lmq)  # first: a crash before the write
+            c.dead_letter(item, dead_letter_lmq)  # first: a crash before the write
             # below copies it twice, never loses it
             batch = c.state.new_batch()
             if found is not None:
                 batch.delete_inflight(found.key)
             c.fifo.advance(lane, head, now_ms(), batch)
-            c._write(batch)
+            c.write_batch(batch)
             if found is not None:
                 c.durable.removed((found.key,))
         c.reader.notify(lmq)

@@ -114,16 +114,18 @@ class PopConsumer:
         info = self.reader.lmq(name)
         return None if info is None else info.id
 
-    def _load(self) -> None:
-        """Load both tables' state left by a previous run, on first use. Called before
-        any write that adds durable records (they would otherwise be loaded twice)."""
+    def load_tables(self) -> None:
+        """Load the tables' state left by a previous run (both in-flight tables and the
+        FIFO lanes), on first use. Called before any write that adds durable records
+        (they would otherwise be loaded twice). Pop lock held (also by
+        :mod:`broker_core.fifo_pop`, as are the next three)."""
         if not self.durable.loaded:
             self.durable.schedule()
             self.memory.load()
         if not self.fifo.loaded:
             self.fifo.load()
 
-    def _write(self, batch: StateBatch) -> None:
+    def write_batch(self, batch: StateBatch) -> None:
         """Write a batch that changed FIFO state (reloaded from disk if it fails)."""
         try:
             self.state.write(batch)
@@ -177,7 +179,7 @@ class PopConsumer:
             self.locks.check_open()
             batch = self.state.new_batch()
             released = 0
-            self._load()
+            self.load_tables()
             gone: list[InflightKey] = []
             for item in self.state.all_inflight():
                 if item.key.group != group:
@@ -205,7 +207,7 @@ class PopConsumer:
                     bits ^= low
                     released += 1
             if not batch.empty:
-                self._write(batch)
+                self.write_batch(batch)
             self.memory.drop_group(group)
         return released
 
@@ -223,7 +225,7 @@ class PopConsumer:
             self.locks.check_open()
             if now is None:
                 now = now_ms()
-            self._revive_locked(now)
+            self.revive_locked(now)
             info = self.reader.lmq(lmq)
             if info is None:
                 raise UnknownLmq(f"no LMQ named {lmq!r}")
@@ -231,7 +233,7 @@ class PopConsumer:
             state = self.state
             batch = state.new_batch()
             added: list[InflightKey] = []
-            self._load()  # before this batch is written
+            self.load_tables()  # before this batch is written
             out: list[PoppedMessage] = []
             for offset, deliveries in state.retries(lmq, group, max_messages):
                 batch.delete_retry(lmq, group, offset)
@@ -288,7 +290,7 @@ class PopConsumer:
         ready again at ``at``, first of its group."""
         limit = self._limit(lane.group)
         if limit and item.deliveries >= limit:
-            self._dead_letter(item)  # before the batch is written (never lost)
+            self.dead_letter(item)  # before the batch is written (never lost)
             if self.fifo.advance(lane, head, now, batch) is not None:
                 woken.add(lane.lmq)
             return
@@ -352,13 +354,13 @@ class PopConsumer:
             self.locks.check_open()
             if self.state.get_inflight(key) is None:
                 raise UnknownReceipt(_NOT_IN_FLIGHT)
-            self._load()
+            self.load_tables()
             batch = self.state.new_batch()
             batch.delete_inflight(key)
             hit = self.fifo.find(key.group, key.lmq, key.offset)
             if hit is not None:  # a FIFO head: its group moves on
                 self.fifo.advance(hit[0], hit[1], now_ms(), batch)
-            self._write(batch)
+            self.write_batch(batch)
             self.durable.removed((key,))
         if hit is not None:
             self.reader.notify(key.lmq)
@@ -373,12 +375,12 @@ class PopConsumer:
             batch = self.state.new_batch()
             plan = self.memory.settle_grouped(by_table, batch) if by_table else None
             if keys:
-                self._load()
+                self.load_tables()
             woken = self._ack_fifo(keys, batch) if keys and self.fifo.lanes else set()
             for key in keys:
                 batch.delete_inflight(key)
             if not batch.empty:
-                self._write(batch)
+                self.write_batch(batch)
             if plan:
                 self.memory.apply_plan(plan)
             self.durable.removed(keys)
@@ -409,7 +411,7 @@ class PopConsumer:
             current = self.state.get_inflight(key)
             if current is None:
                 raise UnknownReceipt(_NOT_IN_FLIGHT)
-            self._load()  # before the write below
+            self.load_tables()  # before the write below
             new_key = InflightKey(now_ms() + invisible_ms, key.group, key.lmq, key.offset)
             batch = self.state.new_batch()
             batch.delete_inflight(key)
@@ -427,7 +429,7 @@ class PopConsumer:
             batch = self.state.new_batch()
             found, settled = self._settle_one(receipt, batch)
             table, offset, fb = found[0]
-            self._load()  # before the write below
+            self.load_tables()  # before the write below
             new_key = InflightKey(now_ms() + invisible_ms, table.group, table.lmq, offset)
             batch.put_inflight(new_key, 1, fb.popped_ms)
             self.state.write(batch)
@@ -455,7 +457,7 @@ class PopConsumer:
                         back.append(Inflight(InflightKey(0, table.group, table.lmq, offset),
                                              1, fb.popped_ms))
             if keys:
-                self._load()
+                self.load_tables()
             gone = []
             for key in keys:
                 current = state.get_inflight(key)
@@ -481,12 +483,12 @@ class PopConsumer:
                     batch.put_retry(k.lmq, k.group, k.offset, item.deliveries)
                     woken.add(k.lmq)
             if not batch.empty:
-                self._write(batch)
+                self.write_batch(batch)
             if settled:
                 self.memory.apply(found, settled)
             self.durable.removed(gone)
             for item in dead:
-                self._dead_letter(item)
+                self.dead_letter(item)
         for lmq in woken:
             self.reader.notify(lmq)
         return len(back)
@@ -496,18 +498,19 @@ class PopConsumer:
         it). Returns how many were revived or dead-lettered."""
         with self.locks.pop:
             self.locks.check_open()
-            return self._revive_locked(now_ms() if now is None else now)
+            return self.revive_locked(now_ms() if now is None else now)
 
     def next_revive_at(self) -> int | None:
         """When the next in-flight message becomes due (ms), or None."""
         with self.locks.pop:
-            self._load()
+            self.load_tables()
             times = [t for t in (self.durable.next_due(), self.memory.next_due(),
                                  self.fifo.next_wake()) if t is not None]
             return min(times, default=None)
 
-    def _revive_locked(self, now: int) -> int:
-        self._load()
+    def revive_locked(self, now: int) -> int:
+        """:meth:`revive` with the pop lock held."""
+        self.load_tables()
         total = 0
         for lmq in self.fifo.due_wakes(now):  # FIFO heads whose backoff ended
             self.reader.notify(lmq)
@@ -533,12 +536,12 @@ class PopConsumer:
                     at = item.key.visible_at + self.fifo.backoff_ms(item.deliveries)
                     self._fifo_back(hit[0], hit[1], item, now, at, batch, woken)
                 elif limit and item.deliveries >= limit:
-                    self._dead_letter(item)
+                    self.dead_letter(item)
                 else:
                     batch.put_retry(item.key.lmq, item.key.group, item.key.offset, item.deliveries)
                     woken.add(item.key.lmq)
                 total += 1
-            self._write(batch)
+            self.write_batch(batch)
             if len(due) < _REVIVE_BATCH:
                 break
         durable.prune(now)  # stale entries: deleted without our knowing
@@ -562,12 +565,14 @@ class PopConsumer:
         if not batch.empty:
             self.state.write(batch)
         for item in dead:
-            self._dead_letter(item)
+            self.dead_letter(item)
         for lmq in woken:
             self.reader.notify(lmq)
         return len(due)
 
-    def _dead_letter(self, item: Inflight, lmq: str | None = None) -> None:
+    def dead_letter(self, item: Inflight, lmq: str | None = None) -> None:
+        """Append a copy of ``item``'s message to ``lmq`` (default the group's
+        dead-letter LMQ); nothing if retention removed it."""
         msg = self.reader.read_at(item.key.lmq, item.key.offset)
         if msg is None:
             return
