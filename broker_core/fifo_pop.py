@@ -138,7 +138,7 @@ class FifoPop:
         return sorted(found, key=lambda b: (b.since_ms, b.group, b.lmq, b.message_group))
 
     def release(self, group: str, lmq: str, message_group: str,
-                              dead_letter_lmq: str | None = None) -> int | None:
+                dead_letter_lmq: str | None = None) -> int | None:
         """An operator releases a FIFO message group of ``group`` on ``lmq``: its head goes
         to the dead-letter LMQ (``dead_letter_lmq``, default the group's) in flight or
         not (a receipt of it is void after), and the group moves on. Returns the head's
