@@ -207,6 +207,7 @@ def _remove_chunk(
                 batch.delete_inflight(item.key)
                 pop.forget(item.key)
         state.write(batch)
+        pop.forget_lmqs(names)
     report.lmqs += len(infos)
     report.entries += sum(i.messages for i in infos)
     report.bytes += sum(i.bytes for i in infos)

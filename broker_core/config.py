@@ -84,6 +84,15 @@ class StoreConfig:
     #: timers are read from the index a page at a time, never all at once.
     timer_page: int = 1024
 
+    # FIFO pop (broker_core.fifo): message groups consumed in order.
+    #: The first retry backoff of a FIFO message whose invisible time ran out unacked:
+    #: it comes back first for its group this long after, doubling with each delivery.
+    fifo_retry_backoff_ms: int = 1_000
+    #: The longest FIFO retry backoff.
+    fifo_retry_max_backoff_ms: int = 60_000
+    #: New messages one FIFO pop reads at most (delivered or parked behind their group).
+    fifo_scan_limit: int = 4096
+
     # Transactions (broker_core.transactions): the check-back schedule of half messages.
     #: The first check of a half message is due this long after it was stored (or after
     #: its ``CHECK_IMMUNITY_TIME_IN_SECONDS`` property, if longer).
@@ -108,6 +117,10 @@ class StoreConfig:
             raise ValueError("max_timer_delay_ms and timer_page must be positive")
         if self.txn_first_check_ms < 0 or self.txn_check_interval_ms <= 0:
             raise ValueError("txn_first_check_ms must be >= 0, txn_check_interval_ms > 0")
+        if self.fifo_retry_backoff_ms < 0 or self.fifo_retry_max_backoff_ms < 0:
+            raise ValueError("the FIFO retry backoffs cannot be negative")
+        if self.fifo_scan_limit < 1:
+            raise ValueError("fifo_scan_limit must be at least 1")
         if self.txn_max_checks < 0:
             raise ValueError("txn_max_checks must be at least 0")
         if self.on_corrupt not in ("refuse", "skip"):

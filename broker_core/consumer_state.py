@@ -15,6 +15,10 @@ Keys and values (integers big-endian; ``s16`` = u16 length + UTF-8 bytes)::
     fresh    b"F" | s16 lmq | s16 group | first offset u64
                                   ->  count u32 | popped_ms u64 | visible_at_ms u64 |
                                       unsettled bitmap (little-endian, count bits)
+    head     b"H" | s16 lmq | s16 group | offset u64   ->  s16 message group | deliveries u32 |
+                                                           since_ms u64 | ready_at_ms u64 |
+                                                           in flight u8
+    parked   b"K" | s16 lmq | s16 group | s16 message group | offset u64  ->  (empty)
     meta     b"X" | key (UTF-8)                        ->  front-end owned value (bytes)
 
 - ``offset`` keys start with the LMQ, so removing an LMQ removes all its offsets with
@@ -32,6 +36,11 @@ Keys and values (integers big-endian; ``s16`` = u16 length + UTF-8 bytes)::
   with a bit per message still unsettled; acking rewrites the bitmap (or deletes the
   record once every bit is clear). After a crash each set bit is a message delivered
   once and never settled: it becomes a retry with one delivery.
+- ``head`` and ``parked`` are FIFO pop state (:mod:`broker_core.fifo`): a message
+  group's oldest message not yet acked (its *head*: in flight, or waiting for its
+  retry backoff, or ready) keyed by its offset so an ack or a revive finds it with no
+  search, and the group's later messages the pop passed while the head was out
+  (*parked*), keyed by group then offset so the oldest is one seek away.
 - ``meta`` is a small namespace for front ends (sessions, retained messages, broker
   topology) that want the same durability as offsets.
 """
@@ -86,6 +95,29 @@ def fresh_prefix(lmq: str, group: str) -> bytes:
 
 
 _FRESH_HEAD = struct.Struct(">IQQ")
+_HEAD_VALUE = struct.Struct(">IQQB")
+
+
+def head_prefix(lmq: str, group: str) -> bytes:
+    return b"H" + _s16(lmq) + _s16(group)
+
+
+def parked_prefix(lmq: str, group: str, message_group: str) -> bytes:
+    return b"K" + _s16(lmq) + _s16(group) + _s16(message_group)
+
+
+@dataclass(slots=True)
+class HeadRecord:
+    """A FIFO message group's head (see the ``head`` key above)."""
+
+    lmq: str
+    group: str
+    offset: int
+    message_group: str
+    deliveries: int
+    since_ms: int
+    ready_at: int
+    inflight: bool
 
 
 def _prefix_end(prefix: bytes) -> bytes:
@@ -249,6 +281,46 @@ class ConsumerState:
             yield (lmq, group, first, count, popped, visible_at,
                    int.from_bytes(value[size:], "little"))
 
+    # -- FIFO (broker_core.fifo) ---------------------------------------------------------
+
+    def fifo_heads(self, lmq: str | None = None, group: str | None = None
+                   ) -> Iterator[HeadRecord]:
+        """Every FIFO head record (of one LMQ and group, if both are given)."""
+        prefix = b"H" if lmq is None or group is None else head_prefix(lmq, group)
+        for key, value in self._prefix_items(prefix):
+            name, pos = _read_s16(key, 1)
+            grp, pos = _read_s16(key, pos)
+            (offset,) = _U64.unpack_from(key, pos)
+            mgroup, vpos = _read_s16(value, 0)
+            deliveries, since, ready_at, flight = _HEAD_VALUE.unpack_from(value, vpos)
+            yield HeadRecord(name, grp, offset, mgroup, deliveries, since, ready_at,
+                             bool(flight))
+
+    def fifo_parked(self) -> Iterator[tuple[str, str, str, int]]:
+        """(lmq, group, message group, offset) of every parked FIFO message."""
+        for key in self._prefix_keys(b"K"):
+            name, pos = _read_s16(key, 1)
+            grp, pos = _read_s16(key, pos)
+            mgroup, pos = _read_s16(key, pos)
+            yield name, grp, mgroup, _U64.unpack_from(key, pos)[0]
+
+    def first_parked(self, lmq: str, group: str, message_group: str, after: int) -> int | None:
+        """The oldest parked offset of a message group above ``after``, or None."""
+        prefix = parked_prefix(lmq, group, message_group)
+        opts = ReadOptions()
+        opts.set_iterate_upper_bound(_prefix_end(prefix))
+        for key in rocks.keys(self.db, prefix + _U64.pack(after + 1), opts):
+            return _U64.unpack_from(key, len(prefix))[0]
+        return None
+
+    def count_parked(self, lmq: str, group: str, message_group: str) -> int:
+        return sum(1 for _ in self._prefix_keys(parked_prefix(lmq, group, message_group)))
+
+    def _prefix_keys(self, prefix: bytes) -> Iterator[bytes]:
+        opts = ReadOptions()
+        opts.set_iterate_upper_bound(_prefix_end(prefix))
+        yield from rocks.keys(self.db, prefix, opts)
+
     # -- front-end metadata ------------------------------------------------------------
 
     def get_meta(self, key: str) -> bytes | None:
@@ -311,10 +383,28 @@ class StateBatch:
         self.wb.delete(prefix + _U64.pack(first))
         self.empty = False
 
+    def put_head(self, head: HeadRecord) -> None:
+        self.wb.put(head_prefix(head.lmq, head.group) + _U64.pack(head.offset),
+                    _s16(head.message_group) + _HEAD_VALUE.pack(
+                        head.deliveries, head.since_ms, head.ready_at, int(head.inflight)))
+        self.empty = False
+
+    def delete_head(self, lmq: str, group: str, offset: int) -> None:
+        self.wb.delete(head_prefix(lmq, group) + _U64.pack(offset))
+        self.empty = False
+
+    def put_parked(self, lmq: str, group: str, message_group: str, offset: int) -> None:
+        self.wb.put(parked_prefix(lmq, group, message_group) + _U64.pack(offset), b"")
+        self.empty = False
+
+    def delete_parked(self, lmq: str, group: str, message_group: str, offset: int) -> None:
+        self.wb.delete(parked_prefix(lmq, group, message_group) + _U64.pack(offset))
+        self.empty = False
+
     def delete_lmq(self, lmq: str) -> None:
-        """Every offset, retry and fresh record of one LMQ (in-flight records are
+        """Every offset, retry, fresh and FIFO record of one LMQ (in-flight records are
         time-ordered: the caller deletes those one by one)."""
-        for tag in (b"O", b"R", b"F"):
+        for tag in (b"O", b"R", b"F", b"H", b"K"):
             prefix = tag + _s16(lmq)
             self.wb.delete_range(prefix, _prefix_end(prefix))
         self.empty = False

@@ -25,6 +25,13 @@ with ``deliveries`` = 2; a cleared bit (acked) never comes back. Retries popped 
 and fresh messages whose invisible time is changed, use the durable in-flight table
 above as before. The invisible time of a fresh message still runs out (revive).
 
+FIFO pops (:meth:`PopConsumer.pop_fifo`) keep each message group's order for a pop
+group: a group's next message is given only after the previous one was acked (state and
+transitions in :mod:`broker_core.fifo`). Their deliveries are in the durable in-flight
+table like any pop's; ack, change of invisible time, requeue and revive find a group's
+head by offset and move the group on (or make its head wait a backoff) instead of
+writing a retry record.
+
 The receipt codecs live in :mod:`broker_core.receipts`, the two in-flight tables in
 :mod:`broker_core.inflight`; this module is the orchestration: pop, ack, change the
 invisible time, requeue, revive and dead-letter.
@@ -36,7 +43,6 @@ store's append lock inside it (the lock order is always pop lock, then append lo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from broker_core.clock import now_ms
@@ -49,22 +55,16 @@ from broker_core.consumer_state import (
     fresh_prefix,
 )
 from broker_core.errors import UnknownLmq, UnknownReceipt
+from broker_core.fifo import BlockedGroup, FifoTable, Head, Lane
+from broker_core.fifo_pop import FifoPop
 from broker_core.inflight import DurableInflight, FreshTable, Hit, MemoryInflight, Settled
 from broker_core.locks import StoreLocks
 from broker_core.receipts import decode_receipt, encode_receipt, is_memory, split_receipts
 from broker_core.record import Message
-from broker_core.results import AppendResult, LmqInfo, PullResult, StoredMessage
+from broker_core.results import AppendResult, LmqInfo, PoppedMessage, PullResult, StoredMessage
 
 _REVIVE_BATCH = 1024
 _NOT_IN_FLIGHT = "receipt is not in flight (already acked, or its invisible time ran out)"
-
-
-@dataclass(slots=True)  # not frozen: built once per delivery, frozen init is slower
-class PoppedMessage:
-    message: StoredMessage
-    receipt: str
-    #: 1 on the first delivery, then one more each time it comes back unacked.
-    deliveries: int
 
 
 class LmqReader(Protocol):
@@ -107,17 +107,31 @@ class PopConsumer:
         self.memory = MemoryInflight(state, self._lmq_id)
         #: The groups whose first deliveries go to the memory table.
         self._memory_groups: set[str] = set()
+        self.fifo = FifoTable(state, config)
+        self.fifo_pop = FifoPop(self)
 
     def _lmq_id(self, name: str) -> int | None:
         info = self.reader.lmq(name)
         return None if info is None else info.id
 
-    def _load(self) -> None:
-        """Load both tables' state left by a previous run, on first use. Called before
-        any write that adds durable records (they would otherwise be loaded twice)."""
+    def load_tables(self) -> None:
+        """Load the tables' state left by a previous run (both in-flight tables and the
+        FIFO lanes), on first use. Called before any write that adds durable records
+        (they would otherwise be loaded twice). Pop lock held (also by
+        :mod:`broker_core.fifo_pop`, as are the next three)."""
         if not self.durable.loaded:
             self.durable.schedule()
             self.memory.load()
+        if not self.fifo.loaded:
+            self.fifo.load()
+
+    def write_batch(self, batch: StateBatch) -> None:
+        """Write a batch that changed FIFO state (reloaded from disk if it fails)."""
+        try:
+            self.state.write(batch)
+        except BaseException:
+            self.fifo.invalidate()
+            raise
 
     def _limit(self, group: str) -> int:
         return self._max_deliveries.get(group, self.config.max_deliveries)
@@ -133,6 +147,11 @@ class PopConsumer:
     def forget(self, key: InflightKey) -> None:
         """An in-flight record was deleted outside this class (LMQ removal)."""
         self.durable.removed((key,))
+
+    def forget_lmqs(self, names: Sequence[str]) -> None:
+        """LMQs were removed with all their state records (LMQ removal)."""
+        for name in names:
+            self.fifo.drop_lmq(name)
 
     def set_max_deliveries(self, group: str, limit: int | None) -> None:
         if limit is None:
@@ -160,7 +179,7 @@ class PopConsumer:
             self.locks.check_open()
             batch = self.state.new_batch()
             released = 0
-            self._load()
+            self.load_tables()
             gone: list[InflightKey] = []
             for item in self.state.all_inflight():
                 if item.key.group != group:
@@ -168,7 +187,11 @@ class PopConsumer:
                 batch.delete_inflight(item.key)
                 gone.append(item.key)
                 if self.reader.lmq(item.key.lmq) is not None:
-                    batch.put_retry(item.key.lmq, group, item.key.offset, item.deliveries)
+                    hit = self.fifo.find(group, item.key.lmq, item.key.offset)
+                    if hit is not None:  # a FIFO head: ready again, first of its group
+                        self.fifo.retry_at(hit[0], hit[1], 0, batch)
+                    else:
+                        batch.put_retry(item.key.lmq, group, item.key.offset, item.deliveries)
                     released += 1
             self.durable.removed(gone)
             # fresh records (on disk; the memory tables mirror them)
@@ -184,7 +207,7 @@ class PopConsumer:
                     bits ^= low
                     released += 1
             if not batch.empty:
-                self.state.write(batch)
+                self.write_batch(batch)
             self.memory.drop_group(group)
         return released
 
@@ -202,7 +225,7 @@ class PopConsumer:
             self.locks.check_open()
             if now is None:
                 now = now_ms()
-            self._revive_locked(now)
+            self.revive_locked(now)
             info = self.reader.lmq(lmq)
             if info is None:
                 raise UnknownLmq(f"no LMQ named {lmq!r}")
@@ -210,7 +233,7 @@ class PopConsumer:
             state = self.state
             batch = state.new_batch()
             added: list[InflightKey] = []
-            self._load()  # before this batch is written
+            self.load_tables()  # before this batch is written
             out: list[PoppedMessage] = []
             for offset, deliveries in state.retries(lmq, group, max_messages):
                 batch.delete_retry(lmq, group, offset)
@@ -239,6 +262,41 @@ class PopConsumer:
                 state.write(batch)
                 self.durable.added(added)
             return out
+
+    # -- FIFO (broker_core.fifo_pop) ------------------------------------------------------
+
+    def pop_fifo(
+        self, group: str, lmq: str, max_messages: int, invisible_ms: int,
+        group_property: str, now: int | None = None,
+    ) -> list[PoppedMessage]:
+        """See :meth:`broker_core.fifo_pop.FifoPop.pop`."""
+        return self.fifo_pop.pop(group, lmq, max_messages, invisible_ms, group_property, now)
+
+    def fifo_ready(self, group: str, lmq: str, now: int | None = None) -> bool:
+        return self.fifo_pop.ready(group, lmq, now)
+
+    def blocked_groups(self, group: str | None = None) -> list[BlockedGroup]:
+        return self.fifo_pop.blocked(group)
+
+    def release_message_group(self, group: str, lmq: str, message_group: str,
+                              dead_letter_lmq: str | None = None) -> int | None:
+        """See :meth:`broker_core.fifo_pop.FifoPop.release`."""
+        return self.fifo_pop.release(group, lmq, message_group, dead_letter_lmq)
+
+    def _fifo_back(self, lane: Lane, head: Head, item: Inflight, now: int, at: int,
+                   batch: StateBatch, woken: set[str]) -> None:
+        """A FIFO head's delivery ended unacked (its in-flight record is deleted in
+        ``batch``): dead-lettered after the group's limit (the group moves on), else
+        ready again at ``at``, first of its group."""
+        limit = self._limit(lane.group)
+        if limit and item.deliveries >= limit:
+            self.dead_letter(item)  # before the batch is written (never lost)
+            if self.fifo.advance(lane, head, now, batch) is not None:
+                woken.add(lane.lmq)
+            return
+        self.fifo.retry_at(lane, head, at, batch)
+        if at <= now:
+            woken.add(lane.lmq)
 
     def _pop_fresh(
         self,
@@ -296,11 +354,16 @@ class PopConsumer:
             self.locks.check_open()
             if self.state.get_inflight(key) is None:
                 raise UnknownReceipt(_NOT_IN_FLIGHT)
+            self.load_tables()
             batch = self.state.new_batch()
             batch.delete_inflight(key)
-            self.state.write(batch)
-            self._load()
+            hit = self.fifo.find(key.group, key.lmq, key.offset)
+            if hit is not None:  # a FIFO head: its group moves on
+                self.fifo.advance(hit[0], hit[1], now_ms(), batch)
+            self.write_batch(batch)
             self.durable.removed((key,))
+        if hit is not None:
+            self.reader.notify(key.lmq)
 
     def ack_many(self, receipts: list[str]) -> None:
         """Ack several receipts in one write. Unlike :meth:`ack`, receipts that are no
@@ -311,13 +374,31 @@ class PopConsumer:
             keys, by_table = self.memory.group_receipts(receipts)
             batch = self.state.new_batch()
             plan = self.memory.settle_grouped(by_table, batch) if by_table else None
+            if keys:
+                self.load_tables()
+            woken = self._ack_fifo(keys, batch) if keys and self.fifo.lanes else set()
             for key in keys:
                 batch.delete_inflight(key)
             if not batch.empty:
-                self.state.write(batch)
+                self.write_batch(batch)
             if plan:
                 self.memory.apply_plan(plan)
             self.durable.removed(keys)
+        for lmq in woken:
+            self.reader.notify(lmq)
+
+    def _ack_fifo(self, keys: list[InflightKey], batch: StateBatch) -> set[str]:
+        """The FIFO heads among ``keys`` still in flight under those keys: their groups
+        move on in ``batch``. Returns the LMQs to notify."""
+        woken: set[str] = set()
+        now = now_ms()
+        for key in keys:
+            hit = self.fifo.find(key.group, key.lmq, key.offset)
+            if hit is None or not hit[1].inflight or self.state.get_inflight(key) is None:
+                continue  # not a head, or a stale receipt of one
+            self.fifo.advance(hit[0], hit[1], now, batch)
+            woken.add(key.lmq)
+        return woken
 
     def change_invisible_time(self, receipt: str, invisible_ms: int) -> str:
         if invisible_ms < 0:
@@ -330,7 +411,7 @@ class PopConsumer:
             current = self.state.get_inflight(key)
             if current is None:
                 raise UnknownReceipt(_NOT_IN_FLIGHT)
-            self._load()  # before the write below
+            self.load_tables()  # before the write below
             new_key = InflightKey(now_ms() + invisible_ms, key.group, key.lmq, key.offset)
             batch = self.state.new_batch()
             batch.delete_inflight(key)
@@ -348,7 +429,7 @@ class PopConsumer:
             batch = self.state.new_batch()
             found, settled = self._settle_one(receipt, batch)
             table, offset, fb = found[0]
-            self._load()  # before the write below
+            self.load_tables()  # before the write below
             new_key = InflightKey(now_ms() + invisible_ms, table.group, table.lmq, offset)
             batch.put_inflight(new_key, 1, fb.popped_ms)
             self.state.write(batch)
@@ -376,7 +457,7 @@ class PopConsumer:
                         back.append(Inflight(InflightKey(0, table.group, table.lmq, offset),
                                              1, fb.popped_ms))
             if keys:
-                self._load()
+                self.load_tables()
             gone = []
             for key in keys:
                 current = state.get_inflight(key)
@@ -387,23 +468,27 @@ class PopConsumer:
                 back.append(current)
             woken: set[str] = set()
             dead: list[Inflight] = []
+            now = now_ms()
             for item in back:
                 k = item.key
                 if self.reader.lmq(k.lmq) is None:
                     continue
                 limit = self._limit(k.group)
-                if limit and item.deliveries >= limit:
+                hit = self.fifo.find(k.group, k.lmq, k.offset) if self.fifo.lanes else None
+                if hit is not None:
+                    self._fifo_back(hit[0], hit[1], item, now, 0, batch, woken)
+                elif limit and item.deliveries >= limit:
                     dead.append(item)
                 else:
                     batch.put_retry(k.lmq, k.group, k.offset, item.deliveries)
                     woken.add(k.lmq)
             if not batch.empty:
-                state.write(batch)
+                self.write_batch(batch)
             if settled:
                 self.memory.apply(found, settled)
             self.durable.removed(gone)
             for item in dead:
-                self._dead_letter(item)
+                self.dead_letter(item)
         for lmq in woken:
             self.reader.notify(lmq)
         return len(back)
@@ -413,21 +498,22 @@ class PopConsumer:
         it). Returns how many were revived or dead-lettered."""
         with self.locks.pop:
             self.locks.check_open()
-            return self._revive_locked(now_ms() if now is None else now)
+            return self.revive_locked(now_ms() if now is None else now)
 
     def next_revive_at(self) -> int | None:
         """When the next in-flight message becomes due (ms), or None."""
         with self.locks.pop:
-            self._load()
-            due = self.durable.next_due()
-            fresh = self.memory.next_due()
-            if fresh is not None and (due is None or fresh < due):
-                return fresh
-            return due
+            self.load_tables()
+            times = [t for t in (self.durable.next_due(), self.memory.next_due(),
+                                 self.fifo.next_wake()) if t is not None]
+            return min(times, default=None)
 
-    def _revive_locked(self, now: int) -> int:
-        self._load()
+    def revive_locked(self, now: int) -> int:
+        """:meth:`revive` with the pop lock held."""
+        self.load_tables()
         total = 0
+        for lmq in self.fifo.due_wakes(now):  # FIFO heads whose backoff ended
+            self.reader.notify(lmq)
         if self.memory.may_be_due(now):
             total = self._revive_fresh(now)
         durable = self.durable
@@ -444,13 +530,18 @@ class PopConsumer:
                 if self.reader.lmq(item.key.lmq) is None:
                     continue  # the LMQ was removed
                 limit = self._limit(item.key.group)
-                if limit and item.deliveries >= limit:
-                    self._dead_letter(item)
+                hit = self.fifo.find(item.key.group, item.key.lmq, item.key.offset)
+                if hit is not None:
+                    # the backoff runs from when the invisible time ran out
+                    at = item.key.visible_at + self.fifo.backoff_ms(item.deliveries)
+                    self._fifo_back(hit[0], hit[1], item, now, at, batch, woken)
+                elif limit and item.deliveries >= limit:
+                    self.dead_letter(item)
                 else:
                     batch.put_retry(item.key.lmq, item.key.group, item.key.offset, item.deliveries)
                     woken.add(item.key.lmq)
                 total += 1
-            self.state.write(batch)
+            self.write_batch(batch)
             if len(due) < _REVIVE_BATCH:
                 break
         durable.prune(now)  # stale entries: deleted without our knowing
@@ -474,16 +565,19 @@ class PopConsumer:
         if not batch.empty:
             self.state.write(batch)
         for item in dead:
-            self._dead_letter(item)
+            self.dead_letter(item)
         for lmq in woken:
             self.reader.notify(lmq)
         return len(due)
 
-    def _dead_letter(self, item: Inflight) -> None:
+    def dead_letter(self, item: Inflight, lmq: str | None = None) -> None:
+        """Append a copy of ``item``'s message to ``lmq`` (default the group's
+        dead-letter LMQ); nothing if retention removed it."""
         msg = self.reader.read_at(item.key.lmq, item.key.offset)
         if msg is None:
             return
-        self.append(dead_letter_copy(msg, item), [self.config.dead_letter_prefix + item.key.group])
+        self.append(dead_letter_copy(msg, item),
+                    [lmq or self.config.dead_letter_prefix + item.key.group])
         self.dead_lettered += 1
 
 

@@ -83,3 +83,13 @@ class LmqInfo:
             meta.last_write_ms,
             meta.touched_ms,
         )
+
+
+@dataclass(slots=True)  # not frozen: built once per delivery, frozen init is slower
+class PoppedMessage:
+    """A message a pop gave (:mod:`broker_core.pop`), with its receipt handle."""
+
+    message: StoredMessage
+    receipt: str
+    #: 1 on the first delivery, then one more each time it comes back unacked.
+    deliveries: int

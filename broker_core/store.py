@@ -35,6 +35,7 @@ from broker_core.consume_queue import ConsumeQueueIndex, LmqMeta
 from broker_core.consumer_state import ConsumerState, InflightKey
 from broker_core.dispatch import Dispatcher
 from broker_core.errors import MessageTooLarge, StoreClosed, StoreError, UnknownLmq
+from broker_core.fifo import BlockedGroup, blocked_in
 from broker_core.group_commit import Flusher
 from broker_core.key_index import KeyIndex
 from broker_core.listeners import Listener, Listeners
@@ -732,6 +733,42 @@ class MessageStore:
         the store's setting). In memory: a front end sets it at start."""
         self.pop_consumer.set_max_deliveries(group, limit)
 
+    # -- FIFO pop (see broker_core.fifo) ------------------------------------------------
+
+    def pop_fifo(
+        self, group: str, lmq: str, max_messages: int, invisible_ms: int,
+        group_property: str, now: int | None = None,
+    ) -> list[PoppedMessage]:
+        """A pop that keeps each message group's order: a group's next message only
+        after the previous one was acked, other groups flowing (see
+        :meth:`broker_core.pop.PopConsumer.pop_fifo`). Ack, change of invisible time
+        and requeue are the plain pop's, with the same receipts."""
+        return self.pop_consumer.pop_fifo(
+            group, lmq, max_messages, invisible_ms, group_property, now)
+
+    def fifo_ready(self, group: str, lmq: str, now: int | None = None) -> bool:
+        """Whether a FIFO head of ``group`` on ``lmq`` is ready to be delivered again."""
+        return self.pop_consumer.fifo_ready(group, lmq, now)
+
+    def blocked_message_groups(self, group: str | None = None) -> list[BlockedGroup]:
+        """FIFO message groups whose head was delivered more than once or waits for its
+        retry: since when, how often, how many wait behind it. Works on a read-only
+        store too (from the durable records: ``lmq groups show`` beside a gateway)."""
+        if self.read_only:
+            found = blocked_in(self.state, group)
+            return sorted(found, key=lambda b: (b.since_ms, b.group, b.lmq, b.message_group))
+        return self.pop_consumer.blocked_groups(group)
+
+    def release_message_group(self, group: str, lmq: str, message_group: str,
+                              dead_letter_lmq: str | None = None) -> int | None:
+        """Release a blocked FIFO message group: its head goes to ``dead_letter_lmq``
+        (default ``group``'s dead-letter LMQ) and the group moves on. Returns the head's
+        offset (None: no such group)."""
+        if self.read_only:
+            raise StoreError("the store was opened read-only")
+        return self.pop_consumer.release_message_group(
+            group, lmq, message_group, dead_letter_lmq)
+
     # -- housekeeping (see broker_core.cleanup and broker_core.recovery) ---------------
 
     def apply_retention(self, now_ms: int | None = None) -> cleanup.RetentionReport:
@@ -786,6 +823,18 @@ class MessageStore:
             "timers_pending": self.timers.pending(None),
             "transactions_pending": len(self.txns.pending),
             "transactions_dead_lettered": self.txns.dead_lettered,
+            **self._fifo_stats(),
+        }
+
+    def _fifo_stats(self) -> dict[str, int]:
+        """Blocked FIFO message groups, the messages waiting behind them, and the age
+        (ms) of the oldest block (0 if none)."""
+        blocked = self.blocked_message_groups()
+        oldest = min((b.since_ms for b in blocked), default=0)
+        return {
+            "fifo_blocked_groups": len(blocked),
+            "fifo_blocked_waiting": sum(b.waiting for b in blocked),
+            "fifo_oldest_blocked_ms": max(0, now_ms() - oldest) if oldest else 0,
         }
 
 

@@ -2,11 +2,22 @@
 progress: per topic and queue, the committed offset, the queue's max offset and the lag.
 
 A group is listed when it has a configuration (created on first use or by hand) or a
-committed offset on a RocketMQ queue LMQ (``rmq:<topic>:<queue>``)."""
+committed offset on a RocketMQ queue LMQ (``rmq:<topic>:<queue>``).
+
+FIFO: ``show`` lists the group's blocked message groups (a head delivered more than
+once or waiting for its retry: since when, how often, how many messages wait behind
+it), read from the state records, so it works beside a running gateway. ``release``
+moves a message group on: its head goes to the group's dead-letter topic
+(``%DLQ%<group>``). With ``--gateway HOST:PORT`` it asks a running gateway over its
+gRPC port (:mod:`gateway.grpc.admin`; ``--access-key``/``--secret-key`` sign it when
+the gateway has users, and the key needs to consume the topic as the group); without,
+it writes the store itself, so the gateway must be stopped (the store's directory lock
+refuses otherwise)."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -14,9 +25,12 @@ from typing import Any
 import click
 
 from broker_core import MessageStore
+from broker_core.clock import now_ms
+from broker_core.fifo import BlockedGroup
 from cli.context import data_dir_option, open_store
 from gateway.rocketmq.groups import GroupRegistry
-from lmq.rocketmq import LMQ_PREFIX, parse_queue_lmq
+from gateway.rocketmq.topics import TopicRegistry
+from lmq.rocketmq import LMQ_PREFIX, dlq_topic, parse_queue_lmq, queue_lmq
 
 
 @click.group()
@@ -91,6 +105,7 @@ def show(data_dir: Path, group: str, as_json: bool) -> None:
     with open_store(data_dir, read_only=True) as store:
         config = GroupRegistry(store, auto_create=False).get(group)
         rows = _progress(store).get(group, [])
+        blocked = [_blocked_row(b) for b in store.blocked_message_groups(group)]
     if config is None and not rows:
         raise click.ClickException(f"no consumer group named {group!r}")
     if as_json:
@@ -103,6 +118,7 @@ def show(data_dir: Path, group: str, as_json: bool) -> None:
             },
             "queues": rows,
             "lag": sum(r["lag"] for r in rows),
+            "blocked_message_groups": blocked,
         }))
         return
     click.echo(f"group:   {group}")
@@ -116,3 +132,91 @@ def show(data_dir: Path, group: str, as_json: bool) -> None:
         click.echo(f"{r['topic']:40} {r['queue_id']:>5} {r['offset']:>9}"
                    f" {r['max_offset']:>9} {r['lag']:>9}")
     click.echo(f"total lag: {sum(r['lag'] for r in rows)}")
+    if blocked:
+        click.echo(f"blocked message groups (FIFO): {len(blocked)}")
+        click.echo(f"{'MESSAGE GROUP':24} {'TOPIC':24} {'QUEUE':>5} {'HEAD':>9}"
+                   f" {'DELIVERED':>9} {'WAITING':>7} {'BLOCKED FOR':>11}")
+        for b in blocked:
+            click.echo(f"{b['message_group']:24} {b['topic']:24} {b['queue_id']:>5}"
+                       f" {b['offset']:>9} {b['deliveries']:>9} {b['waiting']:>7}"
+                       f" {b['blocked_for_ms'] / 1000:>10.1f}s")
+
+
+def _blocked_row(b: BlockedGroup) -> dict[str, Any]:
+    parsed = parse_queue_lmq(b.lmq)
+    return {
+        "message_group": b.message_group,
+        "topic": parsed[0] if parsed else None,
+        "queue_id": parsed[1] if parsed else None,
+        "lmq": b.lmq,
+        "offset": b.offset,
+        "deliveries": b.deliveries,
+        "since_ms": b.since_ms,
+        "blocked_for_ms": max(0, now_ms() - b.since_ms),
+        "retry_at_ms": b.ready_at,
+        "waiting": b.waiting,
+    }
+
+
+@groups.command("release")
+@data_dir_option
+@click.argument("group")
+@click.argument("topic")
+@click.argument("message_group")
+@click.option("--gateway", metavar="HOST:PORT",
+              help="Ask this running gateway (its gRPC port) instead of opening the store.")
+@click.option("--access-key", default="", help="With --gateway: sign with this access key.")
+@click.option("--secret-key", default="", help="With --gateway: the access key's secret.")
+def release(data_dir: Path, group: str, topic: str, message_group: str,
+            gateway: str | None, access_key: str, secret_key: str) -> None:
+    """Release MESSAGE_GROUP of GROUP on FIFO topic TOPIC: its head message goes to
+    %DLQ%GROUP and the group moves on. Offline (the gateway stopped), or over a
+    running gateway's gRPC port with --gateway."""
+    if gateway:
+        _release_remote(gateway, access_key, secret_key, group, topic, message_group)
+        return
+    with open_store(data_dir) as store:
+        dlq = dlq_topic(group)
+        for info in store.lmqs(queue_lmq(topic, 0)[:-1]):
+            parsed = parse_queue_lmq(info.name)
+            if parsed is None or parsed[0] != topic:
+                continue
+            TopicRegistry(store, False, 1).ensure(dlq)
+            offset = store.release_message_group(group, info.name, message_group,
+                                                 queue_lmq(dlq, 0))
+            if offset is not None:
+                click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
+                           f" {parsed[1]}: offset {offset} moved to {dlq}")
+                return
+    raise click.ClickException(
+        f"message group {message_group!r} of {group!r} has no message out on {topic}")
+
+
+def _release_remote(address: str, access_key: str, secret_key: str, group: str,
+                    topic: str, message_group: str) -> None:
+    import grpc
+
+    from gateway.grpc.admin import RELEASE
+    from protocol.grpc import Code
+    from protocol.grpc.signature import DATE_TIME, sign
+
+    date_time = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    metadata = [(DATE_TIME, date_time)]
+    if access_key:
+        metadata.append((
+            "authorization",
+            f"MQv2-HMAC-SHA1 Credential={access_key}, SignedHeaders={DATE_TIME},"
+            f" Signature={sign(secret_key, date_time)}"))
+    request = json.dumps({"group": group, "topic": topic, "message_group": message_group})
+    try:
+        with grpc.insecure_channel(address) as channel:
+            raw = channel.unary_unary(RELEASE)(request.encode(), metadata=metadata,
+                                                timeout=10)
+    except grpc.RpcError as exc:
+        raise click.ClickException(f"{address}: {exc.code().name} {exc.details()}") from None
+    answer = json.loads(raw)
+    if answer.get("code") != Code.OK:
+        raise click.ClickException(f"{address}: {answer.get('message')}")
+    click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
+               f" {answer['queue_id']}: offset {answer['offset']} moved to"
+               f" {answer['dead_letter_topic']}")

@@ -337,6 +337,11 @@ class Gateway:
                 ("transactions_dead_lettered",
                  "Half messages dead-lettered after their last unanswered check-back, "
                  "since the gateway started"),
+                # FIFO pop (broker_core.fifo): `lmq groups show GROUP` names them
+                ("fifo_blocked_groups", "FIFO message groups whose head was delivered"
+                 " more than once or waits for its retry"),
+                ("fifo_blocked_waiting", "Messages waiting behind blocked FIFO message groups"),
+                ("fifo_oldest_blocked_ms", "Age in ms of the oldest FIFO message group block"),
             )
         }
 

@@ -34,6 +34,7 @@ import grpc
 import grpc.aio
 
 from gateway.frontend import FrontEnd
+from gateway.grpc import admin
 from gateway.grpc.call import CLIENT_ID, Call
 from gateway.grpc.clients import ClientRegistry
 from gateway.grpc.relay import RelayHandler
@@ -141,6 +142,7 @@ class GrpcFrontEnd(FrontEnd):
         ]
         server = grpc.aio.server(options=options)
         register(self.service, server)
+        server.add_generic_rpc_handlers((admin.handler(self),))  # lmq groups release
         self.internal_port = _bind(server, "internal", "127.0.0.1", 0, None)
         port = cfg.port("grpc")
         if port is not None:

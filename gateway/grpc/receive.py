@@ -12,6 +12,13 @@ empty receive (not an error to the clients). The proxy writes the status first; 
 clients read the whole stream before looking at any of it, so the order does not matter
 to them, and a status last lets a failure anywhere end the stream with its status.
 
+FIFO: a group that consumes in order (``consume_message_orderly``, which Telemetry's
+settings tell the clients as ``subscription.fifo``) receiving from a FIFO topic pops
+with the store's FIFO pop: a message group's next message only after the previous one
+was acked, a message not acked in time back first for its group after a backoff,
+other groups flowing meanwhile (:mod:`broker_core.fifo`). RocketMQ 5 holds the whole
+queue behind an unacked message instead.
+
 Parameters, with the proxy's rules and codes:
 
 - ``batch_size``: at least 1 (else BAD_REQUEST); more than :data:`MAX_BATCH` is cut to
@@ -48,6 +55,7 @@ from broker_core import Record, UnknownLmq
 from gateway.grpc.receipts import DEFAULT_INVISIBLE_MS, consume_state, parse_handle
 from gateway.grpc.records import delivered, group_config, readable_topic
 from gateway.rocketmq.pop_service import PollingFull, PopItem, PopResult
+from lmq.rocketmq import MessageType
 from protocol.grpc import Code, StatusError, ok, status
 from protocol.grpc.messages import duration_ms, timestamp
 
@@ -151,8 +159,10 @@ async def receive_message(
     poll_ms = _poll_ms(call, request)
     group = request.group.name
     topic = request.message_queue.topic.name
-    group_config(call, group)
-    readable_topic(call, topic, group)
+    group_cfg = group_config(call, group)
+    topic_cfg = readable_topic(call, topic, group)
+    # A group consuming in order, on a FIFO topic: each message group in order
+    fifo = group_cfg.consume_message_orderly and topic_cfg.message_type == MessageType.FIFO
     if request.batch_size <= 0:
         raise StatusError(Code.BAD_REQUEST, "the batch size must be positive")
     batch = min(request.batch_size, MAX_BATCH)
@@ -171,7 +181,8 @@ async def receive_message(
         try:
             with call.receive_slot():
                 result = await _pop_until_stopping(
-                    call, group, pop.pop(group, topic, -1, batch, invisible_ms, poll_ms, accept))
+                    call, group, pop.pop(group, topic, -1, batch, invisible_ms, poll_ms, accept,
+                                            fifo=fifo))
         except PollingFull as exc:
             raise StatusError(Code.TOO_MANY_REQUESTS, f"polling full: {exc}") from None
         except UnknownLmq as exc:

@@ -1,10 +1,13 @@
 """SendMessage: one or more messages of one topic, stored as a remoting send stores them.
 
-A request's messages (``1..MAX_MESSAGES``, all of one topic, as the proxy requires) go
-to ONE queue of the topic: a FIFO message's queue is picked by its message group (the
-same group always lands in the same queue, so its order is kept), any other request's
-round robin; the ``queue_id`` a client names in ``system_properties`` is ignored, as the
-proxy ignores it. Each message is one record dispatched to the queue's LMQ and whatever
+A request's messages (``1..MAX_MESSAGES``, all of one topic, as the proxy requires) are
+ONE append (all stored or none). A FIFO message goes to its message group's queue (the
+same group always lands in the same queue, so its order is kept), each message of a
+batch to its own group's: a batch may mix groups and keeps each group's order. RocketMQ
+5 puts a whole batch in the first message's queue instead, breaking the order of the
+other groups. Messages without a group go to one queue per request, round robin; the
+``queue_id`` a client names in ``system_properties`` is ignored, as the proxy ignores
+it. Each message is one record dispatched to the queue's LMQ and whatever
 else the one topic space routes its MQTT name to (MQTT subscribers, AMQP bindings): the
 topic joined with the message's ``mqttSecondTopic`` user property, like a remoting send
 (:mod:`gateway.rocketmq.records`).
@@ -147,15 +150,21 @@ async def send_message(
         if kind == MessageType.TRANSACTION and len(incoming) > 1:
             raise StatusError(
                 Code.UNSUPPORTED, "a transactional message is sent alone, not in a batch")
-    queue_id = choose_queue(config.write_queues, incoming[0].message_group
-                            if len(incoming) == 1 else "")
-    lmq = queue_lmq(topic, queue_id)
+    # Ungrouped messages share one round-robin queue; each grouped one goes to its
+    # group's queue (the same for every message of the group: its order is kept).
+    shared = queue_lmq(topic, choose_queue(config.write_queues, ""))
+
+    def lmq_of(one: Incoming) -> str:
+        if not one.message_group:
+            return shared
+        return queue_lmq(topic, choose_queue(config.write_queues, one.message_group))
+
     # Each message also reaches the MQTT subscribers and AMQP queues of its MQTT name:
     # the topic joined with its mqttSecondTopic property, if any.
     route = front.ctx.topic_space.route_rocketmq
     items: list[tuple[Message, list[str]]] = [
         (to_store(one, born_host=born),
-         [lmq, *route(topic, one.properties.get(MQTT_SECOND_TOPIC, ""))])
+         [lmq_of(one), *route(topic, one.properties.get(MQTT_SECOND_TOPIC, ""))])
         for one in incoming]
     if config.message_type == MessageType.DELAY:
         return await _send_delayed(call, incoming, items)

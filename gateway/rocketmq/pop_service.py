@@ -22,6 +22,12 @@ Model
   appended to ``%DLQ%<group>`` and acked instead of being returned (RocketMQ 5's
   ``maxAttempts = retryMaxTimes + 1``). Append first, ack after: a crash in between
   dead-letters it twice, never loses it.
+- FIFO (``fifo=True``: a group consuming in order, on a FIFO topic): the topic's queues
+  are popped with the store's FIFO pop (:mod:`broker_core.fifo`), the message group
+  being ``__SHARDINGKEY``: a group's next message only once the previous one was acked
+  (or dead-lettered), other groups flowing; an unacked one comes back first for its
+  group after the store's backoff. RocketMQ 5 locks the whole queue instead. The pop
+  retry topic is popped as usual.
 - Long polling: an empty pop with ``pollTime`` waits on the store's listeners of its
   sources (appends, and messages becoming visible again), never on a polling loop.
   Messages become visible again when the store revives them: one ``loop.call_at``
@@ -64,6 +70,9 @@ MAX_POLLING_PER_KEY = 1024
 MAX_POLLING_TOTAL = 100_000
 #: Pops of filtered-out messages in a row before an empty answer (the client pops again).
 FILTER_ROUNDS = 16
+#: The property holding a RocketMQ message's group (gRPC ``message_group``, remoting's
+#: sharding key): the unit of order of a FIFO pop.
+MESSAGE_GROUP = "__SHARDINGKEY"
 
 Submit = Callable[[Message, Sequence[str]], Awaitable[AppendResult]]
 
@@ -181,9 +190,11 @@ class PopService:
     # -- pop ------------------------------------------------------------------------
 
     def pop_now(
-        self, group: str, topic: str, queue_id: int, max_nums: int, invisible_ms: int
+        self, group: str, topic: str, queue_id: int, max_nums: int, invisible_ms: int,
+        fifo: bool = False,
     ) -> PopResult:
-        """One pop without waiting (may be empty)."""
+        """One pop without waiting (may be empty); ``fifo``: the topic's queues in
+        message group order (see the module docstring)."""
         self.adopt(group)
         normal, retry = self.sources(group, topic, queue_id)
         order = list(normal)
@@ -199,7 +210,12 @@ class PopService:
             want = max_nums - len(result.items)
             if want <= 0:
                 break
-            for popped in store.pop(group, src.lmq, want, invisible_ms, pop_time):
+            if fifo and src is not retry:
+                popped_now = store.pop_fifo(
+                    group, src.lmq, want, invisible_ms, MESSAGE_GROUP, pop_time)
+            else:
+                popped_now = store.pop(group, src.lmq, want, invisible_ms, pop_time)
+            for popped in popped_now:
                 base = record_reconsume_times(popped.message.record)
                 result.items.append(
                     PopItem(popped.message, src, base + popped.deliveries - 1)
@@ -237,7 +253,7 @@ class PopService:
 
     async def pop(
         self, group: str, topic: str, queue_id: int, max_nums: int, invisible_ms: int,
-        poll_ms: int, accept: Callable[[Record], bool] | None = None,
+        poll_ms: int, accept: Callable[[Record], bool] | None = None, fifo: bool = False,
     ) -> PopResult:
         """Pop, and when nothing is there wait up to ``poll_ms`` for something to pop.
         Messages past the group's retry limit are dead-lettered, not returned; messages
@@ -245,24 +261,25 @@ class PopService:
         past messages its filter does not match."""
         deadline = self.loop.time() + max(0, poll_ms) / 1000
         while True:
-            result = await self._pop_live(group, topic, queue_id, max_nums, invisible_ms, accept)
+            result = await self._pop_live(
+                group, topic, queue_id, max_nums, invisible_ms, accept, fifo)
             if result.items or poll_ms <= 0:
                 return result
             remaining = deadline - self.loop.time()
             if remaining <= 0:
                 return result
-            woke = await self.wait_for_messages(group, topic, queue_id, remaining)
+            woke = await self.wait_for_messages(group, topic, queue_id, remaining, fifo)
             if not woke:
                 return await self._pop_live(
-                    group, topic, queue_id, max_nums, invisible_ms, accept)
+                    group, topic, queue_id, max_nums, invisible_ms, accept, fifo)
 
     async def _pop_live(
         self, group: str, topic: str, queue_id: int, max_nums: int, invisible_ms: int,
-        accept: Callable[[Record], bool] | None,
+        accept: Callable[[Record], bool] | None, fifo: bool = False,
     ) -> PopResult:
         limit = self.max_times(group)
         for _ in range(FILTER_ROUNDS):
-            result = self.pop_now(group, topic, queue_id, max_nums, invisible_ms)
+            result = self.pop_now(group, topic, queue_id, max_nums, invisible_ms, fifo)
             if not result.items:
                 return result
             keep = []
@@ -401,7 +418,7 @@ class PopService:
     # -- waiting ------------------------------------------------------------------------
 
     async def wait_for_messages(
-        self, group: str, topic: str, queue_id: int, timeout_s: float
+        self, group: str, topic: str, queue_id: int, timeout_s: float, fifo: bool = False,
     ) -> bool:
         """Wait until one of the pop's sources may have something (an append, or a
         message visible again), at most ``timeout_s``. Returns whether it woke early.
@@ -425,7 +442,7 @@ class PopService:
             removers.append(self.store.add_listener(retry.lmq, woken))
         self.polling[key] += 1
         try:
-            if self.has_messages(group, normal + ([retry] if retry else [])):
+            if self.has_messages(group, normal + ([retry] if retry else []), fifo):
                 return True
             try:
                 await asyncio.wait_for(event.wait(), timeout_s)
@@ -439,9 +456,10 @@ class PopService:
             if self.polling[key] <= 0:
                 del self.polling[key]
 
-    def has_messages(self, group: str, sources: Sequence[Source]) -> bool:
+    def has_messages(self, group: str, sources: Sequence[Source], fifo: bool = False) -> bool:
         """Whether a pop of ``sources`` by ``group`` would find something now (new
-        messages past the group's offset, or messages back from being in flight)."""
+        messages past the group's offset, or messages back from being in flight; for a
+        FIFO pop, a message group's head ready again)."""
         store = self.store
         for src in sources:
             info = store.lmq(src.lmq)
@@ -451,6 +469,8 @@ class PopService:
             if (info.min_offset if offset is None else offset) < info.max_offset:
                 return True
             if store.count_retries(group, src.lmq) > 0:
+                return True
+            if fifo and store.fifo_ready(group, src.lmq):
                 return True
         return False
 

@@ -17,6 +17,8 @@ record field           from
 property ``rmq.props`` the RocketMQ properties string as sent (``k\\x01v\\x02``...)
 property ``KEYS``,     copies of those two properties, for the store's key index
 ``UNIQ_KEY``           (``QUERY_MESSAGE`` by key, lookups by message id)
+property               a copy of the message group (gRPC ``message_group``, remoting's
+``__SHARDINGKEY``      sharding key), read by the store's FIFO pop (broker_core.fifo)
 ``user_properties``    the properties that are not RocketMQ system properties, as MQTT 5
                        user properties (see :mod:`gateway.user_properties`): MQTT 5
                        subscribers and AMQP consumers (headers) see them
@@ -124,6 +126,9 @@ def to_store_message(
     uniq = props.get("UNIQ_KEY")
     if uniq:
         stored["UNIQ_KEY"] = uniq.encode()
+    group = props.get("__SHARDINGKEY")
+    if group:  # the message group: the unit of order of the store's FIFO pop
+        stored["__SHARDINGKEY"] = group.encode()
     if not props.keys() <= SYSTEM_PROPERTIES:  # one C-level test in the common case
         user = [(k, v) for k, v in props.items() if k not in SYSTEM_PROPERTIES]
         stored[USER_PROPERTIES] = encode_user_properties(user)
