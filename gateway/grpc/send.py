@@ -74,10 +74,16 @@ def effective_type(incoming: Incoming) -> MessageType:
     ``TopicMessageType.parseFromMessageProperty``): TRANSACTION, DELAY (a delivery
     time), FIFO (a message group), else NORMAL. A declared type the properties
     contradict (FIFO without a group, DELAY without a time) is
-    MESSAGE_PROPERTY_CONFLICT_WITH_TYPE."""
+    MESSAGE_PROPERTY_CONFLICT_WITH_TYPE; so is a TRANSACTION with a delivery time: the
+    store's half messages carry no due time (docs/storage.md, "How the message types
+    compose"), and RocketMQ 5 gives a message one type."""
     declared = incoming.message_type
     if declared == pb.TRANSACTION:
         kind = MessageType.TRANSACTION
+        if incoming.delivery_ms is not None:
+            raise StatusError(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                "a transactional message cannot be delayed (it has a delivery timestamp)")
     elif incoming.delivery_ms is not None:
         kind = MessageType.DELAY
     elif incoming.message_group:

@@ -5,9 +5,11 @@ proxy's codes (DELAY: test_grpc_delay.py; TRANSACTION: test_grpc_transactions.py
 from __future__ import annotations
 
 import gzip
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
+from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker_core import MessageStore
@@ -113,6 +115,10 @@ async def test_send_checks(tmp_path: Path) -> None:
              Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
             ([message("tx", b"x", kind=pb.TRANSACTION)] * 2, Code.UNSUPPORTED),  # alone only
             ([message("t1", b"x", kind=pb.TRANSACTION)], Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+            # a delayed transactional message is refused (docs/storage.md, how they compose)
+            ([message("tx", b"x", kind=pb.TRANSACTION,
+                      delivery_timestamp=Timestamp(seconds=int(time.time()) + 60))],
+             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
             ([message("t1", b"x")] * 1025, Code.PAYLOAD_TOO_LARGE),
         ]
         for msgs, code in cases:
