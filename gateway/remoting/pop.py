@@ -14,8 +14,11 @@ Answers, as RocketMQ's broker gives them:
   receipt in the ``POP_CK`` property, and ``popTime``, ``invisibleTime``,
   ``reviveQid``, ``restNum``, ``startOffsetInfo``, ``msgOffsetInfo``; nothing after
   ``pollTime``: POLLING_TIMEOUT; too many suspended pops: POLLING_FULL; more than 32
-  messages asked for, or ``order=true`` (orderly pop is not served: the store's pop has
-  no per-queue blocking): INVALID_PARAMETER.
+  messages asked for: INVALID_PARAMETER. ``order=true`` on a FIFO topic pops with the
+  store's FIFO pop (:mod:`broker_core.fifo`): a message group's next message only after
+  the previous one was acked, other groups flowing (RocketMQ's broker blocks the whole
+  queue instead); on any other topic INVALID_PARAMETER (RocketMQ orders a normal
+  topic's queue; here an orderly push consumer does that, LOCK_BATCH_MQ and pull).
 - ACK_MESSAGE: SUCCESS, also for a receipt no longer in flight (acked already, or
   its invisible time ran out: the message is delivered again), as RocketMQ answers;
   NO_MESSAGE for an offset outside the queue; TOPIC_NOT_EXIST; MESSAGE_ILLEGAL for a
@@ -46,7 +49,7 @@ from gateway.rocketmq.pop_receipts import REVIVE_QID
 from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopResult
 from gateway.rocketmq.sendback import MessageNotFound
 from gateway.rocketmq.services import RocketMQServices
-from lmq.rocketmq import InvalidName, retry_topic
+from lmq.rocketmq import InvalidName, MessageType, TopicConfig, retry_topic
 from protocol.remoting import HeaderError, RemotingCommand, RequestCode, ResponseCode
 from protocol.remoting.bodies import BatchAckMessageRequestBody
 from protocol.remoting.errors import BodyError
@@ -73,7 +76,7 @@ def register(table: DispatchTable) -> None:
 # -- checks shared by the handlers ------------------------------------------------------
 
 
-def _topic(ctx: RequestContext, topic: str) -> None:
+def _topic(ctx: RequestContext, topic: str) -> TopicConfig:
     try:
         config = ctx.front.topics.ensure(topic)
     except InvalidName as exc:
@@ -81,6 +84,7 @@ def _topic(ctx: RequestContext, topic: str) -> None:
     if config is None:
         raise RequestError(
             ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+    return config
 
 
 def _group(ctx: RequestContext, group: str) -> RocketMQServices:
@@ -169,16 +173,19 @@ async def pop_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingComm
                      f"the broker[{BROKER_NAME}] pop message's num is greater than 32")
     if invisible <= 0:
         return error(ResponseCode.INVALID_PARAMETER, "invisibleTime must be positive")
-    if get_bool(cmd, "order"):
-        return error(ResponseCode.INVALID_PARAMETER,
-                     "orderly pop (order=true) is not supported by this gateway; use an"
-                     " orderly push consumer (LOCK_BATCH_MQ and pull)")
+    order = get_bool(cmd, "order")
     accept = _tag_filter(get_str(cmd, "expType", ""), get_str(cmd, "exp", "*"))
-    _topic(ctx, topic)
+    config = _topic(ctx, topic)
+    if order and config.message_type is not MessageType.FIFO:
+        return error(ResponseCode.INVALID_PARAMETER,
+                     f"orderly pop (order=true) is served on FIFO topics (order per message"
+                     f" group, __SHARDINGKEY); topic {topic} is {config.message_type.value}:"
+                     f" use an orderly push consumer (LOCK_BATCH_MQ and pull)")
     ctx.front.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
-        result = await found.pop.pop(group, topic, queue_id, max_nums, invisible, poll, accept)
+        result = await found.pop.pop(group, topic, queue_id, max_nums, invisible, poll, accept,
+                                     fifo=order)
     except PollingFull as exc:
         return error(ResponseCode.POLLING_FULL, str(exc))
     except (UnknownLmq, ValueError) as exc:

@@ -1,7 +1,7 @@
 """The pop family and send-back over real sockets against an in-process gateway: POP
 across queues with POP_CK receipts, ACK / BATCH_ACK / CHANGE_MESSAGE_INVISIBLETIME by
 receipt (also after a restart), long polling woken by a publish, PEEK, NOTIFICATION,
-POLLING_INFO, orderly pop refused, CONSUMER_SEND_MSG_BACK through the schedule and to
+POLLING_INFO, orderly pop (FIFO topics only), CONSUMER_SEND_MSG_BACK through the schedule and to
 the DLQ. Bodies are read with a decoder of RocketMQ's stored-message layout written
 here from the reference (not the gateway's encoder)."""
 
@@ -21,7 +21,7 @@ import pytest
 
 from broker_core import Message
 from gateway.server import Gateway
-from lmq.rocketmq import TopicConfig, queue_lmq
+from lmq.rocketmq import MessageType, TopicConfig, queue_lmq
 from protocol.remoting import RequestCode, ResponseCode
 
 from .remoting_support import Client, port_of, running_gateway
@@ -294,3 +294,26 @@ async def test_send_back_pending_across_a_gateway_restart(tmp_path: Path) -> Non
             assert time.monotonic() < deadline, "the pending delay was not moved"
             await asyncio.sleep(0.1)
         assert store.pull(retry, 0, 1).messages[0].body == b"later"
+
+
+async def test_orderly_pop_on_a_fifo_topic_orders_each_message_group(gw: Gateway) -> None:
+    """order=true on a FIFO topic: a message group's next message only after the previous
+    one was acked, while the other groups flow (the store's FIFO pop)."""
+    gw.ctx.rocketmq_topics.create(TopicConfig(TOPIC, read_queues=1, write_queues=1,
+                                              message_type=MessageType.FIFO))
+    for body, group in ((b"a0", "a"), (b"a1", "a"), (b"b0", "b"), (b"a2", "a"), (b"b1", "b")):
+        await gw.ctx.publisher.submit(
+            Message(topic=TOPIC, body=body, properties={"__SHARDINGKEY": group.encode()}),
+            [queue_lmq(TOPIC, 0)])
+    client = await Client.connect(port_of(gw))
+    first = decode_exts((await client.ok(RequestCode.POP_MESSAGE, pop_fields(order=True))).body)
+    assert [e.body for e in first] == [b"a0", b"b0"]  # one per group
+    empty = await client.call(RequestCode.POP_MESSAGE, pop_fields(order=True, poll=200))
+    assert empty.code == ResponseCode.POLLING_TIMEOUT  # both groups wait for their acks
+    await client.ok(RequestCode.ACK_MESSAGE, ack_fields(first[1]))  # b0 acked, a0 not
+    nxt = decode_exts((await client.ok(RequestCode.POP_MESSAGE, pop_fields(order=True))).body)
+    assert [e.body for e in nxt] == [b"b1"]
+    await client.ok(RequestCode.ACK_MESSAGE, ack_fields(first[0]))
+    rest = decode_exts((await client.ok(RequestCode.POP_MESSAGE, pop_fields(order=True))).body)
+    assert [e.body for e in rest] == [b"a1"]
+    await client.close()
