@@ -36,7 +36,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker_core import MessageStore, StoreError
-from gateway.amqp.messages import expired
+from gateway.amqp.groups import MAX_HELD, MessageGroups, any_grouped
+from gateway.amqp.messages import GROUP_ID, expired
 from gateway.amqp.model import Deliverer, QueueArgs, QueueDef, QueueOwner
 from gateway.context import loop_callback
 from gateway.topic_space import amqp_queue_lmq
@@ -63,7 +64,7 @@ _ctags = itertools.count(1)
 
 class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "priority", "prefetch",
-                 "unacked", "arguments")
+                 "unacked", "arguments", "groups")
 
     def __init__(self, tag: str, channel: Deliverer, queue: Queue, no_ack: bool,
                  exclusive: bool, priority: int, prefetch: int,
@@ -78,6 +79,8 @@ class Consumer:
         self.prefetch = prefetch
         self.unacked = 0
         self.arguments = arguments
+        #: The message groups (JMSXGroupID) assigned to it (gateway.amqp.groups).
+        self.groups: set[bytes] = set()
 
     def credit(self) -> int:
         """How many more messages this consumer may get now (0: none)."""
@@ -132,6 +135,8 @@ class Queue:
         self._rr = 0
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._listeners: list[Callable[[], None]] = []
+        #: JMSXGroupID groups: owners and messages held for them (gateway.amqp.groups).
+        self.groups = MessageGroups()
 
     def open(self) -> None:
         """Create the queue's LMQs and listen to them; start the x-expires timer."""
@@ -223,8 +228,12 @@ class Queue:
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+        held = self.groups.depart(consumer)
         if self.deleted:
             return
+        # Back to the store's retries, popped again in log order before newer ones
+        # (a departed consumer's: once its channel settled what it holds, see run()).
+        self.requeue(held)
         if not self.consumers and self.defn.auto_delete and self.ever_consumed:
             self.owner.queue_unused(self)
             return
@@ -246,6 +255,8 @@ class Queue:
         if self.deleted:
             return
         try:
+            if self.groups.departed:
+                self.requeue(self.groups.settled())
             self.enforce_limits()
             if self.consumers:
                 self._dispatch()
@@ -281,7 +292,10 @@ class Queue:
             self.requeue(requeue)
 
     def _deliver(self, requeue: list[str]) -> None:
-        while True:
+        groups = self.groups
+        if groups.held_count:
+            self._deliver_held()
+        while groups.held_count < MAX_HELD:
             eligible = self._eligible()
             if not eligible:
                 break
@@ -290,22 +304,56 @@ class Queue:
                 popped = self.pop(consumer.credit())
                 if not popped:
                     break
-                consumer.channel.deliver_many(consumer, self, popped, self.owner.now_ms())
+                if any_grouped(popped):
+                    self._deliver_each(popped, eligible, requeue)
+                else:
+                    consumer.channel.deliver_many(consumer, self, popped, self.owner.now_ms())
                 continue
             want = min(POP_BATCH, sum(c.credit() for c in eligible))
             popped = self.pop(want)
             if not popped:
                 break
-            now = self.owner.now_ms()
-            for p in popped:
-                if self.drop_if_dead(p, now):
-                    continue
-                picked = self._pick(eligible)
-                if picked is None:
-                    requeue.append(p.receipt)
-                    continue
-                # (deliver_many's own dead check repeats this one's: same ``now``)
-                picked.channel.deliver_many(picked, self, [p], now)
+            self._deliver_each(popped, eligible, requeue)
+
+    def _deliver_each(self, popped: list[PoppedMessage], eligible: list[Consumer],
+                      requeue: list[str]) -> None:
+        """Deliver one by one: to the group's consumer (or held for it), or round
+        robin among ``eligible``."""
+        now = self.owner.now_ms()
+        groups = self.groups
+        for p in popped:
+            if self.drop_if_dead(p, now):
+                continue
+            group = p.message.record.properties.get(GROUP_ID)
+            if group is not None:
+                owner = groups.owner(group, self._active())
+                if groups.must_hold(owner):
+                    groups.hold(owner, p)
+                else:
+                    owner.channel.deliver_many(owner, self, [p], now)
+                    groups.delivered(owner, [p])
+                continue
+            picked = self._pick(eligible)
+            if picked is None:
+                requeue.append(p.receipt)
+                continue
+            # (deliver_many's own dead check repeats this one's: same ``now``)
+            picked.channel.deliver_many(picked, self, [p], now)
+
+    def _active(self) -> list[Consumer]:
+        """The consumers that may get messages (one with x-single-active-consumer)."""
+        return self.consumers[:1] if self.args.single_active else self.consumers
+
+    def _deliver_held(self) -> None:
+        """Messages held for their group's consumer go to it first, as credit allows."""
+        groups = self.groups
+        now = self.owner.now_ms()
+        for consumer in list(groups.held):
+            credit = consumer.credit()
+            if credit > 0:
+                batch = groups.take(consumer, credit)
+                consumer.channel.deliver_many(consumer, self, batch, now)
+                groups.delivered(consumer, batch)
 
     def drop_if_dead(self, p: PoppedMessage, now: int) -> bool:
         """Expired or over the delivery limit: settle and dead-letter it. True if so."""
@@ -327,6 +375,12 @@ class Queue:
             popped = self.pop(1)
             if not popped:
                 return None
+            group = popped[0].message.record.properties.get(GROUP_ID)
+            owner = self.groups.owners.get(group) if group is not None else None
+            if owner is not None:  # its group's consumer gets it, in order
+                self.groups.hold(owner, popped[0])
+                self.schedule()
+                continue
             if not self.drop_if_dead(popped[0], now):
                 return popped[0], self.ready()
 
@@ -414,6 +468,7 @@ class Queue:
     def close(self) -> None:
         """Stop the queue's run-time machinery (deleted, or the gateway stops)."""
         self.deleted = True
+        self.groups.clear()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
             self._expiry_timer = None
