@@ -175,3 +175,23 @@ def test_mosquitto_delayed(gateway):
             sub.wait()
     assert [first, second] == ["mq/now now", "mq/late late"]
     assert done >= start + 2000
+
+
+def test_routes_are_the_filters_matching_at_publish(gateway):
+    """Routed at publish (documented; EMQX routes at fire time): the message goes to the
+    filters that matched when it was published, and reaches whoever holds one of them
+    when it fires; a filter nobody held at publish does not get it."""
+    port = gateway.mqtt_port
+    early = Paho(port, "early")
+    early.subscribe("n/#", qos=1)
+    pub = Paho(port, "npub")
+    pub.publish("$delayed/2/n/x", b"routed", qos=1)
+    same_filter = Paho(port, "same")
+    same_filter.subscribe("n/#", qos=1)  # a filter that matched at publish
+    new_filter = Paho(port, "new")
+    new_filter.subscribe("n/+", qos=1)   # no one held it at publish
+    assert early.get(timeout=10).payload == b"routed"
+    assert same_filter.get(timeout=10).payload == b"routed"
+    assert new_filter.nothing_more(1.0)
+    pub.publish("n/y", b"undelayed", qos=1)  # the new filter gets what follows
+    assert new_filter.get().payload == b"undelayed"
