@@ -14,7 +14,7 @@ key, ``qos`` 1 if ``delivery_mode == 2`` else 0, and these record properties:
 ``user_properties``    the headers whose values are strings,
 ``expires_at_ms``      and the per-message ``expiration`` as an absolute time
 ``amqp.group_id``      the ``JMSXGroupID`` header (message groups), and
-``amqp.group_close``   ``1`` when ``JMSXGroupSeq`` is -1 (the group's last message)
+``amqp.group_close``   ``1`` when ``JMSXGroupSeq`` is negative (it closes the group)
 =====================  ==================================================================
 
 A record published over MQTT reaches AMQP consumers as from exchange ``amq.topic`` with
@@ -46,8 +46,9 @@ from protocol.amqp.fastpath import (
 )
 
 HEADER = "amqp.header"
-#: The ``JMSXGroupID`` header of a message (ActiveMQ/Artemis message groups), and
-#: ``b"1"`` when its ``JMSXGroupSeq`` is -1 (it closes the group): kept as properties
+#: The ``JMSXGroupID`` header of a message (ActiveMQ/Artemis message groups; Artemis's
+#: core name ``_AMQ_GROUP_ID`` too), and ``b"1"`` when its ``JMSXGroupSeq`` is negative
+#: (it closes the group, as Artemis): kept as properties
 #: so a queue reads them without decoding the headers table (gateway.amqp.groups).
 GROUP_ID = "amqp.group_id"
 GROUP_CLOSE = "amqp.group_close"
@@ -106,13 +107,14 @@ def _neutral_properties(ch: ContentHeader) -> dict[str, bytes]:
         pairs = [(k, v) for k, v in headers.items() if isinstance(v, str)]
         if pairs:
             found["user_properties"] = encode_user_properties(pairs)
-        group = headers.get("JMSXGroupID")
+        group = headers.get("JMSXGroupID", headers.get("_AMQ_GROUP_ID"))
         if isinstance(group, str) and group:
             found[GROUP_ID] = group.encode()
         elif isinstance(group, bytes | bytearray) and group:
             found[GROUP_ID] = bytes(group)
-        if GROUP_ID in found and headers.get("JMSXGroupSeq") == -1:
-            found[GROUP_CLOSE] = b"1"
+        seq = headers.get("JMSXGroupSeq")
+        if GROUP_ID in found and isinstance(seq, int) and not isinstance(seq, bool) and seq < 0:
+            found[GROUP_CLOSE] = b"1"  # a negative sequence number closes the group
     if len(raw) <= _NEUTRAL_MAX_BYTES:  # (bounded: at most 256 entries of 1 KiB)
         if len(_neutral) >= _NEUTRAL_MAX:
             _neutral.clear()
