@@ -21,6 +21,7 @@ Pure functions; no I/O.
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -35,6 +36,8 @@ TYPE = "x-delayed-message"
 ROUTING_TYPES = ("direct", "fanout", "topic", "headers")
 #: The plugin's largest delay (Erlang's largest timer), in ms.
 MAX_DELAY_MS = 2**32 - 1
+#: A delay given as a string: what Erlang's binary_to_integer reads.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 def delayed_type(arguments: dict[str, Any]) -> str:
@@ -63,10 +66,9 @@ def delay_ms(headers: dict[str, Any] | None) -> int:
         return 0
     if isinstance(value, bytes | bytearray | str):
         text = value.decode("ascii", "replace") if isinstance(value, bytes | bytearray) else value
-        try:
-            value = int(text)
-        except ValueError:
+        if _INTEGER.fullmatch(text) is None:  # (int() would take "1_0", " 5", "٥")
             return 0
+        value = int(text)
     elif isinstance(value, float | Decimal):
         try:
             value = int(value)  # truncated, as the plugin's trunc/1

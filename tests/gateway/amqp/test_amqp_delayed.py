@@ -165,3 +165,33 @@ def test_pending_delayed_survive_kill_9(tmp_path: Path) -> None:
         conn.close()
     finally:
         gateway.stop()
+
+
+async def test_aio_pika_delayed_exchange(gw: ThreadGateway) -> None:
+    """aio-pika's own ExchangeType.X_DELAYED_MESSAGE, with its default publisher
+    confirms: the publish returns once the delayed record is durable; delivered after."""
+    import asyncio
+
+    import aio_pika
+
+    from ..amqp_support import BOUND
+
+    conn = await asyncio.wait_for(aio_pika.connect(gw.url), BOUND)
+    async with conn:
+        ch = await conn.channel()
+        x = await ch.declare_exchange("ax", aio_pika.ExchangeType.X_DELAYED_MESSAGE,
+                                      arguments={"x-delayed-type": "topic"})
+        q = await ch.declare_queue("aq")
+        await q.bind(x, "orders.*")
+        start = _ms()
+        await x.publish(aio_pika.Message(b"later", headers={"x-delay": 600}),
+                        routing_key="orders.new")
+        assert gw.store.pending_timers() == 1  # confirmed: the timer is in the store
+        message = await q.get(timeout=BOUND, fail=False)
+        assert message is None  # not yet
+        deadline = asyncio.get_running_loop().time() + BOUND
+        while (message := await q.get(fail=False)) is None:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.05)
+        assert message.body == b"later" and _ms() >= start + 600
+        await message.ack()
