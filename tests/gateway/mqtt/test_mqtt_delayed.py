@@ -195,3 +195,17 @@ def test_routes_are_the_filters_matching_at_publish(gateway):
     assert new_filter.nothing_more(1.0)
     pub.publish("n/y", b"undelayed", qos=1)  # the new filter gets what follows
     assert new_filter.get().payload == b"undelayed"
+
+
+def test_delayed_will(gateway):
+    """A will on a ``$delayed`` topic is delayed too (as in EMQX): published when the
+    connection drops, delivered that many seconds later on the real topic."""
+    port = gateway.mqtt_port
+    sub = Paho(port, "w-sub")
+    sub.subscribe("w/#", qos=1)
+    dying = Paho(port, "dying", will=("$delayed/2/w/gone", b"bye", 1, False))
+    dropped = _ms()
+    dying.drop()
+    m = sub.get(timeout=10)
+    assert (m.topic, m.payload) == ("w/gone", b"bye") and _ms() >= dropped + 2000
+    assert sub.nothing_more()
