@@ -349,6 +349,8 @@ class Queue:
         groups = self.groups
         now = self.owner.now_ms()
         for consumer in list(groups.held):
+            if consumer in groups.departed:
+                continue  # cancelled, its channel open: the messages wait for the release
             credit = consumer.credit()
             if credit > 0:
                 batch = groups.take(consumer, credit)

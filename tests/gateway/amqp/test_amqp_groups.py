@@ -34,6 +34,7 @@ class Member:
         self.ack_first = ack_first  # ack this many, then keep the rest unacked
         self.acked = 0
         self.received: list[tuple[str, int]] = []
+        self.unacked: list[tuple[int, str, int]] = []
         self.open = True
         self.ch.basic_consume(queue, self._on, consumer_tag=name)
 
@@ -42,10 +43,17 @@ class Member:
         seq = int(body)
         self.received.append((group, seq))
         if self.ack_first is not None and self.acked >= self.ack_first:
-            return  # held unacked until the connection closes
+            self.unacked.append((method.delivery_tag, group, seq))
+            return  # held unacked until the connection closes (or ack_rest)
         self.acked += 1
         self.log.append((group, seq, self.name))
         ch.basic_ack(method.delivery_tag)
+
+    def ack_rest(self) -> None:
+        for tag, group, seq in self.unacked:
+            self.log.append((group, seq, self.name))
+            self.ch.basic_ack(tag)
+        self.unacked.clear()
 
     def pump(self) -> None:
         if self.open:
@@ -156,6 +164,45 @@ def test_abrupt_disconnect_hands_over_in_order(gw: ThreadGateway) -> None:
     for _group, entries in per_group(log).items():
         assert [seq for seq, _ in entries] == list(range(15))
     stayer.close()
+    setup.close()
+
+
+def test_cancelled_consumer_keeps_its_groups_until_it_settles(gw: ThreadGateway) -> None:
+    """basic.cancel leaves the unacked messages with the channel (which stays open and
+    could still requeue them): the group waits; once they are acked, the next consumer
+    gets the rest, in order; the cancelled consumer gets nothing more."""
+    setup = pika_connect(gw)
+    ch = setup.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("grp")
+    log: list[Any] = []
+    first = Member(gw, "first", "grp", log, prefetch=2, ack_first=0)
+    pump_until([first], lambda: consumers_of(gw, "grp") == 1)
+
+    def send(seq: int) -> None:
+        ch.basic_publish("", "grp", str(seq).encode(),
+                         pika.BasicProperties(headers={"JMSXGroupID": "g"}))
+
+    send(0)
+    pump_until([first], lambda: len(first.received) == 1)
+    second = Member(gw, "second", "grp", log)
+    pump_until([first, second], lambda: consumers_of(gw, "grp") == 2)
+    for seq in range(1, 10):
+        send(seq)
+    pump_until([first, second], lambda: len(first.received) == 2)
+    first.ch.basic_cancel("first")
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:
+        first.pump()
+        second.pump()
+    assert second.received == []  # the group waits for the first's two
+    first.ack_rest()
+    pump_until([first, second], lambda: len(log) == 10)
+    assert [(s, w) for _, s, w in log] == [(0, "first"), (1, "first")] + [
+        (s, "second") for s in range(2, 10)]
+    assert first.received == [("g", 0), ("g", 1)]
+    first.close()
+    second.close()
     setup.close()
 
 
