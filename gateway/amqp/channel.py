@@ -35,6 +35,7 @@ from pamqp import commands
 from broker_core import DelayTooLong, Message, Record
 from gateway.amqp.delayed import delay_ms
 from gateway.amqp.messages import (
+    DUE_AT,
     EXCHANGE,
     EXPIRES_AT,
     HEADER,
@@ -453,7 +454,15 @@ class AmqpChannel:
             log.info("x-delay of %d ms refused: the maximum is %d ms", delay, limit)
             done(None, DelayTooLong(f"x-delay {delay} ms exceeds the maximum of {limit} ms"))
             return fut
-        publisher.submit_delayed(message, lmqs, broker.now_ms() + delay, done)
+        due = broker.now_ms() + delay
+        props = message.properties
+        if isinstance(props, dict):  # (built for this publish by to_store_message)
+            # TTLs count from when it enters its queues, as in RabbitMQ: the due time
+            props[DUE_AT] = str(due).encode()
+            expires = props.get(EXPIRES_AT)
+            if expires is not None:
+                props[EXPIRES_AT] = str(int(expires) + delay).encode()
+        publisher.submit_delayed(message, lmqs, due, done)
         return fut
 
     def confirm_soon(self) -> None:

@@ -15,6 +15,8 @@ key, ``qos`` 1 if ``delivery_mode == 2`` else 0, and these record properties:
 ``expires_at_ms``      and the per-message ``expiration`` as an absolute time
 ``amqp.group_id``      the ``JMSXGroupID`` header (message groups), and
 ``amqp.group_close``   ``1`` when ``JMSXGroupSeq`` is negative (it closes the group)
+``amqp.due_ms``        the due time of a delayed message (``x-delayed-message``); its
+                       ``expires_at_ms`` counts from it too
 =====================  ==================================================================
 
 A record published over MQTT reaches AMQP consumers as from exchange ``amq.topic`` with
@@ -50,6 +52,9 @@ HEADER = "amqp.header"
 #: core name ``_AMQ_GROUP_ID`` too), and ``b"1"`` when its ``JMSXGroupSeq`` is negative
 #: (it closes the group, as Artemis): kept as properties
 #: so a queue reads them without decoding the headers table (gateway.amqp.groups).
+#: The due time (epoch ms) of a message delayed by an ``x-delayed-message`` exchange:
+#: when it enters its queues, from which ``x-message-ttl`` counts (gateway.amqp.delayed).
+DUE_AT = "amqp.due_ms"
 GROUP_ID = "amqp.group_id"
 GROUP_CLOSE = "amqp.group_close"
 EXCHANGE = "amqp.exchange"
@@ -206,8 +211,11 @@ def decode_properties(raw: bytes) -> commands.Basic.Properties:
 
 
 def expired(record: Record, queue_ttl: int | None, now: int) -> bool:
-    if queue_ttl is not None and record.store_ms + queue_ttl <= now:
-        return True
+    if queue_ttl is not None:
+        # a delayed message enters its queues when it is due, not when it was stored
+        due = record.properties.get(DUE_AT)
+        if (int(due) if due is not None else record.store_ms) + queue_ttl <= now:
+            return True
     exp = record.properties.get(EXPIRES_AT)
     return exp is not None and int(exp) <= now
 

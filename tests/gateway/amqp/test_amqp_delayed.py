@@ -195,3 +195,29 @@ async def test_aio_pika_delayed_exchange(gw: ThreadGateway) -> None:
             await asyncio.sleep(0.05)
         assert message.body == b"later" and _ms() >= start + 600
         await message.ack()
+
+
+def test_ttls_count_from_the_due_time(gw: ThreadGateway) -> None:
+    """As in RabbitMQ, where the plugin publishes the message into its queues when it is
+    due: a queue's x-message-ttl and a message's expiration shorter than the delay do
+    not expire it; they run from the due time."""
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.exchange_declare("dx", "x-delayed-message", arguments={"x-delayed-type": "fanout"})
+    ch.queue_declare("ttlq", arguments={"x-message-ttl": 1500})
+    ch.queue_declare("plain")
+    ch.queue_bind("ttlq", "dx")
+    ch.queue_bind("plain", "dx")
+    ch.basic_publish("dx", "", b"queue ttl", _props(2000))
+    ch.basic_publish("dx", "", b"own expiration", pika.BasicProperties(
+        headers={"x-delay": 2000}, expiration="1200"))
+    assert sorted(b for b, _ in _consume_timed(ch, "plain", 2)) == [
+        b"own expiration", b"queue ttl"]
+    got = [b for b, _ in _consume_timed(ch, "ttlq", 2)]
+    assert sorted(got) == [b"own expiration", b"queue ttl"]
+    # ... and they do run from it: nothing is left once they have passed
+    ch.basic_publish("dx", "", b"expires", _props(200))
+    time.sleep(2.2)
+    assert drain(ch, "ttlq", timeout=0.3) == []
+    conn.close()
