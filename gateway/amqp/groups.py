@@ -80,10 +80,6 @@ class MessageGroups:
         chosen.groups.add(group)
         return chosen
 
-    def must_hold(self, consumer: Consumer) -> bool:
-        """Whether a message for ``consumer`` must wait: no credit, or older ones do."""
-        return consumer in self.held or consumer in self.departed or consumer.credit() <= 0
-
     def hold(self, consumer: Consumer, p: PoppedMessage) -> None:
         self.held.setdefault(consumer, deque()).append(p)
         self.held_count += 1

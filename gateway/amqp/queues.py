@@ -269,9 +269,11 @@ class Queue:
         consumers = self.consumers[:1] if self.args.single_active else self.consumers
         return [c for c in consumers if c.credit() > 0]
 
-    def _pick(self, consumers: list[Consumer]) -> Consumer | None:
-        """The next consumer with credit: highest priority first, round robin within."""
-        live = [c for c in consumers if c.credit() > 0]
+    def _pick(self, consumers: list[Consumer],
+              room: Callable[[Consumer], int] = Consumer.credit) -> Consumer | None:
+        """The next consumer with ``room`` (default: credit): highest priority first,
+        round robin within."""
+        live = [c for c in consumers if room(c) > 0]
         if not live:
             return None
         top = live[0].priority
@@ -317,28 +319,49 @@ class Queue:
 
     def _deliver_each(self, popped: list[PoppedMessage], eligible: list[Consumer],
                       requeue: list[str]) -> None:
-        """Deliver one by one: to the group's consumer (or held for it), or round
-        robin among ``eligible``."""
+        """Share out one pop: a grouped message to its group's consumer (or held for
+        it), the others round robin among ``eligible``; each consumer's share goes out
+        in pop order as one ``deliver_many``."""
         now = self.owner.now_ms()
         groups = self.groups
+        shares: dict[Consumer, list[PoppedMessage]] = {}
+        rooms: dict[Consumer, int] = {}  # credit left, asked once per consumer
+
+        def room(c: Consumer) -> int:
+            left = rooms.get(c)
+            if left is None:
+                left = rooms[c] = c.credit()
+            return left
+
+        active = self._active()
+        held, departed = groups.held, groups.departed
         for p in popped:
             if self.drop_if_dead(p, now):
                 continue
             group = p.message.record.properties.get(GROUP_ID)
             if group is not None:
-                owner = groups.owner(group, self._active())
-                if groups.must_hold(owner):
-                    groups.hold(owner, p)
-                else:
-                    owner.channel.deliver_many(owner, self, [p], now)
-                    groups.delivered(owner, [p])
-                continue
-            picked = self._pick(eligible)
-            if picked is None:
-                requeue.append(p.receipt)
-                continue
+                picked = groups.owner(group, active)
+                # it waits behind older held ones, for a departed owner's release, or
+                # for credit
+                if picked in held or picked in departed or room(picked) <= 0:
+                    groups.hold(picked, p)
+                    continue
+            else:
+                anyone = self._pick(eligible, room)
+                if anyone is None:
+                    requeue.append(p.receipt)
+                    continue
+                picked = anyone
+            rooms[picked] = room(picked) - 1
+            share = shares.get(picked)
+            if share is None:
+                shares[picked] = [p]
+            else:
+                share.append(p)
+        for consumer, share in shares.items():
             # (deliver_many's own dead check repeats this one's: same ``now``)
-            picked.channel.deliver_many(picked, self, [p], now)
+            consumer.channel.deliver_many(consumer, self, share, now)
+            groups.delivered(consumer, share)
 
     def _active(self) -> list[Consumer]:
         """The consumers that may get messages (one with x-single-active-consumer)."""
