@@ -15,6 +15,10 @@ keeps the LMQ out of idle cleanup), schedules :meth:`Queue.run` on the event loo
 (prefetch windows, writable sockets). Nothing polls, except the TTL sweep of queues
 with ``x-message-ttl`` (:meth:`Queue.sweep_expired`, called by the front end).
 
+Message groups (the ``JMSXGroupID`` header): a grouped message goes to its group's
+consumer, or is held for it; see :mod:`gateway.amqp.groups`. Without grouped messages
+the delivery path is the one above.
+
 Ownership points down: the :class:`~gateway.amqp.broker.Broker` creates queues and
 calls :meth:`Queue.open` (which creates the LMQs and registers the listeners: the
 constructor does no storage I/O); a queue calls upward only through
@@ -403,6 +407,9 @@ class Queue:
             group = popped[0].message.record.properties.get(GROUP_ID)
             owner = self.groups.owners.get(group) if group is not None else None
             if owner is not None:  # its group's consumer gets it, in order
+                if self.groups.held_count >= MAX_HELD:
+                    self.requeue([popped[0].receipt])  # (bounded, as _deliver)
+                    return None
                 self.groups.hold(owner, popped[0])
                 self.schedule()
                 continue
