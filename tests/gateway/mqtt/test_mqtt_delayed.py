@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from protocol.mqtt import Disconnect, Puback, Publish, Pubrec, ReasonCode
+from protocol.mqtt import Disconnect, MQTTVersion, Puback, Publish, Pubrec, Pubrel, ReasonCode
 
 from ..mqtt_clients import Paho
 from .test_mqtt_protocol import V5, V311, connect, subscribe
@@ -209,3 +209,43 @@ def test_delayed_will(gateway):
     m = sub.get(timeout=10)
     assert (m.topic, m.payload) == ("w/gone", b"bye") and _ms() >= dropped + 2000
     assert sub.nothing_more()
+
+
+def test_delayed_qos2_exactly_once_across_kill_9(gateway):
+    """QoS 2 on a ``$delayed`` topic: PUBREC once the delayed record is durable; a kill -9
+    before PUBREL and the client's DUP resend after the restart is recognised (the
+    record's QoS 2 marker is in the log like any publish's): one delivery, after due."""
+    port = gateway.mqtt_port
+    sub = Paho(port, "q2-watch", clean=False)
+    sub.subscribe("q2d/#", qos=2)
+    sub.disconnect()
+    c = connect(port, "q2-pub", clean=False)
+    start = _ms()
+    c.send(Publish(topic="$delayed/2/q2d/a", payload=b"once", qos=2, packet_id=7))
+    assert c.recv() == Pubrec(packet_id=7)
+    c.close()
+    gateway.kill()
+    gateway.ports = {}
+    gateway.start()
+    c = connect(gateway.mqtt_port, "q2-pub", clean=False)
+    c.send(Publish(topic="$delayed/2/q2d/a", payload=b"once", qos=2, packet_id=7, dup=True))
+    assert c.recv() == Pubrec(packet_id=7)  # recognised: not stored again
+    c.send(Pubrel(packet_id=7))
+    sub = Paho(gateway.mqtt_port, "q2-watch", clean=False)
+    m = sub.get(timeout=10)
+    assert (m.topic, m.payload, m.qos) == ("q2d/a", b"once", 2) and _ms() >= start + 2000
+    assert sub.nothing_more(1.5)
+
+
+def test_mqtt_3_1_client(gateway):
+    """MQTT 3.1 (MQIsdp) clients get ``$delayed`` too."""
+    V31 = MQTTVersion.V3_1
+    sub = connect(gateway.mqtt_port, "old-sub", V31)
+    subscribe(sub, "old/#", 1)
+    pub = connect(gateway.mqtt_port, "old-pub", V31)
+    start = _ms()
+    pub.send(Publish(topic="$delayed/1/old/t", payload=b"v3.1", qos=1, packet_id=3))
+    assert isinstance(pub.recv(), Puback)
+    got = sub.recv(timeout=10)
+    assert isinstance(got, Publish) and (got.topic, got.payload) == ("old/t", b"v3.1")
+    assert _ms() >= start + 1000
