@@ -438,6 +438,8 @@ class MqttFrontEnd(FrontEnd):
                 "$SYS/broker/messages/sent": str(self.sent),
                 "$SYS/broker/store/log_bytes": str(self.store.log_bytes),
                 "$SYS/broker/retained messages/count": str(self.retained.count()),
+                # every protocol's pending delayed messages: the store's counters
+                "$SYS/broker/delayed messages/count": str(self.store.pending_timers()),
             }
             for topic, text in values.items():
                 self.publish_internal(

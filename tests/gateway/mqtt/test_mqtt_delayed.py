@@ -249,3 +249,22 @@ def test_mqtt_3_1_client(gateway):
     got = sub.recv(timeout=10)
     assert isinstance(got, Publish) and (got.topic, got.payload) == ("old/t", b"v3.1")
     assert _ms() >= start + 1000
+
+
+def test_sys_counts_pending_delayed(gateway):
+    port = gateway.mqtt_port
+    holder = Paho(port, "p-holder", clean=False)
+    holder.subscribe("p/#", qos=1)
+    pub = Paho(port, "p-pub")
+    for i in range(3):
+        pub.publish(f"$delayed/3600/p/{i}", b"x", qos=1)
+    watch = Paho(port, "p-watch")
+    watch.subscribe("$SYS/broker/delayed messages/count", qos=0)
+    deadline = time.monotonic() + 25  # the $SYS values are published every 10 s
+    values = []
+    while time.monotonic() < deadline and b"3" not in values:
+        try:
+            values.append(watch.get(timeout=max(0.1, deadline - time.monotonic())).payload)
+        except Exception:
+            break
+    assert b"3" in values, values
