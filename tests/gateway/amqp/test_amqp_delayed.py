@@ -221,3 +221,22 @@ def test_ttls_count_from_the_due_time(gw: ThreadGateway) -> None:
     time.sleep(2.2)
     assert drain(ch, "ttlq", timeout=0.3) == []
     conn.close()
+
+
+def test_mandatory_with_no_route_is_returned_at_once(gw: ThreadGateway) -> None:
+    """Routed at publish, a delayed message no queue is bound for is returned at once
+    under ``mandatory`` (the plugin cannot support the flag); a routed one is not."""
+    from pika.exceptions import UnroutableError
+
+    conn = pika_connect(gw)
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.exchange_declare("dx", "x-delayed-message", arguments={"x-delayed-type": "direct"})
+    ch.queue_declare("bound")
+    ch.queue_bind("bound", "dx", "yes")
+    with pytest.raises(UnroutableError):
+        ch.basic_publish("dx", "no", b"nowhere", _props(60_000), mandatory=True)
+    ch.basic_publish("dx", "yes", b"routed", _props(300), mandatory=True)
+    assert [b for b, _ in _consume_timed(ch, "bound", 1)] == [b"routed"]
+    assert gw.store.pending_timers() == 0  # the unroutable one was never scheduled
+    conn.close()
