@@ -65,6 +65,10 @@ class Publisher:
         #: Set while the store is not lagging: paused publishers await it.
         self.caught_up = asyncio.Event()
         self.caught_up.set()
+        #: Delayed messages of this loop turn (:func:`submit_delayed`), and what arms the
+        #: gateway's timer firing after they are appended (set by the gateway).
+        self._delayed = _Delayed()
+        self.on_delayed: Callable[[int], None] | None = None
 
     @property
     def lagging(self) -> bool:
@@ -149,6 +153,11 @@ class Publisher:
             self.loop.call_soon(self._flush)
         return True
 
+    def submit_delayed(self, message: Message, lmqs: Sequence[str], due_ms: int,
+                       done: Done) -> None:
+        """A delayed message: see :func:`submit_delayed`."""
+        submit_delayed(self, message, lmqs, due_ms, done)
+
     def flush(self) -> None:
         """Append what is queued now (also called at the end of each loop turn)."""
         if self._items:
@@ -193,6 +202,81 @@ class Publisher:
                     _settle(fut, None if exc is not None else result, exc)
 
         durable.add_done_callback(done)
+
+
+class _Delayed:
+    """Delayed messages submitted this loop turn (:meth:`Publisher.submit_delayed`)."""
+
+    __slots__ = ("items", "waiters", "scheduled")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Message, Sequence[str], int]] = []
+        self.waiters: list[Done] = []
+        self.scheduled = False
+
+
+def submit_delayed(publisher: Publisher, message: Message, lmqs: Sequence[str],
+                   due_ms: int, done: Done) -> None:
+    """Append a delayed message (the store's durable timers: stored now, dispatched to
+    ``lmqs`` at ``due_ms``, epoch ms) with this loop turn's other delayed messages in
+    one ``append_delayed_batch``; ``done(result, exc)`` once it may be acknowledged
+    (durable under the configured durability, as :meth:`Publisher.submit_callback`).
+    After each append ``publisher.on_delayed(earliest due)`` arms the gateway's timer
+    firing (set by the gateway; the arm must follow the append, or a firing that ran
+    between would not see the timer). Counted in ``pending`` like any submit, so a
+    lagging store pauses delayed publishers too."""
+    size = len(message.body)
+    if size > publisher._max_body:
+        _settle(done, None, MessageTooLarge(size, publisher._max_body))
+        return
+    batch = publisher._delayed
+    batch.items.append((message, lmqs, due_ms))
+    batch.waiters.append(done)
+    publisher.pending += 1
+    if publisher.pending == LAG_LIMIT + 1:
+        publisher._update_caught_up()
+    if not batch.scheduled:
+        batch.scheduled = True
+        publisher.loop.call_soon(_flush_delayed, publisher)
+
+
+def _flush_delayed(publisher: Publisher) -> None:
+    batch = publisher._delayed
+    batch.scheduled = False
+    items, waiters = batch.items, batch.waiters
+    if not items:
+        return
+    batch.items, batch.waiters = [], []
+    store = publisher.store
+
+    def settle_all(results: list[AppendResult] | None, exc: BaseException | None) -> None:
+        publisher.pending -= len(items)
+        publisher._update_caught_up()
+        for i, waiter in enumerate(waiters):
+            _settle(waiter, None if results is None or exc is not None else results[i], exc)
+
+    try:
+        results = store.append_delayed_batch(items, wait=False)
+    except Exception as exc:
+        if isinstance(exc, StorageFull):
+            publisher.disk_full = True
+        publisher.failed += len(items)
+        log.warning("delayed append failed: %s", exc, extra={"messages": len(items)})
+        settle_all(None, exc)
+        return
+    publisher.appended += len(items)
+    if publisher.on_delayed is not None:
+        publisher.on_delayed(min(due for _, _, due in items))
+    if not publisher._sync:
+        settle_all(results, None)
+        return
+    durable = asyncio.wrap_future(store.acknowledged(results[-1].end), loop=publisher.loop)
+
+    def done(f: asyncio.Future[int]) -> None:
+        exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+        settle_all(results, exc)
+
+    durable.add_done_callback(done)
 
 
 def _settle(

@@ -160,6 +160,8 @@ class Gateway:
             authenticator=authenticator, state=self.state, introspection=self)
         recovery = store.recovery
         log.info("store open", extra={"recovery": recovery.summary() if recovery else "-"})
+        # MQTT $delayed and AMQP x-delayed-message appends arm the one timer firing.
+        publisher.on_delayed = ctx.rocketmq.timers.arm
         try:
             ctx.rocketmq.start()
             for spec in self.specs:

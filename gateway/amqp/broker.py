@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_core import MessageStore, Record, StoreError
+from gateway.amqp.delayed import TYPE as DELAYED_TYPE
+from gateway.amqp.delayed import delayed_type
 from gateway.amqp.messages import dead_letter_message
 from gateway.amqp.model import (
     EQUIVALENCE_ARGS,
@@ -190,6 +192,8 @@ class Broker:
                 f"exchange name '{name}' contains reserved prefix 'amq.*'")
         if xtype not in EXCHANGE_TYPES:
             raise ConnectionLevelError(COMMAND_INVALID, f"unknown exchange type '{xtype}'")
+        if xtype == DELAYED_TYPE:
+            delayed_type(arguments)  # the plugin's 406 / 503 for a bad x-delayed-type
         if existing is not None:
             for arg, theirs, ours in (
                 ("type", xtype, existing.type), ("durable", durable, existing.durable),

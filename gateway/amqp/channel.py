@@ -27,12 +27,15 @@ import asyncio
 import itertools
 import logging
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pamqp import commands
 
-from broker_core import Record
+from broker_core import DelayTooLong, Message, Record
+from gateway.amqp.delayed import delay_ms
 from gateway.amqp.messages import (
+    DUE_AT,
     EXCHANGE,
     EXPIRES_AT,
     HEADER,
@@ -421,10 +424,46 @@ class AmqpChannel:
             return fut, bool(full)
         message = to_store_message(m.exchange, m.routing_key, header, ev.body,
                                    h.origin, h.now_ms if h.now_ms else broker.now_ms())
+        if headers is not None and m.exchange:
+            delay = delay_ms(headers)
+            if delay and broker.exchange(h.vhost, m.exchange).delayed:
+                return self._submit_delayed(message, lmqs, delay, done), bool(full)
         if done is not None:
             broker.publisher.submit_callback(message, lmqs, done)
             return None, bool(full)
         return broker.publisher.submit(message, lmqs), bool(full)
+
+    def _submit_delayed(self, message: Message, lmqs: Sequence[str], delay: int,
+                        done: Any) -> asyncio.Future[Any] | None:
+        """A message with ``x-delay`` on an ``x-delayed-message`` exchange: the store's
+        durable timer, dispatched to ``lmqs`` (routed now) ``delay`` ms from now;
+        ``done`` / the future settle once it is durable (the publisher confirm). A delay
+        past the store's maximum fails it (a nack under confirms)."""
+        broker = self.broker
+        publisher = broker.publisher
+        fut: asyncio.Future[Any] | None = None
+        if done is None:
+            fut = broker.loop.create_future()
+
+            def done(result: Any, exc: BaseException | None, f: Any = fut) -> None:
+                if not f.done():
+                    f.set_result(result) if exc is None else f.set_exception(exc)
+
+        limit = publisher.store.config.max_timer_delay_ms
+        if delay > limit:
+            log.info("x-delay of %d ms refused: the maximum is %d ms", delay, limit)
+            done(None, DelayTooLong(f"x-delay {delay} ms exceeds the maximum of {limit} ms"))
+            return fut
+        due = broker.now_ms() + delay
+        props = message.properties
+        if isinstance(props, dict):  # (built for this publish by to_store_message)
+            # TTLs count from when it enters its queues, as in RabbitMQ: the due time
+            props[DUE_AT] = str(due).encode()
+            expires = props.get(EXPIRES_AT)
+            if expires is not None:
+                props[EXPIRES_AT] = str(int(expires) + delay).encode()
+        publisher.submit_delayed(message, lmqs, due, done)
+        return fut
 
     def confirm_soon(self) -> None:
         """An append was settled: the confirms go out once, after every settle of this

@@ -13,6 +13,10 @@ key, ``qos`` 1 if ``delivery_mode == 2`` else 0, and these record properties:
 ``correlation_data``   :mod:`gateway.mqtt.messages`): content_type, correlation_id,
 ``user_properties``    the headers whose values are strings,
 ``expires_at_ms``      and the per-message ``expiration`` as an absolute time
+``amqp.group_id``      the ``JMSXGroupID`` header (message groups), and
+``amqp.group_close``   ``1`` when ``JMSXGroupSeq`` is negative (it closes the group)
+``amqp.due_ms``        the due time of a delayed message (``x-delayed-message``); its
+                       ``expires_at_ms`` counts from it too
 =====================  ==================================================================
 
 A record published over MQTT reaches AMQP consumers as from exchange ``amq.topic`` with
@@ -44,6 +48,15 @@ from protocol.amqp.fastpath import (
 )
 
 HEADER = "amqp.header"
+#: The ``JMSXGroupID`` header of a message (ActiveMQ/Artemis message groups; Artemis's
+#: core name ``_AMQ_GROUP_ID`` too), and ``b"1"`` when its ``JMSXGroupSeq`` is negative
+#: (it closes the group, as Artemis): kept as properties
+#: so a queue reads them without decoding the headers table (gateway.amqp.groups).
+#: The due time (epoch ms) of a message delayed by an ``x-delayed-message`` exchange:
+#: when it enters its queues, from which ``x-message-ttl`` counts (gateway.amqp.delayed).
+DUE_AT = "amqp.due_ms"
+GROUP_ID = "amqp.group_id"
+GROUP_CLOSE = "amqp.group_close"
 EXCHANGE = "amqp.exchange"
 ROUTING_KEY = "amqp.routing_key"
 EXPIRES_AT = "expires_at_ms"
@@ -99,6 +112,14 @@ def _neutral_properties(ch: ContentHeader) -> dict[str, bytes]:
         pairs = [(k, v) for k, v in headers.items() if isinstance(v, str)]
         if pairs:
             found["user_properties"] = encode_user_properties(pairs)
+        group = headers.get("JMSXGroupID", headers.get("_AMQ_GROUP_ID"))
+        if isinstance(group, str) and group:
+            found[GROUP_ID] = group.encode()
+        elif isinstance(group, bytes | bytearray) and group:
+            found[GROUP_ID] = bytes(group)
+        seq = headers.get("JMSXGroupSeq")
+        if GROUP_ID in found and isinstance(seq, int) and not isinstance(seq, bool) and seq < 0:
+            found[GROUP_CLOSE] = b"1"  # a negative sequence number closes the group
     if len(raw) <= _NEUTRAL_MAX_BYTES:  # (bounded: at most 256 entries of 1 KiB)
         if len(_neutral) >= _NEUTRAL_MAX:
             _neutral.clear()
@@ -190,8 +211,11 @@ def decode_properties(raw: bytes) -> commands.Basic.Properties:
 
 
 def expired(record: Record, queue_ttl: int | None, now: int) -> bool:
-    if queue_ttl is not None and record.store_ms + queue_ttl <= now:
-        return True
+    if queue_ttl is not None:
+        # a delayed message enters its queues when it is due, not when it was stored
+        due = record.properties.get(DUE_AT)
+        if (int(due) if due is not None else record.store_ms) + queue_ttl <= now:
+            return True
     exp = record.properties.get(EXPIRES_AT)
     return exp is not None and int(exp) <= now
 

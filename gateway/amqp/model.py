@@ -141,7 +141,7 @@ class Stats:
     published: int = 0
     delivered: int = 0
 
-EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
+EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers", "x-delayed-message")
 #: Predeclared in every vhost (plus the default exchange ``""``), all durable.
 PREDECLARED = {
     "amq.direct": "direct", "amq.fanout": "fanout", "amq.topic": "topic",
@@ -199,6 +199,21 @@ class Exchange:
     #: Topic exchanges: routing key -> the destinations the trie matched, until the next
     #: binding change (producers reuse a small set of keys; the trie walk is the cost).
     _memo: dict[str, frozenset[Destination]] = field(default_factory=dict, repr=False)
+    #: How it binds and routes: its type, or an ``x-delayed-message`` exchange's
+    #: ``x-delayed-type`` (:mod:`gateway.amqp.delayed`; validated at declare).
+    kind: str = ""
+
+    def __post_init__(self) -> None:
+        if self.type == "x-delayed-message":
+            kind = self.arguments.get("x-delayed-type")
+            self.kind = bytes(kind).decode() if isinstance(kind, bytes | bytearray) else str(kind)
+        else:
+            self.kind = self.type
+
+    @property
+    def delayed(self) -> bool:
+        """An ``x-delayed-message`` exchange (its messages' ``x-delay`` is honoured)."""
+        return self.type == "x-delayed-message"
 
     @property
     def alternate(self) -> str | None:
@@ -213,11 +228,11 @@ class Exchange:
             return False
         self.bindings[bkey] = dict(arguments)
         self._memo.clear()
-        if self.type == "direct":
+        if self.kind == "direct":
             self.direct.setdefault(key, set()).add(dest)
-        elif self.type == "fanout":
+        elif self.kind == "fanout":
             self.fanout.add(dest)
-        elif self.type == "topic":
+        elif self.kind == "topic":
             self.topic.add(key, dest)
         else:
             self.headers.append((dict(arguments), dest))
@@ -229,17 +244,17 @@ class Exchange:
             return False
         self._memo.clear()
         still = any(d == dest and k == key for d, k, _ in self.bindings)
-        if self.type == "direct" and not still:
+        if self.kind == "direct" and not still:
             dests = self.direct.get(key)
             if dests is not None:
                 dests.discard(dest)
                 if not dests:
                     del self.direct[key]
-        elif self.type == "fanout" and not any(d == dest for d, _, _ in self.bindings):
+        elif self.kind == "fanout" and not any(d == dest for d, _, _ in self.bindings):
             self.fanout.discard(dest)
-        elif self.type == "topic" and not still:
+        elif self.kind == "topic" and not still:
             self.topic.remove(key, dest)
-        elif self.type == "headers":
+        elif self.kind == "headers":
             target = args_key(arguments)
             for i, (hargs, hdest) in enumerate(self.headers):
                 if hdest == dest and args_key(hargs) == target:
@@ -258,7 +273,7 @@ class Exchange:
         self, routing_key: str, headers: dict[str, Any] | None
     ) -> set[Destination] | frozenset[Destination]:
         """The destinations bound for this message. Read-only: do not modify it."""
-        t = self.type
+        t = self.kind
         if t == "direct":
             return set(self.direct.get(routing_key, ()))
         if t == "fanout":

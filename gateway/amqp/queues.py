@@ -15,6 +15,10 @@ keeps the LMQ out of idle cleanup), schedules :meth:`Queue.run` on the event loo
 (prefetch windows, writable sockets). Nothing polls, except the TTL sweep of queues
 with ``x-message-ttl`` (:meth:`Queue.sweep_expired`, called by the front end).
 
+Message groups (the ``JMSXGroupID`` header): a grouped message goes to its group's
+consumer, or is held for it; see :mod:`gateway.amqp.groups`. Without grouped messages
+the delivery path is the one above.
+
 Ownership points down: the :class:`~gateway.amqp.broker.Broker` creates queues and
 calls :meth:`Queue.open` (which creates the LMQs and registers the listeners: the
 constructor does no storage I/O); a queue calls upward only through
@@ -36,7 +40,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from broker_core import MessageStore, StoreError
-from gateway.amqp.messages import expired
+from gateway.amqp.groups import MAX_HELD, MessageGroups, any_grouped
+from gateway.amqp.messages import GROUP_ID, expired
 from gateway.amqp.model import Deliverer, QueueArgs, QueueDef, QueueOwner
 from gateway.context import loop_callback
 from gateway.topic_space import amqp_queue_lmq
@@ -63,7 +68,7 @@ _ctags = itertools.count(1)
 
 class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "priority", "prefetch",
-                 "unacked", "arguments")
+                 "unacked", "arguments", "groups")
 
     def __init__(self, tag: str, channel: Deliverer, queue: Queue, no_ack: bool,
                  exclusive: bool, priority: int, prefetch: int,
@@ -78,6 +83,8 @@ class Consumer:
         self.prefetch = prefetch
         self.unacked = 0
         self.arguments = arguments
+        #: The message groups (JMSXGroupID) assigned to it (gateway.amqp.groups).
+        self.groups: set[bytes] = set()
 
     def credit(self) -> int:
         """How many more messages this consumer may get now (0: none)."""
@@ -132,6 +139,8 @@ class Queue:
         self._rr = 0
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._listeners: list[Callable[[], None]] = []
+        #: JMSXGroupID groups: owners and messages held for them (gateway.amqp.groups).
+        self.groups = MessageGroups()
 
     def open(self) -> None:
         """Create the queue's LMQs and listen to them; start the x-expires timer."""
@@ -223,8 +232,12 @@ class Queue:
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+        held = self.groups.depart(consumer)
         if self.deleted:
             return
+        # Back to the store's retries, popped again in log order before newer ones
+        # (a departed consumer's: once its channel settled what it holds, see run()).
+        self.requeue(held)
         if not self.consumers and self.defn.auto_delete and self.ever_consumed:
             self.owner.queue_unused(self)
             return
@@ -246,6 +259,8 @@ class Queue:
         if self.deleted:
             return
         try:
+            if self.groups.departed:
+                self.requeue(self.groups.settled())
             self.enforce_limits()
             if self.consumers:
                 self._dispatch()
@@ -258,9 +273,11 @@ class Queue:
         consumers = self.consumers[:1] if self.args.single_active else self.consumers
         return [c for c in consumers if c.credit() > 0]
 
-    def _pick(self, consumers: list[Consumer]) -> Consumer | None:
-        """The next consumer with credit: highest priority first, round robin within."""
-        live = [c for c in consumers if c.credit() > 0]
+    def _pick(self, consumers: list[Consumer],
+              room: Callable[[Consumer], int] = Consumer.credit) -> Consumer | None:
+        """The next consumer with ``room`` (default: credit): highest priority first,
+        round robin within."""
+        live = [c for c in consumers if room(c) > 0]
         if not live:
             return None
         top = live[0].priority
@@ -281,7 +298,10 @@ class Queue:
             self.requeue(requeue)
 
     def _deliver(self, requeue: list[str]) -> None:
-        while True:
+        groups = self.groups
+        if groups.held_count:
+            self._deliver_held()
+        while groups.held_count < MAX_HELD:
             eligible = self._eligible()
             if not eligible:
                 break
@@ -290,22 +310,79 @@ class Queue:
                 popped = self.pop(consumer.credit())
                 if not popped:
                     break
-                consumer.channel.deliver_many(consumer, self, popped, self.owner.now_ms())
+                if any_grouped(popped):
+                    self._deliver_each(popped, eligible, requeue)
+                else:
+                    consumer.channel.deliver_many(consumer, self, popped, self.owner.now_ms())
                 continue
             want = min(POP_BATCH, sum(c.credit() for c in eligible))
             popped = self.pop(want)
             if not popped:
                 break
-            now = self.owner.now_ms()
-            for p in popped:
-                if self.drop_if_dead(p, now):
+            self._deliver_each(popped, eligible, requeue)
+
+    def _deliver_each(self, popped: list[PoppedMessage], eligible: list[Consumer],
+                      requeue: list[str]) -> None:
+        """Share out one pop: a grouped message to its group's consumer (or held for
+        it), the others round robin among ``eligible``; each consumer's share goes out
+        in pop order as one ``deliver_many``."""
+        now = self.owner.now_ms()
+        groups = self.groups
+        shares: dict[Consumer, list[PoppedMessage]] = {}
+        rooms: dict[Consumer, int] = {}  # credit left, asked once per consumer
+
+        def room(c: Consumer) -> int:
+            left = rooms.get(c)
+            if left is None:
+                left = rooms[c] = c.credit()
+            return left
+
+        active = self._active()
+        held, departed = groups.held, groups.departed
+        for p in popped:
+            if self.drop_if_dead(p, now):
+                continue
+            group = p.message.record.properties.get(GROUP_ID)
+            if group is not None:
+                picked = groups.owner(group, active)
+                # it waits behind older held ones, for a departed owner's release, or
+                # for credit
+                if picked in held or picked in departed or room(picked) <= 0:
+                    groups.hold(picked, p)
                     continue
-                picked = self._pick(eligible)
-                if picked is None:
+            else:
+                anyone = self._pick(eligible, room)
+                if anyone is None:
                     requeue.append(p.receipt)
                     continue
-                # (deliver_many's own dead check repeats this one's: same ``now``)
-                picked.channel.deliver_many(picked, self, [p], now)
+                picked = anyone
+            rooms[picked] = room(picked) - 1
+            share = shares.get(picked)
+            if share is None:
+                shares[picked] = [p]
+            else:
+                share.append(p)
+        for consumer, share in shares.items():
+            # (deliver_many's own dead check repeats this one's: same ``now``)
+            consumer.channel.deliver_many(consumer, self, share, now)
+            groups.delivered(consumer, share)
+
+    def _active(self) -> list[Consumer]:
+        """The consumers that may get messages (one with x-single-active-consumer)."""
+        return self.consumers[:1] if self.args.single_active else self.consumers
+
+    def _deliver_held(self) -> None:
+        """Messages held for their group's consumer go to it first, as credit allows."""
+        groups = self.groups
+        now = self.owner.now_ms()
+        for consumer in list(groups.held):
+            if consumer in groups.departed:
+                continue  # cancelled, its channel open: the messages wait for the release
+            credit = consumer.credit()
+            if credit > 0:
+                batch = groups.take(consumer, credit)
+                consumer.channel.deliver_many(consumer, self, batch, now)
+                groups.delivered(consumer, batch)
 
     def drop_if_dead(self, p: PoppedMessage, now: int) -> bool:
         """Expired or over the delivery limit: settle and dead-letter it. True if so."""
@@ -327,6 +404,15 @@ class Queue:
             popped = self.pop(1)
             if not popped:
                 return None
+            group = popped[0].message.record.properties.get(GROUP_ID)
+            owner = self.groups.owners.get(group) if group is not None else None
+            if owner is not None:  # its group's consumer gets it, in order
+                if self.groups.held_count >= MAX_HELD:
+                    self.requeue([popped[0].receipt])  # (bounded, as _deliver)
+                    return None
+                self.groups.hold(owner, popped[0])
+                self.schedule()
+                continue
             if not self.drop_if_dead(popped[0], now):
                 return popped[0], self.ready()
 
@@ -414,6 +500,7 @@ class Queue:
     def close(self) -> None:
         """Stop the queue's run-time machinery (deleted, or the gateway stops)."""
         self.deleted = True
+        self.groups.clear()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
             self._expiry_timer = None

@@ -33,6 +33,7 @@ from gateway.mqtt.messages import QOS2_KEY, to_store_message
 from gateway.mqtt.retained import RetainedStore
 from gateway.mqtt.session_state import PREFIX, SessionState, SubscriptionState
 from gateway.mqtt.sessions import Session
+from lmq.delayed import InvalidDelayedTopic, parse_delayed
 from protocol.mqtt import Properties, Publish
 
 if TYPE_CHECKING:
@@ -340,8 +341,22 @@ class MqttFrontEnd(FrontEnd):
     # -- publishing from the gateway itself (wills, $SYS) ------------------------------
 
     def publish_internal(self, packet: Publish, origin: str) -> None:
-        message = to_store_message(packet, origin, self.now_ms())
-        fut = self.ctx.publisher.submit(message, self.topic_space.route_mqtt(packet.topic))
+        delayed: tuple[str, int] | None = None
+        if packet.topic.startswith("$delayed/"):  # a will may be delayed, as in EMQX
+            try:
+                delayed = parse_delayed(packet.topic, self.now_ms(),
+                                        self.store.config.max_timer_delay_ms)
+            except InvalidDelayedTopic as exc:  # nobody to tell: the will is dropped
+                log.warning("internal publish dropped: %s", exc, extra={"topic": packet.topic})
+                return
+        message = to_store_message(packet, origin, self.now_ms(), None, delayed)
+        lmqs = self.topic_space.route_mqtt(packet.topic if delayed is None else delayed[0])
+        if delayed is not None and lmqs:
+            if packet.retain:  # (see docs/mqtt.md: a delayed message is never retained)
+                log.info("retain flag of a delayed will ignored", extra={"topic": packet.topic})
+            self.ctx.publisher.submit_delayed(message, lmqs, delayed[1], _log_delayed_failure)
+            return
+        fut = self.ctx.publisher.submit(message, lmqs)
 
         def stored(f: asyncio.Future[Any]) -> None:
             if f.cancelled() or f.exception() is not None:
@@ -423,6 +438,8 @@ class MqttFrontEnd(FrontEnd):
                 "$SYS/broker/messages/sent": str(self.sent),
                 "$SYS/broker/store/log_bytes": str(self.store.log_bytes),
                 "$SYS/broker/retained messages/count": str(self.retained.count()),
+                # every protocol's pending delayed messages: the store's counters
+                "$SYS/broker/delayed messages/count": str(self.store.pending_timers()),
             }
             for topic, text in values.items():
                 self.publish_internal(
@@ -440,3 +457,7 @@ class MqttFrontEnd(FrontEnd):
     def now_ms() -> int:
         return time.time_ns() // 1_000_000
 
+
+def _log_delayed_failure(_result: object, exc: BaseException | None) -> None:
+    if exc is not None:
+        log.warning("internal delayed publish failed: %s", exc)

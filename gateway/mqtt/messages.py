@@ -42,8 +42,12 @@ def now_ms() -> int:
 
 
 def to_store_message(
-    publish: Publish, client_id: str, now: int, qos2_packet_id: int | None = None
+    publish: Publish, client_id: str, now: int, qos2_packet_id: int | None = None,
+    delayed: tuple[str, int] | None = None,
 ) -> Message:
+    """The stored message of ``publish``. ``delayed``: (real topic, due ms) of a
+    ``$delayed`` publish: stored under the real topic, its Message Expiry Interval
+    counted from the due time (when it is published to the subscribers)."""
     props: dict[str, bytes] | None = None
     p = publish.properties
     if p is not EMPTY_PROPERTIES and p:
@@ -51,7 +55,8 @@ def to_store_message(
         if p.payload_format_indicator:
             props["payload_format"] = b"1"
         if p.message_expiry_interval is not None:
-            props[EXPIRES_AT] = str(now + p.message_expiry_interval * 1000).encode()
+            start = now if delayed is None else delayed[1]
+            props[EXPIRES_AT] = str(start + p.message_expiry_interval * 1000).encode()
         if p.content_type is not None:
             props["content_type"] = p.content_type.encode()
         if p.response_topic is not None:
@@ -65,7 +70,7 @@ def to_store_message(
         props[QOS2_KEY] = f"{client_id}\x00{qos2_packet_id}".encode()
     # positional: keywords double the cost of building it (0.9 -> 0.4 us), once per publish
     return Message(
-        publish.topic,  # topic
+        publish.topic if delayed is None else delayed[0],  # topic
         publish.payload,  # body
         props,  # properties
         client_id,  # origin
