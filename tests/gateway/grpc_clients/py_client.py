@@ -7,7 +7,9 @@ It prints ``LMQ {"ready": true}`` once ``startup()`` returned (``{"fatal": ...}`
 raised), then, for ``producer`` and ``simple``, reads one JSON command a line from stdin
 and prints one ``{"reply": id, "ok": ...}`` or ``{"reply": id, "error": ...}`` each:
 
-- ``{"op": "send", "message": {topic, body, tag, keys, properties, group}}``
+- ``{"op": "send", "message": {topic, body, tag, keys, properties, group, delivery}}``
+  (``delivery``: a DELAY message's delivery time, epoch SECONDS: the client writes it
+  into the protobuf Timestamp's seconds, whatever its docstring says)
 - ``{"op": "receive", "max": n, "invisible": seconds}`` -> the messages
 - ``{"op": "send_tx", "message": {...}, "end": "commit"|"rollback"|"none"}`` (a
   transactional producer: begin, send the half message, then commit, roll back, or
@@ -73,6 +75,8 @@ def view(m: Any) -> dict[str, Any]:
         "receipt": m.receipt_handle,
         "corrupted": bool(m.corrupted),
         "born": m.born_timestamp,
+        "delivery": m.delivery_timestamp,
+        "received_ms": int(time.time() * 1000),
     }
 
 
@@ -88,6 +92,9 @@ def message(spec: dict[str, Any]) -> Any:
         m.add_property(k, v)
     if spec.get("group"):
         m.message_group = spec["group"]
+    if spec.get("delivery"):
+        # a DELAY message; the client puts this number in the Timestamp's seconds
+        m.delivery_timestamp = spec["delivery"]
     return m
 
 

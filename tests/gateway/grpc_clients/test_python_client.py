@@ -5,6 +5,7 @@ unchanged, against a gateway subprocess on loopback over gRPC:
   as sent (same message id; the tag subscription filters); the dedicated ``grpc_port``
   serves the same as the unified port;
 - FIFO sends with a message group to a FIFO topic keep their order and their group;
+- DELAY sends with a delivery timestamp reach a SimpleConsumer not before it, and carry it;
 - SimpleConsumer receive / ack / change invisible duration: the new receipt handle acks;
 - at-least-once: a message not acked comes back after its invisible duration with a
   growing delivery attempt;
@@ -96,6 +97,28 @@ def test_fifo_send_keeps_group_and_order(start_gateway: Callable[..., GatewayPro
         assert len(bodies) == 3
     for m in got:
         c.ack(m["id"])
+
+
+def test_delayed_messages_are_not_received_before_their_delivery_time(
+        start_gateway: Callable[..., GatewayProcess], clients: Clients) -> None:
+    gw = start_gateway(topics={"pyDelay": MessageType.DELAY})
+    p = producer(clients, gw, "pyDelay")
+    c = simple(clients, gw, "GID_pyDelay", {"pyDelay": "*"})
+    # rocketmq-python-client 5.1.2 writes Message.delivery_timestamp into the protobuf
+    # Timestamp's SECONDS (its docstring says ms): so it is given epoch seconds here.
+    now = int(time.time())
+    due = {"later": now + 5, "sooner": now + 3}
+    for body, at in due.items():
+        receipt = p.send_message("pyDelay", body, tag="T", delivery=at)
+        assert receipt["id"]
+    got = c.receive_all(2, WAIT)
+    assert sorted(m["body"] for m in got) == ["later", "sooner"]
+    for m in got:
+        assert m["received_ms"] >= due[m["body"]] * 1000, m  # never before its time
+        assert m["delivery"] == due[m["body"]] * 1000  # seen as its delivery timestamp (ms)
+        c.ack(m["id"])
+    assert [m["body"] for m in sorted(got, key=lambda m: m["received_ms"])] == [
+        "sooner", "later"]
 
 
 def test_simple_consumer_ack_and_change_invisible_duration(ggw: GatewayProcess,
