@@ -1,0 +1,87 @@
+"""Routing of HTTP requests to handlers by method and path pattern.
+
+Patterns are literal segments and ``{name}`` segments (one path segment each, matched
+after splitting the raw path on ``/`` and percent-decoding each segment, so an MQTT
+topic ``a/b`` is one segment when sent as ``a%2Fb``); a final ``{name...}`` takes the
+rest of the path, slashes included. Routes are tried in the order added. No match for
+the path: 404; a match for the path but not the method: 405 with ``Allow``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from gateway.http.messages import Request, Response
+
+__all__ = ["Handler", "Match", "Router"]
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    handler: Handler | None
+    params: dict[str, str]
+    #: Methods the path allows (for 405's ``Allow``) when ``handler`` is None.
+    allowed: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    method: str
+    parts: tuple[str, ...]
+    handler: Handler
+
+
+class Router:
+    def __init__(self) -> None:
+        self._routes: list[_Route] = []
+
+    def add(self, method: str, pattern: str, handler: Handler) -> None:
+        if not pattern.startswith("/"):
+            raise ValueError(f"a route pattern starts with '/': {pattern!r}")
+        parts = tuple(pattern.split("/")[1:])
+        for i, part in enumerate(parts):
+            if part.endswith("...}") and i != len(parts) - 1:
+                raise ValueError(f"'{part}' must be the last segment of {pattern!r}")
+        self._routes.append(_Route(method.upper(), parts, handler))
+
+    def match(self, method: str, path: str) -> Match | None:
+        """The handler for ``method`` on the raw (percent-encoded) ``path``; a Match
+        with no handler when only other methods fit; None when nothing fits."""
+        segments = path.split("/")[1:]
+        allowed: list[str] = []
+        for route in self._routes:
+            params = _bind(route.parts, segments)
+            if params is None:
+                continue
+            if route.method == method.upper() or (
+                    method.upper() == "HEAD" and route.method == "GET"):
+                return Match(route.handler, params)
+            allowed.append(route.method)
+        if allowed:
+            return Match(None, {}, tuple(dict.fromkeys(allowed)))
+        return None
+
+
+def _bind(parts: tuple[str, ...], segments: list[str]) -> dict[str, str] | None:
+    params: dict[str, str] = {}
+    for i, part in enumerate(parts):
+        if part.startswith("{") and part.endswith("...}"):
+            rest = segments[i:]
+            if not rest or rest == [""]:
+                return None
+            params[part[1:-4]] = unquote("/".join(rest))
+            return params
+        if i >= len(segments):
+            return None
+        segment = segments[i]
+        if part.startswith("{") and part.endswith("}"):
+            if not segment:
+                return None
+            params[part[1:-1]] = unquote(segment)
+        elif part != segment:
+            return None
+    return params if len(segments) == len(parts) else None
