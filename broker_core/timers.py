@@ -65,6 +65,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from crc32c import crc32c
+
 from broker_core import rocks
 from broker_core.clock import tag_hash
 from broker_core.commit_log import CommitLog
@@ -75,9 +77,12 @@ from broker_core.key_index import KeyIndex
 from broker_core.lmq_table import LmqTable, Pending
 from broker_core.record import (
     FLAG_DELAYED,
+    HEADER_SIZE,
+    MAGIC,
     Message,
     Record,
     RecordType,
+    checked_header,
     dispatch_name,
     encode_dispatch_wire,
     encode_record_with_tail,
@@ -89,6 +94,9 @@ log = logging.getLogger(__name__)
 
 CANCELLED = (1 << 64) - 1
 _U64 = struct.Struct(">Q")
+_U16 = struct.Struct(">H")
+_HEAD_REST = struct.Struct(">BBHQQQHHHHII")  # record.HEADER after size, magic and crc
+_SIZE_MAGIC_CRC = struct.Struct(">III")
 _TIMER_KEY = struct.Struct(">cQQ")
 _POS_KEY = struct.Struct(">cQ")
 _PENDING = struct.Struct(">QI")
@@ -397,25 +405,51 @@ class Timers:
     def fire_locked(self, now: int, limit: int) -> tuple[int, list[LmqMeta]]:
         """Fire up to ``limit`` timers due by ``now``, in due order: one fire record
         each, in one log write and one index batch. Returns how many fired and the LMQs
-        that gained entries (for the listeners)."""
+        that gained entries (for the listeners).
+
+        The hot loop of a burst (a million due at once). Per timer it reads the delayed
+        record's bytes (one ``read_each`` for the page), checks them as every reader
+        does (magic, size, CRC32C, position: :func:`_fire_fields`) and cuts out only
+        what a fire needs (topic, tag, body size, the LMQ names), not the properties or
+        the body; the fire record is encoded directly (:func:`_fire_record`, the same
+        bytes :func:`encode_record_with_tail` makes); topic, tag, tag hash and LMQ
+        names are decoded once per page; the per-topic counters change once per page."""
         due = self.due(now, limit)
         if not due:
             return 0, []
         lmqs = self.lmqs
+        cache = lmqs.cache
         start = self.log.end
         pending = Pending(start=start, next_id=lmqs.next_id)
         touched = pending.metas
         writer = _Writer(self.log, self.config.segment_bytes)
         batch = self.index.new_batch()
         put = batch.raw_putter()
+        delete = batch.wb.delete
         forwards = self._any_forward()  # one seek a page; relocated timers are rare
+        raws = self.log.read_each([p for _, p, _ in due], [z for _, _, z in due])
+        strings: dict[bytes, str] = {}  # topics
+        wire_names: dict[bytes, str] = {}  # LMQ names by their wire form
+        hashes: dict[bytes, int] = {}
+        fired: dict[str, int] = {}
+        fired_at = _U64.pack(now)
         try:
-            for due_ms, position, size in due:
+            for (due_ms, position, size), raw in zip(due, raws, strict=True):
                 if forwards:
                     self._forget_forward(batch, position, self._origin_live(position))
                 try:
-                    original = self.log.read(position, size)
-                except (CorruptRecord, StoreError) as exc:
+                    if raw is None:
+                        raise StoreError(f"the record at {position} is gone")
+                    topic_b, tag_b, body_size, wires = _fire_fields(raw, position)
+                    topic = strings.get(topic_b)
+                    if topic is None:
+                        topic = strings[topic_b] = topic_b.decode()
+                    thash = hashes.get(tag_b)
+                    if thash is None:
+                        thash = hashes[tag_b] = tag_hash(tag_b.decode()) if tag_b else 0
+                    names = [wire_names.get(w) or wire_names.setdefault(w, w[2:].decode())
+                             for w in wires]
+                except (CorruptRecord, StoreError, UnicodeDecodeError) as exc:
                     # Never loop on a record that cannot be read: cancel its timer, in
                     # the log like any cancel, and say so.
                     log.error("timer of the record at %d cancelled: %s", position, exc)
@@ -425,14 +459,10 @@ class Timers:
                                   RecordType.TIMER_CHANGE)
                     self._remove(batch, position, due_ms, topic)
                     continue
-                body_size = len(original.body)
-                entry = ENTRY.pack(
-                    position, size, body_size,
-                    tag_hash(original.tag) if original.tag else 0, now,
-                )
-                parts = [struct.pack(">I", len(original.dispatch))]
-                for name, _ in original.dispatch:
-                    meta = lmqs.cache.get(name)
+                entry = ENTRY.pack(position, size, body_size, thash, now)
+                parts = [_COUNT.pack(len(names))]
+                for name in names:
+                    meta = cache.get(name)
                     if meta is None:
                         meta = lmqs.meta_for_write(name, now, batch, pending)
                     offset = meta.next_offset
@@ -445,16 +475,24 @@ class Timers:
                     meta.next_offset = offset + 1
                     meta.bytes += body_size
                     touched[meta.id] = meta
-                body = FIRE_BODY.pack(position, size, body_size, due_ms)
-                fire = Message(original.topic, body, tag=original.tag)
-                self._control(writer, now, fire, b"".join(parts), RecordType.TIMER_FIRE)
-                self._remove(batch, position, due_ms, original.topic)
-                put(_pos_key(b"F", position), _U64.pack(now))
+                tail = b"".join(parts)
+                writer.room(_FIRE_FIXED + len(topic_b) + len(tag_b) + len(tail))
+                writer.buf += _fire_record(
+                    writer.position, now, topic_b, tag_b,
+                    FIRE_BODY.pack(position, size, body_size, due_ms), tail,
+                )
+                delete(_TIMER_KEY.pack(b"T", due_ms, position))
+                pos_key = _POS_KEY.pack(b"P", position)
+                delete(pos_key)
+                fired[topic] = fired.get(topic, 0) + 1
+                put(b"F" + pos_key[1:], fired_at)
+            for topic, count in fired.items():
+                self._count(topic, -count)
             writer.flush()
             for meta in touched.values():
                 meta.last_write_ms = now
-                if meta.name in lmqs.cache:
-                    lmqs.cache.move_to_end(meta.name)
+                if meta.name in cache:
+                    cache.move_to_end(meta.name)
                 batch.put_meta(meta)
             self._commit(batch)
         except BaseException:
@@ -644,6 +682,58 @@ class Timers:
             self._overlay[position] = True
         else:  # fired or cancelled: a forward to it goes (as the live write did)
             self._forget_forward(batch, position, self._origin_replay(position))
+
+
+_COUNT = struct.Struct(">I")
+#: A fire record's bytes but its topic, tag and dispatch list: size, magic, CRC, the
+#: rest of the header and the body.
+_FIRE_FIXED = HEADER_SIZE + FIRE_BODY.size
+
+
+def _fire_fields(raw: bytes, position: int) -> tuple[bytes, bytes, int, list[bytes]]:
+    """What a fire needs from the delayed record ``raw`` at ``position``: its topic and
+    tag (UTF-8 bytes), body size and the wire forms of its LMQ names (``name_len u16 |
+    name``, as :func:`dispatch_name` makes them). The record is checked as every reader
+    checks it (:func:`broker_core.record.checked_header`: magic, size, CRC32C over the
+    whole record, position), then its field lengths against its size; the properties
+    and body are skipped, not decoded. :class:`CorruptRecord` otherwise."""
+    (size, _, _, rtype, _, flags, _, _, _, origin_len, topic_len, tag_len, _, props_len,
+     body_len) = checked_header(raw, position)
+    if rtype != RecordType.MESSAGE or not flags & FLAG_DELAYED:
+        raise CorruptRecord(f"the record at {position} is not a delayed message")
+    at = HEADER_SIZE + origin_len
+    topic = raw[at : at + topic_len]
+    at += topic_len
+    tag = raw[at : at + tag_len]
+    at += tag_len + props_len + body_len
+    if at + 4 > size:
+        raise CorruptRecord(f"field lengths overrun the record at {position}")
+    count = _COUNT.unpack_from(raw, at)[0]
+    at += 4
+    wires: list[bytes] = []
+    for _ in range(count):
+        if at + 2 > size:
+            raise CorruptRecord(f"dispatch list overruns the record at {position}")
+        end = at + 2 + _U16.unpack_from(raw, at)[0]
+        if end + 8 > size:
+            raise CorruptRecord(f"dispatch list overruns the record at {position}")
+        wires.append(raw[at:end])
+        at = end + 8
+    return topic, tag, body_len, wires
+
+
+def _fire_record(
+    position: int, now: int, topic: bytes, tag: bytes, body: bytes, tail: bytes
+) -> bytes:
+    """A fire record, encoded directly: the bytes :func:`encode_record_with_tail` makes
+    of ``Message(topic, body, tag=tag)`` as a :attr:`RecordType.TIMER_FIRE` record
+    (internal protocol, no flags, origin or properties, born at store time)."""
+    payload = b"".join((
+        _HEAD_REST.pack(RecordType.TIMER_FIRE, 0, 0, position, now, now, 0, len(topic),
+                        len(tag), 0, 0, len(body)),
+        topic, tag, body, tail,
+    ))
+    return _SIZE_MAGIC_CRC.pack(12 + len(payload), MAGIC, crc32c(payload)) + payload
 
 
 def fire_entry_fields(record: Record) -> tuple[int, int, int, int]:
