@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from broker_core import clock
 from broker_core.dispatch import Dispatcher
 from broker_core.listeners import Listeners
 from broker_core.parts import StoreParts
@@ -88,7 +89,7 @@ def retain(parts: StoreParts, now_ms: int | None = None) -> RetentionReport:
                 # their records to the log's end (a page per pass, timers.relocate_locked)
                 room = cfg.timer_page - relocations
                 if room > 0:
-                    relocations += timers.relocate_locked(seg.end, room, int(now))
+                    relocations += timers.relocate_locked(seg.end, room, clock.now_ms())
                     held = timers.pending_floor()
                 if held is not None and seg.end > held:
                     keep_from = seg
