@@ -17,6 +17,7 @@ import sys
 from broker_core import Durability, Message, MessageStore, StoreConfig
 from broker_core.clock import now_ms
 from broker_core.consume_queue import ConsumeQueueIndex
+from broker_core.timers import Timers
 
 CONFIG = StoreConfig(
     durability=Durability.SYNC, segment_bytes=64 * 1024, max_message_bytes=16 * 1024,
@@ -30,15 +31,27 @@ def main() -> None:
     store = MessageStore.open(data_dir, CONFIG)
     print("READY", flush=True)
     crash_rate = float(os.environ.get("TIMER_WRITER_CRASH_RATE", "0"))
+    relocating = [False]
     if crash_rate:
         real_write = ConsumeQueueIndex.write
+        real_relocate = Timers.relocate_locked
 
         def write(self: ConsumeQueueIndex, wb: object) -> None:
-            if rng.random() < crash_rate:
+            # a relocation's index commit (its copies already written to the log) is
+            # hit ten times as often as any other index write
+            if rng.random() < crash_rate * (10 if relocating[0] else 1):
                 os.kill(os.getpid(), signal.SIGKILL)
             real_write(self, wb)  # type: ignore[arg-type]
 
+        def relocate(self: Timers, before: int, limit: int, now: int) -> int:
+            relocating[0] = True
+            try:
+                return real_relocate(self, before, limit, now)
+            finally:
+                relocating[0] = False
+
         ConsumeQueueIndex.write = write  # type: ignore[method-assign]
+        Timers.relocate_locked = relocate  # type: ignore[method-assign]
     seq = 0
     while True:
         due = now_ms() + 86_400_000 + rng.randrange(0, 1000)
