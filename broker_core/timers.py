@@ -65,8 +65,6 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from crc32c import crc32c
-
 from broker_core import rocks
 from broker_core.clock import tag_hash
 from broker_core.commit_log import CommitLog
@@ -77,33 +75,33 @@ from broker_core.key_index import KeyIndex
 from broker_core.lmq_table import LmqTable, Pending
 from broker_core.record import (
     FLAG_DELAYED,
-    HEADER_SIZE,
-    MAGIC,
     Message,
     Record,
     RecordType,
-    checked_header,
     dispatch_name,
     encode_dispatch_wire,
     encode_record_with_tail,
 )
 from broker_core.results import AppendResult
 from broker_core.tail_cache import TailCache
+from broker_core.timer_records import (
+    CHANGE_BODY,
+    COUNT,
+    FIRE_BODY,
+    FIRE_FIXED,
+    RELOCATE_TAIL,
+    fire_fields,
+    fire_record,
+)
 
 log = logging.getLogger(__name__)
 
 CANCELLED = (1 << 64) - 1
 _U64 = struct.Struct(">Q")
-_U16 = struct.Struct(">H")
-_HEAD_REST = struct.Struct(">BBHQQQHHHHII")  # record.HEADER after size, magic and crc
-_SIZE_MAGIC_CRC = struct.Struct(">III")
 _TIMER_KEY = struct.Struct(">cQQ")
 _POS_KEY = struct.Struct(">cQ")
 _PENDING = struct.Struct(">QI")
 _SIZE = struct.Struct(">I")
-FIRE_BODY = struct.Struct(">QIIQ")
-CHANGE_BODY = struct.Struct(">QIQQ")
-RELOCATE_TAIL = struct.Struct(">QQ")  # after CHANGE_BODY: new position, origin
 _OFFSET = struct.Struct(">Q")
 _EMPTY_DISPATCH = struct.pack(">I", 0)
 
@@ -411,7 +409,7 @@ class Timers:
         record's bytes (one ``read_each`` for the page), checks them as every reader
         does (magic, size, CRC32C, position: :func:`_fire_fields`) and cuts out only
         what a fire needs (topic, tag, body size, the LMQ names), not the properties or
-        the body; the fire record is encoded directly (:func:`_fire_record`, the same
+        the body; the fire record is encoded directly (:func:`~broker_core.timer_records.fire_record`, the same
         bytes :func:`encode_record_with_tail` makes); topic, tag, tag hash and LMQ
         names are decoded once per page; the per-topic counters change once per page."""
         due = self.due(now, limit)
@@ -440,7 +438,7 @@ class Timers:
                 try:
                     if raw is None:
                         raise StoreError(f"the record at {position} is gone")
-                    topic_b, tag_b, body_size, wires = _fire_fields(raw, position)
+                    topic_b, tag_b, body_size, wires = fire_fields(raw, position)
                     topic = strings.get(topic_b)
                     if topic is None:
                         topic = strings[topic_b] = topic_b.decode()
@@ -460,7 +458,7 @@ class Timers:
                     self._remove(batch, position, due_ms, topic)
                     continue
                 entry = ENTRY.pack(position, size, body_size, thash, now)
-                parts = [_COUNT.pack(len(names))]
+                parts = [COUNT.pack(len(names))]
                 for name in names:
                     meta = cache.get(name)
                     if meta is None:
@@ -476,8 +474,8 @@ class Timers:
                     meta.bytes += body_size
                     touched[meta.id] = meta
                 tail = b"".join(parts)
-                writer.room(_FIRE_FIXED + len(topic_b) + len(tag_b) + len(tail))
-                writer.buf += _fire_record(
+                writer.room(FIRE_FIXED + len(topic_b) + len(tag_b) + len(tail))
+                writer.buf += fire_record(
                     writer.position, now, topic_b, tag_b,
                     FIRE_BODY.pack(position, size, body_size, due_ms), tail,
                 )
@@ -682,58 +680,6 @@ class Timers:
             self._overlay[position] = True
         else:  # fired or cancelled: a forward to it goes (as the live write did)
             self._forget_forward(batch, position, self._origin_replay(position))
-
-
-_COUNT = struct.Struct(">I")
-#: A fire record's bytes but its topic, tag and dispatch list: size, magic, CRC, the
-#: rest of the header and the body.
-_FIRE_FIXED = HEADER_SIZE + FIRE_BODY.size
-
-
-def _fire_fields(raw: bytes, position: int) -> tuple[bytes, bytes, int, list[bytes]]:
-    """What a fire needs from the delayed record ``raw`` at ``position``: its topic and
-    tag (UTF-8 bytes), body size and the wire forms of its LMQ names (``name_len u16 |
-    name``, as :func:`dispatch_name` makes them). The record is checked as every reader
-    checks it (:func:`broker_core.record.checked_header`: magic, size, CRC32C over the
-    whole record, position), then its field lengths against its size; the properties
-    and body are skipped, not decoded. :class:`CorruptRecord` otherwise."""
-    (size, _, _, rtype, _, flags, _, _, _, origin_len, topic_len, tag_len, _, props_len,
-     body_len) = checked_header(raw, position)
-    if rtype != RecordType.MESSAGE or not flags & FLAG_DELAYED:
-        raise CorruptRecord(f"the record at {position} is not a delayed message")
-    at = HEADER_SIZE + origin_len
-    topic = raw[at : at + topic_len]
-    at += topic_len
-    tag = raw[at : at + tag_len]
-    at += tag_len + props_len + body_len
-    if at + 4 > size:
-        raise CorruptRecord(f"field lengths overrun the record at {position}")
-    count = _COUNT.unpack_from(raw, at)[0]
-    at += 4
-    wires: list[bytes] = []
-    for _ in range(count):
-        if at + 2 > size:
-            raise CorruptRecord(f"dispatch list overruns the record at {position}")
-        end = at + 2 + _U16.unpack_from(raw, at)[0]
-        if end + 8 > size:
-            raise CorruptRecord(f"dispatch list overruns the record at {position}")
-        wires.append(raw[at:end])
-        at = end + 8
-    return topic, tag, body_len, wires
-
-
-def _fire_record(
-    position: int, now: int, topic: bytes, tag: bytes, body: bytes, tail: bytes
-) -> bytes:
-    """A fire record, encoded directly: the bytes :func:`encode_record_with_tail` makes
-    of ``Message(topic, body, tag=tag)`` as a :attr:`RecordType.TIMER_FIRE` record
-    (internal protocol, no flags, origin or properties, born at store time)."""
-    payload = b"".join((
-        _HEAD_REST.pack(RecordType.TIMER_FIRE, 0, 0, position, now, now, 0, len(topic),
-                        len(tag), 0, 0, len(body)),
-        topic, tag, body, tail,
-    ))
-    return _SIZE_MAGIC_CRC.pack(12 + len(payload), MAGIC, crc32c(payload)) + payload
 
 
 def fire_entry_fields(record: Record) -> tuple[int, int, int, int]:

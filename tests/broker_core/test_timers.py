@@ -375,7 +375,8 @@ def test_the_fire_path_reads_and_writes_what_the_full_codec_does(
         encode_dispatch_wire,
         encode_record_with_tail,
     )
-    from broker_core.timers import _fire_fields, _fire_record
+    from broker_core.timer_records import fire_fields as _fire_fields
+    from broker_core.timer_records import fire_record as _fire_record
 
     wires = [dispatch_name(n.encode()) for n in lmqs]
     message = Message(topic, body, properties=props or None, tag=tag)
