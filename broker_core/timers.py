@@ -407,9 +407,9 @@ class Timers:
 
         The hot loop of a burst (a million due at once). Per timer it reads the delayed
         record's bytes (one ``read_each`` for the page), checks them as every reader
-        does (magic, size, CRC32C, position: :func:`_fire_fields`) and cuts out only
-        what a fire needs (topic, tag, body size, the LMQ names), not the properties or
-        the body; the fire record is encoded directly (:func:`~broker_core.timer_records.fire_record`, the same
+        does (magic, size, CRC32C, position) and cuts out only what a fire needs
+        (topic, tag, body size, the LMQ names), not the properties or the body
+        (:mod:`broker_core.timer_records`); the fire record is encoded directly (the same
         bytes :func:`encode_record_with_tail` makes); topic, tag, tag hash and LMQ
         names are decoded once per page; the per-topic counters change once per page."""
         due = self.due(now, limit)
