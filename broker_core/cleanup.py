@@ -6,6 +6,9 @@
   every LMQ drops its entries below the new log start and its ``min_offset`` moves up,
   and the key index drops the keys of the removed records. A segment holding a pending
   half message (:mod:`broker_core.transactions`) is never removed, nor any after it.
+  One that only pending timers hold is freed by relocating their records to the log's
+  end (:meth:`broker_core.timers.Timers.relocate_locked`, a page per pass), fsynced
+  before the segment goes.
   Its ``next_offset`` never moves: cleaning never resets a live LMQ's offsets.
 - **LMQ removal** (``remove_lmqs``; the idle TTL and ``lmq topics clean`` use it) first
   appends an LMQ-removal control record to the log, so a replay removes the same LMQs at
@@ -26,6 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from broker_core import clock
 from broker_core.dispatch import Dispatcher
 from broker_core.listeners import Listeners
 from broker_core.parts import StoreParts
@@ -46,6 +50,7 @@ class RetentionReport:
     bytes_removed: int = 0
     log_min_position: int = 0
     entries_removed: int = 0
+    timers_relocated: int = 0
 
 
 def apply_retention(store: MessageStore, now_ms: int | None = None) -> RetentionReport:
@@ -68,21 +73,32 @@ def retain(parts: StoreParts, now_ms: int | None = None) -> RetentionReport:
         # retention_ms (broker_core.timers); a pending half message pins its segment
         # (and so every later one): its commit dispatches that record
         # (broker_core.transactions)
-        hold = parts.timers.retention_floor(int(now))
-        pinned = parts.txns.oldest_pending()
-        if pinned is not None:
-            hold = pinned if hold is None else min(hold, pinned)
+        timers = parts.timers
+        held = timers.pending_floor()
+        other = _lowest(timers.fired_floor(int(now)), parts.txns.oldest_pending())
+        relocations = 0
         for seg in segments[:-1]:
-            if hold is not None and seg.end > hold:
-                keep_from = seg
-                break
             mtime_ms = os.stat(seg.path).st_mtime * 1000
             too_old = cfg.retention_ms > 0 and mtime_ms < now - cfg.retention_ms
             too_big = cfg.retention_bytes > 0 and total > cfg.retention_bytes
-            if not (too_old or too_big):
+            if not (too_old or too_big) or (other is not None and seg.end > other):
                 keep_from = seg
                 break
+            if held is not None and seg.end > held:
+                # Retention pressure and only pending timers hold the segment: move
+                # their records to the log's end (a page per pass, timers.relocate_locked)
+                room = cfg.timer_page - relocations
+                if room > 0:
+                    relocations += timers.relocate_locked(seg.end, room, clock.now_ms())
+                    held = timers.pending_floor()
+                if held is not None and seg.end > held:
+                    keep_from = seg
+                    break
             total -= seg.size
+        if relocations:
+            # the copies are on disk before the segments holding the originals go
+            log.sync()
+        report.timers_relocated = relocations
         dropped = log.drop_before(keep_from)
         report.segments_removed = len(dropped)
         report.bytes_removed = sum(s.size for s in dropped)
@@ -90,6 +106,11 @@ def retain(parts: StoreParts, now_ms: int | None = None) -> RetentionReport:
     if parts.lmqs.cleaned_to < log.min_position:
         report.entries_removed = trim_index(parts, log.min_position)
     return report
+
+
+def _lowest(*floors: int | None) -> int | None:
+    present = [f for f in floors if f is not None]
+    return min(present) if present else None
 
 
 def trim_index(parts: StoreParts, log_min: int) -> int:

@@ -380,6 +380,10 @@ def _checked_header(data: bytes, expected_position: int | None) -> _Header:
     return header
 
 
+#: The checks every reader makes (a timer fire reads only a few fields: broker_core.timers).
+checked_header = _checked_header
+
+
 def decode_record(view: memoryview | bytes, expected_position: int | None = None) -> Record:
     """Decode the record at the start of ``view``.
 

@@ -301,8 +301,10 @@ class MessageStore:
         return changed is not None
 
     def pending_timer(self, position: int) -> PendingTimer | None:
-        """The pending timer of the delayed record at ``position``, or None."""
-        return self.timers.due_of(position)
+        """The pending timer of the delayed record at ``position``, or None. A timer
+        retention relocated is found by its first position too (its ``position`` is
+        then where its record is now)."""
+        return self.timers.due_of(self.timers.resolve(position))
 
     def pending_timers(self, topic: str | None = None) -> int:
         """Pending timers of ``topic`` (every topic if None): a counter, not a scan."""

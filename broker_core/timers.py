@@ -23,6 +23,8 @@ Keys in the index RocksDB (integers big-endian; prefixes unused by the consume q
     pending  b"P" | position u64               ->  due_ms u64 | record_size u32 | topic
     count    b"Q" | topic (UTF-8)              ->  pending timers of the topic u64
     fired    b"F" | position u64               ->  fire_ms u64      (retention hold)
+    forward  b"W" | origin position u64        ->  position u64     (a relocated timer)
+    origin   b"V" | position u64               ->  origin position u64 (W's reverse)
 
 Control record bodies (the record's topic and tag are the delayed message's)::
 
@@ -30,11 +32,26 @@ Control record bodies (the record's topic and tag are the delayed message's)::
                 dispatch list: the LMQs and the offsets the message got in them
     change (4): position u64 | record_size u32 | old_due_ms u64 | new_due_ms u64
                 new_due_ms = 2**64 - 1: cancelled. Empty dispatch list.
+    relocate (4): the change body (new_due_ms = 2**64 - 1) | new_position u64 |
+                origin u64 (44 bytes instead of 28: the body size tells them apart)
 
 Retention (:func:`broker_core.cleanup.retain`) never removes a segment at or past
 :meth:`Timers.retention_floor`: the lowest pending timer's record, and the lowest
 record fired less than ``retention_ms`` ago (a message delayed 40 days is 40 days old
 when it fires; its consumers get ``retention_ms`` from the fire, as for a new message).
+
+Relocation (:meth:`Timers.relocate_locked`): retention is by whole segment, so one
+timer 40 days out would keep every segment from its own on for 40 days. When retention
+would remove a segment that only pending timers hold, it moves them: each pinning
+delayed record is appended again (the same message: topic, tag, properties, body, store
+and born times, LMQs; its list carries the CURRENT due time, which a reschedule may have
+moved; its keys are indexed at the new position, so a lookup by id finds it), followed
+by a relocate record, in ONE log write and ONE index batch: the old timer goes, the new
+one comes, and ``W``/``V`` forward the ORIGIN position (the one a front end handed out at
+publish, e.g. gRPC's ``lmq:<position>`` recall handle) to the current one. Forwards are
+flattened (a copy relocated again re-points its origin's ``W``; at most one hop) and
+deleted when the timer fires or is cancelled. Like every other key here they are derived
+from the log: replay and rebuild put and delete them at the same records.
 
 Thread safety: the ``*_locked`` methods run under the store's append lock; the queries
 (:meth:`pending`, :meth:`next_due`, :meth:`due_of`) take none.
@@ -67,6 +84,15 @@ from broker_core.record import (
 )
 from broker_core.results import AppendResult
 from broker_core.tail_cache import TailCache
+from broker_core.timer_records import (
+    CHANGE_BODY,
+    COUNT,
+    FIRE_BODY,
+    FIRE_FIXED,
+    RELOCATE_TAIL,
+    fire_fields,
+    fire_record,
+)
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +102,6 @@ _TIMER_KEY = struct.Struct(">cQQ")
 _POS_KEY = struct.Struct(">cQ")
 _PENDING = struct.Struct(">QI")
 _SIZE = struct.Struct(">I")
-FIRE_BODY = struct.Struct(">QIIQ")
-CHANGE_BODY = struct.Struct(">QIQQ")
 _OFFSET = struct.Struct(">Q")
 _EMPTY_DISPATCH = struct.pack(">I", 0)
 
@@ -171,6 +195,8 @@ class Timers:
         #: Replay: position -> pending (True) or not, for records of the batch being
         #: replayed (its puts are not readable until it commits).
         self._overlay: dict[int, bool] = {}
+        #: Replay: position -> origin (None: no forward), for the batch being replayed.
+        self._origins: dict[int, int | None] = {}
         #: Where a scan for due timers starts: no pending timer key sorts below it
         #: (fires move it up past what they deleted, every add moves it down).
         self._seek = b"T"
@@ -183,6 +209,7 @@ class Timers:
         self.counts.clear()
         self._dirty.clear()
         self._overlay.clear()
+        self._origins.clear()
         self._seek = b"T"
         for key, value in rocks.items(self.index.db, b"Q"):
             if not key.startswith(b"Q"):
@@ -206,6 +233,7 @@ class Timers:
                 batch.wb.delete(key)
         self._dirty.clear()
         self._overlay.clear()
+        self._origins.clear()
 
     def pending(self, topic: str | None = None) -> int:
         """Pending timers of ``topic`` (all topics if None): a counter, not a scan."""
@@ -222,6 +250,12 @@ class Timers:
             return None
         due, size = _PENDING.unpack_from(raw, 0)
         return PendingTimer(position, due, size, raw[_PENDING.size :].decode())
+
+    def resolve(self, position: int) -> int:
+        """Where the timer a front end knows by ``position`` (the position its publish
+        returned) is now: the forward of a relocated timer, else ``position``."""
+        raw = self.index.db.get(_pos_key(b"W", position))
+        return position if raw is None else int(_U64.unpack(raw)[0])
 
     def next_due(self) -> int | None:
         """The earliest pending due time (ms), or None."""
@@ -248,25 +282,34 @@ class Timers:
 
     def retention_floor(self, now: int) -> int | None:
         """The lowest log position retention must keep (None: no hold): the lowest
-        pending timer's record and the lowest record fired within ``retention_ms``.
-        Fired holds that ran out are deleted here, lowest first (a conservative floor:
-        one young hold keeps the holds above it until it runs out)."""
-        db = self.index.db
-        floor: int | None = None
-        for key in rocks.keys(db, b"P"):
+        pending timer's record (:meth:`pending_floor`) and the lowest record fired
+        within ``retention_ms`` (:meth:`fired_floor`)."""
+        floors = [f for f in (self.pending_floor(), self.fired_floor(now)) if f is not None]
+        return min(floors) if floors else None
+
+    def pending_floor(self) -> int | None:
+        """The lowest position with a pending timer: one seek."""
+        for key in rocks.keys(self.index.db, b"P"):
             if key.startswith(b"P"):
-                floor = _POS_KEY.unpack(key)[1]
+                return int(_POS_KEY.unpack(key)[1])
             break
+        return None
+
+    def fired_floor(self, now: int) -> int | None:
+        """The lowest record fired less than ``retention_ms`` ago. Fired holds that ran
+        out are deleted here, lowest first (a conservative floor: one young hold keeps
+        the holds above it until it runs out)."""
         retention = self.config.retention_ms
         if retention <= 0:
-            return floor
+            return None
+        db = self.index.db
+        floor: int | None = None
         expired: list[bytes] = []
         for key, value in rocks.items(db, b"F"):
             if not key.startswith(b"F"):
                 break
             if _U64.unpack(value)[0] >= now - retention:
-                position = _POS_KEY.unpack(key)[1]
-                floor = position if floor is None else min(floor, position)
+                floor = _POS_KEY.unpack(key)[1]
                 break
             expired.append(key)
         if expired:
@@ -330,7 +373,9 @@ class Timers:
     def change_locked(self, position: int, new_due: int, now: int) -> PendingTimer | None:
         """Cancel (``new_due`` = :data:`CANCELLED`) or reschedule the pending timer of
         the record at ``position``: a change record, then the index. Returns the timer
-        as it was, or None (and writes nothing) if none is pending there."""
+        as it was, or None (and writes nothing) if none is pending there.
+        ``position`` may be a relocated timer's first position (:meth:`resolve`)."""
+        position = self.resolve(position)
         timer = self.due_of(position)
         if timer is None:
             return None
@@ -346,6 +391,8 @@ class Timers:
             self._remove(batch, position, timer.due_ms, timer.topic)
             if new_due != CANCELLED:
                 self._add(batch, position, new_due, timer.record_size, timer.topic)
+            else:
+                self._forget_forward(batch, position, self._origin_live(position))
             writer.flush()
             self._commit(batch)
         except BaseException:
@@ -356,22 +403,51 @@ class Timers:
     def fire_locked(self, now: int, limit: int) -> tuple[int, list[LmqMeta]]:
         """Fire up to ``limit`` timers due by ``now``, in due order: one fire record
         each, in one log write and one index batch. Returns how many fired and the LMQs
-        that gained entries (for the listeners)."""
+        that gained entries (for the listeners).
+
+        The hot loop of a burst (a million due at once). Per timer it reads the delayed
+        record's bytes (one ``read_each`` for the page), checks them as every reader
+        does (magic, size, CRC32C, position) and cuts out only what a fire needs
+        (topic, tag, body size, the LMQ names), not the properties or the body
+        (:mod:`broker_core.timer_records`); the fire record is encoded directly (the same
+        bytes :func:`encode_record_with_tail` makes); topic, tag, tag hash and LMQ
+        names are decoded once per page; the per-topic counters change once per page."""
         due = self.due(now, limit)
         if not due:
             return 0, []
         lmqs = self.lmqs
+        cache = lmqs.cache
         start = self.log.end
         pending = Pending(start=start, next_id=lmqs.next_id)
         touched = pending.metas
         writer = _Writer(self.log, self.config.segment_bytes)
         batch = self.index.new_batch()
         put = batch.raw_putter()
+        delete = batch.wb.delete
+        forwards = self._any_forward()  # one seek a page; relocated timers are rare
+        raws = self.log.read_each([p for _, p, _ in due], [z for _, _, z in due])
+        strings: dict[bytes, str] = {}  # topics
+        wire_names: dict[bytes, str] = {}  # LMQ names by their wire form
+        hashes: dict[bytes, int] = {}
+        fired: dict[str, int] = {}
+        fired_at = _U64.pack(now)
         try:
-            for due_ms, position, size in due:
+            for (due_ms, position, size), raw in zip(due, raws, strict=True):
+                if forwards:
+                    self._forget_forward(batch, position, self._origin_live(position))
                 try:
-                    original = self.log.read(position, size)
-                except (CorruptRecord, StoreError) as exc:
+                    if raw is None:
+                        raise StoreError(f"the record at {position} is gone")
+                    topic_b, tag_b, body_size, wires = fire_fields(raw, position)
+                    topic = strings.get(topic_b)
+                    if topic is None:
+                        topic = strings[topic_b] = topic_b.decode()
+                    thash = hashes.get(tag_b)
+                    if thash is None:
+                        thash = hashes[tag_b] = tag_hash(tag_b.decode()) if tag_b else 0
+                    names = [wire_names.get(w) or wire_names.setdefault(w, w[2:].decode())
+                             for w in wires]
+                except (CorruptRecord, StoreError, UnicodeDecodeError) as exc:
                     # Never loop on a record that cannot be read: cancel its timer, in
                     # the log like any cancel, and say so.
                     log.error("timer of the record at %d cancelled: %s", position, exc)
@@ -381,14 +457,10 @@ class Timers:
                                   RecordType.TIMER_CHANGE)
                     self._remove(batch, position, due_ms, topic)
                     continue
-                body_size = len(original.body)
-                entry = ENTRY.pack(
-                    position, size, body_size,
-                    tag_hash(original.tag) if original.tag else 0, now,
-                )
-                parts = [struct.pack(">I", len(original.dispatch))]
-                for name, _ in original.dispatch:
-                    meta = lmqs.cache.get(name)
+                entry = ENTRY.pack(position, size, body_size, thash, now)
+                parts = [COUNT.pack(len(names))]
+                for name in names:
+                    meta = cache.get(name)
                     if meta is None:
                         meta = lmqs.meta_for_write(name, now, batch, pending)
                     offset = meta.next_offset
@@ -401,16 +473,24 @@ class Timers:
                     meta.next_offset = offset + 1
                     meta.bytes += body_size
                     touched[meta.id] = meta
-                body = FIRE_BODY.pack(position, size, body_size, due_ms)
-                fire = Message(original.topic, body, tag=original.tag)
-                self._control(writer, now, fire, b"".join(parts), RecordType.TIMER_FIRE)
-                self._remove(batch, position, due_ms, original.topic)
-                put(_pos_key(b"F", position), _U64.pack(now))
+                tail = b"".join(parts)
+                writer.room(FIRE_FIXED + len(topic_b) + len(tag_b) + len(tail))
+                writer.buf += fire_record(
+                    writer.position, now, topic_b, tag_b,
+                    FIRE_BODY.pack(position, size, body_size, due_ms), tail,
+                )
+                delete(_TIMER_KEY.pack(b"T", due_ms, position))
+                pos_key = _POS_KEY.pack(b"P", position)
+                delete(pos_key)
+                fired[topic] = fired.get(topic, 0) + 1
+                put(b"F" + pos_key[1:], fired_at)
+            for topic, count in fired.items():
+                self._count(topic, -count)
             writer.flush()
             for meta in touched.values():
                 meta.last_write_ms = now
-                if meta.name in lmqs.cache:
-                    lmqs.cache.move_to_end(meta.name)
+                if meta.name in cache:
+                    cache.move_to_end(meta.name)
                 batch.put_meta(meta)
             self._commit(batch)
         except BaseException:
@@ -422,20 +502,119 @@ class Timers:
         self._seek = max(self._seek, _timer_key(*due[-1][:2]) + b"\x00")
         return len(due), list(touched.values())
 
+    def relocate_locked(self, before: int, limit: int, now: int) -> int:
+        """Relocate up to ``limit`` pending timers whose records lie below ``before``
+        (lowest position first; see the module docstring): for each, a copy of the
+        delayed record at the log's end and a relocate record, all in one log write and
+        one index batch. Returns how many moved. Reads only the ``P`` keys below
+        ``before``: nothing when nothing pins. A record that cannot be read stays (its
+        timer is cancelled when it comes due, :meth:`fire_locked`) and is logged."""
+        todo: list[PendingTimer] = []
+        end_key = _pos_key(b"P", before)
+        for key, value in rocks.items(self.index.db, b"P"):
+            if not key.startswith(b"P") or key >= end_key or len(todo) >= limit:
+                break
+            due, size = _PENDING.unpack_from(value, 0)
+            todo.append(PendingTimer(_POS_KEY.unpack(key)[1], due, size,
+                                     value[_PENDING.size:].decode()))
+        if not todo:
+            return 0
+        start = self.log.end
+        writer = _Writer(self.log, self.config.segment_bytes)
+        batch = self.index.new_batch()
+        put = batch.raw_putter()
+        moved = 0
+        try:
+            for timer in todo:
+                old = timer.position
+                try:
+                    record = self.log.read(old, timer.record_size)
+                except (CorruptRecord, StoreError) as exc:
+                    log.error("pending timer of the record at %d not relocated: %s", old, exc)
+                    continue
+                # the copy's list carries the CURRENT due time (a reschedule moved it
+                # since), so a replay of the copy alone adds the timer as it is now
+                message = Message(
+                    record.topic, record.body, record.properties or None, record.origin,
+                    record.tag, record.qos, record.retain, record.protocol, record.born_ms,
+                )
+                wires = [dispatch_name(name.encode()) for name, _ in record.dispatch]
+                tail = encode_dispatch_wire(wires, [timer.due_ms] * len(wires))
+                new = self._copy(writer, record.store_ms, message, tail)
+                size = writer.position - new
+                if record.properties and self.keys.properties and (
+                    not self.keys.names.isdisjoint(record.properties)
+                ):  # the same key puts a replay of the copy makes
+                    self.keys.put(put, record.topic, record.properties, new,
+                                  record.store_ms, self.log.active_base)
+                origin = self._origin_live(old)
+                body = CHANGE_BODY.pack(old, timer.record_size, timer.due_ms, CANCELLED)
+                body += RELOCATE_TAIL.pack(new, origin)
+                self._control(writer, now, Message(timer.topic, body), _EMPTY_DISPATCH,
+                              RecordType.TIMER_CHANGE)
+                self._remove(batch, old, timer.due_ms, timer.topic)
+                self._add(batch, new, timer.due_ms, size, timer.topic)
+                self._forward(batch, old, new, origin)
+                moved += 1
+            writer.flush()
+            self._commit(batch)
+        except BaseException:
+            self._undo(start)
+            raise
+        return moved
+
+    # -- forwards of relocated timers (W, V) -------------------------------------------
+
+    def _any_forward(self) -> bool:
+        for key in rocks.keys(self.index.db, b"V"):
+            return key.startswith(b"V")
+        return False
+
+    def _origin_live(self, position: int) -> int:
+        raw = self.index.db.get(_pos_key(b"V", position))
+        return position if raw is None else int(_U64.unpack(raw)[0])
+
+    def _origin_replay(self, position: int) -> int:
+        if position in self._origins:
+            known = self._origins[position]
+            return position if known is None else known
+        return self._origin_live(position)
+
+    def _forward(self, batch: IndexBatch, old: int, new: int, origin: int) -> None:
+        """The timer known as ``origin`` moved from ``old`` to ``new``."""
+        if origin != old:
+            batch.wb.delete(_pos_key(b"V", old))
+        batch.wb.put(_pos_key(b"W", origin), _U64.pack(new))
+        batch.wb.put(_pos_key(b"V", new), _U64.pack(origin))
+        self._origins[old] = None
+        self._origins[new] = origin
+
+    def _forget_forward(self, batch: IndexBatch, position: int, origin: int) -> None:
+        """The timer at ``position`` fired or was cancelled: its forward goes."""
+        if origin != position:
+            batch.wb.delete(_pos_key(b"W", origin))
+            batch.wb.delete(_pos_key(b"V", position))
+            self._origins[position] = None
+
     def _topic_of(self, position: int) -> str:
         timer = self.due_of(position)
         return timer.topic if timer is not None else ""
 
     def _control(
-        self, writer: _Writer, now: int, message: Message, tail: bytes, rtype: RecordType
+        self, writer: _Writer, now: int, message: Message, tail: bytes, rtype: RecordType,
+        flags: int = 0,
     ) -> int:
-        record = encode_record_with_tail(writer.position, now, message, tail, rtype)
+        record = encode_record_with_tail(writer.position, now, message, tail, rtype, flags)
         writer.room(len(record))
         pos = writer.position
         if pos != _U64.unpack_from(record, 16)[0]:
-            record = encode_record_with_tail(pos, now, message, tail, rtype)
+            record = encode_record_with_tail(pos, now, message, tail, rtype, flags)
         writer.buf += record
         return pos
+
+    def _copy(self, writer: _Writer, store_ms: int, message: Message, tail: bytes) -> int:
+        """A relocated delayed record (its original store time kept)."""
+        return self._control(writer, store_ms, message, tail, RecordType.MESSAGE, FLAG_DELAYED)
 
     def _add(self, batch: IndexBatch, position: int, due: int, size: int, topic: str) -> None:
         key = _timer_key(due, position)
@@ -483,6 +662,7 @@ class Timers:
                 self._add(batch, record.position, due, record.size, record.topic)
                 self._overlay[record.position] = True
             return
+        new_due = CANCELLED
         if record.type == RecordType.TIMER_FIRE:
             position, _size, _body, due = FIRE_BODY.unpack_from(record.body, 0)
             batch.wb.put(_pos_key(b"F", position), _U64.pack(record.store_ms))
@@ -491,9 +671,15 @@ class Timers:
         if self._is_pending(position):
             self._remove(batch, position, due, record.topic)
             self._overlay[position] = False
-        if record.type == RecordType.TIMER_CHANGE and new_due != CANCELLED:
+        if len(record.body) == CHANGE_BODY.size + RELOCATE_TAIL.size:
+            # a relocation: the copy (the record before this one) added the new timer
+            new, origin = RELOCATE_TAIL.unpack_from(record.body, CHANGE_BODY.size)
+            self._forward(batch, position, new, origin)
+        elif new_due != CANCELLED:
             self._add(batch, position, new_due, size, record.topic)
             self._overlay[position] = True
+        else:  # fired or cancelled: a forward to it goes (as the live write did)
+            self._forget_forward(batch, position, self._origin_replay(position))
 
 
 def fire_entry_fields(record: Record) -> tuple[int, int, int, int]:

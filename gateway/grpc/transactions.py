@@ -147,8 +147,8 @@ async def recall_message(
         raise StatusError(Code.ILLEGAL_MESSAGE_ID, f"not a recall handle: {handle!r}")
     position = int(digits)
     store = call.front.store
-    pending = store.pending_timer(position)
-    record = store.record_at(position)
+    pending = store.pending_timer(position)  # found by the first position if relocated
+    record = store.record_at(pending.position) if pending is not None else None
     if pending is None or record is None or pending.topic != request.topic.name:
         raise StatusError(
             Code.NOT_FOUND,

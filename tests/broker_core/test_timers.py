@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from broker_core import Message, MessageStore, StoreConfig
 from broker_core.clock import now_ms
+from broker_core.errors import CorruptRecord
 from broker_core.record import RecordType
 from broker_core.timers import FIRE_BODY, DelayTooLong, delay_level_ms
 
@@ -33,10 +34,10 @@ def bodies(store: MessageStore, lmq: str) -> list[bytes]:
 
 
 def timer_state(store: MessageStore) -> dict[bytes, bytes]:
-    """Every timer key of the index (T, P, Q, F) and the LMQ entries, by LMQ name."""
+    """Every timer key of the index (T, P, Q, F, W, V) and the LMQ entries, by LMQ name."""
     out: dict[bytes, bytes] = {}
     for key, value in store.index.all_items():
-        if key[:1] in (b"T", b"P", b"Q", b"F"):
+        if key[:1] in (b"T", b"P", b"Q", b"F", b"W", b"V"):
             out[key] = value
     for info in store.lmqs():
         for m in store.pull(info.name, 0, max_count=100_000).messages:
@@ -198,15 +199,19 @@ def test_retention_keeps_pending_records_and_fired_ones_for_retention_ms(tmp_pat
         assert len(s.log.segments()) > 2
         far = now_ms() + 10 * 3_600_000  # every segment is "old"
         s.apply_retention(far)
-        assert s.log_start <= r.position
-        assert s.record_at(r.position) is not None
+        # the pending record was moved to the log's end rather than lost or pinning
+        timer = s.pending_timer(r.position)
+        assert timer is not None and timer.position >= s.log_start > r.position
+        assert s.record_at(timer.position).body == b"delayed"  # type: ignore[union-attr]
+        for i in range(200):
+            s.append(msg(b"y" * 1000 + b"%d" % i), ["filler"])
         assert s.fire_timers(now=due) == 1
         # fired at `due`: held for retention_ms after the fire, then removed
         s.apply_retention(due + 500)
-        assert s.log_start <= r.position
+        assert s.log_start <= timer.position
         assert bodies(s, "q") == [b"delayed"]
         s.apply_retention(due + 2000)
-        assert s.log_start > r.position
+        assert s.log_start > timer.position
 
 
 def test_recovery_replays_timers_after_the_checkpoint(tmp_path):
@@ -244,6 +249,8 @@ ops = st.lists(
         st.tuples(st.just("reschedule"), st.integers(0, 30), st.integers(0, 50)),
         st.tuples(st.just("fire"), st.integers(0, 50), st.just(0)),
         st.tuples(st.just("reopen"), st.just(0), st.just(0)),
+        # traffic past a segment, then size retention: pending timers are relocated
+        st.tuples(st.just("retain"), st.integers(60, 140), st.just(0)),
     ),
     max_size=25,
 )
@@ -260,7 +267,9 @@ def test_rebuild_reproduces_the_timer_index_exactly(tmp_path, program):
     base = now_ms() + 60_000
     positions: list[int] = []
     fired: list[int] = []
-    s = MessageStore.open(data, SMALL)
+    cfg = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=16 * 1024,
+                      retention_bytes=128 * 1024, timer_page=3)
+    s = MessageStore.open(data, cfg)
     try:
         for i, (op, a, b) in enumerate(program):
             if op == "schedule":
@@ -274,7 +283,10 @@ def test_rebuild_reproduces_the_timer_index_exactly(tmp_path, program):
                 fired.append(s.fire_timers(now=base + a))
             elif op == "reopen":
                 s.close()
-                s = MessageStore.open(data, SMALL)
+                s = MessageStore.open(data, cfg)
+            elif op == "retain":
+                s.append_batch([(msg(b"f" * 1000), ["filler"])] * a)
+                s.apply_retention()
         expected = timer_state(s)
         counts = {t: s.pending_timers(t) for t in ("t0", "t1", "t2")}
         # the counters are the index's pending keys, counted by topic
@@ -284,14 +296,21 @@ def test_rebuild_reproduces_the_timer_index_exactly(tmp_path, program):
         assert timer_state(s) == expected
         assert {t: s.pending_timers(t) for t in counts} == counts
         s.close()
-        s = MessageStore.open(data, SMALL)
+        s = MessageStore.open(data, cfg)
         assert timer_state(s) == expected
         # every timer fires exactly once in the end
         s.fire_timers(now=base + 1000)
         assert s.pending_timers() == 0
-        fires = [r for r in s.records_from(0) if r.type == RecordType.TIMER_FIRE]
+        fires = [r for r in s.records_from(s.log_start) if r.type == RecordType.TIMER_FIRE]
         fired_positions = [FIRE_BODY.unpack_from(r.body, 0)[0] for r in fires]
         assert len(fired_positions) == len(set(fired_positions))
+        # a relocated message fires once, whatever its position: bodies are unique
+        delivered = bodies(s, "q") + bodies(s, "r")
+        for lmq in ("q", "r"):
+            got = bodies(s, lmq)
+            assert len(got) == len(set(got)), f"a message fired twice into {lmq}"
+        assert not [k for k, _ in s.index.all_items() if k[:1] in (b"W", b"V")]
+        assert delivered is not None
     finally:
         s.close()
 
@@ -334,3 +353,67 @@ def test_kill_9_while_scheduling_and_firing(tmp_path, monkeypatch, seed, crash_r
         assert a == b and len(a) == len(fires) and len(set(a)) == len(a)
         report = s.verify()
         assert report.ok, report.problems
+
+
+names = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(topic=names, tag=st.one_of(st.just(""), names), body=st.binary(max_size=300),
+       props=st.dictionaries(names, st.binary(max_size=20), max_size=3),
+       lmqs=st.lists(names, min_size=1, max_size=4, unique=True),
+       position=st.integers(0, 2**40), due=st.integers(0, 2**50))
+def test_the_fire_path_reads_and_writes_what_the_full_codec_does(
+    topic, tag, body, props, lmqs, position, due
+):
+    """The burst path's partial read of a delayed record and its direct encoding of the
+    fire record agree with decode_record / encode_record_with_tail byte for byte."""
+    from broker_core.record import (
+        FLAG_DELAYED,
+        decode_record,
+        dispatch_name,
+        encode_dispatch_wire,
+        encode_record_with_tail,
+    )
+    from broker_core.timer_records import fire_fields as _fire_fields
+    from broker_core.timer_records import fire_record as _fire_record
+
+    wires = [dispatch_name(n.encode()) for n in lmqs]
+    message = Message(topic, body, properties=props or None, tag=tag)
+    raw = encode_record_with_tail(position, due, message, encode_dispatch_wire(
+        wires, [due] * len(wires)), RecordType.MESSAGE, FLAG_DELAYED)
+    full = decode_record(raw, position)
+    topic_b, tag_b, body_size, got = _fire_fields(raw, position)
+    assert (topic_b.decode(), tag_b.decode(), body_size) == (full.topic, full.tag, len(body))
+    assert [w[2:].decode() for w in got] == [n for n, _ in full.dispatch] == lmqs
+    fire_body = FIRE_BODY.pack(position, len(raw), len(body), due)
+    tail = encode_dispatch_wire(wires, list(range(len(wires))))
+    assert _fire_record(position + 7, due, topic_b, tag_b, fire_body, tail) == (
+        encode_record_with_tail(position + 7, due, Message(topic, fire_body, tag=tag), tail,
+                                RecordType.TIMER_FIRE))
+    damaged = bytearray(raw)
+    damaged[-9] ^= 1
+    with pytest.raises(CorruptRecord):
+        _fire_fields(bytes(damaged), position)
+    with pytest.raises(CorruptRecord):
+        _fire_fields(raw, position + 1)
+
+
+def test_a_damaged_pending_record_is_cancelled_not_fired(tmp_path):
+    with MessageStore.open(tmp_path, SMALL) as s:
+        due = now_ms() + 60_000
+        bad = s.append_delayed(msg(b"bad"), ["q"], due)
+        s.append_delayed(msg(b"good"), ["q"], due)
+        seg = s.log.segments()[-1]
+        with open(seg.path, "r+b") as f:  # a flipped byte in the first record's body
+            f.seek(bad.position - seg.base + bad.size - 20)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        s.log._last_read = None
+        assert s.fire_timers(now=due) == 2
+        assert bodies(s, "q") == [b"good"]
+        assert s.pending_timers() == 0
+        after = s.records_from(bad.position + bad.size)  # the scan stops at damage
+        changes = [r for r in after if r.type == RecordType.TIMER_CHANGE]
+        assert len(changes) == 1

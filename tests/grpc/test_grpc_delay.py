@@ -102,3 +102,33 @@ async def test_delivery_time_checks(tmp_path: Path) -> None:
         assert store.pending_timers("later") == 1
     finally:
         store.close()
+
+
+async def test_recall_by_the_handle_after_retention_relocated_the_message(tmp_path: Path) -> None:
+    """The recall handle names the position the send returned; retention moved the
+    record since (broker_core.timers relocation): the recall still finds and cancels it."""
+    from broker_core import Message, StoreConfig
+
+    data = tmp_path / "data"
+    create_topic(data, "later", "--type", "delay", "--queues", "1")
+    async with grpc_gateway(data) as (_gw, g):
+        due = int(time.time() * 1000) + 3_600_000
+        sent = await send(g, delayed("later", b"far", due, message_id="FAR-1"))
+        assert sent.status.code == Code.OK, sent
+    handle = sent.entries[0].recall_handle
+    first = int(handle.removeprefix("lmq:"))
+    cfg = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=16 * 1024,
+                      retention_bytes=128 * 1024)
+    with MessageStore.open(data, cfg) as store:
+        for _ in range(8):
+            store.append_batch([(Message("filler", b"x" * 1000), ["filler"])] * 50)
+        assert store.apply_retention().timers_relocated == 1
+        assert store.log_start > first
+    async with grpc_gateway(data) as (_gw, g):
+        res = await g.stub.RecallMessage(
+            service_pb2.RecallMessageRequest(topic=resource("later"), recall_handle=handle),
+            metadata=g.md(), timeout=BOUND)
+        assert res.status.code == Code.OK, res
+        assert res.message_id == "FAR-1"
+    with MessageStore.open(data) as store:
+        assert store.pending_timers() == 0
