@@ -220,6 +220,11 @@ class HttpConnection(ConnectionHandler):
             if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
                 return None
             raise _Abort(400, f"unexpected {type(event).__name__}")
+        # h11 bounds a head that arrives in pieces; one that arrives whole is measured here
+        head_size = len(event.method) + len(event.target) + 12 + sum(
+            len(k) + len(v) + 4 for k, v in event.headers.raw_items())
+        if head_size > limits.max_head:
+            raise _Abort(431, f"request head larger than {limits.max_head} bytes")
         if event.http_version not in (b"1.0", b"1.1"):
             raise _Abort(400, f"HTTP/{event.http_version.decode('latin-1')} is not served"
                               " (HTTP/1.0 and 1.1 are)")
