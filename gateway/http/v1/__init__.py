@@ -29,6 +29,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import time
 import uuid
 import zlib
@@ -48,7 +49,7 @@ from broker_core import (
     UnknownLmq,
 )
 from broker_core.errors import UnknownReceipt
-from gateway.auth.authenticator import Principal, Refusal
+from gateway.auth.authenticator import Principal, Refusal, RefusalReason
 from gateway.http.messages import Request, Response
 from gateway.http.server import problem
 from gateway.http.v1.openapi import OPENAPI
@@ -169,6 +170,11 @@ class JsonApi:
         result = auth.authenticate(username, password, client_id="http",
                                    peer_host=request.peer.rpartition(":")[0].strip("[]"))
         if isinstance(result, Refusal):
+            if result.reason is RefusalReason.RATE_LIMITED:
+                wait = max(1, math.ceil(result.retry_after))
+                raise ApiError(429, "too many failed logins from this address or for this"
+                                    f" user; retry in {wait} s",
+                               headers=[("Retry-After", str(wait))])
             raise ApiError(401, "authentication failed: Basic credentials of a gateway user"
                                 " are required", headers=_CHALLENGE)
         request.context["principal"] = result
