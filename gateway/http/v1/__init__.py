@@ -62,6 +62,7 @@ from gateway.rocketmq.records import (
     rocketmq_properties,
     to_store_message,
 )
+from gateway.topic_space import amqp_queue_lmq
 from gateway.user_properties import encode_user_properties
 from lmq.rocketmq import InvalidName, queue_lmq
 from protocol.remoting.messages import decode_properties, encode_properties
@@ -261,6 +262,39 @@ class JsonApi:
             raise _store_error(exc) from None
         return json_response(201, {"status": 201, "topic": topic, "position": result.position,
                                    "routed_to": len(lmqs)})
+
+    async def publish_amqp_queue(self, request: Request) -> Response:
+        """Straight to an AMQP queue (the default exchange's routing): the queue must
+        exist (declared over AMQP). Stored as a RocketMQ-style record whose topic is the
+        queue name; AMQP consumers read it with its properties as headers."""
+        vhost, queue = request.params["vhost"], request.params["queue"]
+        principal = self.principal(request)
+        auth = self.ctx.authenticator
+        if auth is not None and principal is not None and not auth.can_write(
+                principal, vhost, "amq.default"):
+            raise ApiError(403, f"not allowed to publish in vhost {vhost!r}")
+        lmq = amqp_queue_lmq(vhost, queue)
+        if self.ctx.store.lmq(lmq) is None:
+            raise ApiError(404, f"no queue {queue!r} in vhost {vhost!r} (declare it over"
+                                " AMQP first)")
+        doc = _json_body(request)
+        if not isinstance(doc, dict):
+            raise ApiError(400, "the body is a JSON object")
+        try:
+            body = _body_of(doc)
+            props = dict(_properties_of(doc))
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        message_id = uuid.uuid4().hex.upper()
+        props[ID_PROPERTY] = message_id
+        message = to_store_message(queue, body, encode_properties(props), props,
+                                   origin="http", born_ms=int(time.time() * 1000))
+        try:
+            result = await self.ctx.publisher.submit(message, [lmq])
+        except Exception as exc:
+            raise _store_error(exc) from None
+        return json_response(201, {"status": 201, "message_id": message_id, "topic": queue,
+                                   "position": result.position, "offset": result.offsets[0]})
 
     async def _publish_one(self, topic: str, config: Any, entry: object, key: str | None,
                            request: Request) -> dict[str, Any]:
@@ -789,6 +823,7 @@ def register_routes(router: Router, ctx: GatewayContext) -> None:
         ("GET", "/v1/openapi.json", api.openapi),
         ("POST", "/v1/topics/{topic}/messages", api.publish),
         ("POST", "/v1/mqtt/{topic}/messages", api.publish_mqtt),
+        ("POST", "/v1/amqp/{vhost}/queues/{queue}/messages", api.publish_amqp_queue),
         ("POST", "/v1/groups/{group}/topics/{topic}/receive", api.receive),
         ("GET", "/v1/groups/{group}/topics/{topic}/stream", api.stream),
         ("POST", "/v1/groups/{group}/topics/{topic}/seek", api.seek),

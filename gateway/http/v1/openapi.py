@@ -166,6 +166,15 @@ OPENAPI: dict[str, Any] = {
             "requestBody": _body(_ref("OutgoingMessage")),
             "responses": {"201": _json(_ref("MqttPublishResult"), "Stored"), **_ERRORS},
         }},
+        "/v1/amqp/{vhost}/queues/{queue}/messages": {"post": {
+            "summary": "Publish straight to an AMQP queue (declared over AMQP)",
+            "parameters": [{"name": "vhost", "in": "path", "required": True,
+                            "schema": {"type": "string"}},
+                           {"name": "queue", "in": "path", "required": True,
+                            "schema": {"type": "string"}}],
+            "requestBody": _body(_ref("OutgoingMessage")),
+            "responses": {"201": _json(_ref("PublishResult"), "Stored"), **_ERRORS},
+        }},
         "/v1/groups/{group}/topics/{topic}/receive": {"post": {
             "summary": "Receive (pop) messages, long polling up to wait_seconds",
             "parameters": [_GROUP, _TOPIC],

@@ -286,3 +286,26 @@ def test_transactions_commit_and_rollback(gw):
     assert api.call("POST", "/v1/transactions/12345/commit", template).status_code == 404
     bad = api.publish("t", {"body": "x", "transaction": True, "delay_ms": 1000})
     assert bad.status_code == 400
+
+
+def test_publish_to_an_amqp_queue(gw):
+    import pika
+
+    api = Api(base(gw))
+    template = "/v1/amqp/{vhost}/queues/{queue}/messages"
+    assert api.call("POST", "/v1/amqp/%2F/queues/jobs/messages", template,
+                    json={"body": "x"}).status_code == 404
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", gw.port))
+    try:
+        ch = conn.channel()
+        ch.queue_declare("jobs", durable=True)
+        resp = api.call("POST", "/v1/amqp/%2F/queues/jobs/messages", template,
+                        json={"body": "for amqp", "properties": {"k": "v"}})
+        assert resp.status_code == 201
+        method, props, body = None, None, None
+        deadline = time.monotonic() + BOUND
+        while method is None and time.monotonic() < deadline:
+            method, props, body = ch.basic_get("jobs", auto_ack=True)
+        assert body == b"for amqp" and props.headers.get("k") in ("v", b"v")
+    finally:
+        conn.close()
