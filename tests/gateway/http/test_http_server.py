@@ -292,3 +292,40 @@ async def test_curl_keep_alive_and_chunked_upload(start, tmp_path):
     assert "Re-using existing connection" in proc.stderr or "Reusing" in proc.stderr
     assert "part 0\npart 1\n" in proc.stdout
     assert '"body": "' + "x" * 100_000 + '"' in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def self_signed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("pki")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", "key.pem", "-out", "cert.pem"],
+        cwd=d, check=True, capture_output=True,
+    )
+    return d
+
+
+async def test_https_on_the_unified_tls_port(start, self_signed):
+    gateway = await start(unified_tls_port=AUTO, tls_cert=str(self_signed / "cert.pem"),
+                          tls_key=str(self_signed / "key.pem"))
+    cafile = str(self_signed / "cert.pem")
+
+    def run() -> list[tuple[int, bool]]:
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=cafile)
+        conn = http.client.HTTPSConnection("127.0.0.1", port(gateway, "unified_tls"),
+                                           context=ctx, timeout=BOUND)
+        out = []
+        for i in range(2):  # two requests, one TLS connection
+            conn.request("POST", f"/test/echo/tls?n={i}", body=b"secret")
+            resp = conn.getresponse()
+            doc = json.loads(resp.read())
+            out.append((resp.status, doc["body"] == "secret"))
+        conn.close()
+        return out
+
+    assert await asyncio.to_thread(run) == [(200, True), (200, True)]
+    accepted = gateway.metrics.get("lmq_connections_accepted_total")
+    assert accepted is not None and accepted.value(listener="unified_tls") == 1
