@@ -119,6 +119,7 @@ class HttpConnection(ConnectionHandler):
         #: When the first byte of the request being read arrived (0 = none yet).
         self._first_byte_at = 0.0
         self._paused = False
+        self._timed_out = False
         #: The head of the current response is written (an error can only close now).
         self._response_started = False
         self._task = conn.spawn(self._serve(), f"http-{conn.id}")
@@ -133,6 +134,7 @@ class HttpConnection(ConnectionHandler):
         except RuntimeError:  # data after the connection was closed by h11: ignore
             return
         self._buffered += len(data)
+        self._timed_out = False
         if self._buffered > PIPELINE_BUFFER + self.limits.max_head and not self._paused:
             self._paused = True
             self.conn.pause_reading()
@@ -195,11 +197,18 @@ class HttpConnection(ConnectionHandler):
         timeout = deadline - time.monotonic()
         if timeout <= 0:
             return False
+        # a timer handle, not asyncio.wait_for (a task per wait: measurable per request)
+        self._timed_out = False
+        timer = asyncio.get_running_loop().call_later(timeout, self._time_out)
         try:
-            await asyncio.wait_for(self._data.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+            await self._data.wait()
+        finally:
+            timer.cancel()
+        return not self._timed_out
+
+    def _time_out(self) -> None:
+        self._timed_out = True
+        self._data.set()
 
     async def _read_request(self) -> Request | None:
         limits = self.limits
