@@ -9,6 +9,7 @@ Contracts checked:
 * Mutated valid requests (publishes, receives, acks, pipelined and chunked) likewise;
   a response's status is one the API documents or a server bound (400, 404, 405, 408,
   413, 415, 431).
+* Any JSON document on every JSON endpoint: a documented status, never 500.
 * ``Router.match`` on any path returns a match or None, never raises.
 """
 
@@ -164,3 +165,34 @@ def test_router_never_raises(method, path):
     router.add("GET", "/v1/mqtt/{topic...}", _ok)
     match = router.match(method, "/" + path)
     assert match is None or match.handler is not None or match.allowed
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["body", "body_base64", "tag", "keys", "properties", "messages",
+                         "message_group", "delay_ms", "deliver_at_ms", "transaction",
+                         "producer_group", "idempotency_key", "max_messages",
+                         # not wait_seconds: a valid one long-polls up to 30 s
+                         "invisible_seconds", "ordered", "receipt_handles",
+                         "position", "timestamp_ms"]) | st.text(max_size=8),
+        inner, max_size=5),
+    max_leaves=12)
+
+PATHS = ["/v1/topics/fuzz/messages", "/v1/mqtt/a%2Fb/messages",
+         "/v1/amqp/%2F/queues/q/messages", "/v1/groups/g/topics/fuzz/receive",
+         "/v1/groups/g/topics/fuzz/seek", "/v1/groups/g/ack", "/v1/groups/g/nack",
+         "/v1/groups/g/visibility", "/v1/transactions/1/commit",
+         "/v1/groups/g/topics/fuzz/stream?max_events=x"]
+
+
+@FAST
+@given(path=st.sampled_from(PATHS), doc=JSON_VALUES,
+       query=st.sampled_from(["", "?wait_seconds=abc", "?max_messages=0", "?tag=a||b"]))
+def test_any_json_on_every_endpoint(gw, path, doc, query):
+    body = json.dumps(doc).encode()
+    method = "GET" if "/stream" in path else "POST"
+    target = path + (query if "?" not in path else "")
+    statuses = exchange(gw, [_request(method, target, body, "Connection: close\r\n")])
+    assert len(statuses) == 1 and statuses[0] in ALLOWED | {409}, (path, doc, statuses)

@@ -614,8 +614,11 @@ class JsonApi:
             elif position == "latest":
                 offsets[lmq] = info.max_offset
             else:
-                offsets[lmq] = _offset_at(store, lmq, info.min_offset, info.max_offset,
-                                          _int(stamp, "timestamp_ms"))
+                try:
+                    when = _int(stamp, "timestamp_ms")
+                except ValueError as exc:
+                    raise ApiError(400, str(exc)) from None
+                offsets[lmq] = _offset_at(store, lmq, info.min_offset, info.max_offset, when)
         if offsets:
             store.commit_offsets(group, offsets)
         return json_response(200, {"group": group, "topic": topic, "offsets": {
@@ -635,7 +638,10 @@ class JsonApi:
         if self.ctx.rocketmq_topics.get(topic) is None:
             raise ApiError(404, f"topic {topic!r} does not exist")
         manual = request.arg("ack") == "manual"
-        limit = int(request.arg("max_events") or "0")
+        raw_limit = request.arg("max_events") or "0"
+        if not raw_limit.isdigit():
+            raise ApiError(400, "max_events must be a non-negative integer")
+        limit = int(raw_limit)
         pop = self.ctx.rocketmq.pop
         last = request.header("last-event-id")
         if last and not manual:
