@@ -77,6 +77,15 @@ class HttpFrontEnd(FrontEnd):
         }
         return HttpConnection(conn, self.router, self.limits, self._requests, context)
 
+    def goodbye(self, conn: Connection) -> None:
+        """Shutdown: an idle connection (or one streaming events) is closed now; one
+        answering a request finishes that response, sent with ``Connection: close``,
+        then closes (the gateway aborts it after ``shutdown_timeout``)."""
+        handler = conn.handler
+        if isinstance(handler, HttpConnection) and handler.busy and not handler.streaming:
+            return
+        conn.close("shutdown")
+
     async def health(self, request: Request) -> Response:
         status, body = await self.ctx.introspection.health()
         text = json.dumps(body, default=str) + "\n"

@@ -120,6 +120,10 @@ class HttpConnection(ConnectionHandler):
         self._first_byte_at = 0.0
         self._paused = False
         self._timed_out = False
+        #: A request is being answered (between its head and the end of its response).
+        self.busy = False
+        #: The response being sent is a stream (server-sent events, chunked answers).
+        self.streaming = False
         #: The head of the current response is written (an error can only close now).
         self._response_started = False
         self._task = conn.spawn(self._serve(), f"http-{conn.id}")
@@ -156,8 +160,12 @@ class HttpConnection(ConnectionHandler):
                 request = await self._read_request()
                 if request is None:
                     break
+                self.busy = True
                 response = await self._dispatch(request)
                 await self._send(request, response)
+                self.busy = self.streaming = False
+                if self.conn.transport.is_closing() or self._closing():
+                    break
                 if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
                     break
                 self._h11.start_next_cycle()
@@ -322,6 +330,7 @@ class HttpConnection(ConnectionHandler):
             self._write(self._h11.send(h11.EndOfMessage()))
             return
         iterator: AsyncIterator[bytes] = body
+        self.streaming = True
         try:
             if request.method != "HEAD":
                 async for chunk in iterator:

@@ -329,3 +329,23 @@ async def test_https_on_the_unified_tls_port(start, self_signed):
     assert await asyncio.to_thread(run) == [(200, True), (200, True)]
     accepted = gateway.metrics.get("lmq_connections_accepted_total")
     assert accepted is not None and accepted.value(listener="unified_tls") == 1
+
+
+async def test_shutdown_finishes_the_response_in_progress(start):
+    gateway = await start()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port(gateway))
+    writer.write(b"GET /test/slow?s=0.5&id=last HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.sleep(0.1)  # the request is in the handler
+    idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port(gateway))
+    idle_writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    await asyncio.wait_for(idle_reader.readuntil(b"\r\n\r\n"), BOUND)
+    stopping = asyncio.ensure_future(gateway.stop())
+    data = await asyncio.wait_for(reader.read(), BOUND)
+    got = responses(data)
+    assert [(s, b) for s, _, b in got] == [(200, b"last")]
+    assert got[0][1]["connection"] == "close"
+    rest = await asyncio.wait_for(idle_reader.read(), BOUND)  # the idle one: closed
+    assert b"HTTP/1.1" not in rest
+    await asyncio.wait_for(stopping, BOUND)
+    writer.close()
+    idle_writer.close()
