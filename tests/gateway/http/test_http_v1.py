@@ -167,6 +167,8 @@ def test_idempotency_across_restart(gw):
 
 def test_problems(gw):
     api = Api(base(gw))
+    api.publish("t", {"body": "first"})  # the topic exists; what follows stores nothing
+    end = gw.run(lambda: gw.store.stats()["log_end_position"])
     resp = api.call("POST", "/v1/topics/t/messages", "/v1/topics/{topic}/messages",
                     data=b"{not json", headers={"Content-Type": "application/json"})
     assert resp.status_code == 400 and "not valid JSON" in resp.json()["detail"]
@@ -182,6 +184,12 @@ def test_problems(gw):
     resp = api.call("POST", "/v1/groups/g/topics/t/receive",
                     "/v1/groups/{group}/topics/{topic}/receive", json={"wait_seconds": 99})
     assert resp.status_code in (400, 404)
+    for bad in ({"nobody": 1}, {"body": "x", "body_base64": "AA=="}, {"body_base64": "!"},
+                {"body": "x", "properties": {"UNIQ_KEY": "forged"}}, {"body": "x", "keys": 5},
+                {"messages": []}, {"body": "x", "delay_ms": -1}, [1, 2]):
+        assert api.publish("t", bad).status_code == 400, bad
+    # (413 for a body over the limit: tests/gateway/http/test_http_server.py, raw socket)
+    assert gw.run(lambda: gw.store.stats()["log_end_position"]) == end
 
 
 def test_seek_by_position_and_time(gw):
