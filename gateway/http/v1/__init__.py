@@ -58,6 +58,7 @@ from gateway.http.v1.openapi import OPENAPI
 from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopItem
 from gateway.rocketmq.records import (
     PROPS,
+    SYSTEM_PROPERTIES,
     USER_PROPERTIES,
     rocketmq_properties,
     to_store_message,
@@ -743,10 +744,8 @@ def _message_doc(item: PopItem, visible_ms: int) -> dict[str, Any]:
     return doc
 
 
-_SYSTEM = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "__SHARDINGKEY", "__STARTDELIVERTIME",
-                     "mqttSecondTopic", "WAIT", "DELAY", "MAX_OFFSET", "MIN_OFFSET",
-                     "CLUSTER", "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC", "CONSUME_START_TIME",
-                     "POP_CK", "MAX_RECONSUME_TIMES", "TRAN_MSG", "PGROUP"})
+#: Not user properties: RocketMQ's own (records.SYSTEM_PROPERTIES) and Aliyun's __TransCheckT.
+_SYSTEM = SYSTEM_PROPERTIES | {"__TransCheckT"}
 
 
 def _tag_filter(expression: str) -> Any:
