@@ -75,7 +75,9 @@ class HttpFrontEnd(FrontEnd):
             "listener": conn.listener,
             "tls": conn.transport.get_extra_info("sslcontext") is not None,
         }
-        return HttpConnection(conn, self.router, self.limits, self._requests, context)
+        state = self.ctx.state
+        return HttpConnection(conn, self.router, self.limits, self._requests, context,
+                              stopping=lambda: state.stopping)
 
     def goodbye(self, conn: Connection) -> None:
         """Shutdown: an idle connection (or one streaming events) is closed now; one

@@ -29,7 +29,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import h11
@@ -106,12 +106,14 @@ class HttpConnection(ConnectionHandler):
 
     def __init__(self, conn: Connection, router: Router, limits: HttpLimits,
                  requests: Counter | None = None, context: dict[str, object] | None = None,
-                 ) -> None:
+                 stopping: Callable[[], bool] | None = None) -> None:
         super().__init__(conn)
         self.router = router
         self.limits = limits
         self._requests = requests
         self._context = context or {}
+        #: Whether the gateway is shutting down (responses then close the connection).
+        self._stopping = stopping or (lambda: False)
         self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_head)
         self._data = asyncio.Event()
         #: Bytes received since the serving task last needed data (pipelining bound).
@@ -347,8 +349,7 @@ class HttpConnection(ConnectionHandler):
         self._write(self._h11.send(h11.EndOfMessage()))
 
     def _closing(self) -> bool:
-        state = getattr(self.conn, "_state", None)
-        return bool(getattr(state, "stopping", False))
+        return self._stopping()
 
     @staticmethod
     def _keep_alive_asked(request: Request) -> bool:
