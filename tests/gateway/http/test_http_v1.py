@@ -317,3 +317,18 @@ def test_publish_to_an_amqp_queue(gw):
         assert body == b"for amqp" and props.headers.get("k") in ("v", b"v")
     finally:
         conn.close()
+
+
+def test_ordered_receive_by_message_group(gw):
+    api = Api(base(gw))
+    for body, group in (("a1", "a"), ("a2", "a"), ("b1", "b"), ("a3", "a")):
+        api.publish("fifo", {"body": body, "message_group": group})
+    first = api.receive("g", "fifo", max_messages=8, ordered=True)
+    # one message per group in flight: a2 waits for a1's ack
+    assert sorted(m["body"] for m in first) == ["a1", "b1"]
+    assert {m["message_group"] for m in first} == {"a", "b"}
+    assert api.receive("g", "fifo", max_messages=8, ordered=True) == []
+    a1 = next(m for m in first if m["body"] == "a1")
+    assert api.settle("g", "ack", [a1["receipt_handle"]]).status_code == 200
+    assert [m["body"] for m in api.receive("g", "fifo", max_messages=8, ordered=True)] == [
+        "a2"]
