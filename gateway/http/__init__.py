@@ -26,6 +26,7 @@ from gateway.http.messages import Request, Response
 from gateway.http.routes import Router
 from gateway.http.server import HttpConnection, HttpLimits
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from gateway.token_bucket import TokenBucket
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -75,6 +76,9 @@ class HttpFrontEnd(FrontEnd):
             "listener": conn.listener,
             "tls": conn.transport.get_extra_info("sslcontext") is not None,
         }
+        rate = self.ctx.config.max_publish_rate
+        if rate:  # one budget per connection, as MQTT's (the context dict is shared)
+            context["publish_bucket"] = TokenBucket(rate, self.ctx.loop.time())
         state = self.ctx.state
         return HttpConnection(conn, self.router, self.limits, self._requests, context,
                               stopping=lambda: state.stopping)

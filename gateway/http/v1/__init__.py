@@ -63,6 +63,7 @@ from gateway.rocketmq.records import (
     rocketmq_properties,
     to_store_message,
 )
+from gateway.token_bucket import TokenBucket
 from gateway.topic_space import amqp_queue_lmq
 from gateway.user_properties import encode_user_properties
 from lmq.rocketmq import InvalidName, queue_lmq
@@ -199,6 +200,20 @@ class JsonApi:
                 principal, "http", topic):
             raise ApiError(403, f"not allowed to consume from {topic!r}")
 
+    def check_rate(self, request: Request, count: int = 1) -> None:
+        """``max_publish_rate`` per connection, as MQTT has it: a publish beyond the
+        budget is refused with 429 and the wait as ``Retry-After`` (a batch costs one
+        token a message, at most a full bucket)."""
+        bucket = request.context.get("publish_bucket")
+        if not isinstance(bucket, TokenBucket):
+            return
+        wait = bucket.try_take(self.ctx.loop.time(), min(count, int(bucket.rate)))
+        if wait:
+            seconds = max(1, math.ceil(wait))
+            raise ApiError(429, f"more than {bucket.rate:g} messages a second on this"
+                                f" connection (max_publish_rate); retry in {seconds} s",
+                           headers=[("Retry-After", str(seconds))])
+
     # -- publish ------------------------------------------------------------------
 
     def _topic(self, name: str) -> Any:
@@ -226,6 +241,7 @@ class JsonApi:
             if key is not None:
                 raise ApiError(400, "Idempotency-Key names one message; in a batch give"
                                     " each entry its own 'idempotency_key'")
+            self.check_rate(request, len(entries))
             results = await asyncio.gather(
                 *(self._publish_one(topic, config, entry, None, request)
                   for entry in entries))
@@ -233,6 +249,7 @@ class JsonApi:
             status = 200 if not failed else (207 if failed < len(results) else
                                              _common_status(results))
             return json_response(status, {"results": results})
+        self.check_rate(request)
         result = await self._publish_one(topic, config, doc, key, request)
         if result["status"] >= 300:
             raise ApiError(result["status"], result["detail"])
@@ -245,6 +262,7 @@ class JsonApi:
         if not topic or "+" in topic or "#" in topic or "\x00" in topic:
             raise ApiError(400, "an MQTT topic name without wildcards is required")
         self.check_publish(request, topic)
+        self.check_rate(request)
         doc = _json_body(request)
         if not isinstance(doc, dict):
             raise ApiError(400, "the body is a JSON object")
@@ -278,6 +296,7 @@ class JsonApi:
         if self.ctx.store.lmq(lmq) is None:
             raise ApiError(404, f"no queue {queue!r} in vhost {vhost!r} (declare it over"
                                 " AMQP first)")
+        self.check_rate(request)
         doc = _json_body(request)
         if not isinstance(doc, dict):
             raise ApiError(400, "the body is a JSON object")

@@ -332,3 +332,22 @@ def test_ordered_receive_by_message_group(gw):
     assert api.settle("g", "ack", [a1["receipt_handle"]]).status_code == 200
     assert [m["body"] for m in api.receive("g", "fifo", max_messages=8, ordered=True)] == [
         "a2"]
+
+
+def test_max_publish_rate_is_429_with_retry_after(tmp_path):
+    gateway = ThreadGateway(tmp_path / "data", http_port=AUTO, max_publish_rate=5).start()
+    try:
+        api = Api(base(gateway))
+        statuses = [api.publish("t", {"body": str(i)}) for i in range(15)]
+        codes = [r.status_code for r in statuses]
+        assert codes[:5] == [201] * 5 and 429 in codes[5:], codes
+        refused = next(r for r in statuses if r.status_code == 429)
+        assert int(refused.headers["Retry-After"]) >= 1
+        stored = len(api.receive("g", "t", max_messages=32))
+        assert stored == codes.count(201)
+        # another connection has its own budget
+        other = requests.post(f"{api.url}/v1/topics/t/messages", json={"body": "x"},
+                              timeout=BOUND)
+        assert other.status_code == 201
+    finally:
+        gateway.stop()
