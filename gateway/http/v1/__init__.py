@@ -333,7 +333,12 @@ class JsonApi:
         flight_key = (topic, message_id)
         pending = self._inflight.get(flight_key)
         if pending is not None:  # the same key, concurrently: one store, the same answer
-            return {**await asyncio.shield(pending), "duplicate": True}
+            try:
+                return {**await asyncio.shield(pending), "duplicate": True}
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise  # this request itself is cancelled
+                # the first attempt's client went away: look again, else store it here
         found = self._find(topic, message_id)
         if found is not None:
             return found
@@ -343,6 +348,9 @@ class JsonApi:
             result = await self._store(topic, message_id, message, queue_id, due_ms)
             future.set_result(result)
             return result
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning

@@ -351,3 +351,21 @@ def test_max_publish_rate_is_429_with_retry_after(tmp_path):
         assert other.status_code == 201
     finally:
         gateway.stop()
+
+
+def test_concurrent_retries_with_one_key_store_once(gw):
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = f"{base(gw)}/v1/topics/t/messages"
+
+    def send(_: int) -> requests.Response:
+        return requests.post(url, json={"body": "once"}, timeout=BOUND,
+                             headers={"Idempotency-Key": "same"})
+
+    with ThreadPoolExecutor(10) as pool:
+        answers = list(pool.map(send, range(10)))
+    assert sorted(r.status_code for r in answers) == [200] * 9 + [201]
+    assert len({r.json()["message_id"] for r in answers}) == 1
+    assert len({r.json()["position"] for r in answers}) == 1
+    api = Api(base(gw))
+    assert [m["body"] for m in api.receive("g", "t", max_messages=32)] == ["once"]
