@@ -166,6 +166,12 @@ class HttpConnection(ConnectionHandler):
                 response = await self._dispatch(request)
                 await self._send(request, response)
                 self.busy = self.streaming = False
+                # back-pressure: a client that sends (pipelines) and does not read
+                # stops being answered, rather than filling the outbox past
+                # write_buffer_max (one write per response, as without pipelining)
+                self.conn.flush()
+                if not self.conn.writable:
+                    await self.conn.drain()
                 if self.conn.transport.is_closing() or self._closing():
                     break
                 if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:

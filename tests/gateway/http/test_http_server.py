@@ -96,14 +96,15 @@ async def raw(gateway: Gateway, data: bytes, *, name: str = "unified",
 def responses(data: bytes) -> list[tuple[int, dict[str, str], bytes]]:
     """Split a byte stream of Content-Length responses."""
     out = []
-    while data:
-        head, _, rest = data.partition(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
+    at = 0
+    while at < len(data):
+        end = data.index(b"\r\n\r\n", at)
+        lines = data[at:end].decode("latin-1").split("\r\n")
         status = int(lines[0].split()[1])
         headers = {k.lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:])}
         length = int(headers.get("content-length", "0"))
-        out.append((status, headers, rest[:length]))
-        data = rest[length:]
+        out.append((status, headers, data[end + 4:end + 4 + length]))
+        at = end + 4 + length
     return out
 
 
@@ -349,3 +350,21 @@ async def test_shutdown_finishes_the_response_in_progress(start):
     await asyncio.wait_for(stopping, BOUND)
     writer.close()
     idle_writer.close()
+
+
+async def test_pipelining_client_that_does_not_read_is_paused(start):
+    """Thousands of pipelined requests from a client that reads nothing: the server
+    stops reading (back-pressure), answers all of them in order once the client reads,
+    and its output never passes the write buffer bound."""
+    gateway = await start(write_buffer_high=16 * 1024, write_buffer_max=64 * 1024,
+                          max_packet_size=1024)  # ~30 MB of answers: beyond any socket buffer
+    reader, writer = await asyncio.open_connection("127.0.0.1", port(gateway))
+    count = 1000
+    one = b"GET /v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n"
+    last = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    writer.write(one * (count - 1) + last)
+    await asyncio.sleep(0.5)  # the server fills its buffers and stops
+    data = await asyncio.wait_for(reader.read(), BOUND * 3)
+    got = responses(data)
+    writer.close()
+    assert len(got) == count and all(s == 200 for s, _, _ in got)
