@@ -177,7 +177,8 @@ class HttpConnection(ConnectionHandler):
                 if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
                     break
                 self._h11.start_next_cycle()
-                self._first_byte_at = 0.0
+                # a pipelined next request has begun already: its head timeout runs
+                self._first_byte_at = time.monotonic() if self._h11.trailing_data[0] else 0.0
                 self._response_started = False
         except _Abort as exc:
             self._send_error(exc.status, exc.detail)
