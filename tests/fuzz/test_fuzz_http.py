@@ -8,7 +8,7 @@ Contracts checked:
   closes the connection; the gateway stays healthy afterwards.
 * Mutated valid requests (publishes, receives, acks, pipelined and chunked) likewise;
   a response's status is one the API documents or a server bound (400, 404, 405, 408,
-  413, 415, 431).
+  413, 415, 431, 501).
 * Any JSON document on every JSON endpoint: a documented status, never 500.
 * ``Router.match`` on any path returns a match or None, never raises.
 """
@@ -36,7 +36,8 @@ HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large,
           HealthCheck.function_scoped_fixture]
 FAST = settings(max_examples=examples(150), deadline=None, suppress_health_check=HEALTH)
 BOUND = 10.0
-ALLOWED = {200, 201, 207, 400, 401, 403, 404, 405, 408, 410, 413, 415, 429, 431}
+#: 501: a transfer coding h11 does not implement (RFC 9112 section 6.1 says 501)
+ALLOWED = {200, 201, 207, 400, 401, 403, 404, 405, 408, 410, 413, 415, 429, 431, 501}
 
 
 def _request(method: str, path: str, body: bytes = b"", extra: str = "") -> bytes:

@@ -238,6 +238,10 @@ async def test_bad_requests_and_errors(start):
         data = await raw(gateway, garbage)
         assert data.startswith(b"HTTP/1.1 400 Bad Request\r\n"), garbage
         assert b"Content-Type: application/problem+json" in data
+    # a transfer coding h11 does not implement: 501 (RFC 9112 section 6.1)
+    data = await raw(gateway, b"POST /test/echo/x HTTP/1.1\r\nHost: x\r\n"
+                              b"Transfer-Encoding: gzip\r\n\r\nabc")
+    assert data.startswith(b"HTTP/1.1 501 Not Implemented\r\n")
     got = responses(await raw(gateway, b"GET /nope HTTP/1.1\r\nHost: x\r\n"
                                        b"Connection: close\r\n\r\n"))
     assert got[0][0] == 404 and got[0][1]["content-type"] == "application/problem+json"
