@@ -30,7 +30,7 @@ from broker_core import AppendResult, Message, MessageTooLarge, StorageFull
 from gateway.auth import Principal
 from gateway.mqtt.flows import Inbound
 from gateway.mqtt.messages import to_store_message
-from gateway.mqtt.token_bucket import TokenBucket
+from gateway.token_bucket import TokenBucket
 from lmq.delayed import InvalidDelayedTopic, parse_delayed
 from lmq.names import InvalidTopic, validate_topic_name
 from protocol.mqtt import (

@@ -7,7 +7,7 @@ import pytest
 
 from gateway.auth.acl import GRANTED, REFUSED
 from gateway.mqtt.subscribe import subscribe_codes
-from gateway.mqtt.token_bucket import TokenBucket
+from gateway.token_bucket import TokenBucket
 from protocol.mqtt import Properties, ReasonCode, Subscribe, Subscription
 
 
