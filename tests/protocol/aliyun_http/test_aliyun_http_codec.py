@@ -133,10 +133,10 @@ def test_python_sdk_publish_body_parses(body: str, tag: str, props: dict[str, st
 
 
 def test_node_style_cdata_body_parses() -> None:
-    data = ('<?xml version="1.0" encoding="UTF-8"?><Message xmlns="http://mq.aliyuncs.com/'
-            'doc/v1/"><MessageBody><![CDATA[a <b> & c]]></MessageBody><MessageTag>'
-            '<![CDATA[t]]></MessageTag><Properties><![CDATA[k:v|KEYS:x]]></Properties>'
-            '</Message>').encode()
+    data = (b'<?xml version="1.0" encoding="UTF-8"?><Message xmlns="http://mq.aliyuncs.com/'
+            b'doc/v1/"><MessageBody><![CDATA[a <b> & c]]></MessageBody><MessageTag>'
+            b'<![CDATA[t]]></MessageTag><Properties><![CDATA[k:v|KEYS:x]]></Properties>'
+            b'</Message>')
     parsed = parse_publish(data)
     assert (parsed.body, parsed.tag) == ("a <b> & c", "t")
     assert decode_properties(parsed.properties) == {"k": "v", "KEYS": "x"}
