@@ -63,6 +63,7 @@ _FLAGS = {
     "remoting_tls_port": "remoting_tls_port",
     "grpc_port": "grpc_port",
     "grpc_tls_port": "grpc_tls_port",
+    "http_port": "http_port",
     "advertised_address": "advertised_address",
     "proxy_protocol": "proxy_protocol",
     "proxy_protocol_networks": "proxy_protocol_networks",
@@ -142,6 +143,10 @@ _FLAGS = {
 @click.option(
     "--grpc-tls-port", callback=_checked("grpc_tls_port"),
     help="RocketMQ gRPC over TLS (needs --tls-cert). [default: 0, disabled]",
+)
+@click.option(
+    "--http-port", callback=_checked("http_port"),
+    help="A dedicated HTTP port (the unified ports serve HTTP too). [default: 0, disabled]",
 )
 @click.option(
     "--advertised-address", callback=_checked("advertised_address"),

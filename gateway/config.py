@@ -32,7 +32,8 @@ TLS_LISTENERS = ("mqtts", "amqps", "unified_tls", "remoting_tls", "grpc_tls")
 PROXY_PROTOCOL_MODES = ("off", "v1", "v2", "any")
 #: Listener names ``proxy_protocol_listeners`` may list (gateway.server.LISTENERS).
 LISTENER_NAMES = (
-    "mqtt", "amqp", "unified", "remoting", "mqtts", "amqps", "unified_tls", "remoting_tls"
+    "mqtt", "amqp", "unified", "remoting", "mqtts", "amqps", "unified_tls", "remoting_tls",
+    "http",
 )
 #: Largest ``remoting_max_frame``: a remoting frame's length field then has a first
 #: byte below 0x10, which keeps the unified port's sniffers disjoint (gateway.sniff).
@@ -181,6 +182,19 @@ class GatewayConfig:
     #: Seconds an orderly consumer's queue lock lasts without renewal
     #: (RocketMQ's rebalance lock expiry).
     rocketmq_lock_expiry: float = 60.0
+    #: HTTP (issue 18): a dedicated HTTP listener (no sniffing; the unified ports serve
+    #: HTTP too). Disabled by default, as ``remoting_port``.
+    http_port: Port = 0
+    #: Largest HTTP request head (request line and headers), bytes; larger is 431.
+    http_max_head_bytes: int = 16 * 1024
+    #: Largest HTTP request body, bytes; larger is 413 (a batch publish is one body).
+    http_max_body_bytes: int = 16 * 1024 * 1024 + 64 * 1024
+    #: Seconds an HTTP request head may take from its first byte (slow loris): 408.
+    http_head_timeout: float = 10.0
+    #: Seconds an HTTP request body may take after its head: 408.
+    http_body_timeout: float = 60.0
+    #: Seconds an idle keep-alive HTTP connection is kept open for its next request.
+    http_keepalive_timeout: float = 60.0
     #: Log line format: ``text`` or ``json`` (one JSON object per line).
     log_format: str = "text"
     #: Least severe log level written: debug, info, warning, error.
@@ -392,6 +406,12 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "rocketmq_auto_create_groups": _bool,
     "rocketmq_default_queue_nums": _int(1, 1024),
     "rocketmq_lock_expiry": _seconds,
+    "http_port": _port,
+    "http_max_head_bytes": _int(1024, 1024 * 1024),
+    "http_max_body_bytes": _int(1024),
+    "http_head_timeout": _seconds,
+    "http_body_timeout": _seconds,
+    "http_keepalive_timeout": _seconds,
     "log_format": _choice(*LOG_FORMATS),
     "log_level": _choice(*LOG_LEVELS),
 }

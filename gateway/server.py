@@ -60,6 +60,7 @@ LISTENERS: tuple[ListenerSpec, ...] = (
     ListenerSpec("amqp", "amqp"),
     ListenerSpec("unified", None),
     ListenerSpec("remoting", "remoting"),
+    ListenerSpec("http", "http"),
     ListenerSpec("mqtts", "mqtt", tls=True),
     ListenerSpec("amqps", "amqp", tls=True),
     ListenerSpec("unified_tls", None, tls=True),

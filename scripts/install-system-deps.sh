@@ -11,6 +11,7 @@ command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)  # test certificates for TLS tests
 command -v node >/dev/null 2>&1 || need+=(nodejs)  # ali-ons, tests/gateway/remoting
 command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v curl >/dev/null 2>&1 || need+=(curl)  # the JSON API's tests (tests/gateway/http)
 ((${#need[@]})) || exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "missing system packages: ${need[*]} (no apt-get here: install them by hand)" >&2

@@ -26,6 +26,9 @@ class Match:
     params: dict[str, str]
     #: Methods the path allows (for 405's ``Allow``) when ``handler`` is None.
     allowed: tuple[str, ...] = ()
+    #: The pattern that matched (``/topics/{topic}/messages``): a metric label of
+    #: bounded cardinality.
+    pattern: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,7 @@ class _Route:
     method: str
     parts: tuple[str, ...]
     handler: Handler
+    pattern: str = ""
 
 
 class Router:
@@ -46,23 +50,25 @@ class Router:
         for i, part in enumerate(parts):
             if part.endswith("...}") and i != len(parts) - 1:
                 raise ValueError(f"'{part}' must be the last segment of {pattern!r}")
-        self._routes.append(_Route(method.upper(), parts, handler))
+        self._routes.append(_Route(method.upper(), parts, handler, pattern))
 
     def match(self, method: str, path: str) -> Match | None:
         """The handler for ``method`` on the raw (percent-encoded) ``path``; a Match
         with no handler when only other methods fit; None when nothing fits."""
         segments = path.split("/")[1:]
         allowed: list[str] = []
+        pattern = ""
         for route in self._routes:
             params = _bind(route.parts, segments)
             if params is None:
                 continue
             if route.method == method.upper() or (
                     method.upper() == "HEAD" and route.method == "GET"):
-                return Match(route.handler, params)
+                return Match(route.handler, params, pattern=route.pattern)
             allowed.append(route.method)
+            pattern = pattern or route.pattern
         if allowed:
-            return Match(None, {}, tuple(dict.fromkeys(allowed)))
+            return Match(None, {}, tuple(dict.fromkeys(allowed)), pattern)
         return None
 
 

@@ -1,0 +1,379 @@
+"""The HTTP/1.1 server: one :class:`HttpConnection` per socket, on h11.
+
+h11 is the sans-IO state machine (the model of our own ``protocol/`` packages); this
+module is the thin asyncio side. Per connection one task reads requests in order and
+answers each before the next one is looked at, so pipelined requests are answered in
+the order sent. Keep-alive as HTTP/1.1 says (HTTP/1.0 and ``Connection: close`` close
+after the response); request bodies may be chunked; a :class:`Response` whose body is an
+async iterator is sent chunked (close-delimited to an HTTP/1.0 client).
+
+Bounds (every one answered with its status, then the connection is closed, since the
+rest of the request is not read):
+
+* the request head (request line and headers) larger than ``http_max_head_bytes``: 431;
+* a body larger than ``http_max_body_bytes`` (by its Content-Length at once, or as the
+  chunks arrive): 413;
+* a head not complete ``http_head_timeout`` seconds after its first byte (slow loris),
+  or a body not complete ``http_body_timeout`` seconds after its head: 408;
+* no new request ``http_keepalive_timeout`` seconds after the last response: closed
+  without an answer (as every server does with an idle keep-alive connection);
+* anything h11 refuses (bad request line, header syntax, framing): 400.
+
+While a request is being answered, at most :data:`PIPELINE_BUFFER` bytes of the next
+ones are buffered; then reading pauses until the handler is done (back-pressure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import h11
+
+from gateway.frontend import ConnectionHandler
+from gateway.http.messages import Request, Response
+from gateway.http.routes import Router
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
+    from gateway.metrics import Counter
+
+log = logging.getLogger(__name__)
+
+__all__ = ["HttpConnection", "HttpLimits", "PIPELINE_BUFFER", "problem"]
+
+#: Bytes of pipelined requests buffered while one is being answered.
+PIPELINE_BUFFER = 256 * 1024
+
+_REASONS = {
+    100: "Continue", 200: "OK", 201: "Created", 202: "Accepted", 204: "No Content",
+    207: "Multi-Status", 301: "Moved Permanently", 304: "Not Modified",
+    400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+    405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict", 410: "Gone",
+    411: "Length Required", 412: "Precondition Failed", 413: "Content Too Large",
+    415: "Unsupported Media Type", 422: "Unprocessable Content", 429: "Too Many Requests",
+    431: "Request Header Fields Too Large", 500: "Internal Server Error",
+    501: "Not Implemented", 503: "Service Unavailable", 504: "Gateway Timeout",
+}
+
+PROBLEM_JSON = "application/problem+json"
+
+
+def reason(status: int) -> str:
+    return _REASONS.get(status, "")
+
+
+def problem(status: int, detail: str, *, title: str | None = None,
+            headers: list[tuple[str, str]] | None = None, **extra: object) -> Response:
+    """An RFC 9457 problem document (``application/problem+json``)."""
+    doc: dict[str, object] = {
+        "type": "about:blank", "title": title or reason(status) or "Error",
+        "status": status, "detail": detail, **extra,
+    }
+    return Response.of(status, json.dumps(doc).encode(), PROBLEM_JSON, headers)
+
+
+class HttpLimits:
+    """The bounds of one listener's connections (from the gateway's config)."""
+
+    __slots__ = ("max_head", "max_body", "head_timeout", "body_timeout", "keepalive_timeout")
+
+    def __init__(self, max_head: int = 16384, max_body: int = 16 * 1024 * 1024,
+                 head_timeout: float = 10.0, body_timeout: float = 60.0,
+                 keepalive_timeout: float = 60.0) -> None:
+        self.max_head = max_head
+        self.max_body = max_body
+        self.head_timeout = head_timeout
+        self.body_timeout = body_timeout
+        self.keepalive_timeout = keepalive_timeout
+
+
+class _Abort(Exception):
+    """Answer ``status`` (unless nothing of a request was read) and close."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+class HttpConnection(ConnectionHandler):
+    """One HTTP connection: feeds h11, runs the handlers in order, writes responses."""
+
+    def __init__(self, conn: Connection, router: Router, limits: HttpLimits,
+                 requests: Counter | None = None, context: dict[str, object] | None = None,
+                 ) -> None:
+        super().__init__(conn)
+        self.router = router
+        self.limits = limits
+        self._requests = requests
+        self._context = context or {}
+        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_head)
+        self._data = asyncio.Event()
+        #: Bytes received since the serving task last needed data (pipelining bound).
+        self._buffered = 0
+        #: When the first byte of the request being read arrived (0 = none yet).
+        self._first_byte_at = 0.0
+        self._paused = False
+        #: The head of the current response is written (an error can only close now).
+        self._response_started = False
+        self._task = conn.spawn(self._serve(), f"http-{conn.id}")
+
+    # -- from the connection --------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if not self._first_byte_at:
+            self._first_byte_at = time.monotonic()
+        try:
+            self._h11.receive_data(data)
+        except RuntimeError:  # data after the connection was closed by h11: ignore
+            return
+        self._buffered += len(data)
+        if self._buffered > PIPELINE_BUFFER + self.limits.max_head and not self._paused:
+            self._paused = True
+            self.conn.pause_reading()
+        self._data.set()
+
+    def eof_received(self) -> bool:
+        try:
+            self._h11.receive_data(b"")
+        except RuntimeError:
+            pass
+        self._data.set()
+        return True  # the response being prepared may still be written
+
+    # -- the serving loop -----------------------------------------------------------
+
+    async def _serve(self) -> None:
+        try:
+            while True:
+                request = await self._read_request()
+                if request is None:
+                    break
+                response = await self._dispatch(request)
+                await self._send(request, response)
+                if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
+                    break
+                self._h11.start_next_cycle()
+                self._first_byte_at = 0.0
+                self._response_started = False
+        except _Abort as exc:
+            self._send_error(exc.status, exc.detail)
+        except (ConnectionError, h11.LocalProtocolError) as exc:
+            log.debug("http connection ends", extra={**self.conn.log_fields(), "error": str(exc)})
+        except Exception:
+            log.exception("http connection failed", extra=self.conn.log_fields())
+            self._send_error(500, "internal error")
+        finally:
+            self.conn.flush()
+            self.conn.close("http done")
+
+    def _next_event(self) -> object:
+        try:
+            return self._h11.next_event()
+        except h11.RemoteProtocolError as exc:
+            status = exc.error_status_hint
+            detail = str(exc) or "bad request"
+            if status == 431 or "exceeded" in detail:
+                status, detail = 431, f"request head larger than {self.limits.max_head} bytes"
+            raise _Abort(status, detail) from None
+
+    async def _wait_data(self, deadline: float | None) -> bool:
+        """Wait for more bytes until ``deadline`` (monotonic); False when it passed."""
+        self._buffered = 0
+        if self._paused:
+            self._paused = False
+            self.conn.resume_reading()
+        self._data.clear()
+        if deadline is None:
+            await self._data.wait()
+            return True
+        timeout = deadline - time.monotonic()
+        if timeout <= 0:
+            return False
+        try:
+            await asyncio.wait_for(self._data.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _read_request(self) -> Request | None:
+        limits = self.limits
+        idle_deadline = time.monotonic() + limits.keepalive_timeout
+        while True:
+            event = self._next_event()
+            if event is h11.NEED_DATA:
+                started = self._first_byte_at
+                deadline = started + limits.head_timeout if started else idle_deadline
+                if not await self._wait_data(deadline):
+                    if self._first_byte_at:
+                        raise _Abort(408, f"request head not complete within"
+                                          f" {limits.head_timeout:g} s")
+                    return None  # idle keep-alive connection
+                continue
+            if isinstance(event, h11.Request):
+                break
+            if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+                return None
+            raise _Abort(400, f"unexpected {type(event).__name__}")
+        # h11 bounds a head that arrives in pieces; one that arrives whole is measured here
+        head_size = len(event.method) + len(event.target) + 12 + sum(
+            len(k) + len(v) + 4 for k, v in event.headers.raw_items())
+        if head_size > limits.max_head:
+            raise _Abort(431, f"request head larger than {limits.max_head} bytes")
+        if event.http_version not in (b"1.0", b"1.1"):
+            raise _Abort(400, f"HTTP/{event.http_version.decode('latin-1')} is not served"
+                              " (HTTP/1.0 and 1.1 are)")
+        self.conn.established()
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers]
+        request = Request(
+            method=event.method.decode("ascii"), target=event.target.decode("latin-1"),
+            headers=headers, peer=self.conn.peer,
+            context={**self._context, "http_version": event.http_version.decode()},
+        )
+        length = request.header("content-length")
+        if length is not None and length.isdigit() and int(length) > limits.max_body:
+            raise _Abort(413, f"request body larger than {limits.max_body} bytes")
+        if self._h11.they_are_waiting_for_100_continue:
+            self._write(self._h11.send(h11.InformationalResponse(status_code=100, headers=[])))
+        body: list[bytes] = []
+        size = 0
+        body_deadline = time.monotonic() + limits.body_timeout
+        while True:
+            event = self._next_event()
+            if event is h11.NEED_DATA:
+                if not await self._wait_data(body_deadline):
+                    raise _Abort(408, f"request body not complete within"
+                                      f" {limits.body_timeout:g} s")
+                continue
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > limits.max_body:
+                    raise _Abort(413, f"request body larger than {limits.max_body} bytes")
+                body.append(bytes(event.data))
+                continue
+            if isinstance(event, h11.EndOfMessage):
+                break
+            if isinstance(event, h11.ConnectionClosed):
+                return None
+            raise _Abort(400, f"unexpected {type(event).__name__}")
+        request.body = b"".join(body)
+        return request
+
+    async def _dispatch(self, request: Request) -> Response:
+        match = self.router.match(request.method, request.path)
+        label = "-"
+        try:
+            if match is None:
+                response = problem(404, f"no resource at {request.path}")
+            elif match.handler is None:
+                allowed = list(match.allowed)
+                if "GET" in allowed and "HEAD" not in allowed:
+                    allowed.insert(allowed.index("GET") + 1, "HEAD")
+                response = problem(405, f"{request.method} is not allowed here",
+                                   headers=[("Allow", ", ".join(allowed))])
+                label = match.pattern or "-"
+            else:
+                label = match.pattern or "-"
+                request.params = match.params
+                response = await match.handler(request)
+        except Exception:
+            log.exception("http handler failed",
+                          extra={**self.conn.log_fields(), "path": request.path})
+            response = problem(500, "internal error")
+        if self._requests is not None:
+            self._requests.inc(path=label, status=str(response.status))
+        return response
+
+    async def _send(self, request: Request, response: Response) -> None:
+        headers = [(_title(k), v) for k, v in response.headers]
+        names = {k.lower() for k, _ in headers}
+        body = response.body
+        if isinstance(body, bytes | bytearray):
+            if "content-length" not in names:
+                headers.append(("Content-Length", str(len(body))))
+        if "server" not in names:
+            headers.append(("Server", "lmq-gateway"))
+        if self.conn.is_closed or self._closing():
+            headers = [(k, v) for k, v in headers if k.lower() != "connection"]
+            headers.append(("Connection", "close"))
+        elif not self._keep_alive_asked(request) and "connection" not in names:
+            headers.append(("Connection", "close"))
+        self._response_started = True
+        self._write(self._h11.send(h11.Response(
+            status_code=response.status, headers=headers,
+            reason=reason(response.status).encode())))
+        if isinstance(body, bytes | bytearray):
+            if body and request.method != "HEAD":
+                self._write(self._h11.send(h11.Data(data=bytes(body))))
+            self._write(self._h11.send(h11.EndOfMessage()))
+            return
+        iterator: AsyncIterator[bytes] = body
+        try:
+            if request.method != "HEAD":
+                async for chunk in iterator:
+                    if chunk:
+                        self._write(self._h11.send(h11.Data(data=chunk)))
+                        self.conn.flush()
+                        await self.conn.drain()
+                    if self.conn.transport.is_closing():
+                        return
+        finally:
+            aclose = getattr(iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        self._write(self._h11.send(h11.EndOfMessage()))
+
+    def _closing(self) -> bool:
+        state = getattr(self.conn, "_state", None)
+        return bool(getattr(state, "stopping", False))
+
+    @staticmethod
+    def _keep_alive_asked(request: Request) -> bool:
+        connection = (request.header("connection") or "").lower()
+        if request.context.get("http_version") == "1.0":
+            return "keep-alive" in connection
+        return "close" not in connection
+
+    def _write(self, data: bytes | None) -> None:
+        if data:
+            self.conn.queue(data)
+
+    def _send_error(self, status: int, detail: str) -> None:
+        """Answer a request that could not be read (or a failure), then close."""
+        if self._requests is not None:
+            self._requests.inc(path="-", status=str(status))
+        response = problem(status, detail)
+        assert isinstance(response.body, bytes)
+        headers = [(_title(k), v) for k, v in response.headers] + [
+            ("Content-Length", str(len(response.body))), ("Connection", "close"),
+            ("Server", "lmq-gateway")]
+        if self._response_started:
+            return  # a response is half sent: closing is all that is left
+        try:
+            if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                data = self._h11.send(h11.Response(
+                    status_code=status, headers=headers, reason=reason(status).encode()))
+                self._write(data)
+                self._write(self._h11.send(h11.Data(data=response.body)))
+                self._write(self._h11.send(h11.EndOfMessage()))
+                return
+        except h11.LocalProtocolError:
+            pass
+        if not self._response_started:
+            head = f"HTTP/1.1 {status} {reason(status)}\r\n" + "".join(
+                f"{k}: {v}\r\n" for k, v in headers)
+            self._write(head.encode("latin-1") + b"\r\n" + response.body)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._data.set()
+
+
+def _title(name: str) -> str:
+    """``content-type`` -> ``Content-Type`` (names are case-insensitive; clients that
+    index a dict of headers by the usual spelling find them)."""
+    return "-".join(part[:1].upper() + part[1:] for part in name.split("-"))
