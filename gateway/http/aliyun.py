@@ -94,7 +94,7 @@ if TYPE_CHECKING:
     from gateway.context import GatewayContext
     from gateway.http.routes import Router
 
-__all__ = ["AliyunHttpApi", "HalfPolls"]
+__all__ = ["AliyunHttpApi", "HalfPolls", "register_routes"]
 
 log = logging.getLogger("lmq.http.aliyun")
 
@@ -570,3 +570,8 @@ class AliyunHttpApi:
             return (ErrorCode.MESSAGE_NOT_EXIST,
                     f"the transaction already ended: {result.outcome.value}"), 0
         return None, result.control_end or 0
+
+
+def register_routes(router: Router, ctx: GatewayContext) -> None:
+    """Called by the HTTP front end at start (:mod:`gateway.http`): serve the API."""
+    AliyunHttpApi(ctx).routes(router)
