@@ -195,6 +195,9 @@ class GatewayConfig:
     http_body_timeout: float = 60.0
     #: Seconds an idle keep-alive HTTP connection is kept open for its next request.
     http_keepalive_timeout: float = 60.0
+    #: Seconds a JSON API publish with an ``Idempotency-Key`` is remembered: a retry
+    #: with the same key within it stores nothing (the key index, so across restarts).
+    http_idempotency_window: float = 24 * 3600.0
     #: Log line format: ``text`` or ``json`` (one JSON object per line).
     log_format: str = "text"
     #: Least severe log level written: debug, info, warning, error.
@@ -412,6 +415,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "http_head_timeout": _seconds,
     "http_body_timeout": _seconds,
     "http_keepalive_timeout": _seconds,
+    "http_idempotency_window": _seconds,
     "log_format": _choice(*LOG_FORMATS),
     "log_level": _choice(*LOG_LEVELS),
 }

@@ -1,0 +1,742 @@
+"""The JSON API under ``/v1/`` (issue 18; docs/http.md, the OpenAPI document at
+``/v1/openapi.json``).
+
+Publish to a RocketMQ topic (``POST /v1/topics/{topic}/messages``: one message or a
+batch, per-entry results, 207 when mixed) or to an MQTT topic (``POST
+/v1/mqtt/{topic}/messages``, the topic one URL-encoded segment), answered once stored
+under the configured durability; ``Idempotency-Key`` stores a retried publish once.
+Consume by group with long polling (``POST /v1/groups/{group}/topics/{topic}/receive``)
+and receipt handles; ack, nack, change of visibility; seek a group's offsets; a
+server-sent-event stream. Errors are RFC 9457 ``application/problem+json``.
+
+A message published here is stored as a RocketMQ send is (:func:`to_store_message`): its
+tag, keys, message id (``UNIQ_KEY``), message group (``__SHARDINGKEY``) and user
+properties, so remoting, gRPC, MQTT and AMQP consumers read it as they read a RocketMQ
+message, and it reaches the MQTT subscribers and ``amq.topic`` queues of its name.
+
+Consumers are stateless on the server: the group's progress and what is in flight are
+the store's pop state, and a receipt handle carries everything an ack needs (topic,
+queue, offset, the pop's ExtraInfo), so it works on any gateway node sharing the store
+and across a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import itertools
+import json
+import logging
+import time
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from broker_core import (
+    AppendResult,
+    DelayTooLong,
+    Message,
+    MessageTooLarge,
+    Protocol,
+    Record,
+    StorageFull,
+    StoreError,
+    UnknownLmq,
+)
+from broker_core.errors import UnknownReceipt
+from gateway.auth.authenticator import Principal, Refusal
+from gateway.http.messages import Request, Response
+from gateway.http.server import problem
+from gateway.http.v1.openapi import OPENAPI
+from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopItem
+from gateway.rocketmq.records import (
+    USER_PROPERTIES,
+    rocketmq_properties,
+    to_store_message,
+)
+from gateway.user_properties import encode_user_properties
+from lmq.rocketmq import InvalidName, queue_lmq
+from protocol.remoting.messages import decode_properties, encode_properties
+
+if TYPE_CHECKING:
+    from gateway.context import GatewayContext
+    from gateway.http.routes import Router
+
+log = logging.getLogger(__name__)
+
+ROUTE_ORDER = 10
+JSON = "application/json"
+#: Most messages in one publish request, and in one receive.
+MAX_BATCH = 1000
+MAX_RECEIVE = 32
+#: Longest long poll, seconds (Aliyun's and SQS's limit is 20-30 s).
+MAX_WAIT_SECONDS = 30.0
+DEFAULT_INVISIBLE_SECONDS = 30.0
+#: The property an idempotent publish's key goes to: RocketMQ's message id, which the
+#: store's key index holds (StoreConfig.key_index_properties), durable with the record.
+ID_PROPERTY = "UNIQ_KEY"
+_round_robin = itertools.count()
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, detail: str, *, title: str | None = None,
+                 headers: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.title = title
+        self.headers = headers
+
+    def response(self) -> Response:
+        return problem(self.status, self.detail, title=self.title, headers=self.headers)
+
+
+def json_response(status: int, doc: object, headers: list[tuple[str, str]] | None = None
+                  ) -> Response:
+    return Response.of(status, json.dumps(doc, separators=(",", ":")).encode(), JSON, headers)
+
+
+def _json_body(request: Request) -> Any:
+    if not request.body:
+        return {}
+    ctype = (request.header("content-type") or JSON).split(";")[0].strip().lower()
+    if ctype not in (JSON, "application/*+json", "text/json") and not ctype.endswith("+json"):
+        raise ApiError(415, f"the body must be JSON (application/json), not {ctype}")
+    try:
+        return json.loads(request.body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the body is not valid JSON: {exc}") from None
+
+
+# -- receipt handles ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    topic: str
+    queue_id: int
+    offset: int
+    extra_info: str
+
+    def encode(self) -> str:
+        raw = f"{self.topic}\n{self.queue_id}\n{self.offset}\n{self.extra_info}".encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def decode(cls, handle: object) -> Receipt:
+        if not isinstance(handle, str) or not handle:
+            raise ValueError("a receipt handle is a non-empty string")
+        try:
+            raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4)).decode()
+            topic, queue_id, offset, extra = raw.split("\n")
+            return cls(topic, int(queue_id), int(offset), extra)
+        except (ValueError, binascii.Error, UnicodeDecodeError):
+            raise ValueError(f"not a receipt handle of this gateway: {handle[:64]!r}") from None
+
+
+# -- the API --------------------------------------------------------------------------
+
+
+class JsonApi:
+    def __init__(self, ctx: GatewayContext) -> None:
+        self.ctx = ctx
+        cfg = ctx.config
+        self.window_ms = int(cfg.http_idempotency_window * 1000)
+        #: Idempotent publishes in flight: (topic, message id) -> their answer.
+        self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+
+    # -- auth ---------------------------------------------------------------------
+
+    def principal(self, request: Request) -> Principal | None:
+        """The caller, from HTTP Basic credentials; None in open mode. Raises 401."""
+        auth = self.ctx.authenticator
+        if auth is None:
+            return None
+        cached = request.context.get("principal")
+        if isinstance(cached, Principal):
+            return cached
+        username = password = None
+        header = request.header("authorization")
+        if header and header[:6].lower() == "basic ":
+            try:
+                username, _, password = base64.b64decode(header[6:]).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                raise ApiError(401, "malformed Basic credentials", headers=_CHALLENGE) from None
+        result = auth.authenticate(username, password, client_id="http",
+                                   peer_host=request.peer.rpartition(":")[0].strip("[]"))
+        if isinstance(result, Refusal):
+            raise ApiError(401, "authentication failed: Basic credentials of a gateway user"
+                                " are required", headers=_CHALLENGE)
+        request.context["principal"] = result
+        return result
+
+    def check_publish(self, request: Request, topic: str) -> None:
+        principal = self.principal(request)
+        auth = self.ctx.authenticator
+        if auth is not None and principal is not None and not auth.can_publish(
+                principal, "http", topic):
+            raise ApiError(403, f"not allowed to publish to {topic!r}")
+
+    def check_consume(self, request: Request, topic: str) -> None:
+        principal = self.principal(request)
+        auth = self.ctx.authenticator
+        if auth is not None and principal is not None and not auth.can_subscribe(
+                principal, "http", topic):
+            raise ApiError(403, f"not allowed to consume from {topic!r}")
+
+    # -- publish ------------------------------------------------------------------
+
+    def _topic(self, name: str) -> Any:
+        try:
+            config = self.ctx.rocketmq_topics.ensure(name)
+        except InvalidName as exc:
+            raise ApiError(400, f"invalid topic name: {exc}") from None
+        if config is None:
+            raise ApiError(404, f"topic {name!r} does not exist (and is not created"
+                                " automatically)")
+        return config
+
+    async def publish(self, request: Request) -> Response:
+        topic = request.params["topic"]
+        self.check_publish(request, topic)
+        config = self._topic(topic)
+        doc = _json_body(request)
+        key = request.header("idempotency-key")
+        if isinstance(doc, dict) and "messages" in doc:
+            entries = doc["messages"]
+            if not isinstance(entries, list) or not entries:
+                raise ApiError(400, "'messages' must be a non-empty array")
+            if len(entries) > MAX_BATCH:
+                raise ApiError(413, f"{len(entries)} messages; at most {MAX_BATCH} a request")
+            if key is not None:
+                raise ApiError(400, "Idempotency-Key names one message; in a batch give"
+                                    " each entry its own 'idempotency_key'")
+            results = await asyncio.gather(
+                *(self._publish_one(topic, config, entry, None, request)
+                  for entry in entries))
+            failed = sum(1 for r in results if r["status"] >= 300)
+            status = 200 if not failed else (207 if failed < len(results) else
+                                             _common_status(results))
+            return json_response(status, {"results": results})
+        result = await self._publish_one(topic, config, doc, key, request)
+        if result["status"] >= 300:
+            raise ApiError(result["status"], result["detail"])
+        return json_response(200 if result.get("duplicate") else 201, result)
+
+    async def publish_mqtt(self, request: Request) -> Response:
+        """An MQTT-named publish: the MQTT subscribers, amq.topic queues and RocketMQ
+        queue of the MQTT topic (as an MQTT QoS 1 publish is routed)."""
+        topic = request.params["topic"]
+        if not topic or "+" in topic or "#" in topic or "\x00" in topic:
+            raise ApiError(400, "an MQTT topic name without wildcards is required")
+        self.check_publish(request, topic)
+        doc = _json_body(request)
+        if not isinstance(doc, dict):
+            raise ApiError(400, "the body is a JSON object")
+        try:
+            body = _body_of(doc)
+            user = _properties_of(doc)
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        props = {USER_PROPERTIES: encode_user_properties(list(user.items()))} if user else {}
+        message = Message(topic, body, props, "http", str(doc.get("tag") or ""), 1, False,
+                          Protocol.MQTT, int(time.time() * 1000))
+        lmqs = list(self.ctx.topic_space.route_mqtt(topic))
+        try:
+            result = await self.ctx.publisher.submit(message, lmqs)
+        except Exception as exc:
+            raise _store_error(exc) from None
+        return json_response(201, {"status": 201, "topic": topic, "position": result.position,
+                                   "routed_to": len(lmqs)})
+
+    async def _publish_one(self, topic: str, config: Any, entry: object, key: str | None,
+                           request: Request) -> dict[str, Any]:
+        try:
+            if not isinstance(entry, dict):
+                raise ApiError(400, "a message is a JSON object")
+            if key is None and entry.get("idempotency_key") is not None:
+                key = str(entry["idempotency_key"])
+            message_id, message, queue_id, due_ms = self._message(topic, config, entry, key)
+        except ApiError as exc:
+            return {"status": exc.status, "detail": exc.detail}
+        except ValueError as exc:
+            return {"status": 400, "detail": str(exc)}
+        if key is None:
+            return await self._store(topic, message_id, message, queue_id, due_ms)
+        flight_key = (topic, message_id)
+        pending = self._inflight.get(flight_key)
+        if pending is not None:  # the same key, concurrently: one store, the same answer
+            return {**await asyncio.shield(pending), "duplicate": True}
+        found = self._find(topic, message_id)
+        if found is not None:
+            return found
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._inflight[flight_key] = future
+        try:
+            result = await self._store(topic, message_id, message, queue_id, due_ms)
+            future.set_result(result)
+            return result
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning
+            raise
+        finally:
+            del self._inflight[flight_key]
+
+    def _find(self, topic: str, message_id: str) -> dict[str, Any] | None:
+        """The answer to an idempotent publish already stored within the window."""
+        since = int(time.time() * 1000) - self.window_ms
+        for record in self.ctx.store.find_by_key(topic, message_id, 4, since):
+            props = decode_properties(rocketmq_properties(record))
+            if props.get(ID_PROPERTY) == message_id and record.topic.split("/")[0] == topic:
+                return {"status": 200, "message_id": message_id, "topic": topic,
+                        "position": record.position, "duplicate": True}
+        return None
+
+    def _message(self, topic: str, config: Any, entry: dict[str, Any], key: str | None
+                 ) -> tuple[str, Message, int, int | None]:
+        body = _body_of(entry)
+        props: dict[str, str] = dict(_properties_of(entry))
+        tag = entry.get("tag")
+        if tag is not None:
+            props["TAGS"] = _text(tag, "tag")
+        keys = entry.get("keys")
+        if keys is not None:
+            keys_list = [keys] if isinstance(keys, str) else keys
+            if not isinstance(keys_list, list) or not all(
+                    isinstance(k, str) and k and " " not in k for k in keys_list):
+                raise ValueError("'keys' is a string or an array of strings without spaces")
+            props["KEYS"] = " ".join(keys_list)
+        if key is not None:
+            if not key or len(key) > 256:
+                raise ValueError("an idempotency key is 1-256 characters")
+            digest = hashlib.sha256(f"{topic}\n{key}".encode()).hexdigest()[:32].upper()
+            message_id = digest
+        else:
+            message_id = uuid.uuid4().hex.upper()
+        props[ID_PROPERTY] = message_id
+        group = entry.get("message_group")
+        if group is not None:
+            props["__SHARDINGKEY"] = _text(group, "message_group")
+        due_ms: int | None = None
+        now = int(time.time() * 1000)
+        if entry.get("delay_ms") is not None:
+            due_ms = now + _int(entry["delay_ms"], "delay_ms")
+        elif entry.get("deliver_at_ms") is not None:
+            due_ms = _int(entry["deliver_at_ms"], "deliver_at_ms")
+        if due_ms is not None:
+            if due_ms <= now:
+                due_ms = None
+            else:
+                props["__STARTDELIVERTIME"] = str(due_ms)
+        queues = max(1, config.write_queues)
+        queue_id = (zlib.crc32(props["__SHARDINGKEY"].encode()) % queues
+                    if "__SHARDINGKEY" in props else next(_round_robin) % queues)
+        message = to_store_message(topic, body, encode_properties(props), props,
+                                   origin="http", born_ms=now)
+        return message_id, message, queue_id, due_ms
+
+    async def _store(self, topic: str, message_id: str, message: Message, queue_id: int,
+                     due_ms: int | None) -> dict[str, Any]:
+        ctx = self.ctx
+        lmqs = [queue_lmq(topic, queue_id), *ctx.topic_space.route_rocketmq(topic)]
+        try:
+            if due_ms is None:
+                result = await ctx.publisher.submit(message, lmqs)
+            else:
+                result = await self._submit_delayed(message, lmqs, due_ms)
+        except Exception as exc:
+            error = _store_error(exc)
+            return {"status": error.status, "detail": error.detail}
+        out: dict[str, Any] = {"status": 201, "message_id": message_id, "topic": topic,
+                               "queue_id": queue_id, "position": result.position}
+        if due_ms is None:
+            out["offset"] = result.offsets[0]
+        else:
+            out["deliver_at_ms"] = due_ms
+        return out
+
+    def _submit_delayed(self, message: Message, lmqs: list[str], due_ms: int
+                        ) -> asyncio.Future[AppendResult]:
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+
+        def done(result: AppendResult | None, exc: BaseException | None) -> None:
+            if future.done():
+                return
+            if exc is not None:
+                future.set_exception(exc)
+            else:
+                assert result is not None
+                future.set_result(result)
+
+        self.ctx.publisher.submit_delayed(message, lmqs, due_ms, done)
+        return future
+
+    # -- consume ------------------------------------------------------------------
+
+    def _group(self, name: str) -> None:
+        try:
+            config = self.ctx.rocketmq_groups.ensure(name)
+        except InvalidName as exc:
+            raise ApiError(400, f"invalid group name: {exc}") from None
+        if config is None:
+            raise ApiError(404, f"group {name!r} does not exist")
+
+    async def receive(self, request: Request) -> Response:
+        group, topic = request.params["group"], request.params["topic"]
+        self.check_consume(request, topic)
+        self._group(group)
+        if self.ctx.rocketmq_topics.get(topic) is None:
+            raise ApiError(404, f"topic {topic!r} does not exist")
+        doc = _json_body(request)
+        if not isinstance(doc, dict):
+            raise ApiError(400, "the body is a JSON object")
+        q = request.query
+
+        def option(name: str, default: float, low: float, high: float) -> float:
+            raw = doc.get(name, q.get(name, [None])[0])
+            if raw is None:
+                return default
+            try:
+                value = float(raw)
+            except (TypeError, ValueError):
+                raise ApiError(400, f"{name} must be a number") from None
+            if not low <= value <= high:
+                raise ApiError(400, f"{name} must be between {low:g} and {high:g}")
+            return value
+
+        count = int(option("max_messages", 16, 1, MAX_RECEIVE))
+        wait = option("wait_seconds", 0, 0, MAX_WAIT_SECONDS)
+        invisible = option("invisible_seconds", DEFAULT_INVISIBLE_SECONDS, 1, 12 * 3600)
+        tag = doc.get("tag", q.get("tag", [None])[0])
+        ordered = bool(doc.get("ordered", (q.get("ordered", [""])[0] in ("1", "true"))))
+        accept = _tag_filter(tag) if tag else None
+        try:
+            result = await self.ctx.rocketmq.pop.pop(
+                group, topic, -1, count, int(invisible * 1000), int(wait * 1000),
+                accept=accept, fifo=ordered)
+        except PollingFull as exc:
+            raise ApiError(429, str(exc), headers=[("Retry-After", "1")]) from None
+        except (UnknownLmq, ValueError) as exc:
+            raise ApiError(404, str(exc)) from None
+        visible = result.pop_time + result.invisible_time
+        return json_response(200, {"messages": [
+            _message_doc(item, visible) for item in result.items]})
+
+    def _settle(self, request: Request) -> tuple[str, list[object]]:
+        group = request.params["group"]
+        doc = _json_body(request)
+        handles = doc.get("receipt_handles") if isinstance(doc, dict) else None
+        if not isinstance(handles, list) or not handles:
+            raise ApiError(400, "'receipt_handles' must be a non-empty array")
+        if len(handles) > MAX_BATCH:
+            raise ApiError(413, f"at most {MAX_BATCH} receipt handles a request")
+        self._group(group)
+        return group, handles
+
+    async def ack(self, request: Request) -> Response:
+        group, handles = self._settle(request)
+        results = []
+        pop = self.ctx.rocketmq.pop
+        for handle in handles:
+            try:
+                receipt = Receipt.decode(handle)
+                self.check_consume(request, receipt.topic)
+                in_flight = pop.ack(group, receipt.topic, receipt.queue_id, receipt.offset,
+                                    receipt.extra_info)
+                results.append({"status": 200 if in_flight else 410, "receipt_handle": handle,
+                                **({} if in_flight else {
+                                    "detail": "no longer in flight (acked already, or its"
+                                              " invisible time ran out)"})})
+            except ApiError as exc:
+                results.append({"status": exc.status, "receipt_handle": handle,
+                                "detail": exc.detail})
+            except (ValueError, UnknownLmq, OffsetOutOfRange, StoreError) as exc:
+                results.append({"status": 400, "receipt_handle": handle, "detail": str(exc)})
+        return _per_entry(results)
+
+    async def change_visibility(self, request: Request) -> Response:
+        group, handles = self._settle(request)
+        doc = _json_body(request)
+        seconds = doc.get("invisible_seconds", 0)
+        if not isinstance(seconds, int | float) or not 0 <= seconds <= 12 * 3600:
+            raise ApiError(400, "invisible_seconds must be a number from 0 to 43200")
+        return self._visibility(request, group, handles, int(seconds * 1000))
+
+    async def nack(self, request: Request) -> Response:
+        group, handles = self._settle(request)
+        return self._visibility(request, group, handles, 0)
+
+    def _visibility(self, request: Request, group: str, handles: list[object],
+                    invisible_ms: int) -> Response:
+        results = []
+        pop = self.ctx.rocketmq.pop
+        for handle in handles:
+            try:
+                receipt = Receipt.decode(handle)
+                self.check_consume(request, receipt.topic)
+                pop_time, invisible = pop.change_invisible_time(
+                    group, receipt.topic, receipt.queue_id, receipt.offset,
+                    receipt.extra_info, max(invisible_ms, 1))
+                extra = receipt.extra_info.split(" ")
+                extra[1], extra[2] = str(pop_time), str(invisible)
+                renewed = Receipt(receipt.topic, receipt.queue_id, receipt.offset,
+                                  " ".join(extra))
+                results.append({"status": 200, "receipt_handle": handle,
+                                "new_receipt_handle": renewed.encode(),
+                                "next_visible_ms": pop_time + invisible})
+            except ApiError as exc:
+                results.append({"status": exc.status, "receipt_handle": handle,
+                                "detail": exc.detail})
+            except UnknownReceipt:
+                results.append({"status": 410, "receipt_handle": handle,
+                                "detail": "no longer in flight"})
+            except (ValueError, UnknownLmq, OffsetOutOfRange, StoreError, IndexError) as exc:
+                results.append({"status": 400, "receipt_handle": handle, "detail": str(exc)})
+        return _per_entry(results)
+
+    async def seek(self, request: Request) -> Response:
+        """Set the group's next offset on every queue of the topic: ``earliest``,
+        ``latest``, or the first message stored at or after ``timestamp_ms``."""
+        group, topic = request.params["group"], request.params["topic"]
+        self.check_consume(request, topic)
+        self._group(group)
+        config = self.ctx.rocketmq_topics.get(topic)
+        if config is None:
+            raise ApiError(404, f"topic {topic!r} does not exist")
+        doc = _json_body(request)
+        if not isinstance(doc, dict):
+            raise ApiError(400, "the body is a JSON object")
+        position = doc.get("position")
+        stamp = doc.get("timestamp_ms")
+        if (position is None) == (stamp is None) or position not in (
+                None, "earliest", "latest"):
+            raise ApiError(400, "give either 'position' (earliest or latest) or"
+                                " 'timestamp_ms'")
+        store = self.ctx.store
+        offsets: dict[str, int] = {}
+        for q in range(config.read_queues):
+            lmq = queue_lmq(topic, q)
+            info = store.lmq(lmq)
+            if info is None:
+                continue
+            if position == "earliest":
+                offsets[lmq] = info.min_offset
+            elif position == "latest":
+                offsets[lmq] = info.max_offset
+            else:
+                offsets[lmq] = _offset_at(store, lmq, info.min_offset, info.max_offset,
+                                          _int(stamp, "timestamp_ms"))
+        if offsets:
+            store.commit_offsets(group, offsets)
+        return json_response(200, {"group": group, "topic": topic, "offsets": {
+            lmq.rsplit(":", 1)[1]: off for lmq, off in offsets.items()}})
+
+    # -- streaming ----------------------------------------------------------------
+
+    async def stream(self, request: Request) -> Response:
+        """Server-sent events: each message is popped, sent as an event whose id is its
+        receipt handle, and acked once written (at most once per event written; a
+        client that reconnects with ``Last-Event-ID`` gets that message acked if it was
+        not yet, then the rest). ``ack=manual`` leaves acking to the client (the events
+        then come back after their invisible time unless acked)."""
+        group, topic = request.params["group"], request.params["topic"]
+        self.check_consume(request, topic)
+        self._group(group)
+        if self.ctx.rocketmq_topics.get(topic) is None:
+            raise ApiError(404, f"topic {topic!r} does not exist")
+        manual = request.arg("ack") == "manual"
+        limit = int(request.arg("max_events") or "0")
+        pop = self.ctx.rocketmq.pop
+        last = request.header("last-event-id")
+        if last and not manual:
+            try:
+                receipt = Receipt.decode(last)
+                pop.ack(group, receipt.topic, receipt.queue_id, receipt.offset,
+                        receipt.extra_info)
+            except (ValueError, UnknownLmq, OffsetOutOfRange, StoreError):
+                pass
+
+        async def events() -> AsyncIterator[bytes]:
+            sent = 0
+            yield b": lmq-gateway stream\nretry: 1000\n\n"
+            while not limit or sent < limit:
+                want = min(MAX_RECEIVE, limit - sent) if limit else MAX_RECEIVE
+                result = await pop.pop(group, topic, -1, want, 30_000, 15_000)
+                if not result.items:
+                    yield b": keep-alive\n\n"
+                    continue
+                visible = result.pop_time + result.invisible_time
+                for item in result.items:
+                    doc = _message_doc(item, visible)
+                    data = json.dumps(doc, separators=(",", ":"))
+                    yield f"id: {doc['receipt_handle']}\nevent: message\ndata: {data}\n\n".encode()
+                    if not manual:
+                        pop.ack(group, item.source.topic, item.source.queue_id,
+                                item.message.offset, item.extra_info)
+                    sent += 1
+
+        return Response(200, [("content-type", "text/event-stream"),
+                              ("cache-control", "no-store")], events())
+
+    async def openapi(self, request: Request) -> Response:
+        return json_response(200, OPENAPI)
+
+
+_CHALLENGE = [("WWW-Authenticate", 'Basic realm="lmq-gateway", charset="UTF-8"')]
+
+
+def _per_entry(results: list[dict[str, Any]]) -> Response:
+    failed = sum(1 for r in results if r["status"] >= 300)
+    status = 200 if not failed else (207 if failed < len(results) else _common_status(results))
+    return json_response(status, {"results": results})
+
+
+def _common_status(results: list[dict[str, Any]]) -> int:
+    statuses = {r["status"] for r in results}
+    return statuses.pop() if len(statuses) == 1 else 207
+
+
+def _offset_at(store: Any, lmq: str, low: int, high: int, stamp: int) -> int:
+    """The first offset of ``lmq`` whose message was stored at or after ``stamp`` (ms),
+    by binary search over store times (non-decreasing along an LMQ)."""
+    while low < high:
+        mid = (low + high) // 2
+        got = store.pull(lmq, mid, 1).messages
+        if not got:
+            low = mid + 1
+            continue
+        if got[0].record.store_ms < stamp:
+            low = got[0].offset + 1
+        else:
+            high = mid
+    return low
+
+
+def _message_doc(item: PopItem, visible_ms: int) -> dict[str, Any]:
+    record: Record = item.message.record
+    props = decode_properties(rocketmq_properties(record))
+    user = {k: v for k, v in props.items() if k not in _SYSTEM}
+    doc: dict[str, Any] = {
+        "receipt_handle": Receipt(item.source.topic, item.source.queue_id,
+                                  item.message.offset, item.extra_info).encode(),
+        "message_id": props.get(ID_PROPERTY, str(record.position)),
+        "topic": item.source.topic,
+        "queue_id": item.source.queue_id,
+        "offset": item.message.offset,
+        "tag": record.tag,
+        "keys": props["KEYS"].split() if props.get("KEYS") else [],
+        "properties": user,
+        "delivery_count": item.reconsume_times + 1,
+        "born_ms": record.born_ms,
+        "store_ms": record.store_ms,
+        "next_visible_ms": visible_ms,
+    }
+    if record.properties.get("__SHARDINGKEY"):
+        doc["message_group"] = record.properties["__SHARDINGKEY"].decode()
+    try:
+        doc["body"] = record.body.decode()
+    except UnicodeDecodeError:
+        doc["body_base64"] = base64.b64encode(record.body).decode()
+    return doc
+
+
+_SYSTEM = frozenset({"TAGS", "KEYS", "UNIQ_KEY", "__SHARDINGKEY", "__STARTDELIVERTIME",
+                     "mqttSecondTopic", "WAIT", "DELAY", "MAX_OFFSET", "MIN_OFFSET",
+                     "CLUSTER", "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC", "CONSUME_START_TIME",
+                     "POP_CK", "MAX_RECONSUME_TIMES", "TRAN_MSG", "PGROUP"})
+
+
+def _tag_filter(expression: str) -> Any:
+    tags = {t.strip() for t in str(expression).split("||") if t.strip()}
+    if not tags or "*" in tags:
+        return None
+    return lambda record: record.tag in tags
+
+
+def _text(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"'{name}' must be a non-empty string")
+    return value
+
+
+def _int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"'{name}' must be a non-negative number")
+    return int(value)
+
+
+def _body_of(entry: Mapping[str, Any]) -> bytes:
+    if "body" in entry and "body_base64" in entry:
+        raise ValueError("give 'body' or 'body_base64', not both")
+    if "body_base64" in entry:
+        raw = entry["body_base64"]
+        if not isinstance(raw, str):
+            raise ValueError("'body_base64' must be a string")
+        try:
+            return base64.b64decode(raw, validate=True)
+        except binascii.Error as exc:
+            raise ValueError(f"'body_base64' is not base64: {exc}") from None
+    body = entry.get("body")
+    if body is None:
+        raise ValueError("a message needs 'body' (text or any JSON value) or 'body_base64'")
+    if isinstance(body, str):
+        return body.encode()
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _properties_of(entry: Mapping[str, Any]) -> dict[str, str]:
+    props = entry.get("properties") or {}
+    if not isinstance(props, dict) or not all(
+            isinstance(k, str) and k and isinstance(v, str) for k, v in props.items()):
+        raise ValueError("'properties' is an object of strings")
+    bad = [k for k in props if k in _SYSTEM or "\x01" in k + props[k] or "\x02" in k + props[k]]
+    if bad:
+        raise ValueError(f"property {bad[0]!r} is reserved or has a control character")
+    return props
+
+
+def _store_error(exc: BaseException) -> ApiError:
+    if isinstance(exc, MessageTooLarge):
+        return ApiError(413, str(exc))
+    if isinstance(exc, DelayTooLong):
+        return ApiError(400, str(exc))
+    if isinstance(exc, StorageFull):
+        return ApiError(507, f"the store is full: {exc}")
+    if isinstance(exc, StoreError):
+        return ApiError(503, f"the store refused the message: {exc}")
+    log.exception("http publish failed", exc_info=exc)
+    return ApiError(500, f"{type(exc).__name__}: {exc}")
+
+
+def _guard(fn: Any) -> Any:
+    async def handler(request: Request) -> Response:
+        try:
+            response: Response = await fn(request)
+            return response
+        except ApiError as exc:
+            return exc.response()
+
+    handler.__name__ = getattr(fn, "__name__", "handler")
+    return handler
+
+
+def register_routes(router: Router, ctx: GatewayContext) -> None:
+    api = JsonApi(ctx)
+    routes = (
+        ("GET", "/v1/openapi.json", api.openapi),
+        ("POST", "/v1/topics/{topic}/messages", api.publish),
+        ("POST", "/v1/mqtt/{topic}/messages", api.publish_mqtt),
+        ("POST", "/v1/groups/{group}/topics/{topic}/receive", api.receive),
+        ("GET", "/v1/groups/{group}/topics/{topic}/stream", api.stream),
+        ("POST", "/v1/groups/{group}/topics/{topic}/seek", api.seek),
+        ("POST", "/v1/groups/{group}/ack", api.ack),
+        ("POST", "/v1/groups/{group}/nack", api.nack),
+        ("POST", "/v1/groups/{group}/visibility", api.change_visibility),
+    )
+    for method, pattern, fn in routes:
+        router.add(method, pattern, _guard(fn))

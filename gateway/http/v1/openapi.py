@@ -1,0 +1,234 @@
+"""The OpenAPI 3.1 document of the JSON API, served at ``/v1/openapi.json``. The tests
+validate it (openapi-spec-validator) and check the real responses against its schemas
+(JSON Schema 2020-12, as OpenAPI 3.1 uses)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["OPENAPI"]
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_PROBLEM = {"description": "An RFC 9457 problem",
+            "content": {"application/problem+json": {"schema": _ref("Problem")}}}
+_ERRORS = {str(s): _PROBLEM for s in (400, 401, 403, 404, 413, 415, 429, 503)}
+
+_GROUP = {"name": "group", "in": "path", "required": True, "schema": {"type": "string"},
+          "description": "Consumer group (a RocketMQ consumer group)"}
+_TOPIC = {"name": "topic", "in": "path", "required": True, "schema": {"type": "string"},
+          "description": "RocketMQ topic"}
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+_SETTLE_BODY = {"type": "object", "required": ["receipt_handles"], "properties": {
+    "receipt_handles": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+    "invisible_seconds": {"type": "number", "minimum": 0, "maximum": 43200}}}
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "LMQ Gateway JSON API",
+        "version": "1",
+        "description": "Publish, consume by group with long polling and receipt handles,"
+                       " ack, nack, visibility, seek, and server-sent events. Errors are"
+                       " RFC 9457 problem documents.",
+    },
+    "components": {
+        "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
+        "schemas": {
+            "Problem": {"type": "object", "required": ["type", "title", "status"],
+                        "properties": {"type": {"type": "string"},
+                                       "title": {"type": "string"},
+                                       "status": {"type": "integer"},
+                                       "detail": {"type": "string"}}},
+            "OutgoingMessage": {
+                "type": "object",
+                "properties": {
+                    "body": {"description": "Text, or any JSON value (stored as its JSON)"},
+                    "body_base64": {"type": "string", "contentEncoding": "base64"},
+                    "tag": {"type": "string"},
+                    "keys": {"oneOf": [{"type": "string"},
+                                       {"type": "array", "items": {"type": "string"}}]},
+                    "properties": {"type": "object",
+                                   "additionalProperties": {"type": "string"}},
+                    "message_group": {"type": "string",
+                                      "description": "FIFO order within the group"},
+                    "delay_ms": {"type": "integer", "minimum": 0},
+                    "deliver_at_ms": {"type": "integer", "minimum": 0},
+                    "idempotency_key": {"type": "string",
+                                        "description": "In a batch entry: as the"
+                                                       " Idempotency-Key header"},
+                },
+            },
+            "Batch": {"type": "object", "required": ["messages"], "properties": {
+                "messages": {"type": "array", "minItems": 1, "maxItems": 1000,
+                             "items": _ref("OutgoingMessage")}}},
+            "PublishResult": {
+                "type": "object", "required": ["status"],
+                "properties": {
+                    "status": {"type": "integer"},
+                    "message_id": {"type": "string"},
+                    "topic": {"type": "string"},
+                    "queue_id": {"type": "integer"},
+                    "offset": {"type": "integer"},
+                    "position": {"type": "integer"},
+                    "deliver_at_ms": {"type": "integer"},
+                    "duplicate": {"type": "boolean"},
+                    "detail": {"type": "string"},
+                },
+            },
+            "PublishResults": {"type": "object", "required": ["results"], "properties": {
+                "results": {"type": "array", "items": _ref("PublishResult")}}},
+            "MqttPublishResult": {
+                "type": "object", "required": ["status", "topic", "position"],
+                "properties": {"status": {"type": "integer"}, "topic": {"type": "string"},
+                               "position": {"type": "integer"},
+                               "routed_to": {"type": "integer"}}},
+            "ReceivedMessage": {
+                "type": "object",
+                "required": ["receipt_handle", "message_id", "topic", "queue_id", "offset",
+                             "delivery_count", "next_visible_ms"],
+                "properties": {
+                    "receipt_handle": {"type": "string"},
+                    "message_id": {"type": "string"},
+                    "topic": {"type": "string"},
+                    "queue_id": {"type": "integer"},
+                    "offset": {"type": "integer"},
+                    "tag": {"type": "string"},
+                    "keys": {"type": "array", "items": {"type": "string"}},
+                    "properties": {"type": "object",
+                                   "additionalProperties": {"type": "string"}},
+                    "message_group": {"type": "string"},
+                    "delivery_count": {"type": "integer", "minimum": 1},
+                    "born_ms": {"type": "integer"},
+                    "store_ms": {"type": "integer"},
+                    "next_visible_ms": {"type": "integer"},
+                    "body": {"type": "string"},
+                    "body_base64": {"type": "string"},
+                },
+            },
+            "Received": {"type": "object", "required": ["messages"], "properties": {
+                "messages": {"type": "array", "items": _ref("ReceivedMessage")}}},
+            "SettleResult": {
+                "type": "object", "required": ["status", "receipt_handle"],
+                "properties": {"status": {"type": "integer"},
+                               "receipt_handle": {"type": "string"},
+                               "new_receipt_handle": {"type": "string"},
+                               "next_visible_ms": {"type": "integer"},
+                               "detail": {"type": "string"}}},
+            "SettleResults": {"type": "object", "required": ["results"], "properties": {
+                "results": {"type": "array", "items": _ref("SettleResult")}}},
+            "SeekResult": {"type": "object", "required": ["group", "topic", "offsets"],
+                           "properties": {"group": {"type": "string"},
+                                          "topic": {"type": "string"},
+                                          "offsets": {"type": "object",
+                                                      "additionalProperties":
+                                                          {"type": "integer"}}}},
+        },
+    },
+    "security": [{"basic": []}, {}],
+    "paths": {
+        "/v1/topics/{topic}/messages": {"post": {
+            "summary": "Publish one message or a batch to a RocketMQ topic",
+            "description": "Answered once stored under the configured durability. With"
+                           " Idempotency-Key (one message) a retry within the window"
+                           " stores nothing and answers 200 with duplicate: true.",
+            "parameters": [_TOPIC, {"name": "Idempotency-Key", "in": "header",
+                                    "schema": {"type": "string", "maxLength": 256}}],
+            "requestBody": _body({"oneOf": [_ref("OutgoingMessage"), _ref("Batch")]}),
+            "responses": {
+                "201": _json(_ref("PublishResult"), "Stored"),
+                "200": _json({"oneOf": [_ref("PublishResult"), _ref("PublishResults")]},
+                             "A duplicate (idempotency key), or a batch all stored"),
+                "207": _json(_ref("PublishResults"), "A batch with mixed outcomes"),
+                **_ERRORS},
+        }},
+        "/v1/mqtt/{topic}/messages": {"post": {
+            "summary": "Publish to an MQTT topic (one URL-encoded path segment: a%2Fb)",
+            "parameters": [{"name": "topic", "in": "path", "required": True,
+                            "schema": {"type": "string"}}],
+            "requestBody": _body(_ref("OutgoingMessage")),
+            "responses": {"201": _json(_ref("MqttPublishResult"), "Stored"), **_ERRORS},
+        }},
+        "/v1/groups/{group}/topics/{topic}/receive": {"post": {
+            "summary": "Receive (pop) messages, long polling up to wait_seconds",
+            "parameters": [_GROUP, _TOPIC],
+            "requestBody": {"content": {"application/json": {"schema": {
+                "type": "object", "properties": {
+                    "max_messages": {"type": "integer", "minimum": 1, "maximum": 32},
+                    "wait_seconds": {"type": "number", "minimum": 0, "maximum": 30},
+                    "invisible_seconds": {"type": "number", "minimum": 1},
+                    "tag": {"type": "string", "description": "tag1||tag2, or *"},
+                    "ordered": {"type": "boolean",
+                                "description": "FIFO by message group"}}}}}},
+            "responses": {"200": _json(_ref("Received"), "Messages (maybe none)"),
+                          **_ERRORS},
+        }},
+        "/v1/groups/{group}/topics/{topic}/stream": {"get": {
+            "summary": "Server-sent events: one 'message' event per message",
+            "parameters": [_GROUP, _TOPIC,
+                           {"name": "ack", "in": "query",
+                            "schema": {"enum": ["auto", "manual"]}},
+                           {"name": "max_events", "in": "query",
+                            "schema": {"type": "integer", "minimum": 0}},
+                           {"name": "Last-Event-ID", "in": "header",
+                            "schema": {"type": "string"}}],
+            "responses": {"200": {"description": "An event stream",
+                                  "content": {"text/event-stream": {
+                                      "schema": {"type": "string"}}}},
+                          **_ERRORS},
+        }},
+        "/v1/groups/{group}/topics/{topic}/seek": {"post": {
+            "summary": "Set the group's offsets: earliest, latest, or by time",
+            "parameters": [_GROUP, _TOPIC],
+            "requestBody": _body({"type": "object", "properties": {
+                "position": {"enum": ["earliest", "latest"]},
+                "timestamp_ms": {"type": "integer", "minimum": 0}}}),
+            "responses": {"200": _json(_ref("SeekResult"), "The new offsets by queue"),
+                          **_ERRORS},
+        }},
+        "/v1/groups/{group}/ack": {"post": {
+            "summary": "Ack received messages by receipt handle",
+            "parameters": [_GROUP],
+            "requestBody": _body(_SETTLE_BODY),
+            "responses": {"200": _json(_ref("SettleResults"), "All acked"),
+                          "207": _json(_ref("SettleResults"), "Mixed outcomes"),
+                          "410": _json(_ref("SettleResults"), "None in flight any more"),
+                          **_ERRORS},
+        }},
+        "/v1/groups/{group}/nack": {"post": {
+            "summary": "Make received messages visible again now",
+            "parameters": [_GROUP],
+            "requestBody": _body(_SETTLE_BODY),
+            "responses": {"200": _json(_ref("SettleResults"), "All made visible"),
+                          "207": _json(_ref("SettleResults"), "Mixed outcomes"),
+                          "410": _json(_ref("SettleResults"), "None in flight any more"),
+                          **_ERRORS},
+        }},
+        "/v1/groups/{group}/visibility": {"post": {
+            "summary": "Change the invisible time of received messages (from now)",
+            "parameters": [_GROUP],
+            "requestBody": _body(_SETTLE_BODY),
+            "responses": {"200": _json(_ref("SettleResults"), "New receipt handles"),
+                          "207": _json(_ref("SettleResults"), "Mixed outcomes"),
+                          "410": _json(_ref("SettleResults"), "None in flight any more"),
+                          **_ERRORS},
+        }},
+        "/v1/openapi.json": {"get": {
+            "summary": "This document",
+            "responses": {"200": {"description": "OpenAPI 3.1",
+                                  "content": {"application/json": {
+                                      "schema": {"type": "object"}}}}}}},
+    },
+}

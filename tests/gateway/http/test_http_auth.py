@@ -1,0 +1,56 @@
+"""The JSON API with a real users file: HTTP Basic credentials of a gateway user (401
+with a challenge otherwise) and the user's topic ACL on every call (403)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import requests
+from click.testing import CliRunner
+
+from cli.main import main
+
+from ..gateway_process import GatewayProcess
+
+BOUND = 10.0
+
+
+def lmq(*args: str) -> None:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+
+
+@pytest.fixture
+def secured(tmp_path: Path):
+    data = tmp_path / "data"
+    d = ["--data-dir", str(data)]
+    lmq("users", "add", "carol", "--password", "pw", *d)
+    lmq("users", "acl", "add", "carol", "--deny", "secret", *d)
+    lmq("users", "acl", "add", "carol", "--both", "orders", *d)
+    gw = GatewayProcess(data, "--http-port", "auto").start()
+    yield gw
+    gw.stop()
+
+
+def test_basic_auth_and_acls(secured):
+    url = f"http://127.0.0.1:{secured.ports['http']}"
+    msg = {"body": "x"}
+    resp = requests.post(f"{url}/v1/topics/orders/messages", json=msg, timeout=BOUND)
+    assert resp.status_code == 401 and resp.headers["WWW-Authenticate"].startswith("Basic ")
+    assert resp.headers["Content-Type"] == "application/problem+json"
+    resp = requests.post(f"{url}/v1/topics/orders/messages", json=msg, timeout=BOUND,
+                         auth=("carol", "wrong"))
+    assert resp.status_code == 401
+    carol = requests.Session()
+    carol.auth = ("carol", "pw")
+    assert carol.post(f"{url}/v1/topics/orders/messages", json=msg,
+                      timeout=BOUND).status_code == 201
+    assert carol.post(f"{url}/v1/topics/secret/messages", json=msg,
+                      timeout=BOUND).status_code == 403
+    resp = carol.post(f"{url}/v1/groups/g/topics/orders/receive", json={}, timeout=BOUND)
+    assert resp.status_code == 200 and len(resp.json()["messages"]) == 1
+    assert carol.post(f"{url}/v1/groups/g/topics/secret/receive", json={},
+                      timeout=BOUND).status_code == 403
+    # /health stays open for probes
+    assert requests.get(f"{url}/health", timeout=BOUND).status_code == 200

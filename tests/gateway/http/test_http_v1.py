@@ -1,0 +1,266 @@
+"""The JSON API under /v1/ with real clients over real sockets (requests, curl, the
+sseclient-py SSE client, paho for MQTT), each response checked against the OpenAPI
+document the gateway serves (itself validated as OpenAPI 3.1)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import requests
+import sseclient
+from openapi_spec_validator import validate
+
+from gateway.config import AUTO
+
+from ..amqp_support import ThreadGateway
+from ..mqtt_clients import Paho
+
+BOUND = 10.0
+
+
+@pytest.fixture
+def gw(tmp_path: Path) -> Iterator[ThreadGateway]:
+    gateway = ThreadGateway(tmp_path / "data", http_port=AUTO).start()
+    try:
+        yield gateway
+    finally:
+        gateway.stop()
+
+
+def base(gw: ThreadGateway) -> str:
+    assert gw.gateway is not None
+    listener = gw.gateway.listener("http")
+    assert listener is not None
+    return f"http://127.0.0.1:{listener.port}"
+
+
+class Api:
+    """requests with a keep-alive session; every response checked against the
+    OpenAPI document (its status must be documented, its body valid)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.session = requests.Session()
+        self.spec = self.session.get(f"{url}/v1/openapi.json", timeout=BOUND).json()
+        validate(self.spec)
+
+    def call(self, method: str, path: str, template: str, **kwargs: Any) -> requests.Response:
+        resp = self.session.request(method, self.url + path, timeout=BOUND, **kwargs)
+        op = self.spec["paths"][template][method.lower()]
+        documented = op["responses"].get(str(resp.status_code))
+        assert documented is not None, (resp.status_code, resp.text)
+        ctype = resp.headers["Content-Type"].split(";")[0]
+        schema = documented["content"][ctype]["schema"]
+        resolver = {**schema, "components": self.spec["components"]}
+        jsonschema.validate(resp.json(), resolver)
+        return resp
+
+    def publish(self, topic: str, doc: object, **kwargs: Any) -> requests.Response:
+        return self.call("POST", f"/v1/topics/{topic}/messages", "/v1/topics/{topic}/messages",
+                         json=doc, **kwargs)
+
+    def receive(self, group: str, topic: str, **doc: Any) -> list[dict[str, Any]]:
+        resp = self.call("POST", f"/v1/groups/{group}/topics/{topic}/receive",
+                         "/v1/groups/{group}/topics/{topic}/receive", json=doc)
+        assert resp.status_code == 200
+        return resp.json()["messages"]
+
+    def settle(self, group: str, what: str, handles: list[str], **doc: Any
+               ) -> requests.Response:
+        return self.call("POST", f"/v1/groups/{group}/{what}", f"/v1/groups/{{group}}/{what}",
+                         json={"receipt_handles": handles, **doc})
+
+
+def test_publish_receive_ack(gw):
+    api = Api(base(gw))
+    resp = api.publish("orders", {"body": "hello", "tag": "eu", "keys": ["k1", "k2"],
+                                  "properties": {"region": "eu"}})
+    assert resp.status_code == 201
+    sent = resp.json()
+    assert sent["topic"] == "orders" and len(sent["message_id"]) == 32
+
+    got = api.receive("g1", "orders", max_messages=4, wait_seconds=2)
+    assert len(got) == 1
+    msg = got[0]
+    assert msg["body"] == "hello" and msg["tag"] == "eu" and msg["keys"] == ["k1", "k2"]
+    assert msg["properties"] == {"region": "eu"} and msg["message_id"] == sent["message_id"]
+    assert msg["delivery_count"] == 1 and msg["offset"] == sent["offset"]
+
+    # in flight: another receive finds nothing (and waits no longer than asked)
+    assert api.receive("g1", "orders", wait_seconds=0) == []
+    resp = api.settle("g1", "ack", [msg["receipt_handle"], "garbage"])
+    assert resp.status_code == 207
+    assert [r["status"] for r in resp.json()["results"]] == [200, 400]
+    # acked again: no longer in flight
+    resp = api.settle("g1", "ack", [msg["receipt_handle"]])
+    assert resp.status_code == 410
+
+
+def test_long_poll_wakes_on_publish(gw):
+    api = Api(base(gw))
+    api.publish("t", {"body": "first"})  # creates the topic
+    assert len(api.receive("g", "t", wait_seconds=0)) == 1
+    import threading
+
+    def later() -> None:
+        time.sleep(0.3)
+        requests.post(f"{api.url}/v1/topics/t/messages", json={"body": "late"}, timeout=BOUND)
+
+    threading.Thread(target=later).start()
+    started = time.monotonic()
+    got = api.receive("g", "t", wait_seconds=5)
+    assert [m["body"] for m in got] == ["late"]
+    assert time.monotonic() - started < 5
+
+
+def test_nack_and_visibility(gw):
+    api = Api(base(gw))
+    api.publish("t", {"body": "x"})
+    [msg] = api.receive("g", "t", invisible_seconds=60)
+    resp = api.settle("g", "visibility", [msg["receipt_handle"]], invisible_seconds=120)
+    assert resp.status_code == 200
+    renewed = resp.json()["results"][0]
+    assert renewed["next_visible_ms"] > msg["next_visible_ms"]
+    # the old handle no longer names what is in flight; the new one does
+    resp = api.settle("g", "nack", [renewed["new_receipt_handle"]])
+    assert resp.status_code == 200
+    [again] = api.receive("g", "t", wait_seconds=2)
+    assert again["body"] == "x" and again["delivery_count"] == 2
+    assert api.settle("g", "ack", [again["receipt_handle"]]).status_code == 200
+
+
+def test_batch_207_and_idempotency(gw):
+    api = Api(base(gw))
+    resp = api.publish("t", {"messages": [{"body": "a"}, {"nobody": 1}, {"body": {"j": 1}}]})
+    assert resp.status_code == 207
+    assert [r["status"] for r in resp.json()["results"]] == [201, 400, 201]
+    resp = api.publish("t", {"messages": [{"body": "a"}, {"body": "b"}]})
+    assert resp.status_code == 200
+
+    first = api.publish("t", {"body": "once"}, headers={"Idempotency-Key": "abc-1"})
+    again = api.publish("t", {"body": "once"}, headers={"Idempotency-Key": "abc-1"})
+    assert first.status_code == 201 and again.status_code == 200
+    assert again.json()["duplicate"] is True
+    assert again.json()["message_id"] == first.json()["message_id"]
+    assert again.json()["position"] == first.json()["position"]
+    bodies = [m["body"] for m in api.receive("g", "t", max_messages=32)]
+    assert sorted(bodies) == sorted(["a", '{"j":1}', "a", "b", "once"])
+
+
+def test_idempotency_across_restart(gw):
+    api = Api(base(gw))
+    first = api.publish("t", {"body": "once"}, headers={"Idempotency-Key": "k"}).json()
+    gw.restart()
+    api = Api(base(gw))
+    again = api.publish("t", {"body": "once"}, headers={"Idempotency-Key": "k"})
+    assert again.status_code == 200 and again.json()["position"] == first["position"]
+    assert [m["body"] for m in api.receive("g", "t", max_messages=8)] == ["once"]
+
+
+def test_problems(gw):
+    api = Api(base(gw))
+    resp = api.call("POST", "/v1/topics/t/messages", "/v1/topics/{topic}/messages",
+                    data=b"{not json", headers={"Content-Type": "application/json"})
+    assert resp.status_code == 400 and "not valid JSON" in resp.json()["detail"]
+    assert resp.headers["Content-Type"] == "application/problem+json"
+    resp = api.call("POST", "/v1/topics/t/messages", "/v1/topics/{topic}/messages",
+                    data=b"x", headers={"Content-Type": "text/plain"})
+    assert resp.status_code == 415
+    resp = api.publish("bad%20name", {"body": "x"})
+    assert resp.status_code == 400
+    resp = api.call("POST", "/v1/groups/g/topics/nope/receive",
+                    "/v1/groups/{group}/topics/{topic}/receive", json={})
+    assert resp.status_code == 404
+    resp = api.call("POST", "/v1/groups/g/topics/t/receive",
+                    "/v1/groups/{group}/topics/{topic}/receive", json={"wait_seconds": 99})
+    assert resp.status_code in (400, 404)
+
+
+def test_seek_by_position_and_time(gw):
+    api = Api(base(gw))
+    for i in range(3):
+        api.publish("t", {"body": f"m{i}", "message_group": "one"})
+    middle = int(time.time() * 1000)
+    time.sleep(0.01)
+    api.publish("t", {"body": "m3", "message_group": "one"})
+    got = api.receive("g", "t", max_messages=8)
+    assert len(got) == 4
+    api.settle("g", "ack", [m["receipt_handle"] for m in got])
+    path, template = "/v1/groups/g/topics/t/seek", "/v1/groups/{group}/topics/{topic}/seek"
+    assert api.call("POST", path, template, json={"position": "earliest"}).status_code == 200
+    assert len(api.receive("g", "t", max_messages=8)) == 4
+    assert api.call("POST", path, template, json={"timestamp_ms": middle}).status_code == 200
+    assert [m["body"] for m in api.receive("g2", "t", max_messages=8)] == [
+        "m0", "m1", "m2", "m3"]  # another group is not moved
+    got = api.receive("g", "t", max_messages=8, invisible_seconds=1)
+    assert [m["body"] for m in got] == ["m3"]
+    assert api.call("POST", path, template, json={"position": "sideways"}).status_code == 400
+
+
+def test_delayed_publish(gw):
+    api = Api(base(gw))
+    resp = api.publish("t", {"body": "later", "delay_ms": 1000})
+    assert resp.status_code == 201 and resp.json()["deliver_at_ms"] > time.time() * 1000
+    assert api.receive("g", "t", wait_seconds=0) == []
+    got = api.receive("g", "t", wait_seconds=5)
+    assert [m["body"] for m in got] == ["later"]
+    assert got[0]["store_ms"] >= resp.json()["deliver_at_ms"] - 1000
+
+
+def test_http_publish_reaches_mqtt_and_mqtt_topics(gw):
+    api = Api(base(gw))
+    sub = Paho(gw.mqtt_port, "sub")
+    sub.subscribe("orders/#", qos=1)
+    api.publish("orders", {"body": "to mqtt"})
+    assert sub.get().payload == b"to mqtt"
+    resp = api.call("POST", "/v1/mqtt/orders%2Feu%2F42/messages", "/v1/mqtt/{topic}/messages",
+                    json={"body": "by mqtt name"})
+    assert resp.status_code == 201
+    msg = sub.get()
+    assert msg.topic == "orders/eu/42" and msg.payload == b"by mqtt name"
+    # and an MQTT publish reaches an HTTP consumer of the RocketMQ topic
+    pub = Paho(gw.mqtt_port, "pub")
+    pub.publish("orders/x", b"from mqtt", qos=1)
+    bodies = [m["body"] for m in api.receive("g", "orders", max_messages=8, wait_seconds=2)]
+    assert "from mqtt" in bodies
+
+
+def test_sse_stream_and_resume(gw):
+    api = Api(base(gw))
+    for i in range(3):
+        api.publish("t", {"body": f"e{i}", "message_group": "s"})  # one queue: in order
+    url = f"{api.url}/v1/groups/g/topics/t/stream?max_events=2"
+    with requests.get(url, stream=True, timeout=BOUND) as resp:
+        assert resp.headers["Content-Type"] == "text/event-stream"
+        events = [e for e in sseclient.SSEClient(resp).events() if e.event == "message"]
+    assert [json.loads(e.data)["body"] for e in events] == ["e0", "e1"]
+    # resume: the last event id is acked if it was not; the rest follows
+    url = f"{api.url}/v1/groups/g/topics/t/stream?max_events=1"
+    with requests.get(url, stream=True, timeout=BOUND,
+                      headers={"Last-Event-ID": events[-1].id}) as resp:
+        more = [e for e in sseclient.SSEClient(resp).events() if e.event == "message"]
+    assert [json.loads(e.data)["body"] for e in more] == ["e2"]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_curl_publish_and_receive(gw):
+    url = base(gw)
+
+    def curl(*args: str) -> dict[str, Any]:
+        out = subprocess.run(["curl", "-sS", "--fail-with-body", "--max-time", "10", *args],
+                             capture_output=True, text=True, timeout=BOUND, check=True)
+        return json.loads(out.stdout)
+
+    sent = curl("-H", "Content-Type: application/json", "-d", '{"body":"via curl"}',
+                f"{url}/v1/topics/c/messages")
+    assert sent["status"] == 201
+    got = curl("-X", "POST", f"{url}/v1/groups/g/topics/c/receive?wait_seconds=1")
+    assert [m["body"] for m in got["messages"]] == ["via curl"]
