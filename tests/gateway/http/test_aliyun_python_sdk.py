@@ -271,3 +271,37 @@ def test_signatures_with_a_users_file(tmp_path: Path) -> None:
         with pytest.raises(MQServerException) as err:
             good.get_consumer(INSTANCE, "secret", "GID").consume_message(1, 0)
         assert err.value.type == "AccessDenied"
+
+
+def test_bad_arguments_and_bodies(ali: AliyunGateway) -> None:
+    import http.client
+
+    c = client(ali)
+    consumer = c.get_consumer(INSTANCE, "bad", "GID_b")
+    for batch, wait in ((17, 1), (0, 1), (1, 31)):
+        with pytest.raises(MQServerException) as err:
+            consumer.consume_message(batch, wait)
+        assert err.value.type == "InvalidArgument"
+    host = ali.endpoint.removeprefix("http://")
+    conn = http.client.HTTPConnection(host, timeout=10)
+    try:
+        for body in (b"<Message><MessageBody>x</Message>", b"<Other/>",
+                     b'<!DOCTYPE m [<!ENTITY a "b">]><Message><MessageBody>&a;</MessageBody>'
+                     b"</Message>"):
+            conn.request("POST", "/topics/bad/messages", body,
+                         {"Content-Type": "text/xml;charset=UTF-8"})
+            resp = conn.getresponse()
+            data = resp.read()
+            assert resp.status == 400
+            assert b"<Code>MalformedXML</Code>" in data
+            assert resp.getheader("x-mq-request-id")
+        conn.request("POST", "/topics/bad/messages",
+                      b"<Message><MessageBody>x</MessageBody><Properties>a:b:c|</Properties>"
+                      b"</Message>", {"Content-Type": "text/xml"})
+        resp = conn.getresponse()
+        assert resp.status == 400 and b"InvalidArgument" in resp.read()
+    finally:
+        conn.close()
+    with pytest.raises(MQServerException) as err:
+        consumer.consume_message(1, 0)
+    assert err.value.type == "MessageNotExist"  # nothing was stored
