@@ -1,26 +1,53 @@
 """The Aliyun MQ HTTP API with the real npm ``@aliyunmq/mq-http-sdk`` (unchanged, run by
-``tests/node/aliyun_http_client.js`` under a timeout): publish, consume, ack, ordered,
+``tests/node/aliyun_http_client.js`` under a timeout) against ``lmq serve`` (a
+subprocess, stopped by its PID): publish, consume, ack, ordered,
 delayed and transactional messages, and a wrong signature. The Node SDK differs from the
 Python one on the wire (CDATA values, its query order, a Content-Type on GET, a signed
 Content-MD5 of the hex digest), so this covers what the Python tests cannot."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from gateway.auth import UsersDatabase
 from gateway.auth.acl import AclRule
 
-from .aliyun_support import AliyunGateway, aliyun_gateway
+from ..gateway_process import GatewayProcess
 
 NODE_DIR = Path(__file__).resolve().parents[2] / "node"
 SCRIPT = NODE_DIR / "aliyun_http_client.js"
 
 
-def run(gw: AliyunGateway, scenario: str, **cfg: Any) -> dict[str, Any]:
+CONFIG = """
+[store]
+txn_first_check_ms = 500
+txn_check_interval_ms = 1000
+"""
+
+
+class Served:
+    def __init__(self, gw: GatewayProcess) -> None:
+        self.endpoint = f"http://127.0.0.1:{gw.ports['http']}"
+
+
+@contextlib.contextmanager
+def serve(data: Path) -> Iterator[Served]:
+    data.mkdir(exist_ok=True)
+    config = data.parent / "gateway.toml"
+    config.write_text(CONFIG)
+    gw = GatewayProcess(data, "--http-port", "auto", "--config", str(config)).start()
+    try:
+        yield Served(gw)
+    finally:
+        gw.stop()
+
+
+def run(gw: Served, scenario: str, **cfg: Any) -> dict[str, Any]:
     options = {"endpoint": gw.endpoint, "ak": "ak", "sk": "sk", "instance": "",
                "topic": scenario, "group": f"GID_{scenario}", **cfg}
     done = subprocess.run(["node", str(SCRIPT), scenario, json.dumps(options)],
@@ -32,10 +59,7 @@ def run(gw: AliyunGateway, scenario: str, **cfg: Any) -> dict[str, Any]:
 
 
 def test_node_sdk(tmp_path: Path) -> None:
-    from broker_core import StoreConfig
-
-    store = StoreConfig(txn_first_check_ms=500, txn_check_interval_ms=1000)
-    with aliyun_gateway(tmp_path / "data", store=store) as gw:
+    with serve(tmp_path / "data") as gw:
         basic = run(gw, "basic", instance="INST")
         assert sorted(m["body"] for m in basic["got"]) == ["node-0", "node-1", "node-2"]
         assert {m["id"] for m in basic["got"]} == set(basic["sent"])
@@ -71,7 +95,7 @@ def test_node_sdk_wrong_signature(tmp_path: Path) -> None:
     db.add_access_key("app", "AK_app", "secret-app")
     db.add_acl_rule("app", AclRule.parse("both badsign/#"))
     db.save(data / "users.json")
-    with aliyun_gateway(data) as gw:
+    with serve(data) as gw:
         assert run(gw, "badsign", ak="AK_app", sk="secret-app") == {"code": "published"}
         assert run(gw, "badsign", ak="AK_app", sk="nope") == {"code": "SignatureDoesNotMatch"}
 

@@ -237,3 +237,33 @@ def test_altered_or_foreign_handles_are_refused(handle: Handle, data: st.DataObj
         codec.decode(altered)
     with pytest.raises(InvalidHandle):
         HandleCodec(b"o" * 32).decode(text)
+
+
+# -- arbitrary input: only the documented errors ---------------------------------------
+
+
+@given(st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode),
+                 st.builds(lambda body: b"<Message><MessageBody>" + body
+                           + b"</MessageBody></Message>", st.binary(max_size=50))))
+def test_arbitrary_bodies_raise_only_xml_errors(data: bytes) -> None:
+    for parse in (parse_publish, parse_receipt_handles):
+        try:
+            parse(data)
+        except XmlError:
+            pass
+
+
+@given(st.dictionaries(st.sampled_from(["topic", "content", "bizSeqNo", "uniqueId", "ttl",
+                                        "messageType", "extfields", "tag", "contents",
+                                        "size"]),
+                       st.one_of(st.text(max_size=30), st.sampled_from(
+                           ["[]", "[{}]", '[{"topic":"t","msg":"m","ttl":"x"}]', "{}",
+                            '{"a":[1]}', "2", "-1"]))))
+def test_rip17_forms_raise_only_protocol_errors(form: dict[str, str]) -> None:
+    from protocol.rip17 import ProtocolError, parse_batch, parse_send
+
+    for parse in (parse_send, parse_batch):
+        try:
+            parse(form)
+        except ProtocolError:
+            pass
