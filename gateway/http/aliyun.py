@@ -86,6 +86,7 @@ from protocol.aliyun_http.properties import (
     START_DELIVER_TIME,
     TRANS_CHECK_TIME,
 )
+from protocol.aliyun_http.signature import content_md5_matches
 from protocol.remoting.ids import UniqKeyFactory
 
 if TYPE_CHECKING:
@@ -233,6 +234,11 @@ class AliyunHttpApi:
     ) -> Response:
         request_id = uuid.uuid4().hex.upper()
         try:
+            md5 = request.header("content-md5")
+            if md5 and not content_md5_matches(md5, request.body):
+                # the signature covers the header, so the header must cover the body
+                raise ApiError(ErrorCode.INVALID_ARGUMENT,
+                               "Content-MD5 does not match the body")
             principal = self._authenticate(request)
             response = await fn(request, principal, request_id)
         except ApiError as exc:

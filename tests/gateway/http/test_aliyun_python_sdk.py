@@ -300,6 +300,12 @@ def test_bad_arguments_and_bodies(ali: AliyunGateway) -> None:
                       b"</Message>", {"Content-Type": "text/xml"})
         resp = conn.getresponse()
         assert resp.status == 400 and b"InvalidArgument" in resp.read()
+        # a Content-MD5 (the Node SDK's, signed) must match the body
+        conn.request("POST", "/topics/bad/messages",
+                     b"<Message><MessageBody>x</MessageBody></Message>",
+                     {"Content-Type": "text/xml", "Content-MD5": "bm90IHRoZSBtZDU="})
+        resp = conn.getresponse()
+        assert resp.status == 400 and b"Content-MD5" in resp.read()
     finally:
         conn.close()
     with pytest.raises(MQServerException) as err:
