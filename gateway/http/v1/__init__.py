@@ -29,6 +29,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import time
 import uuid
 import zlib
@@ -39,8 +40,10 @@ from typing import TYPE_CHECKING, Any
 from broker_core import (
     AppendResult,
     DelayTooLong,
+    Durability,
     Message,
     MessageTooLarge,
+    Outcome,
     Protocol,
     Record,
     StorageFull,
@@ -48,12 +51,13 @@ from broker_core import (
     UnknownLmq,
 )
 from broker_core.errors import UnknownReceipt
-from gateway.auth.authenticator import Principal, Refusal
+from gateway.auth.authenticator import Principal, Refusal, RefusalReason
 from gateway.http.messages import Request, Response
 from gateway.http.server import problem
 from gateway.http.v1.openapi import OPENAPI
 from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopItem
 from gateway.rocketmq.records import (
+    PROPS,
     USER_PROPERTIES,
     rocketmq_properties,
     to_store_message,
@@ -169,6 +173,11 @@ class JsonApi:
         result = auth.authenticate(username, password, client_id="http",
                                    peer_host=request.peer.rpartition(":")[0].strip("[]"))
         if isinstance(result, Refusal):
+            if result.reason is RefusalReason.RATE_LIMITED:
+                wait = max(1, math.ceil(result.retry_after))
+                raise ApiError(429, "too many failed logins from this address or for this"
+                                    f" user; retry in {wait} s",
+                               headers=[("Retry-After", str(wait))])
             raise ApiError(401, "authentication failed: Basic credentials of a gateway user"
                                 " are required", headers=_CHALLENGE)
         request.context["principal"] = result
@@ -322,12 +331,17 @@ class JsonApi:
         group = entry.get("message_group")
         if group is not None:
             props["__SHARDINGKEY"] = _text(group, "message_group")
+        if entry.get("transaction"):
+            props["TRAN_MSG"] = "true"
+            props["PGROUP"] = _text(entry.get("producer_group", "http"), "producer_group")
         due_ms: int | None = None
         now = int(time.time() * 1000)
         if entry.get("delay_ms") is not None:
             due_ms = now + _int(entry["delay_ms"], "delay_ms")
         elif entry.get("deliver_at_ms") is not None:
             due_ms = _int(entry["deliver_at_ms"], "deliver_at_ms")
+        if due_ms is not None and "TRAN_MSG" in props:
+            raise ValueError("a transactional message cannot be delayed")
         if due_ms is not None:
             if due_ms <= now:
                 due_ms = None
@@ -344,8 +358,14 @@ class JsonApi:
                      due_ms: int | None) -> dict[str, Any]:
         ctx = self.ctx
         lmqs = [queue_lmq(topic, queue_id), *ctx.topic_space.route_rocketmq(topic)]
+        producer_group = _half_group(message)
         try:
-            if due_ms is None:
+            if producer_group is not None:
+                store = ctx.store
+                result = store.append_half(message, lmqs, producer_group, wait=False)
+                if store.config.durability == Durability.SYNC:
+                    await asyncio.wrap_future(store.acknowledged(result.end))
+            elif due_ms is None:
                 result = await ctx.publisher.submit(message, lmqs)
             else:
                 result = await self._submit_delayed(message, lmqs, due_ms)
@@ -354,7 +374,9 @@ class JsonApi:
             return {"status": error.status, "detail": error.detail}
         out: dict[str, Any] = {"status": 201, "message_id": message_id, "topic": topic,
                                "queue_id": queue_id, "position": result.position}
-        if due_ms is None:
+        if producer_group is not None:
+            out["transaction_id"] = str(result.position)
+        elif due_ms is None:
             out["offset"] = result.offsets[0]
         else:
             out["deliver_at_ms"] = due_ms
@@ -375,6 +397,35 @@ class JsonApi:
 
         self.ctx.publisher.submit_delayed(message, lmqs, due_ms, done)
         return future
+
+    async def end_transaction(self, request: Request) -> Response:
+        """Commit or roll back a half message by its transaction id (its position)."""
+        raw, action = request.params["transaction"], request.params["action"]
+        if action not in ("commit", "rollback"):
+            raise ApiError(404, f"no action {action!r}: commit or rollback")
+        if not raw.isdigit():
+            raise ApiError(404, f"no transaction {raw!r}")
+        position = int(raw)
+        store = self.ctx.store
+        pending = store.pending_transaction(position)
+        if pending is not None:
+            self.check_publish(request, pending.topic)
+        else:
+            self.principal(request)
+        try:
+            result = store.end_transaction(position, action == "commit", wait=False)
+            if result.control_end and store.config.durability == Durability.SYNC:
+                await asyncio.wrap_future(store.acknowledged(result.control_end))
+        except StoreError as exc:
+            raise ApiError(503, str(exc)) from None
+        if result.outcome == Outcome.UNKNOWN:
+            raise ApiError(404, f"no transaction {raw} (never, or its segment is gone)")
+        conflict = (action == "commit" and result.outcome in (
+            Outcome.ALREADY_ROLLED_BACK, Outcome.ALREADY_DEAD_LETTERED)) or (
+            action == "rollback" and result.outcome == Outcome.ALREADY_COMMITTED)
+        if conflict:
+            raise ApiError(409, f"transaction {raw} already ended: {result.outcome.value}")
+        return json_response(200, {"transaction_id": raw, "outcome": result.outcome.value})
 
     # -- consume ------------------------------------------------------------------
 
@@ -590,6 +641,13 @@ class JsonApi:
 _CHALLENGE = [("WWW-Authenticate", 'Basic realm="lmq-gateway", charset="UTF-8"')]
 
 
+def _half_group(message: Message) -> str | None:
+    """The producer group of a transactional message (None for any other)."""
+    props = decode_properties(message.properties[PROPS].decode()) if message.properties and (
+        PROPS in message.properties) else {}
+    return props.get("PGROUP") if props.get("TRAN_MSG") == "true" else None
+
+
 def _per_entry(results: list[dict[str, Any]]) -> Response:
     failed = sum(1 for r in results if r["status"] >= 300)
     status = 200 if not failed else (207 if failed < len(results) else _common_status(results))
@@ -734,6 +792,7 @@ def register_routes(router: Router, ctx: GatewayContext) -> None:
         ("POST", "/v1/groups/{group}/topics/{topic}/receive", api.receive),
         ("GET", "/v1/groups/{group}/topics/{topic}/stream", api.stream),
         ("POST", "/v1/groups/{group}/topics/{topic}/seek", api.seek),
+        ("POST", "/v1/transactions/{transaction}/{action}", api.end_transaction),
         ("POST", "/v1/groups/{group}/ack", api.ack),
         ("POST", "/v1/groups/{group}/nack", api.nack),
         ("POST", "/v1/groups/{group}/visibility", api.change_visibility),

@@ -66,6 +66,10 @@ OPENAPI: dict[str, Any] = {
                                       "description": "FIFO order within the group"},
                     "delay_ms": {"type": "integer", "minimum": 0},
                     "deliver_at_ms": {"type": "integer", "minimum": 0},
+                    "transaction": {"type": "boolean",
+                                    "description": "A half message: delivered once"
+                                                   " committed"},
+                    "producer_group": {"type": "string"},
                     "idempotency_key": {"type": "string",
                                         "description": "In a batch entry: as the"
                                                        " Idempotency-Key header"},
@@ -84,6 +88,7 @@ OPENAPI: dict[str, Any] = {
                     "offset": {"type": "integer"},
                     "position": {"type": "integer"},
                     "deliver_at_ms": {"type": "integer"},
+                    "transaction_id": {"type": "string"},
                     "duplicate": {"type": "boolean"},
                     "detail": {"type": "string"},
                 },
@@ -197,6 +202,22 @@ OPENAPI: dict[str, Any] = {
                 "timestamp_ms": {"type": "integer", "minimum": 0}}}),
             "responses": {"200": _json(_ref("SeekResult"), "The new offsets by queue"),
                           **_ERRORS},
+        }},
+        "/v1/transactions/{transaction}/{action}": {"post": {
+            "summary": "Commit or roll back a transactional (half) message",
+            "parameters": [{"name": "transaction", "in": "path", "required": True,
+                            "schema": {"type": "string"}},
+                           {"name": "action", "in": "path", "required": True,
+                            "schema": {"enum": ["commit", "rollback"]}}],
+            "responses": {
+                "200": _json({"type": "object", "required": ["transaction_id", "outcome"],
+                              "properties": {"transaction_id": {"type": "string"},
+                                             "outcome": {"enum": [
+                                                 "committed", "rolled_back",
+                                                 "already_committed",
+                                                 "already_rolled_back"]}}},
+                             "Ended (or already ended that way)"),
+                "409": _PROBLEM, **_ERRORS},
         }},
         "/v1/groups/{group}/ack": {"post": {
             "summary": "Ack received messages by receipt handle",

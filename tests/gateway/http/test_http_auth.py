@@ -54,3 +54,15 @@ def test_basic_auth_and_acls(secured):
                       timeout=BOUND).status_code == 403
     # /health stays open for probes
     assert requests.get(f"{url}/health", timeout=BOUND).status_code == 200
+
+
+def test_failed_logins_are_rate_limited_with_retry_after(secured):
+    url = f"http://127.0.0.1:{secured.ports['http']}/v1/topics/orders/messages"
+    session = requests.Session()
+    statuses = []
+    for _ in range(12):
+        resp = session.post(url, json={"body": "x"}, auth=("nobody", "guess"), timeout=BOUND)
+        statuses.append(resp.status_code)
+    assert statuses[0] == 401 and statuses[-1] == 429, statuses
+    assert int(resp.headers["Retry-After"]) >= 1
+    assert resp.headers["Content-Type"] == "application/problem+json"

@@ -264,3 +264,25 @@ def test_curl_publish_and_receive(gw):
     assert sent["status"] == 201
     got = curl("-X", "POST", f"{url}/v1/groups/g/topics/c/receive?wait_seconds=1")
     assert [m["body"] for m in got["messages"]] == ["via curl"]
+
+
+def test_transactions_commit_and_rollback(gw):
+    api = Api(base(gw))
+    template = "/v1/transactions/{transaction}/{action}"
+    one = api.publish("t", {"body": "kept", "transaction": True, "producer_group": "pg"})
+    two = api.publish("t", {"body": "dropped", "transaction": True})
+    assert one.status_code == 201 and two.status_code == 201
+    tx1, tx2 = one.json()["transaction_id"], two.json()["transaction_id"]
+    assert api.receive("g", "t", wait_seconds=0) == []  # half messages are not delivered
+    resp = api.call("POST", f"/v1/transactions/{tx1}/commit", template)
+    assert resp.status_code == 200 and resp.json()["outcome"] == "committed"
+    resp = api.call("POST", f"/v1/transactions/{tx2}/rollback", template)
+    assert resp.json()["outcome"] == "rolled_back"
+    assert [m["body"] for m in api.receive("g", "t", max_messages=8, wait_seconds=1)] == [
+        "kept"]
+    resp = api.call("POST", f"/v1/transactions/{tx1}/commit", template)
+    assert resp.status_code == 200 and resp.json()["outcome"] == "already_committed"
+    assert api.call("POST", f"/v1/transactions/{tx1}/rollback", template).status_code == 409
+    assert api.call("POST", "/v1/transactions/12345/commit", template).status_code == 404
+    bad = api.publish("t", {"body": "x", "transaction": True, "delay_ms": 1000})
+    assert bad.status_code == 400
