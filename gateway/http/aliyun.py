@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import hashlib
 import ipaddress
 import itertools
 import logging
@@ -200,8 +201,7 @@ class AliyunHttpApi:
 
     def _handle_key(self, configured: str) -> bytes:
         if configured:
-            key = configured.encode()
-            return key if len(key) >= 16 else key * (16 // len(key) + 1)
+            return hashlib.sha256(configured.encode()).digest()
         store = self.ctx.store
         kept = store.get_meta(HANDLE_KEY_META)
         if kept is None:

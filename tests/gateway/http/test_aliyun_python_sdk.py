@@ -311,3 +311,24 @@ def test_bad_arguments_and_bodies(ali: AliyunGateway) -> None:
     with pytest.raises(MQServerException) as err:
         consumer.consume_message(1, 0)
     assert err.value.type == "MessageNotExist"  # nothing was stored
+
+
+def test_configured_handle_key(tmp_path: Path) -> None:
+    """A handle signed with the configured ``aliyun_handle_key`` acks on a gateway
+    configured with the same key (another node, or this one restarted), and is refused
+    by one with another key."""
+    data = tmp_path / "data"
+    key = "cluster-wide-handle-key"
+    with aliyun_gateway(data, aliyun_handle_key=key, aliyun_invisible_seconds=60) as gw:
+        c = client(gw)
+        c.get_producer(INSTANCE, "keyed").publish_message(TopicMessage("a", ""))
+        c.get_producer(INSTANCE, "keyed").publish_message(TopicMessage("b", ""))
+        got = consume_all(c.get_consumer(INSTANCE, "keyed", "GID"), 2)
+    with aliyun_gateway(data, aliyun_handle_key="another-key-entirely") as gw:
+        with pytest.raises(MQServerException) as err:
+            client(gw).get_consumer(INSTANCE, "keyed", "GID").ack_message(
+                [got[0].receipt_handle])
+        assert err.value.sub_errors[0]["ErrorCode"] == "ReceiptHandleError"
+    with aliyun_gateway(data, aliyun_handle_key=key) as gw:
+        client(gw).get_consumer(INSTANCE, "keyed", "GID").ack_message(
+            [m.receipt_handle for m in got])
