@@ -106,6 +106,14 @@ class GatewayConfig:
     #: ReceiveMessage calls one gRPC client (``x-mq-client-id``) may have open at once;
     #: more are answered TOO_MANY_REQUESTS. A push consumer keeps one per assigned queue.
     grpc_max_receives_per_client: int = 64
+
+    #: Aliyun MQ HTTP API: seconds a consumed message stays invisible before it is
+    #: delivered again unless acked (Aliyun's fixed 300; its NextConsumeTime).
+    aliyun_invisible_seconds: int = 300
+    #: Aliyun MQ HTTP API: the key receipt handles are signed with ("" = a random key
+    #: made once and kept in the store's metadata). Give every node of a cluster the
+    #: same key so a handle from one node acks on another.
+    aliyun_handle_key: str = ""
     #: PEM certificate chain of the TLS listeners ("" = no TLS listeners).
     tls_cert: str = ""
     #: PEM private key of ``tls_cert`` ("" = the key is in the ``tls_cert`` file).
@@ -376,6 +384,8 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "remoting_tls_port": _port,
     "grpc_tls_port": _port,
     "grpc_max_receives_per_client": _int(1, 65535),
+    "aliyun_invisible_seconds": _int(1, 12 * 3600),
+    "aliyun_handle_key": _str,
     "tls_cert": _str,
     "tls_key": _str,
     "tls_ca": _str,

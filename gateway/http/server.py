@@ -401,5 +401,9 @@ class HttpConnection(ConnectionHandler):
 
 def _title(name: str) -> str:
     """``content-type`` -> ``Content-Type`` (names are case-insensitive; clients that
-    index a dict of headers by the usual spelling find them)."""
+    index a dict of headers by the usual spelling find them). Extension headers
+    (``x-...``) are sent as the handler spelled them: the Aliyun Python SDK looks up
+    ``x-mq-request-id`` in a case-sensitive dict, as Aliyun sends it."""
+    if name[:2].lower() == "x-":
+        return name
     return "-".join(part[:1].upper() + part[1:] for part in name.split("-"))
