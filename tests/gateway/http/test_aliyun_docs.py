@@ -32,9 +32,9 @@ def _block(section: str, lang: str) -> str:
 
 def test_python_example(tmp_path: Path) -> None:
     code = _block(_section("The Aliyun MQ HTTP API"), "python")
-    assert "127.0.0.1:8090" in code
+    assert "127.0.0.1:8088" in code
     with aliyun_gateway(tmp_path / "data") as gw:
-        code = code.replace("http://127.0.0.1:8090", gw.endpoint)
+        code = code.replace("http://127.0.0.1:8088", gw.endpoint)
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=60)
     assert done.returncode == 0, done.stderr
@@ -45,7 +45,7 @@ def test_python_example(tmp_path: Path) -> None:
 def test_rip17_curl_example(tmp_path: Path) -> None:
     script = _block(_section("RIP-17"), "sh")
     with aliyun_gateway(tmp_path / "data") as gw:
-        script = script.replace("http://127.0.0.1:8090", gw.endpoint)
+        script = script.replace("http://127.0.0.1:8088", gw.endpoint)
         done = subprocess.run(["bash", "-e", "-c", script], capture_output=True, text=True,
                               timeout=60)
     assert done.returncode == 0, done.stderr
