@@ -61,6 +61,7 @@ class AmqpFrontEnd(FrontEnd):
         self.store.set_memory_inflight(GROUP)
         self._requeue_interrupted()
         ctx.topic_space.set_amq_topic_router(self.broker.amq_topic_lmqs)
+        ctx.topic_space.set_exchange_router(self.broker.exchange_route)
         ctx.spawn(self._ttl_loop(), "amqp-ttl")
         ctx.spawn(self._revive_loop(), "amqp-revive")
 
@@ -132,6 +133,7 @@ class AmqpFrontEnd(FrontEnd):
     async def stop(self) -> None:
         self.broker.flush_acks()
         self.ctx.topic_space.set_amq_topic_router(None)
+        self.ctx.topic_space.set_exchange_router(None)
         for q in list(self.broker.all_queues()):
             q.close()
 

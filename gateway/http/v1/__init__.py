@@ -67,6 +67,7 @@ from gateway.token_bucket import TokenBucket
 from gateway.topic_space import amqp_queue_lmq
 from gateway.user_properties import encode_user_properties
 from lmq.rocketmq import InvalidName, queue_lmq
+from lmq.topic_space import amqp_to_mqtt
 from protocol.remoting.messages import decode_properties, encode_properties
 
 if TYPE_CHECKING:
@@ -315,6 +316,70 @@ class JsonApi:
             raise _store_error(exc) from None
         return json_response(201, {"status": 201, "message_id": message_id, "topic": queue,
                                    "position": result.position, "offset": result.offsets[0]})
+
+    async def publish_amqp_exchange(self, request: Request) -> Response:
+        """Through an AMQP exchange (any type: direct, fanout, topic, headers,
+        ``x-delayed-message``), routed by the AMQP front end's own bindings (the topic
+        space's exchange router: ``gateway.http`` does not import ``gateway.amqp``).
+        ``routing_key``; the ``properties`` are the message's headers (a headers
+        exchange matches on them); ``delay_ms`` is ``x-delay`` (honoured on an
+        ``x-delayed-message`` exchange only, as the plugin). 404 for an unknown vhost or
+        exchange; checked against the user's AMQP write permission on the exchange, and
+        the MQTT publish ACL when it passes through ``amq.topic``."""
+        vhost, exchange = request.params["vhost"], request.params["exchange"]
+        principal = self.principal(request)
+        auth = self.ctx.authenticator
+        if auth is not None and principal is not None and not auth.can_write(
+                principal, vhost, exchange or "amq.default"):
+            raise ApiError(403, f"not allowed to publish to exchange {exchange!r} in vhost"
+                                f" {vhost!r}")
+        doc = _json_body(request)
+        if not isinstance(doc, dict):
+            raise ApiError(400, "the body is a JSON object")
+        key = doc.get("routing_key", "")
+        if not isinstance(key, str):
+            raise ApiError(400, "routing_key must be a string")
+        try:
+            body = _body_of(doc)
+            props = dict(_properties_of(doc))
+            delay = _int(doc["delay_ms"], "delay_ms") if "delay_ms" in doc else 0
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        if delay < 0:
+            raise ApiError(400, "delay_ms must not be negative")
+        route = self.ctx.topic_space.route_exchange(vhost, exchange, key, props or None)
+        if route is None:
+            raise ApiError(404, f"no exchange {exchange!r} in vhost {vhost!r} (declare it"
+                                " over AMQP first)")
+        if route.mqtt:
+            self.check_publish(request, amqp_to_mqtt(key))
+        self.check_rate(request)
+        message_id = uuid.uuid4().hex.upper()
+        props[ID_PROPERTY] = message_id
+        now = int(time.time() * 1000)
+        # stored under the MQTT name of its routing key, as AMQP consumers read a
+        # foreign record's routing key back (mqtt_to_amqp) and MQTT subscribers its topic
+        name = amqp_to_mqtt(key)
+        message = to_store_message(name, body, encode_properties(props), props,
+                                   origin="http", born_ms=now)
+        out: dict[str, Any] = {"status": 201, "message_id": message_id, "topic": name,
+                               "routed_to": len(route.lmqs)}
+        if route.refused:
+            out["refused"] = route.refused
+        if not route.lmqs:
+            out["status"] = 200  # unroutable: dropped, as AMQP does without mandatory
+            out["detail"] = "routed to no queue: not stored"
+            return json_response(200, out)
+        try:
+            if delay and route.delayed:
+                result = await self._submit_delayed(message, route.lmqs, now + delay)
+                out["deliver_at_ms"] = now + delay
+            else:
+                result = await self.ctx.publisher.submit(message, route.lmqs)
+        except Exception as exc:
+            raise _store_error(exc) from None
+        out["position"] = result.position
+        return json_response(201, out)
 
     async def _publish_one(self, topic: str, config: Any, entry: object, key: str | None,
                            request: Request) -> dict[str, Any]:
@@ -856,6 +921,7 @@ def register_routes(router: Router, ctx: GatewayContext) -> None:
         ("POST", "/v1/topics/{topic}/messages", api.publish),
         ("POST", "/v1/mqtt/{topic}/messages", api.publish_mqtt),
         ("POST", "/v1/amqp/{vhost}/queues/{queue}/messages", api.publish_amqp_queue),
+        ("POST", "/v1/amqp/{vhost}/exchanges/{exchange}/messages", api.publish_amqp_exchange),
         ("POST", "/v1/groups/{group}/topics/{topic}/receive", api.receive),
         ("GET", "/v1/groups/{group}/topics/{topic}/stream", api.stream),
         ("POST", "/v1/groups/{group}/topics/{topic}/seek", api.seek),

@@ -100,6 +100,16 @@ OPENAPI: dict[str, Any] = {
                 "properties": {"status": {"type": "integer"}, "topic": {"type": "string"},
                                "position": {"type": "integer"},
                                "routed_to": {"type": "integer"}}},
+            "ExchangePublishResult": {
+                "type": "object", "required": ["status", "message_id", "routed_to"],
+                "properties": {"status": {"type": "integer"},
+                               "message_id": {"type": "string"},
+                               "topic": {"type": "string"},
+                               "routed_to": {"type": "integer"},
+                               "refused": {"type": "integer"},
+                               "position": {"type": "integer"},
+                               "deliver_at_ms": {"type": "integer"},
+                               "detail": {"type": "string"}}},
             "ReceivedMessage": {
                 "type": "object",
                 "required": ["receipt_handle", "message_id", "topic", "queue_id", "offset",
@@ -174,6 +184,21 @@ OPENAPI: dict[str, Any] = {
                             "schema": {"type": "string"}}],
             "requestBody": _body(_ref("OutgoingMessage")),
             "responses": {"201": _json(_ref("PublishResult"), "Stored"), **_ERRORS},
+        }},
+        "/v1/amqp/{vhost}/exchanges/{exchange}/messages": {"post": {
+            "summary": "Publish through an AMQP exchange (declared over AMQP), routed"
+                       " by its bindings",
+            "parameters": [{"name": "vhost", "in": "path", "required": True,
+                            "schema": {"type": "string"}},
+                           {"name": "exchange", "in": "path", "required": True,
+                            "schema": {"type": "string"}}],
+            "requestBody": _body({"allOf": [_ref("OutgoingMessage"), {
+                "type": "object", "properties": {
+                    "routing_key": {"type": "string"}}}]}),
+            "responses": {"201": _json(_ref("ExchangePublishResult"), "Stored"),
+                          "200": _json(_ref("ExchangePublishResult"),
+                                       "Routed to no queue: not stored"),
+                          **_ERRORS},
         }},
         "/v1/groups/{group}/topics/{topic}/receive": {"post": {
             "summary": "Receive (pop) messages, long polling up to wait_seconds",

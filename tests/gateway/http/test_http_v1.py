@@ -369,3 +369,80 @@ def test_concurrent_retries_with_one_key_store_once(gw):
     assert len({r.json()["position"] for r in answers}) == 1
     api = Api(base(gw))
     assert [m["body"] for m in api.receive("g", "t", max_messages=32)] == ["once"]
+
+
+def _get(ch: Any, queue: str) -> bytes | None:
+    """One message from ``queue`` by basic.get, waiting up to BOUND for it."""
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline:
+        method, _props, body = ch.basic_get(queue, auto_ack=True)
+        if method is not None:
+            return body
+        time.sleep(0.02)
+    return None
+
+
+def test_publish_through_amqp_exchanges(gw):
+    import pika
+
+    api = Api(base(gw))
+    template = "/v1/amqp/{vhost}/exchanges/{exchange}/messages"
+
+    def post(exchange: str, **doc: Any) -> requests.Response:
+        return api.call("POST", f"/v1/amqp/%2F/exchanges/{exchange}/messages", template,
+                        json=doc)
+
+    assert post("nope", body="x").status_code == 404
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", gw.port))
+    try:
+        ch = conn.channel()
+        for q in ("t1", "f1", "f2", "h1", "d1"):
+            ch.queue_declare(q)
+        ch.exchange_declare("ex.topic", "topic")
+        ch.queue_bind("t1", "ex.topic", "orders.*.eu")
+        ch.exchange_declare("ex.fan", "fanout")
+        ch.queue_bind("f1", "ex.fan")
+        ch.queue_bind("f2", "ex.fan")
+        ch.exchange_declare("ex.hdr", "headers")
+        ch.queue_bind("h1", "ex.hdr", arguments={"x-match": "all", "kind": "big"})
+        ch.exchange_declare("ex.later", "x-delayed-message",
+                            arguments={"x-delayed-type": "direct"})
+        ch.queue_bind("d1", "ex.later", "k")
+
+        resp = post("ex.topic", body="t-hit", routing_key="orders.7.eu")
+        assert resp.status_code == 201 and resp.json()["routed_to"] == 1
+        miss = post("ex.topic", body="t-miss", routing_key="orders.7.us")
+        assert miss.status_code == 200 and miss.json()["routed_to"] == 0
+        assert post("ex.fan", body="fan").json()["routed_to"] == 2
+        assert post("ex.hdr", body="small", properties={"kind": "small"}).status_code == 200
+        assert post("ex.hdr", body="big", properties={"kind": "big"}).status_code == 201
+        sent = time.monotonic()
+        delayed = post("ex.later", body="later", routing_key="k", delay_ms=400)
+        assert delayed.status_code == 201 and "deliver_at_ms" in delayed.json()
+
+        deadline = time.monotonic() + BOUND
+        method = None
+        while method is None and time.monotonic() < deadline:
+            method, _props, body = ch.basic_get("t1", auto_ack=True)
+        assert method is not None and body == b"t-hit"
+        assert method.routing_key == "orders.7.eu"
+        assert _get(ch, "f1") == b"fan" and _get(ch, "f2") == b"fan"
+        assert _get(ch, "h1") == b"big"
+        assert _get(ch, "d1") == b"later"
+        assert time.monotonic() - sent >= 0.4  # not before its delay
+        for q in ("t1", "h1"):  # nothing else got there
+            assert ch.basic_get(q, auto_ack=True)[0] is None
+    finally:
+        conn.close()
+
+
+def test_publish_through_amq_topic_reaches_mqtt(gw):
+    api = Api(base(gw))
+    sub = Paho(gw.mqtt_port, "http-amq-topic")
+    sub.subscribe("room/+/temp", qos=1)
+    resp = api.call("POST", "/v1/amqp/%2F/exchanges/amq.topic/messages",
+                    "/v1/amqp/{vhost}/exchanges/{exchange}/messages",
+                    json={"body": "19.5", "routing_key": "room.3.temp"})
+    assert resp.status_code == 201
+    msg = sub.get()
+    assert msg.topic == "room/3/temp" and msg.payload == b"19.5"
