@@ -100,6 +100,8 @@ class ExchangeRoute:
     delayed: bool = False
     mqtt: bool = False
     refused: int = 0
+    #: An internal exchange: AMQP refuses publishes to it (403), so does HTTP.
+    internal: bool = False
 
 
 #: ``(vhost, exchange, routing_key, headers) -> ExchangeRoute``, or None when the vhost
@@ -174,7 +176,8 @@ class TopicSpace:
         route = router(vhost, exchange, routing_key, headers)
         if route is not None and route.mqtt:
             extra = [lmq for lmq in self.route_amq_topic(routing_key) if lmq not in route.lmqs]
-            route = ExchangeRoute(route.lmqs + extra, route.delayed, True, route.refused)
+            route = ExchangeRoute(route.lmqs + extra, route.delayed, True, route.refused,
+                                  route.internal)
         return route
 
     # -- RocketMQ -----------------------------------------------------------------------

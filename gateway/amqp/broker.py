@@ -486,6 +486,8 @@ class Broker:
         vh = self.vhosts.get(vhost)
         if vh is None or (exchange and exchange not in vh.exchanges):
             return None
+        if exchange and vh.exchanges[exchange].internal:
+            return ExchangeRoute([], internal=True)
         queues, mqtt = self.route(vhost, exchange, routing_key,
                                   dict(headers) if headers is not None else None)
         kept = [q for q in queues if not (q.rejects_when_full and q.is_full())]

@@ -351,6 +351,9 @@ class JsonApi:
         if route is None:
             raise ApiError(404, f"no exchange {exchange!r} in vhost {vhost!r} (declare it"
                                 " over AMQP first)")
+        if route.internal:
+            raise ApiError(403, f"cannot publish to internal exchange {exchange!r} in vhost"
+                                f" {vhost!r}")
         if route.mqtt:
             self.check_publish(request, amqp_to_mqtt(key))
         self.check_rate(request)

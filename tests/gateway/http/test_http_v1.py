@@ -408,12 +408,15 @@ def test_publish_through_amqp_exchanges(gw):
         ch.exchange_declare("ex.later", "x-delayed-message",
                             arguments={"x-delayed-type": "direct"})
         ch.queue_bind("d1", "ex.later", "k")
+        ch.exchange_declare("ex.inner", "fanout", internal=True)
+        ch.exchange_bind("ex.inner", "ex.fan")  # reached from ex.fan, not published to
+        ch.queue_bind("f1", "ex.inner")
+        assert post("ex.inner", body="no").status_code == 403
 
         resp = post("ex.topic", body="t-hit", routing_key="orders.7.eu")
         assert resp.status_code == 201 and resp.json()["routed_to"] == 1
         miss = post("ex.topic", body="t-miss", routing_key="orders.7.us")
         assert miss.status_code == 200 and miss.json()["routed_to"] == 0
-        assert post("ex.fan", body="fan").json()["routed_to"] == 2
         assert post("ex.hdr", body="small", properties={"kind": "small"}).status_code == 200
         assert post("ex.hdr", body="big", properties={"kind": "big"}).status_code == 201
         sent = time.monotonic()
@@ -426,11 +429,12 @@ def test_publish_through_amqp_exchanges(gw):
             method, _props, body = ch.basic_get("t1", auto_ack=True)
         assert method is not None and body == b"t-hit"
         assert method.routing_key == "orders.7.eu"
+        assert post("ex.fan", body="fan").json()["routed_to"] == 2  # f1 once, f2
         assert _get(ch, "f1") == b"fan" and _get(ch, "f2") == b"fan"
         assert _get(ch, "h1") == b"big"
         assert _get(ch, "d1") == b"later"
         assert time.monotonic() - sent >= 0.4  # not before its delay
-        for q in ("t1", "h1"):  # nothing else got there
+        for q in ("t1", "h1", "f1", "f2"):  # nothing else got there
             assert ch.basic_get(q, auto_ack=True)[0] is None
     finally:
         conn.close()
