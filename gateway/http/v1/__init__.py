@@ -55,7 +55,7 @@ from gateway.auth.authenticator import Principal, Refusal, RefusalReason
 from gateway.http.messages import Request, Response
 from gateway.http.server import problem
 from gateway.http.v1.openapi import OPENAPI
-from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopItem
+from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopItem, Source
 from gateway.rocketmq.records import (
     PROPS,
     SYSTEM_PROPERTIES,
@@ -138,6 +138,7 @@ class Receipt:
     def decode(cls, handle: object) -> Receipt:
         if not isinstance(handle, str) or not handle:
             raise ValueError("a receipt handle is a non-empty string")
+        handle = handle.partition(".")[0]  # an event id's stream cursor
         try:
             raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4)).decode()
             topic, queue_id, offset, extra = raw.split("\n")
@@ -724,10 +725,12 @@ class JsonApi:
 
     async def stream(self, request: Request) -> Response:
         """Server-sent events: each message is popped, sent as an event whose id is its
-        receipt handle, and acked once written (at most once per event written; a
-        client that reconnects with ``Last-Event-ID`` gets that message acked if it was
-        not yet, then the rest). ``ack=manual`` leaves acking to the client (the events
-        then come back after their invisible time unless acked)."""
+        receipt handle and the stream's cursor (``handle.cursor``: the last offset
+        written on each queue of the topic), and acked once written. A client that
+        reconnects with ``Last-Event-ID`` gets that message acked if it was not yet, the
+        messages the group took after that cursor read again from the store (marked
+        ``replayed``), then the rest. ``ack=manual`` leaves acking to the client (the
+        events then come back after their invisible time unless acked; no replay)."""
         group, topic = request.params["group"], request.params["topic"]
         self.check_consume(request, topic)
         self._group(group)
@@ -739,18 +742,63 @@ class JsonApi:
             raise ApiError(400, "max_events must be a non-negative integer")
         limit = int(raw_limit)
         pop = self.ctx.rocketmq.pop
+        store = self.ctx.store
         last = request.header("last-event-id")
-        if last and not manual:
+        cursor: dict[int, int] = {}
+        if last:
+            receipt_part, _, cursor_part = last.partition(".")
             try:
-                receipt = Receipt.decode(last)
-                pop.ack(group, receipt.topic, receipt.queue_id, receipt.offset,
-                        receipt.extra_info)
-            except (ValueError, UnknownLmq, OffsetOutOfRange, StoreError):
-                pass
+                cursor = _decode_cursor(cursor_part) if cursor_part else {}
+            except ValueError:
+                cursor = {}
+            if not manual:
+                try:
+                    receipt = Receipt.decode(receipt_part)
+                    if receipt.extra_info:
+                        pop.ack(group, receipt.topic, receipt.queue_id, receipt.offset,
+                                receipt.extra_info)
+                except (ValueError, UnknownLmq, OffsetOutOfRange, StoreError):
+                    pass
+        # the rewind (auto mode): what this stream wrote and acked after the event the
+        # client saw last is read again from the store, from the cursor in its id up to
+        # the group's committed offset on each queue (the rest is popped as usual)
+        replay: list[tuple[int, int, int]] = []
+        if cursor and not manual:
+            for queue_id, seen in sorted(cursor.items()):
+                committed = store.get_offset(group, queue_lmq(topic, queue_id))
+                if committed is not None and committed > seen + 1:
+                    replay.append((queue_id, seen + 1, committed))
+
+        # the cursor starts where the group is on every queue of the topic (so a queue
+        # first written to after an event the client saw is rewound too)
+        config = self.ctx.rocketmq_topics.get(topic)
+        for queue_id in range(config.read_queues if config is not None else 0):
+            committed = store.get_offset(group, queue_lmq(topic, queue_id))
+            if committed is not None and queue_id not in cursor:
+                cursor[queue_id] = committed - 1
+
+        def event(doc: dict[str, Any]) -> bytes:
+            cursor[doc["queue_id"]] = max(cursor.get(doc["queue_id"], -1), doc["offset"])
+            doc["receipt_handle"] = doc["receipt_handle"] + "." + _encode_cursor(cursor)
+            data = json.dumps(doc, separators=(",", ":"))
+            return f"id: {doc['receipt_handle']}\nevent: message\ndata: {data}\n\n".encode()
 
         async def events() -> AsyncIterator[bytes]:
             sent = 0
             yield b": lmq-gateway stream\nretry: 1000\n\n"
+            for queue_id, start, end in replay:
+                lmq = queue_lmq(topic, queue_id)
+                for offset in range(start, end):
+                    if limit and sent >= limit:
+                        return
+                    stored = store.read_at(lmq, offset)
+                    if stored is None:
+                        continue  # (removed by retention)
+                    item = PopItem(stored, Source(lmq, topic, queue_id, "0"), 0)
+                    doc = _message_doc(item, 0)
+                    doc["replayed"] = True
+                    yield event(doc)
+                    sent += 1
             while not limit or sent < limit:
                 want = min(MAX_RECEIVE, limit - sent) if limit else MAX_RECEIVE
                 result = await pop.pop(group, topic, -1, want, 30_000, 15_000)
@@ -760,8 +808,12 @@ class JsonApi:
                 visible = result.pop_time + result.invisible_time
                 for item in result.items:
                     doc = _message_doc(item, visible)
-                    data = json.dumps(doc, separators=(",", ":"))
-                    yield f"id: {doc['receipt_handle']}\nevent: message\ndata: {data}\n\n".encode()
+                    if item.source.topic != topic:  # (a retry: no cursor position)
+                        data = json.dumps(doc, separators=(",", ":"))
+                        yield (f"id: {doc['receipt_handle']}\nevent: message\n"
+                               f"data: {data}\n\n").encode()
+                    else:
+                        yield event(doc)
                     if not manual:
                         pop.ack(group, item.source.topic, item.source.queue_id,
                                 item.message.offset, item.extra_info)
@@ -809,6 +861,24 @@ def _offset_at(store: Any, lmq: str, low: int, high: int, stamp: int) -> int:
         else:
             high = mid
     return low
+
+
+def _encode_cursor(cursor: Mapping[int, int]) -> str:
+    """An SSE event id's stream cursor: the last offset written per queue."""
+    raw = ",".join(f"{q}:{o}" for q, o in sorted(cursor.items())).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(text: str) -> dict[int, int]:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+        pairs = (item.split(":") for item in raw.split(",") if item)
+        cursor = {int(q): int(o) for q, o in pairs}
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ValueError("not a stream cursor") from None
+    if len(cursor) > 1024 or any(q < 0 or o < -1 for q, o in cursor.items()):
+        raise ValueError("not a stream cursor")
+    return cursor
 
 
 def _message_doc(item: PopItem, visible_ms: int) -> dict[str, Any]:

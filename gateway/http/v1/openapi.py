@@ -222,6 +222,9 @@ OPENAPI: dict[str, Any] = {
                            {"name": "max_events", "in": "query",
                             "schema": {"type": "integer", "minimum": 0}},
                            {"name": "Last-Event-ID", "in": "header",
+                            "description": "An event id of an earlier stream: acks that"
+                                           " message (ack=auto) and sends again what the"
+                                           " group took after it (the id's cursor)",
                             "schema": {"type": "string"}}],
             "responses": {"200": {"description": "An event stream",
                                   "content": {"text/event-stream": {
