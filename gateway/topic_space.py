@@ -67,6 +67,11 @@ ROUTE_CACHE_SIZE = 65536
 AMQP_PREFIX = "amqp:"
 
 
+#: The store group an MQTT shared subscription ``$share/<group>/<filter>`` pops the
+#: filter's LMQ as (gateway.mqtt.delivery), and the JSON API's MQTT consume too.
+MQTT_SHARE_PREFIX = "mqtt-share:"
+
+
 def mqtt_lmq(topic_filter: str) -> str:
     """The LMQ of an MQTT subscription filter (also the LMQ a ``$share`` group pops)."""
     return MQTT_PREFIX + topic_filter

@@ -42,8 +42,10 @@ from broker_core import (
     DelayTooLong,
     Durability,
     Message,
+    MessageStore,
     MessageTooLarge,
     Outcome,
+    PoppedMessage,
     Protocol,
     Record,
     StorageFull,
@@ -64,8 +66,9 @@ from gateway.rocketmq.records import (
     to_store_message,
 )
 from gateway.token_bucket import TokenBucket
-from gateway.topic_space import amqp_queue_lmq
+from gateway.topic_space import MQTT_SHARE_PREFIX, amqp_queue_lmq, mqtt_lmq
 from gateway.user_properties import encode_user_properties
+from lmq.names import validate_topic_filter
 from lmq.rocketmq import InvalidName, queue_lmq
 from lmq.topic_space import amqp_to_mqtt
 from protocol.remoting.messages import decode_properties, encode_properties
@@ -157,6 +160,8 @@ class JsonApi:
         self.window_ms = int(cfg.http_idempotency_window * 1000)
         #: Idempotent publishes in flight: (topic, message id) -> their answer.
         self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+        #: MQTT topic filters this node added to the topic space for HTTP groups.
+        self._mqtt_filters: set[str] = set()
 
     # -- auth ---------------------------------------------------------------------
 
@@ -609,6 +614,110 @@ class JsonApi:
         return json_response(200, {"messages": [
             _message_doc(item, visible) for item in result.items]})
 
+    # -- MQTT topic filters -------------------------------------------------------
+
+    def _mqtt_subscription(self, group: str, topic_filter: str) -> str:
+        """The filter's LMQ, dispatched to by the topic space like an MQTT
+        subscription's: registered durably on first use (store meta, re-registered at
+        start), the group starting at the end of the LMQ."""
+        lmq = mqtt_lmq(topic_filter)
+        if topic_filter not in self._mqtt_filters:
+            self.ctx.topic_space.add_filter(topic_filter)
+            self._mqtt_filters.add(topic_filter)
+        store = self.ctx.store
+        key = f"{_MQTT_SUB_META}{group}\n{topic_filter}"
+        if store.get_meta(key) is None:
+            info = store.lmq(lmq) or store.create_lmq(lmq)
+            store_group = MQTT_SHARE_PREFIX + group
+            if store.get_offset(store_group, lmq) is None:
+                store.commit_offset(store_group, lmq, info.max_offset)
+            store.put_meta(key, b"1")
+        return lmq
+
+    def restore_mqtt_subscriptions(self) -> None:
+        for key, _ in self.ctx.store.iter_meta(_MQTT_SUB_META):
+            topic_filter = key[len(_MQTT_SUB_META):].partition("\n")[2]
+            if topic_filter and topic_filter not in self._mqtt_filters:
+                self.ctx.topic_space.add_filter(topic_filter)
+                self._mqtt_filters.add(topic_filter)
+
+    async def receive_mqtt(self, request: Request) -> Response:
+        """Pop an MQTT topic filter's messages as ``group`` (the group an MQTT
+        ``$share/<group>/<filter>`` subscription pops as: the two share the work)."""
+        group, topic_filter = request.params["group"], request.params["filter"]
+        try:
+            validate_topic_filter(topic_filter)
+        except ValueError as exc:
+            raise ApiError(400, f"invalid MQTT topic filter: {exc}") from None
+        if not group or "/" in group or "+" in group or "#" in group:
+            raise ApiError(400, "invalid group name")
+        self.check_consume(request, topic_filter)
+        doc = _json_body(request)
+        if not isinstance(doc, dict):
+            raise ApiError(400, "the body is a JSON object")
+        q = request.query
+
+        def option(name: str, default: float, low: float, high: float) -> float:
+            raw = doc.get(name, q.get(name, [None])[0])
+            if raw is None:
+                return default
+            try:
+                value = float(raw)
+            except (TypeError, ValueError):
+                raise ApiError(400, f"{name} must be a number") from None
+            if not low <= value <= high:
+                raise ApiError(400, f"{name} must be between {low:g} and {high:g}")
+            return value
+
+        count = int(option("max_messages", 16, 1, MAX_RECEIVE))
+        wait = option("wait_seconds", 0, 0, MAX_WAIT_SECONDS)
+        invisible = int(option("invisible_seconds", DEFAULT_INVISIBLE_SECONDS, 1,
+                               12 * 3600) * 1000)
+        lmq = self._mqtt_subscription(group, topic_filter)
+        store, store_group = self.ctx.store, MQTT_SHARE_PREFIX + group
+        deadline = time.monotonic() + wait
+        while True:
+            popped = store.pop(store_group, lmq, count, invisible)
+            left = deadline - time.monotonic()
+            if popped or left <= 0:
+                break
+            woken = asyncio.get_running_loop().create_future()
+
+            def wake(*_: object, f: asyncio.Future[None] = woken) -> None:
+                if not f.done():
+                    f.set_result(None)
+
+            remove = store.add_listener(lmq, self.ctx.loop_callback(wake))
+            try:  # (woken by an append; a message coming back is seen within 1 s)
+                await asyncio.wait_for(woken, min(left, 1.0))
+            except TimeoutError:
+                pass
+            finally:
+                remove()
+        return json_response(200, {"messages": [
+            _mqtt_message_doc(topic_filter, p) for p in popped]})
+
+    def _mqtt_settle(self, request: Request, group: str, handle: str,
+                     invisible_ms: int | None) -> dict[str, Any]:
+        """Ack (``invisible_ms`` None) or change the visibility of a message received
+        from an MQTT topic filter."""
+        try:
+            topic_filter, receipt = _decode_mqtt_handle(handle)
+            self.check_consume(request, topic_filter)
+            if invisible_ms is None:
+                self.ctx.store.ack(receipt)
+                return {"status": 200, "receipt_handle": handle}
+            renewed = self.ctx.store.change_invisible_time(receipt, max(invisible_ms, 1))
+            return {"status": 200, "receipt_handle": handle,
+                    "new_receipt_handle": _encode_mqtt_handle(topic_filter, renewed),
+                    "next_visible_ms": self.ctx.store.receipt_visible_at(renewed)}
+        except ApiError as exc:
+            return {"status": exc.status, "receipt_handle": handle, "detail": exc.detail}
+        except UnknownReceipt:
+            return {"status": 410, "receipt_handle": handle, "detail": "no longer in flight"}
+        except (ValueError, StoreError) as exc:
+            return {"status": 400, "receipt_handle": handle, "detail": str(exc)}
+
     def _settle(self, request: Request) -> tuple[str, list[object]]:
         group = request.params["group"]
         doc = _json_body(request)
@@ -625,6 +734,9 @@ class JsonApi:
         results = []
         pop = self.ctx.rocketmq.pop
         for handle in handles:
+            if isinstance(handle, str) and handle.startswith(_MQTT_HANDLE):
+                results.append(self._mqtt_settle(request, group, handle, None))
+                continue
             try:
                 receipt = Receipt.decode(handle)
                 self.check_consume(request, receipt.topic)
@@ -658,6 +770,9 @@ class JsonApi:
         results = []
         pop = self.ctx.rocketmq.pop
         for handle in handles:
+            if isinstance(handle, str) and handle.startswith(_MQTT_HANDLE):
+                results.append(self._mqtt_settle(request, group, handle, invisible_ms))
+                continue
             try:
                 receipt = Receipt.decode(handle)
                 self.check_consume(request, receipt.topic)
@@ -863,6 +978,50 @@ def _offset_at(store: Any, lmq: str, low: int, high: int, stamp: int) -> int:
     return low
 
 
+_MQTT_SUB_META = "http.mqtt-sub:"
+#: Receipt handles of messages received from an MQTT topic filter start with this.
+_MQTT_HANDLE = "m."
+
+
+def _encode_mqtt_handle(topic_filter: str, receipt: str) -> str:
+    raw = f"{topic_filter}\n{receipt}".encode()
+    return _MQTT_HANDLE + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_mqtt_handle(handle: str) -> tuple[str, str]:
+    text = handle[len(_MQTT_HANDLE):]
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+        topic_filter, receipt = raw.split("\n")
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ValueError(f"not a receipt handle of this gateway: {handle[:64]!r}") from None
+    return topic_filter, receipt
+
+
+def _mqtt_message_doc(topic_filter: str, popped: PoppedMessage) -> dict[str, Any]:
+    """A message received from an MQTT topic filter (``topic`` its MQTT topic name)."""
+    record = popped.message.record
+    props = decode_properties(rocketmq_properties(record))
+    user = {k: v for k, v in props.items() if k not in _SYSTEM}
+    doc: dict[str, Any] = {
+        "receipt_handle": _encode_mqtt_handle(topic_filter, popped.receipt),
+        "message_id": props.get(ID_PROPERTY, str(record.position)),
+        "topic": record.topic,
+        "queue_id": 0,
+        "offset": popped.message.offset,
+        "properties": user,
+        "delivery_count": popped.deliveries,
+        "born_ms": record.born_ms,
+        "store_ms": record.store_ms,
+        "next_visible_ms": MessageStore.receipt_visible_at(popped.receipt),
+    }
+    try:
+        doc["body"] = record.body.decode()
+    except UnicodeDecodeError:
+        doc["body_base64"] = base64.b64encode(record.body).decode()
+    return doc
+
+
 def _encode_cursor(cursor: Mapping[int, int]) -> str:
     """An SSE event id's stream cursor: the last offset written per queue."""
     raw = ",".join(f"{q}:{o}" for q, o in sorted(cursor.items())).encode()
@@ -989,6 +1148,7 @@ def _guard(fn: Any) -> Any:
 
 def register_routes(router: Router, ctx: GatewayContext) -> None:
     api = JsonApi(ctx)
+    api.restore_mqtt_subscriptions()
     routes = (
         ("GET", "/v1/openapi.json", api.openapi),
         ("POST", "/v1/topics/{topic}/messages", api.publish),
@@ -996,6 +1156,7 @@ def register_routes(router: Router, ctx: GatewayContext) -> None:
         ("POST", "/v1/amqp/{vhost}/queues/{queue}/messages", api.publish_amqp_queue),
         ("POST", "/v1/amqp/{vhost}/exchanges/{exchange}/messages", api.publish_amqp_exchange),
         ("POST", "/v1/groups/{group}/topics/{topic}/receive", api.receive),
+        ("POST", "/v1/groups/{group}/mqtt/{filter}/receive", api.receive_mqtt),
         ("GET", "/v1/groups/{group}/topics/{topic}/stream", api.stream),
         ("POST", "/v1/groups/{group}/topics/{topic}/seek", api.seek),
         ("POST", "/v1/transactions/{transaction}/{action}", api.end_transaction),

@@ -214,6 +214,20 @@ OPENAPI: dict[str, Any] = {
             "responses": {"200": _json(_ref("Received"), "Messages (maybe none)"),
                           **_ERRORS},
         }},
+        "/v1/groups/{group}/mqtt/{filter}/receive": {"post": {
+            "summary": "Receive messages of an MQTT topic filter (one URL-encoded"
+                       " segment) as a group: a durable subscription made on first use;"
+                       " shared with MQTT $share/{group}/{filter} subscribers",
+            "parameters": [_GROUP, {"name": "filter", "in": "path", "required": True,
+                                    "schema": {"type": "string"}}],
+            "requestBody": {"content": {"application/json": {"schema": {
+                "type": "object", "properties": {
+                    "max_messages": {"type": "integer", "minimum": 1, "maximum": 32},
+                    "wait_seconds": {"type": "number", "minimum": 0, "maximum": 30},
+                    "invisible_seconds": {"type": "number", "minimum": 1}}}}}},
+            "responses": {"200": _json(_ref("Received"), "Messages (maybe none)"),
+                          **_ERRORS},
+        }},
         "/v1/groups/{group}/topics/{topic}/stream": {"get": {
             "summary": "Server-sent events: one 'message' event per message",
             "parameters": [_GROUP, _TOPIC,

@@ -489,3 +489,50 @@ def test_sse_last_event_id_rewinds(gw):
     api.publish("rw", {"body": "e4", "message_group": "s"})
     tail = stream(1, again[-1].id)
     assert [json.loads(e.data)["body"] for e in tail] == ["e4"]
+
+
+def test_receive_an_mqtt_topic_filter(gw):
+    """A durable subscription per (group, filter), made on the first receive: an MQTT
+    publish reaches it even with no MQTT subscriber; ack, nack by its handles; it
+    survives a restart."""
+    api = Api(base(gw))
+    template = "/v1/groups/{group}/mqtt/{filter}/receive"
+
+    def receive(group: str, filt: str, **doc: Any) -> list[dict[str, Any]]:
+        path = f"/v1/groups/{group}/mqtt/{requests.utils.quote(filt, safe='')}/receive"
+        resp = api.call("POST", path, template, json=doc)
+        assert resp.status_code == 200, resp.text
+        return resp.json()["messages"]
+
+    pub = Paho(gw.mqtt_port, "pub-filter")
+    early = Paho(gw.mqtt_port, "early-sub")  # so the filter's LMQ has a message already
+    early.subscribe("site/+/temp", qos=1)
+    pub.publish("site/0/temp", b"before", qos=1)
+    assert early.get().payload == b"before"
+    assert receive("g", "site/+/temp") == []  # subscribes; nothing before it counts
+    pub.publish("site/1/temp", b"20.5", qos=1)
+    pub.publish("site/1/hum", b"40", qos=1)  # not matched
+    api.publish("site", {"body": "via rmq"})  # a RocketMQ topic: not an MQTT name match
+    got = receive("g", "site/+/temp", wait_seconds=2)
+    assert [(m["topic"], m["body"]) for m in got] == [("site/1/temp", "20.5")]
+    # another group has its own subscription (made now: it starts here)
+    assert receive("other", "site/+/temp") == []
+    # nack: back at once, one more delivery; then ack
+    resp = api.settle("g", "nack", [got[0]["receipt_handle"]])
+    assert resp.status_code == 200
+    again = receive("g", "site/+/temp", wait_seconds=2)
+    assert [m["body"] for m in again] == ["20.5"] and again[0]["delivery_count"] == 2
+    acked = api.settle("g", "ack", [again[0]["receipt_handle"]]).json()["results"]
+    assert acked[0]["status"] == 200
+    assert api.settle("g", "ack", [again[0]["receipt_handle"]]).json()[
+        "results"][0]["status"] == 410
+    # an HTTP publish by MQTT name reaches it too, and so after a restart
+    gw.restart()
+    api = Api(base(gw))
+    api.call("POST", "/v1/mqtt/site%2F2%2Ftemp/messages", "/v1/mqtt/{topic}/messages",
+             json={"body": "21"})
+    assert [m["body"] for m in receive("g", "site/+/temp", wait_seconds=2)] == ["21"]
+    assert [m["body"] for m in receive("other", "site/+/temp", wait_seconds=2)] == ["21"]
+    # a bad filter is a 400
+    assert api.call("POST", "/v1/groups/g/mqtt/a%2F%23%2Fb/receive", template,
+                    json={}).status_code == 400
