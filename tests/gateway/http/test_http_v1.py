@@ -536,3 +536,35 @@ def test_receive_an_mqtt_topic_filter(gw):
     # a bad filter is a 400
     assert api.call("POST", "/v1/groups/g/mqtt/a%2F%23%2Fb/receive", template,
                     json={}).status_code == 400
+
+
+def test_mqtt_filter_group_shares_with_an_mqtt_shared_subscription(gw):
+    """HTTP group g and MQTT $share/g/<filter> pop one store group: together they get
+    every message once."""
+    import queue as queue_mod
+
+    api = Api(base(gw))
+    sub = Paho(gw.mqtt_port, "share-member")
+    sub.subscribe("$share/work/jobs/#", qos=1)
+    path = "/v1/groups/work/mqtt/jobs%2F%23/receive"
+    template = "/v1/groups/{group}/mqtt/{filter}/receive"
+    assert api.call("POST", path, template, json={}).status_code == 200
+    pub = Paho(gw.mqtt_port, "share-pub")
+    sent = [f"j{i}" for i in range(20)]
+    for body in sent:
+        pub.publish(f"jobs/{body}", body.encode(), qos=1)
+    by_http: list[str] = []
+    for _ in range(3):
+        got = api.call("POST", path, template, json={"max_messages": 32}).json()["messages"]
+        by_http += [m["body"] for m in got]
+        if got:
+            api.settle("work", "ack", [m["receipt_handle"] for m in got])
+    by_mqtt: list[str] = []
+    deadline = time.monotonic() + BOUND
+    while len(by_http) + len(by_mqtt) < len(sent) and time.monotonic() < deadline:
+        try:
+            by_mqtt.append(sub.get(timeout=0.5).payload.decode())
+        except queue_mod.Empty:
+            got = api.call("POST", path, template, json={"max_messages": 32}).json()
+            by_http += [m["body"] for m in got["messages"]]
+    assert sorted(by_http + by_mqtt) == sorted(sent)  # each once, between the two
