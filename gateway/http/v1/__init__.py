@@ -634,6 +634,27 @@ class JsonApi:
             store.put_meta(key, b"1")
         return lmq
 
+    async def delete_mqtt_subscription(self, request: Request) -> Response:
+        """Drop the group's subscription to the filter: publishes no longer go to the
+        filter's LMQ for it (they still do while another HTTP group or an MQTT session
+        subscribes to the same filter). The group's offset stays (an MQTT
+        ``$share/<group>/<filter>`` subscription shares it)."""
+        group, topic_filter = request.params["group"], request.params["filter"]
+        self.check_consume(request, topic_filter)
+        store = self.ctx.store
+        key = f"{_MQTT_SUB_META}{group}\n{topic_filter}"
+        existed = store.get_meta(key) is not None
+        if existed:
+            store.delete_meta(key)
+        others = any(k.partition("\n")[2] == topic_filter
+                     for k, _ in store.iter_meta(_MQTT_SUB_META))
+        if not others and topic_filter in self._mqtt_filters:
+            self._mqtt_filters.discard(topic_filter)
+            self.ctx.topic_space.remove_filter(topic_filter)
+        if not existed:
+            raise ApiError(404, f"group {group!r} has no subscription to {topic_filter!r}")
+        return json_response(200, {"group": group, "filter": topic_filter})
+
     def restore_mqtt_subscriptions(self) -> None:
         for key, _ in self.ctx.store.iter_meta(_MQTT_SUB_META):
             topic_filter = key[len(_MQTT_SUB_META):].partition("\n")[2]
@@ -1157,6 +1178,7 @@ def register_routes(router: Router, ctx: GatewayContext) -> None:
         ("POST", "/v1/amqp/{vhost}/exchanges/{exchange}/messages", api.publish_amqp_exchange),
         ("POST", "/v1/groups/{group}/topics/{topic}/receive", api.receive),
         ("POST", "/v1/groups/{group}/mqtt/{filter}/receive", api.receive_mqtt),
+        ("DELETE", "/v1/groups/{group}/mqtt/{filter}", api.delete_mqtt_subscription),
         ("GET", "/v1/groups/{group}/topics/{topic}/stream", api.stream),
         ("POST", "/v1/groups/{group}/topics/{topic}/seek", api.seek),
         ("POST", "/v1/transactions/{transaction}/{action}", api.end_transaction),

@@ -228,6 +228,16 @@ OPENAPI: dict[str, Any] = {
             "responses": {"200": _json(_ref("Received"), "Messages (maybe none)"),
                           **_ERRORS},
         }},
+        "/v1/groups/{group}/mqtt/{filter}": {"delete": {
+            "summary": "Drop the group's subscription to an MQTT topic filter",
+            "parameters": [_GROUP, {"name": "filter", "in": "path", "required": True,
+                                    "schema": {"type": "string"}}],
+            "responses": {"200": _json({"type": "object", "required": ["group", "filter"],
+                                        "properties": {"group": {"type": "string"},
+                                                       "filter": {"type": "string"}}},
+                                       "Dropped"),
+                          **_ERRORS},
+        }},
         "/v1/groups/{group}/topics/{topic}/stream": {"get": {
             "summary": "Server-sent events: one 'message' event per message",
             "parameters": [_GROUP, _TOPIC,

@@ -536,6 +536,18 @@ def test_receive_an_mqtt_topic_filter(gw):
     # a bad filter is a 400
     assert api.call("POST", "/v1/groups/g/mqtt/a%2F%23%2Fb/receive", template,
                     json={}).status_code == 400
+    # unsubscribe: g's drop leaves other's; once both are gone, nothing is routed there
+    dtemplate = "/v1/groups/{group}/mqtt/{filter}"
+    assert api.call("DELETE", "/v1/groups/g/mqtt/site%2F%2B%2Ftemp", dtemplate
+                    ).status_code == 200
+    assert api.call("DELETE", "/v1/groups/g/mqtt/site%2F%2B%2Ftemp", dtemplate
+                    ).status_code == 404
+    assert gw.gateway is not None
+    space = gw.gateway.topic_space
+    assert space.subscriptions_on("site/+/temp") == 1
+    assert api.call("DELETE", "/v1/groups/other/mqtt/site%2F%2B%2Ftemp", dtemplate
+                    ).status_code == 200
+    assert space.subscriptions_on("site/+/temp") == 0
 
 
 def test_mqtt_filter_group_shares_with_an_mqtt_shared_subscription(gw):
