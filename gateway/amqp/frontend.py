@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from broker_core import StoreError
 from gateway.amqp.broker import Broker
 from gateway.amqp.handler import AmqpHandler
+from gateway.amqp.messages import forget_cached_properties
 from gateway.amqp.model import Stats
 from gateway.amqp.queues import GROUP
 from gateway.frontend import FrontEnd
@@ -53,6 +54,7 @@ class AmqpFrontEnd(FrontEnd):
 
     async def start(self) -> None:
         ctx = self.ctx
+        forget_cached_properties()  # (positions of another store opened before)
         self.broker.load()
         # RabbitMQ requeues without limit; x-delivery-limit is enforced per queue here.
         self.store.set_max_deliveries(GROUP, 0)
