@@ -53,7 +53,9 @@ Event-loop thread only.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from lmq.rocketmq import LMQ_PREFIX as RMQ_PREFIX
 from lmq.rocketmq import Perm, TopicConfig, join_mqtt_topic, parse_queue_lmq, queue_lmq
@@ -63,6 +65,11 @@ from lmq.topic_trie import TopicTrie
 MQTT_PREFIX = "mqtt:"
 ROUTE_CACHE_SIZE = 65536
 AMQP_PREFIX = "amqp:"
+
+
+#: The store group an MQTT shared subscription ``$share/<group>/<filter>`` pops the
+#: filter's LMQ as (gateway.mqtt.delivery), and the JSON API's MQTT consume too.
+MQTT_SHARE_PREFIX = "mqtt-share:"
 
 
 def mqtt_lmq(topic_filter: str) -> str:
@@ -85,11 +92,34 @@ def rocketmq_queue_for(config: TopicConfig, mqtt_topic: str) -> str:
     return queue_lmq(config.name, zlib.crc32(mqtt_topic.encode()) % config.write_queues)
 
 
+@dataclass(frozen=True, slots=True)
+class ExchangeRoute:
+    """Where an AMQP exchange routes a message (:meth:`TopicSpace.route_exchange`): the
+    queue LMQs (exchange-to-exchange bindings and alternate exchanges followed, full
+    ``reject-publish`` queues left out and counted in ``refused``), whether the
+    exchange is an ``x-delayed-message`` one (its messages' delay is honoured), and
+    whether the message passed through ``amq.topic`` of vhost ``/`` (then it belongs
+    to the one topic space too: MQTT subscribers of ``amqp_to_mqtt(routing_key)``)."""
+
+    lmqs: list[str]
+    delayed: bool = False
+    mqtt: bool = False
+    refused: int = 0
+    #: An internal exchange: AMQP refuses publishes to it (403), so does HTTP.
+    internal: bool = False
+
+
+#: ``(vhost, exchange, routing_key, headers) -> ExchangeRoute``, or None when the vhost
+#: or the exchange does not exist.
+ExchangeRouter = Callable[[str, str, str, "Mapping[str, Any] | None"], "ExchangeRoute | None"]
+
+
 class TopicSpace:
     def __init__(self, rocketmq_topics: RocketMQTopics | None = None) -> None:
         self._filters: TopicTrie[str] = TopicTrie()
         self._refs: dict[str, int] = {}
         self._amq_topic: Callable[[str], list[str]] | None = None
+        self._exchange_router: ExchangeRouter | None = None
         self._routes: dict[str, tuple[str, ...]] = {}
         #: route_rocketmq's memo: MQTT name -> its filter LMQs without the RocketMQ
         #: queue, or None for a name that reaches nothing else. Cleared with _routes.
@@ -133,6 +163,27 @@ class TopicSpace:
         MQTT topic to" (its bindings, exchange-to-exchange bindings included, for the
         routing key ``mqtt_to_amqp(topic)``)."""
         self._amq_topic = router
+
+    def set_exchange_router(self, router: ExchangeRouter | None) -> None:
+        """The AMQP front end's routing of any exchange (for front ends that publish
+        through AMQP exchanges without importing ``gateway.amqp``: the JSON API)."""
+        self._exchange_router = router
+
+    def route_exchange(self, vhost: str, exchange: str, routing_key: str,
+                       headers: Mapping[str, Any] | None = None) -> ExchangeRoute | None:
+        """Where ``exchange`` of ``vhost`` routes a message with ``routing_key`` and
+        ``headers`` (the AMQP front end's answer), MQTT filter LMQs added when it passed
+        through ``amq.topic``; None when there is no such exchange (or no AMQP front
+        end). ``""`` is the default exchange (the queue named by the routing key)."""
+        router = self._exchange_router
+        if router is None:
+            return None
+        route = router(vhost, exchange, routing_key, headers)
+        if route is not None and route.mqtt:
+            extra = [lmq for lmq in self.route_amq_topic(routing_key) if lmq not in route.lmqs]
+            route = ExchangeRoute(route.lmqs + extra, route.delayed, True, route.refused,
+                                  route.internal)
+        return route
 
     # -- RocketMQ -----------------------------------------------------------------------
 

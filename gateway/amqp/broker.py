@@ -28,7 +28,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +49,7 @@ from gateway.amqp.model import (
 )
 from gateway.amqp.queues import GROUP, Queue
 from gateway.publisher import Publisher
-from gateway.topic_space import AMQP_PREFIX, TopicSpace
+from gateway.topic_space import AMQP_PREFIX, ExchangeRoute, TopicSpace
 from lmq.topic_space import mqtt_to_amqp
 from protocol.amqp.errors import (
     ACCESS_REFUSED,
@@ -477,6 +477,23 @@ class Broker:
                         stack.append(nxt)
         queues = [q for q in (vh.queues.get(n) for n in names) if q is not None]
         return queues, mqtt
+
+    def exchange_route(self, vhost: str, exchange: str, routing_key: str,
+                       headers: Mapping[str, Any] | None) -> ExchangeRoute | None:
+        """:meth:`route` for the topic space's exchange router (the JSON API's publish
+        through an exchange): None for an unknown vhost or exchange; full queues that
+        reject publishes (``x-overflow`` ``reject-publish``) left out and counted."""
+        vh = self.vhosts.get(vhost)
+        if vh is None or (exchange and exchange not in vh.exchanges):
+            return None
+        if exchange and vh.exchanges[exchange].internal:
+            return ExchangeRoute([], internal=True)
+        queues, mqtt = self.route(vhost, exchange, routing_key,
+                                  dict(headers) if headers is not None else None)
+        kept = [q for q in queues if not (q.rejects_when_full and q.is_full())]
+        delayed = bool(exchange) and vh.exchanges[exchange].delayed
+        return ExchangeRoute([q.lmq_for(None) for q in kept], delayed, mqtt,
+                             len(queues) - len(kept))
 
     def amq_topic_lmqs(self, mqtt_topic: str) -> list[str]:
         """For the shared topic space: queue LMQs ``amq.topic`` of vhost ``/`` routes an

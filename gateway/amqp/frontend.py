@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from broker_core import StoreError
 from gateway.amqp.broker import Broker
 from gateway.amqp.handler import AmqpHandler
+from gateway.amqp.messages import forget_cached_properties
 from gateway.amqp.model import Stats
 from gateway.amqp.queues import GROUP
 from gateway.frontend import FrontEnd
@@ -53,6 +54,7 @@ class AmqpFrontEnd(FrontEnd):
 
     async def start(self) -> None:
         ctx = self.ctx
+        forget_cached_properties()  # (positions of another store opened before)
         self.broker.load()
         # RabbitMQ requeues without limit; x-delivery-limit is enforced per queue here.
         self.store.set_max_deliveries(GROUP, 0)
@@ -61,6 +63,7 @@ class AmqpFrontEnd(FrontEnd):
         self.store.set_memory_inflight(GROUP)
         self._requeue_interrupted()
         ctx.topic_space.set_amq_topic_router(self.broker.amq_topic_lmqs)
+        ctx.topic_space.set_exchange_router(self.broker.exchange_route)
         ctx.spawn(self._ttl_loop(), "amqp-ttl")
         ctx.spawn(self._revive_loop(), "amqp-revive")
 
@@ -132,6 +135,7 @@ class AmqpFrontEnd(FrontEnd):
     async def stop(self) -> None:
         self.broker.flush_acks()
         self.ctx.topic_space.set_amq_topic_router(None)
+        self.ctx.topic_space.set_exchange_router(None)
         for q in list(self.broker.all_queues()):
             q.close()
 

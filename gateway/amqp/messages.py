@@ -158,6 +158,12 @@ def to_store_message(
     )
 
 
+def forget_cached_properties() -> None:
+    """Drop the properties cached by log position: a store opened in this process
+    after another (tests, a restart in place) reuses positions."""
+    _mqtt_props.clear()
+
+
 def delivery_fields(record: Record) -> tuple[str | bytes, str | bytes, bytes]:
     """(exchange, routing key, raw properties) to deliver ``record`` over AMQP (str or
     UTF-8 bytes, as the encoders take them)."""

@@ -38,6 +38,7 @@ from broker_core import Protocol, Record
 from broker_core.record import PlainMessage
 from gateway.mqtt.messages import mqtt_topic, now_ms, publish_properties, remaining_expiry
 from gateway.mqtt.session_state import SubscriptionState
+from gateway.topic_space import MQTT_SHARE_PREFIX
 from protocol.mqtt import EMPTY_PROPERTIES, Connection, MQTTVersion, OutgoingPacketTooLarge
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ SHARE_INVISIBLE_MS = 60_000
 
 
 def share_group(group: str) -> str:
-    return "mqtt-share:" + group
+    return MQTT_SHARE_PREFIX + group
 
 
 def pull_size(top_qos: int, window: int, room: int) -> int:

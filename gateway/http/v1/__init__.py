@@ -42,8 +42,10 @@ from broker_core import (
     DelayTooLong,
     Durability,
     Message,
+    MessageStore,
     MessageTooLarge,
     Outcome,
+    PoppedMessage,
     Protocol,
     Record,
     StorageFull,
@@ -55,7 +57,7 @@ from gateway.auth.authenticator import Principal, Refusal, RefusalReason
 from gateway.http.messages import Request, Response
 from gateway.http.server import problem
 from gateway.http.v1.openapi import OPENAPI
-from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopItem
+from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopItem, Source
 from gateway.rocketmq.records import (
     PROPS,
     SYSTEM_PROPERTIES,
@@ -64,9 +66,11 @@ from gateway.rocketmq.records import (
     to_store_message,
 )
 from gateway.token_bucket import TokenBucket
-from gateway.topic_space import amqp_queue_lmq
+from gateway.topic_space import MQTT_SHARE_PREFIX, amqp_queue_lmq, mqtt_lmq
 from gateway.user_properties import encode_user_properties
+from lmq.names import validate_topic_filter
 from lmq.rocketmq import InvalidName, queue_lmq
+from lmq.topic_space import amqp_to_mqtt
 from protocol.remoting.messages import decode_properties, encode_properties
 
 if TYPE_CHECKING:
@@ -137,6 +141,7 @@ class Receipt:
     def decode(cls, handle: object) -> Receipt:
         if not isinstance(handle, str) or not handle:
             raise ValueError("a receipt handle is a non-empty string")
+        handle = handle.partition(".")[0]  # an event id's stream cursor
         try:
             raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4)).decode()
             topic, queue_id, offset, extra = raw.split("\n")
@@ -155,6 +160,8 @@ class JsonApi:
         self.window_ms = int(cfg.http_idempotency_window * 1000)
         #: Idempotent publishes in flight: (topic, message id) -> their answer.
         self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+        #: MQTT topic filters this node added to the topic space for HTTP groups.
+        self._mqtt_filters: set[str] = set()
 
     # -- auth ---------------------------------------------------------------------
 
@@ -315,6 +322,73 @@ class JsonApi:
             raise _store_error(exc) from None
         return json_response(201, {"status": 201, "message_id": message_id, "topic": queue,
                                    "position": result.position, "offset": result.offsets[0]})
+
+    async def publish_amqp_exchange(self, request: Request) -> Response:
+        """Through an AMQP exchange (any type: direct, fanout, topic, headers,
+        ``x-delayed-message``), routed by the AMQP front end's own bindings (the topic
+        space's exchange router: ``gateway.http`` does not import ``gateway.amqp``).
+        ``routing_key``; the ``properties`` are the message's headers (a headers
+        exchange matches on them); ``delay_ms`` is ``x-delay`` (honoured on an
+        ``x-delayed-message`` exchange only, as the plugin). 404 for an unknown vhost or
+        exchange; checked against the user's AMQP write permission on the exchange, and
+        the MQTT publish ACL when it passes through ``amq.topic``."""
+        vhost, exchange = request.params["vhost"], request.params["exchange"]
+        principal = self.principal(request)
+        auth = self.ctx.authenticator
+        if auth is not None and principal is not None and not auth.can_write(
+                principal, vhost, exchange or "amq.default"):
+            raise ApiError(403, f"not allowed to publish to exchange {exchange!r} in vhost"
+                                f" {vhost!r}")
+        doc = _json_body(request)
+        if not isinstance(doc, dict):
+            raise ApiError(400, "the body is a JSON object")
+        key = doc.get("routing_key", "")
+        if not isinstance(key, str):
+            raise ApiError(400, "routing_key must be a string")
+        try:
+            body = _body_of(doc)
+            props = dict(_properties_of(doc))
+            delay = _int(doc["delay_ms"], "delay_ms") if "delay_ms" in doc else 0
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+        if delay < 0:
+            raise ApiError(400, "delay_ms must not be negative")
+        route = self.ctx.topic_space.route_exchange(vhost, exchange, key, props or None)
+        if route is None:
+            raise ApiError(404, f"no exchange {exchange!r} in vhost {vhost!r} (declare it"
+                                " over AMQP first)")
+        if route.internal:
+            raise ApiError(403, f"cannot publish to internal exchange {exchange!r} in vhost"
+                                f" {vhost!r}")
+        if route.mqtt:
+            self.check_publish(request, amqp_to_mqtt(key))
+        self.check_rate(request)
+        message_id = uuid.uuid4().hex.upper()
+        props[ID_PROPERTY] = message_id
+        now = int(time.time() * 1000)
+        # stored under the MQTT name of its routing key, as AMQP consumers read a
+        # foreign record's routing key back (mqtt_to_amqp) and MQTT subscribers its topic
+        name = amqp_to_mqtt(key)
+        message = to_store_message(name, body, encode_properties(props), props,
+                                   origin="http", born_ms=now)
+        out: dict[str, Any] = {"status": 201, "message_id": message_id, "topic": name,
+                               "routed_to": len(route.lmqs)}
+        if route.refused:
+            out["refused"] = route.refused
+        if not route.lmqs:
+            out["status"] = 200  # unroutable: dropped, as AMQP does without mandatory
+            out["detail"] = "routed to no queue: not stored"
+            return json_response(200, out)
+        try:
+            if delay and route.delayed:
+                result = await self._submit_delayed(message, route.lmqs, now + delay)
+                out["deliver_at_ms"] = now + delay
+            else:
+                result = await self.ctx.publisher.submit(message, route.lmqs)
+        except Exception as exc:
+            raise _store_error(exc) from None
+        out["position"] = result.position
+        return json_response(201, out)
 
     async def _publish_one(self, topic: str, config: Any, entry: object, key: str | None,
                            request: Request) -> dict[str, Any]:
@@ -540,6 +614,131 @@ class JsonApi:
         return json_response(200, {"messages": [
             _message_doc(item, visible) for item in result.items]})
 
+    # -- MQTT topic filters -------------------------------------------------------
+
+    def _mqtt_subscription(self, group: str, topic_filter: str) -> str:
+        """The filter's LMQ, dispatched to by the topic space like an MQTT
+        subscription's: registered durably on first use (store meta, re-registered at
+        start), the group starting at the end of the LMQ."""
+        lmq = mqtt_lmq(topic_filter)
+        if topic_filter not in self._mqtt_filters:
+            self.ctx.topic_space.add_filter(topic_filter)
+            self._mqtt_filters.add(topic_filter)
+        store = self.ctx.store
+        key = f"{_MQTT_SUB_META}{group}\n{topic_filter}"
+        if store.get_meta(key) is None:
+            info = store.lmq(lmq) or store.create_lmq(lmq)
+            store_group = MQTT_SHARE_PREFIX + group
+            if store.get_offset(store_group, lmq) is None:
+                store.commit_offset(store_group, lmq, info.max_offset)
+            store.put_meta(key, b"1")
+        return lmq
+
+    async def delete_mqtt_subscription(self, request: Request) -> Response:
+        """Drop the group's subscription to the filter: publishes no longer go to the
+        filter's LMQ for it (they still do while another HTTP group or an MQTT session
+        subscribes to the same filter). The group's offset stays (an MQTT
+        ``$share/<group>/<filter>`` subscription shares it)."""
+        group, topic_filter = request.params["group"], request.params["filter"]
+        self.check_consume(request, topic_filter)
+        store = self.ctx.store
+        key = f"{_MQTT_SUB_META}{group}\n{topic_filter}"
+        existed = store.get_meta(key) is not None
+        if existed:
+            store.delete_meta(key)
+        others = any(k.partition("\n")[2] == topic_filter
+                     for k, _ in store.iter_meta(_MQTT_SUB_META))
+        if not others and topic_filter in self._mqtt_filters:
+            self._mqtt_filters.discard(topic_filter)
+            self.ctx.topic_space.remove_filter(topic_filter)
+        if not existed:
+            raise ApiError(404, f"group {group!r} has no subscription to {topic_filter!r}")
+        return json_response(200, {"group": group, "filter": topic_filter})
+
+    def restore_mqtt_subscriptions(self) -> None:
+        for key, _ in self.ctx.store.iter_meta(_MQTT_SUB_META):
+            topic_filter = key[len(_MQTT_SUB_META):].partition("\n")[2]
+            if topic_filter and topic_filter not in self._mqtt_filters:
+                self.ctx.topic_space.add_filter(topic_filter)
+                self._mqtt_filters.add(topic_filter)
+
+    async def receive_mqtt(self, request: Request) -> Response:
+        """Pop an MQTT topic filter's messages as ``group`` (the group an MQTT
+        ``$share/<group>/<filter>`` subscription pops as: the two share the work)."""
+        group, topic_filter = request.params["group"], request.params["filter"]
+        try:
+            validate_topic_filter(topic_filter)
+        except ValueError as exc:
+            raise ApiError(400, f"invalid MQTT topic filter: {exc}") from None
+        if not group or "/" in group or "+" in group or "#" in group:
+            raise ApiError(400, "invalid group name")
+        self.check_consume(request, topic_filter)
+        doc = _json_body(request)
+        if not isinstance(doc, dict):
+            raise ApiError(400, "the body is a JSON object")
+        q = request.query
+
+        def option(name: str, default: float, low: float, high: float) -> float:
+            raw = doc.get(name, q.get(name, [None])[0])
+            if raw is None:
+                return default
+            try:
+                value = float(raw)
+            except (TypeError, ValueError):
+                raise ApiError(400, f"{name} must be a number") from None
+            if not low <= value <= high:
+                raise ApiError(400, f"{name} must be between {low:g} and {high:g}")
+            return value
+
+        count = int(option("max_messages", 16, 1, MAX_RECEIVE))
+        wait = option("wait_seconds", 0, 0, MAX_WAIT_SECONDS)
+        invisible = int(option("invisible_seconds", DEFAULT_INVISIBLE_SECONDS, 1,
+                               12 * 3600) * 1000)
+        lmq = self._mqtt_subscription(group, topic_filter)
+        store, store_group = self.ctx.store, MQTT_SHARE_PREFIX + group
+        deadline = time.monotonic() + wait
+        while True:
+            popped = store.pop(store_group, lmq, count, invisible)
+            left = deadline - time.monotonic()
+            if popped or left <= 0:
+                break
+            woken = asyncio.get_running_loop().create_future()
+
+            def wake(*_: object, f: asyncio.Future[None] = woken) -> None:
+                if not f.done():
+                    f.set_result(None)
+
+            remove = store.add_listener(lmq, self.ctx.loop_callback(wake))
+            try:  # (woken by an append; a message coming back is seen within 1 s)
+                await asyncio.wait_for(woken, min(left, 1.0))
+            except TimeoutError:
+                pass
+            finally:
+                remove()
+        return json_response(200, {"messages": [
+            _mqtt_message_doc(topic_filter, p) for p in popped]})
+
+    def _mqtt_settle(self, request: Request, group: str, handle: str,
+                     invisible_ms: int | None) -> dict[str, Any]:
+        """Ack (``invisible_ms`` None) or change the visibility of a message received
+        from an MQTT topic filter."""
+        try:
+            topic_filter, receipt = _decode_mqtt_handle(handle)
+            self.check_consume(request, topic_filter)
+            if invisible_ms is None:
+                self.ctx.store.ack(receipt)
+                return {"status": 200, "receipt_handle": handle}
+            renewed = self.ctx.store.change_invisible_time(receipt, max(invisible_ms, 1))
+            return {"status": 200, "receipt_handle": handle,
+                    "new_receipt_handle": _encode_mqtt_handle(topic_filter, renewed),
+                    "next_visible_ms": self.ctx.store.receipt_visible_at(renewed)}
+        except ApiError as exc:
+            return {"status": exc.status, "receipt_handle": handle, "detail": exc.detail}
+        except UnknownReceipt:
+            return {"status": 410, "receipt_handle": handle, "detail": "no longer in flight"}
+        except (ValueError, StoreError) as exc:
+            return {"status": 400, "receipt_handle": handle, "detail": str(exc)}
+
     def _settle(self, request: Request) -> tuple[str, list[object]]:
         group = request.params["group"]
         doc = _json_body(request)
@@ -556,6 +755,9 @@ class JsonApi:
         results = []
         pop = self.ctx.rocketmq.pop
         for handle in handles:
+            if isinstance(handle, str) and handle.startswith(_MQTT_HANDLE):
+                results.append(self._mqtt_settle(request, group, handle, None))
+                continue
             try:
                 receipt = Receipt.decode(handle)
                 self.check_consume(request, receipt.topic)
@@ -589,6 +791,9 @@ class JsonApi:
         results = []
         pop = self.ctx.rocketmq.pop
         for handle in handles:
+            if isinstance(handle, str) and handle.startswith(_MQTT_HANDLE):
+                results.append(self._mqtt_settle(request, group, handle, invisible_ms))
+                continue
             try:
                 receipt = Receipt.decode(handle)
                 self.check_consume(request, receipt.topic)
@@ -656,10 +861,12 @@ class JsonApi:
 
     async def stream(self, request: Request) -> Response:
         """Server-sent events: each message is popped, sent as an event whose id is its
-        receipt handle, and acked once written (at most once per event written; a
-        client that reconnects with ``Last-Event-ID`` gets that message acked if it was
-        not yet, then the rest). ``ack=manual`` leaves acking to the client (the events
-        then come back after their invisible time unless acked)."""
+        receipt handle and the stream's cursor (``handle.cursor``: the last offset
+        written on each queue of the topic), and acked once written. A client that
+        reconnects with ``Last-Event-ID`` gets that message acked if it was not yet, the
+        messages the group took after that cursor read again from the store (marked
+        ``replayed``), then the rest. ``ack=manual`` leaves acking to the client (the
+        events then come back after their invisible time unless acked; no replay)."""
         group, topic = request.params["group"], request.params["topic"]
         self.check_consume(request, topic)
         self._group(group)
@@ -671,18 +878,63 @@ class JsonApi:
             raise ApiError(400, "max_events must be a non-negative integer")
         limit = int(raw_limit)
         pop = self.ctx.rocketmq.pop
+        store = self.ctx.store
         last = request.header("last-event-id")
-        if last and not manual:
+        cursor: dict[int, int] = {}
+        if last:
+            receipt_part, _, cursor_part = last.partition(".")
             try:
-                receipt = Receipt.decode(last)
-                pop.ack(group, receipt.topic, receipt.queue_id, receipt.offset,
-                        receipt.extra_info)
-            except (ValueError, UnknownLmq, OffsetOutOfRange, StoreError):
-                pass
+                cursor = _decode_cursor(cursor_part) if cursor_part else {}
+            except ValueError:
+                cursor = {}
+            if not manual:
+                try:
+                    receipt = Receipt.decode(receipt_part)
+                    if receipt.extra_info:
+                        pop.ack(group, receipt.topic, receipt.queue_id, receipt.offset,
+                                receipt.extra_info)
+                except (ValueError, UnknownLmq, OffsetOutOfRange, StoreError):
+                    pass
+        # the rewind (auto mode): what this stream wrote and acked after the event the
+        # client saw last is read again from the store, from the cursor in its id up to
+        # the group's committed offset on each queue (the rest is popped as usual)
+        replay: list[tuple[int, int, int]] = []
+        if cursor and not manual:
+            for queue_id, seen in sorted(cursor.items()):
+                committed = store.get_offset(group, queue_lmq(topic, queue_id))
+                if committed is not None and committed > seen + 1:
+                    replay.append((queue_id, seen + 1, committed))
+
+        # the cursor starts where the group is on every queue of the topic (so a queue
+        # first written to after an event the client saw is rewound too)
+        config = self.ctx.rocketmq_topics.get(topic)
+        for queue_id in range(config.read_queues if config is not None else 0):
+            committed = store.get_offset(group, queue_lmq(topic, queue_id))
+            if committed is not None and queue_id not in cursor:
+                cursor[queue_id] = committed - 1
+
+        def event(doc: dict[str, Any]) -> bytes:
+            cursor[doc["queue_id"]] = max(cursor.get(doc["queue_id"], -1), doc["offset"])
+            doc["receipt_handle"] = doc["receipt_handle"] + "." + _encode_cursor(cursor)
+            data = json.dumps(doc, separators=(",", ":"))
+            return f"id: {doc['receipt_handle']}\nevent: message\ndata: {data}\n\n".encode()
 
         async def events() -> AsyncIterator[bytes]:
             sent = 0
             yield b": lmq-gateway stream\nretry: 1000\n\n"
+            for queue_id, start, end in replay:
+                lmq = queue_lmq(topic, queue_id)
+                for offset in range(start, end):
+                    if limit and sent >= limit:
+                        return
+                    stored = store.read_at(lmq, offset)
+                    if stored is None:
+                        continue  # (removed by retention)
+                    item = PopItem(stored, Source(lmq, topic, queue_id, "0"), 0)
+                    doc = _message_doc(item, 0)
+                    doc["replayed"] = True
+                    yield event(doc)
+                    sent += 1
             while not limit or sent < limit:
                 want = min(MAX_RECEIVE, limit - sent) if limit else MAX_RECEIVE
                 result = await pop.pop(group, topic, -1, want, 30_000, 15_000)
@@ -692,8 +944,12 @@ class JsonApi:
                 visible = result.pop_time + result.invisible_time
                 for item in result.items:
                     doc = _message_doc(item, visible)
-                    data = json.dumps(doc, separators=(",", ":"))
-                    yield f"id: {doc['receipt_handle']}\nevent: message\ndata: {data}\n\n".encode()
+                    if item.source.topic != topic:  # (a retry: no cursor position)
+                        data = json.dumps(doc, separators=(",", ":"))
+                        yield (f"id: {doc['receipt_handle']}\nevent: message\n"
+                               f"data: {data}\n\n").encode()
+                    else:
+                        yield event(doc)
                     if not manual:
                         pop.ack(group, item.source.topic, item.source.queue_id,
                                 item.message.offset, item.extra_info)
@@ -741,6 +997,68 @@ def _offset_at(store: Any, lmq: str, low: int, high: int, stamp: int) -> int:
         else:
             high = mid
     return low
+
+
+_MQTT_SUB_META = "http.mqtt-sub:"
+#: Receipt handles of messages received from an MQTT topic filter start with this.
+_MQTT_HANDLE = "m."
+
+
+def _encode_mqtt_handle(topic_filter: str, receipt: str) -> str:
+    raw = f"{topic_filter}\n{receipt}".encode()
+    return _MQTT_HANDLE + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_mqtt_handle(handle: str) -> tuple[str, str]:
+    text = handle[len(_MQTT_HANDLE):]
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+        topic_filter, receipt = raw.split("\n")
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ValueError(f"not a receipt handle of this gateway: {handle[:64]!r}") from None
+    return topic_filter, receipt
+
+
+def _mqtt_message_doc(topic_filter: str, popped: PoppedMessage) -> dict[str, Any]:
+    """A message received from an MQTT topic filter (``topic`` its MQTT topic name)."""
+    record = popped.message.record
+    props = decode_properties(rocketmq_properties(record))
+    user = {k: v for k, v in props.items() if k not in _SYSTEM}
+    doc: dict[str, Any] = {
+        "receipt_handle": _encode_mqtt_handle(topic_filter, popped.receipt),
+        "message_id": props.get(ID_PROPERTY, str(record.position)),
+        "topic": record.topic,
+        "queue_id": 0,
+        "offset": popped.message.offset,
+        "properties": user,
+        "delivery_count": popped.deliveries,
+        "born_ms": record.born_ms,
+        "store_ms": record.store_ms,
+        "next_visible_ms": MessageStore.receipt_visible_at(popped.receipt),
+    }
+    try:
+        doc["body"] = record.body.decode()
+    except UnicodeDecodeError:
+        doc["body_base64"] = base64.b64encode(record.body).decode()
+    return doc
+
+
+def _encode_cursor(cursor: Mapping[int, int]) -> str:
+    """An SSE event id's stream cursor: the last offset written per queue."""
+    raw = ",".join(f"{q}:{o}" for q, o in sorted(cursor.items())).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(text: str) -> dict[int, int]:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+        pairs = (item.split(":") for item in raw.split(",") if item)
+        cursor = {int(q): int(o) for q, o in pairs}
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ValueError("not a stream cursor") from None
+    if len(cursor) > 1024 or any(q < 0 or o < -1 for q, o in cursor.items()):
+        raise ValueError("not a stream cursor")
+    return cursor
 
 
 def _message_doc(item: PopItem, visible_ms: int) -> dict[str, Any]:
@@ -851,12 +1169,16 @@ def _guard(fn: Any) -> Any:
 
 def register_routes(router: Router, ctx: GatewayContext) -> None:
     api = JsonApi(ctx)
+    api.restore_mqtt_subscriptions()
     routes = (
         ("GET", "/v1/openapi.json", api.openapi),
         ("POST", "/v1/topics/{topic}/messages", api.publish),
         ("POST", "/v1/mqtt/{topic}/messages", api.publish_mqtt),
         ("POST", "/v1/amqp/{vhost}/queues/{queue}/messages", api.publish_amqp_queue),
+        ("POST", "/v1/amqp/{vhost}/exchanges/{exchange}/messages", api.publish_amqp_exchange),
         ("POST", "/v1/groups/{group}/topics/{topic}/receive", api.receive),
+        ("POST", "/v1/groups/{group}/mqtt/{filter}/receive", api.receive_mqtt),
+        ("DELETE", "/v1/groups/{group}/mqtt/{filter}", api.delete_mqtt_subscription),
         ("GET", "/v1/groups/{group}/topics/{topic}/stream", api.stream),
         ("POST", "/v1/groups/{group}/topics/{topic}/seek", api.seek),
         ("POST", "/v1/transactions/{transaction}/{action}", api.end_transaction),

@@ -100,6 +100,16 @@ OPENAPI: dict[str, Any] = {
                 "properties": {"status": {"type": "integer"}, "topic": {"type": "string"},
                                "position": {"type": "integer"},
                                "routed_to": {"type": "integer"}}},
+            "ExchangePublishResult": {
+                "type": "object", "required": ["status", "message_id", "routed_to"],
+                "properties": {"status": {"type": "integer"},
+                               "message_id": {"type": "string"},
+                               "topic": {"type": "string"},
+                               "routed_to": {"type": "integer"},
+                               "refused": {"type": "integer"},
+                               "position": {"type": "integer"},
+                               "deliver_at_ms": {"type": "integer"},
+                               "detail": {"type": "string"}}},
             "ReceivedMessage": {
                 "type": "object",
                 "required": ["receipt_handle", "message_id", "topic", "queue_id", "offset",
@@ -175,6 +185,21 @@ OPENAPI: dict[str, Any] = {
             "requestBody": _body(_ref("OutgoingMessage")),
             "responses": {"201": _json(_ref("PublishResult"), "Stored"), **_ERRORS},
         }},
+        "/v1/amqp/{vhost}/exchanges/{exchange}/messages": {"post": {
+            "summary": "Publish through an AMQP exchange (declared over AMQP), routed"
+                       " by its bindings",
+            "parameters": [{"name": "vhost", "in": "path", "required": True,
+                            "schema": {"type": "string"}},
+                           {"name": "exchange", "in": "path", "required": True,
+                            "schema": {"type": "string"}}],
+            "requestBody": _body({"allOf": [_ref("OutgoingMessage"), {
+                "type": "object", "properties": {
+                    "routing_key": {"type": "string"}}}]}),
+            "responses": {"201": _json(_ref("ExchangePublishResult"), "Stored"),
+                          "200": _json(_ref("ExchangePublishResult"),
+                                       "Routed to no queue: not stored"),
+                          **_ERRORS},
+        }},
         "/v1/groups/{group}/topics/{topic}/receive": {"post": {
             "summary": "Receive (pop) messages, long polling up to wait_seconds",
             "parameters": [_GROUP, _TOPIC],
@@ -189,6 +214,30 @@ OPENAPI: dict[str, Any] = {
             "responses": {"200": _json(_ref("Received"), "Messages (maybe none)"),
                           **_ERRORS},
         }},
+        "/v1/groups/{group}/mqtt/{filter}/receive": {"post": {
+            "summary": "Receive messages of an MQTT topic filter (one URL-encoded"
+                       " segment) as a group: a durable subscription made on first use;"
+                       " shared with MQTT $share/{group}/{filter} subscribers",
+            "parameters": [_GROUP, {"name": "filter", "in": "path", "required": True,
+                                    "schema": {"type": "string"}}],
+            "requestBody": {"content": {"application/json": {"schema": {
+                "type": "object", "properties": {
+                    "max_messages": {"type": "integer", "minimum": 1, "maximum": 32},
+                    "wait_seconds": {"type": "number", "minimum": 0, "maximum": 30},
+                    "invisible_seconds": {"type": "number", "minimum": 1}}}}}},
+            "responses": {"200": _json(_ref("Received"), "Messages (maybe none)"),
+                          **_ERRORS},
+        }},
+        "/v1/groups/{group}/mqtt/{filter}": {"delete": {
+            "summary": "Drop the group's subscription to an MQTT topic filter",
+            "parameters": [_GROUP, {"name": "filter", "in": "path", "required": True,
+                                    "schema": {"type": "string"}}],
+            "responses": {"200": _json({"type": "object", "required": ["group", "filter"],
+                                        "properties": {"group": {"type": "string"},
+                                                       "filter": {"type": "string"}}},
+                                       "Dropped"),
+                          **_ERRORS},
+        }},
         "/v1/groups/{group}/topics/{topic}/stream": {"get": {
             "summary": "Server-sent events: one 'message' event per message",
             "parameters": [_GROUP, _TOPIC,
@@ -197,6 +246,9 @@ OPENAPI: dict[str, Any] = {
                            {"name": "max_events", "in": "query",
                             "schema": {"type": "integer", "minimum": 0}},
                            {"name": "Last-Event-ID", "in": "header",
+                            "description": "An event id of an earlier stream: acks that"
+                                           " message (ack=auto) and sends again what the"
+                                           " group took after it (the id's cursor)",
                             "schema": {"type": "string"}}],
             "responses": {"200": {"description": "An event stream",
                                   "content": {"text/event-stream": {

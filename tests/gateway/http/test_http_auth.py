@@ -28,6 +28,8 @@ def secured(tmp_path: Path):
     lmq("users", "add", "carol", "--password", "pw", *d)
     lmq("users", "acl", "add", "carol", "--deny", "secret", *d)
     lmq("users", "acl", "add", "carol", "--both", "orders", *d)
+    lmq("users", "set-permissions", "carol", "--vhost", "/", "--configure", ".*",
+        "--write", "^(ok|q)$", "--read", ".*", *d)
     gw = GatewayProcess(data, "--http-port", "auto").start()
     yield gw
     gw.stop()
@@ -66,3 +68,36 @@ def test_failed_logins_are_rate_limited_with_retry_after(secured):
     assert statuses[0] == 401 and statuses[-1] == 429, statuses
     assert int(resp.headers["Retry-After"]) >= 1
     assert resp.headers["Content-Type"] == "application/problem+json"
+
+
+def test_exchange_publish_checks_the_amqp_write_permission(secured):
+    import pika
+
+    url = f"http://127.0.0.1:{secured.ports['http']}"
+    conn = pika.BlockingConnection(pika.ConnectionParameters(
+        "127.0.0.1", secured.ports.get("amqp", secured.mqtt_port),
+        credentials=pika.PlainCredentials("carol", "pw")))
+    try:
+        ch = conn.channel()
+        ch.queue_declare("q")
+        for name in ("ok", "no"):
+            ch.exchange_declare(name, "fanout")
+        ch.queue_bind("q", "ok")
+        carol = requests.Session()
+        carol.auth = ("carol", "pw")
+        resp = carol.post(f"{url}/v1/amqp/%2F/exchanges/no/messages", json={"body": "x"},
+                          timeout=BOUND)
+        assert resp.status_code == 403
+        resp = carol.post(f"{url}/v1/amqp/%2F/exchanges/ok/messages", json={"body": "y"},
+                          timeout=BOUND)
+        assert resp.status_code == 201 and resp.json()["routed_to"] == 1
+        method, _props, body = None, None, None
+        for _ in range(200):
+            method, _props, body = ch.basic_get("q", auto_ack=True)
+            if method is not None:
+                break
+            conn.sleep(0.02)
+        assert body == b"y"  # and only that one
+        assert ch.basic_get("q", auto_ack=True)[0] is None
+    finally:
+        conn.close()

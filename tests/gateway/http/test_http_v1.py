@@ -369,3 +369,214 @@ def test_concurrent_retries_with_one_key_store_once(gw):
     assert len({r.json()["position"] for r in answers}) == 1
     api = Api(base(gw))
     assert [m["body"] for m in api.receive("g", "t", max_messages=32)] == ["once"]
+
+
+def _get(ch: Any, queue: str) -> bytes | None:
+    """One message from ``queue`` by basic.get, waiting up to BOUND for it."""
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline:
+        method, _props, body = ch.basic_get(queue, auto_ack=True)
+        if method is not None:
+            return body
+        time.sleep(0.02)
+    return None
+
+
+def test_publish_through_amqp_exchanges(gw):
+    import pika
+
+    api = Api(base(gw))
+    template = "/v1/amqp/{vhost}/exchanges/{exchange}/messages"
+
+    def post(exchange: str, **doc: Any) -> requests.Response:
+        return api.call("POST", f"/v1/amqp/%2F/exchanges/{exchange}/messages", template,
+                        json=doc)
+
+    assert post("nope", body="x").status_code == 404
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", gw.port))
+    try:
+        ch = conn.channel()
+        for q in ("t1", "f1", "f2", "h1", "d1"):
+            ch.queue_declare(q)
+        ch.exchange_declare("ex.topic", "topic")
+        ch.queue_bind("t1", "ex.topic", "orders.*.eu")
+        ch.exchange_declare("ex.fan", "fanout")
+        ch.queue_bind("f1", "ex.fan")
+        ch.queue_bind("f2", "ex.fan")
+        ch.exchange_declare("ex.hdr", "headers")
+        ch.queue_bind("h1", "ex.hdr", arguments={"x-match": "all", "kind": "big"})
+        ch.exchange_declare("ex.later", "x-delayed-message",
+                            arguments={"x-delayed-type": "direct"})
+        ch.queue_bind("d1", "ex.later", "k")
+        ch.exchange_declare("ex.inner", "fanout", internal=True)
+        ch.exchange_bind("ex.inner", "ex.fan")  # reached from ex.fan, not published to
+        ch.queue_bind("f1", "ex.inner")
+        assert post("ex.inner", body="no").status_code == 403
+
+        resp = post("ex.topic", body="t-hit", routing_key="orders.7.eu")
+        assert resp.status_code == 201 and resp.json()["routed_to"] == 1
+        miss = post("ex.topic", body="t-miss", routing_key="orders.7.us")
+        assert miss.status_code == 200 and miss.json()["routed_to"] == 0
+        assert post("ex.hdr", body="small", properties={"kind": "small"}).status_code == 200
+        assert post("ex.hdr", body="big", properties={"kind": "big"}).status_code == 201
+        sent = time.monotonic()
+        delayed = post("ex.later", body="later", routing_key="k", delay_ms=400)
+        assert delayed.status_code == 201 and "deliver_at_ms" in delayed.json()
+
+        deadline = time.monotonic() + BOUND
+        method = None
+        while method is None and time.monotonic() < deadline:
+            method, _props, body = ch.basic_get("t1", auto_ack=True)
+        assert method is not None and body == b"t-hit"
+        assert method.routing_key == "orders.7.eu"
+        assert post("ex.fan", body="fan").json()["routed_to"] == 2  # f1 once, f2
+        assert _get(ch, "f1") == b"fan" and _get(ch, "f2") == b"fan"
+        assert _get(ch, "h1") == b"big"
+        assert _get(ch, "d1") == b"later"
+        assert time.monotonic() - sent >= 0.4  # not before its delay
+        for q in ("t1", "h1", "f1", "f2"):  # nothing else got there
+            assert ch.basic_get(q, auto_ack=True)[0] is None
+    finally:
+        conn.close()
+
+
+def test_publish_through_amq_topic_reaches_mqtt(gw):
+    api = Api(base(gw))
+    sub = Paho(gw.mqtt_port, "http-amq-topic")
+    sub.subscribe("room/+/temp", qos=1)
+    resp = api.call("POST", "/v1/amqp/%2F/exchanges/amq.topic/messages",
+                    "/v1/amqp/{vhost}/exchanges/{exchange}/messages",
+                    json={"body": "19.5", "routing_key": "room.3.temp"})
+    assert resp.status_code == 201
+    msg = sub.get()
+    assert msg.topic == "room/3/temp" and msg.payload == b"19.5"
+
+
+def test_sse_last_event_id_rewinds(gw):
+    """Events written (and so acked) after the one the client saw last are sent again
+    when it reconnects with that Last-Event-ID; then the stream goes on."""
+    api = Api(base(gw))
+    api.publish("rw", {"body": "start", "message_group": "s"})
+    api.receive("g", "rw")  # the group's offsets exist (a cursor starts from them)
+    for i in range(3):
+        api.publish("rw", {"body": f"e{i}", "message_group": "s"})
+    # a second queue of the topic too, so the cursor covers more than one
+    api.publish("rw", {"body": "other", "message_group": "zz-other"})
+
+    def stream(n: int, last: str | None = None) -> list[Any]:
+        url = f"{api.url}/v1/groups/g/topics/rw/stream?max_events={n}"
+        headers = {"Last-Event-ID": last} if last else {}
+        with requests.get(url, stream=True, timeout=BOUND, headers=headers) as resp:
+            assert resp.status_code == 200
+            return [e for e in sseclient.SSEClient(resp).events() if e.event == "message"]
+
+    first = stream(4)
+    bodies = [json.loads(e.data)["body"] for e in first]
+    assert sorted(bodies) == ["e0", "e1", "e2", "other"]
+    assert [b for b in bodies if b != "other"] == ["e0", "e1", "e2"]
+    seen = next(e for e in first if json.loads(e.data)["body"] == "e0")
+    # the client lost everything after e0: a reconnect with e0's id rewinds
+    api.publish("rw", {"body": "e3", "message_group": "s"})
+    again = stream(len(bodies) - bodies.index("e0"), seen.id)
+    docs = [json.loads(e.data) for e in again]
+    lost = [b for b in bodies[bodies.index("e0") + 1:]]
+    assert [d["body"] for d in docs[:len(lost)]] == lost
+    assert all(d.get("replayed") for d in docs[:len(lost)])
+    assert docs[-1]["body"] == "e3" and not docs[-1].get("replayed")
+    # the ids ack in manual mode too (the cursor is ignored by /ack)
+    assert api.settle("g", "ack", [again[-1].id]).json()["results"][0]["status"] in (200, 410)
+    # with the last id, nothing is replayed: the stream waits for new messages
+    api.publish("rw", {"body": "e4", "message_group": "s"})
+    tail = stream(1, again[-1].id)
+    assert [json.loads(e.data)["body"] for e in tail] == ["e4"]
+
+
+def test_receive_an_mqtt_topic_filter(gw):
+    """A durable subscription per (group, filter), made on the first receive: an MQTT
+    publish reaches it even with no MQTT subscriber; ack, nack by its handles; it
+    survives a restart."""
+    api = Api(base(gw))
+    template = "/v1/groups/{group}/mqtt/{filter}/receive"
+
+    def receive(group: str, filt: str, **doc: Any) -> list[dict[str, Any]]:
+        path = f"/v1/groups/{group}/mqtt/{requests.utils.quote(filt, safe='')}/receive"
+        resp = api.call("POST", path, template, json=doc)
+        assert resp.status_code == 200, resp.text
+        return resp.json()["messages"]
+
+    pub = Paho(gw.mqtt_port, "pub-filter")
+    early = Paho(gw.mqtt_port, "early-sub")  # so the filter's LMQ has a message already
+    early.subscribe("site/+/temp", qos=1)
+    pub.publish("site/0/temp", b"before", qos=1)
+    assert early.get().payload == b"before"
+    assert receive("g", "site/+/temp") == []  # subscribes; nothing before it counts
+    pub.publish("site/1/temp", b"20.5", qos=1)
+    pub.publish("site/1/hum", b"40", qos=1)  # not matched
+    api.publish("site", {"body": "via rmq"})  # a RocketMQ topic: not an MQTT name match
+    got = receive("g", "site/+/temp", wait_seconds=2)
+    assert [(m["topic"], m["body"]) for m in got] == [("site/1/temp", "20.5")]
+    # another group has its own subscription (made now: it starts here)
+    assert receive("other", "site/+/temp") == []
+    # nack: back at once, one more delivery; then ack
+    resp = api.settle("g", "nack", [got[0]["receipt_handle"]])
+    assert resp.status_code == 200
+    again = receive("g", "site/+/temp", wait_seconds=2)
+    assert [m["body"] for m in again] == ["20.5"] and again[0]["delivery_count"] == 2
+    acked = api.settle("g", "ack", [again[0]["receipt_handle"]]).json()["results"]
+    assert acked[0]["status"] == 200
+    assert api.settle("g", "ack", [again[0]["receipt_handle"]]).json()[
+        "results"][0]["status"] == 410
+    # an HTTP publish by MQTT name reaches it too, and so after a restart
+    gw.restart()
+    api = Api(base(gw))
+    api.call("POST", "/v1/mqtt/site%2F2%2Ftemp/messages", "/v1/mqtt/{topic}/messages",
+             json={"body": "21"})
+    assert [m["body"] for m in receive("g", "site/+/temp", wait_seconds=2)] == ["21"]
+    assert [m["body"] for m in receive("other", "site/+/temp", wait_seconds=2)] == ["21"]
+    # a bad filter is a 400
+    assert api.call("POST", "/v1/groups/g/mqtt/a%2F%23%2Fb/receive", template,
+                    json={}).status_code == 400
+    # unsubscribe: g's drop leaves other's; once both are gone, nothing is routed there
+    dtemplate = "/v1/groups/{group}/mqtt/{filter}"
+    assert api.call("DELETE", "/v1/groups/g/mqtt/site%2F%2B%2Ftemp", dtemplate
+                    ).status_code == 200
+    assert api.call("DELETE", "/v1/groups/g/mqtt/site%2F%2B%2Ftemp", dtemplate
+                    ).status_code == 404
+    assert gw.gateway is not None
+    space = gw.gateway.topic_space
+    assert space.subscriptions_on("site/+/temp") == 1
+    assert api.call("DELETE", "/v1/groups/other/mqtt/site%2F%2B%2Ftemp", dtemplate
+                    ).status_code == 200
+    assert space.subscriptions_on("site/+/temp") == 0
+
+
+def test_mqtt_filter_group_shares_with_an_mqtt_shared_subscription(gw):
+    """HTTP group g and MQTT $share/g/<filter> pop one store group: together they get
+    every message once."""
+    import queue as queue_mod
+
+    api = Api(base(gw))
+    sub = Paho(gw.mqtt_port, "share-member")
+    sub.subscribe("$share/work/jobs/#", qos=1)
+    path = "/v1/groups/work/mqtt/jobs%2F%23/receive"
+    template = "/v1/groups/{group}/mqtt/{filter}/receive"
+    assert api.call("POST", path, template, json={}).status_code == 200
+    pub = Paho(gw.mqtt_port, "share-pub")
+    sent = [f"j{i}" for i in range(20)]
+    for body in sent:
+        pub.publish(f"jobs/{body}", body.encode(), qos=1)
+    by_http: list[str] = []
+    for _ in range(3):
+        got = api.call("POST", path, template, json={"max_messages": 32}).json()["messages"]
+        by_http += [m["body"] for m in got]
+        if got:
+            api.settle("work", "ack", [m["receipt_handle"] for m in got])
+    by_mqtt: list[str] = []
+    deadline = time.monotonic() + BOUND
+    while len(by_http) + len(by_mqtt) < len(sent) and time.monotonic() < deadline:
+        try:
+            by_mqtt.append(sub.get(timeout=0.5).payload.decode())
+        except queue_mod.Empty:
+            got = api.call("POST", path, template, json={"max_messages": 32}).json()
+            by_http += [m["body"] for m in got["messages"]]
+    assert sorted(by_http + by_mqtt) == sorted(sent)  # each once, between the two
