@@ -55,12 +55,15 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lmq.rocketmq import LMQ_PREFIX as RMQ_PREFIX
 from lmq.rocketmq import Perm, TopicConfig, join_mqtt_topic, parse_queue_lmq, queue_lmq
 from lmq.topic_space import amqp_to_mqtt
 from lmq.topic_trie import TopicTrie
+
+if TYPE_CHECKING:
+    from gateway.queue_consumers import QueueConsumers
 
 MQTT_PREFIX = "mqtt:"
 ROUTE_CACHE_SIZE = 65536
@@ -120,6 +123,9 @@ class TopicSpace:
         self._refs: dict[str, int] = {}
         self._amq_topic: Callable[[str], list[str]] | None = None
         self._exchange_router: ExchangeRouter | None = None
+        #: The AMQP front end's queue consumption for other front ends (the JSON API's
+        #: AMQP queue receive; gateway.queue_consumers), None without one.
+        self.queue_consumers: QueueConsumers | None = None
         self._routes: dict[str, tuple[str, ...]] = {}
         #: route_rocketmq's memo: MQTT name -> its filter LMQs without the RocketMQ
         #: queue, or None for a name that reaches nothing else. Cleared with _routes.
@@ -184,6 +190,11 @@ class TopicSpace:
             route = ExchangeRoute(route.lmqs + extra, route.delayed, True, route.refused,
                                   route.internal)
         return route
+
+    def set_queue_consumers(self, consumers: QueueConsumers | None) -> None:
+        """The AMQP front end's remote consumers of its queues (for front ends that
+        consume AMQP queues without importing ``gateway.amqp``: the JSON API)."""
+        self.queue_consumers = consumers
 
     # -- RocketMQ -----------------------------------------------------------------------
 

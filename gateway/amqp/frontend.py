@@ -25,6 +25,7 @@ from gateway.amqp.handler import AmqpHandler
 from gateway.amqp.messages import forget_cached_properties
 from gateway.amqp.model import Stats
 from gateway.amqp.queues import GROUP
+from gateway.amqp.remote import RemoteConsumers
 from gateway.frontend import FrontEnd
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class AmqpFrontEnd(FrontEnd):
         self._blocked: set[AmqpHandler] = set()
         self._unblocker: asyncio.Task[None] | None = None
         self.stats = Stats()
+        #: The queues' consumers over other front ends (the JSON API's AMQP receive).
+        self.remote = RemoteConsumers(self.broker, self.stats)
         self._register_metrics()
 
     async def start(self) -> None:
@@ -64,6 +67,7 @@ class AmqpFrontEnd(FrontEnd):
         self._requeue_interrupted()
         ctx.topic_space.set_amq_topic_router(self.broker.amq_topic_lmqs)
         ctx.topic_space.set_exchange_router(self.broker.exchange_route)
+        ctx.topic_space.set_queue_consumers(self.remote)
         ctx.spawn(self._ttl_loop(), "amqp-ttl")
         ctx.spawn(self._revive_loop(), "amqp-revive")
 
@@ -136,6 +140,8 @@ class AmqpFrontEnd(FrontEnd):
         self.broker.flush_acks()
         self.ctx.topic_space.set_amq_topic_router(None)
         self.ctx.topic_space.set_exchange_router(None)
+        self.ctx.topic_space.set_queue_consumers(None)
+        self.remote.stop()
         for q in list(self.broker.all_queues()):
             q.close()
 

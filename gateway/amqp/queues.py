@@ -68,11 +68,11 @@ _ctags = itertools.count(1)
 
 class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "priority", "prefetch",
-                 "unacked", "arguments", "groups")
+                 "unacked", "arguments", "groups", "remote")
 
     def __init__(self, tag: str, channel: Deliverer, queue: Queue, no_ack: bool,
                  exclusive: bool, priority: int, prefetch: int,
-                 arguments: dict[str, Any]) -> None:
+                 arguments: dict[str, Any], remote: bool = False) -> None:
         self.tag = tag
         self.channel = channel
         self.queue = queue
@@ -85,6 +85,9 @@ class Consumer:
         self.arguments = arguments
         #: The message groups (JMSXGroupID) assigned to it (gateway.amqp.groups).
         self.groups: set[bytes] = set()
+        #: Attached for one long poll by another front end (gateway.amqp.remote): it
+        #: does not make an auto-delete queue "used" (its leaving would delete it).
+        self.remote = remote
 
     def credit(self) -> int:
         """How many more messages this consumer may get now (0: none)."""
@@ -225,7 +228,8 @@ class Queue:
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
         self.consumers.sort(key=lambda c: -c.priority)  # stable: FIFO within a priority
-        self.ever_consumed = True
+        if not consumer.remote:
+            self.ever_consumed = True
         self.touch()
         self.schedule()
 

@@ -1186,5 +1186,7 @@ def register_routes(router: Router, ctx: GatewayContext) -> None:
         ("POST", "/v1/groups/{group}/nack", api.nack),
         ("POST", "/v1/groups/{group}/visibility", api.change_visibility),
     )
-    for method, pattern, fn in routes:
+    from gateway.http.v1 import amqp_queues  # (it imports this module's helpers)
+
+    for method, pattern, fn in (*routes, *amqp_queues.routes(api)):
         router.add(method, pattern, _guard(fn))

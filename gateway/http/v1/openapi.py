@@ -35,6 +35,26 @@ _SETTLE_BODY = {"type": "object", "required": ["receipt_handles"], "properties":
     "receipt_handles": {"type": "array", "items": {"type": "string"}, "minItems": 1},
     "invisible_seconds": {"type": "number", "minimum": 0, "maximum": 43200}}}
 
+_AMQP_QUEUE = [{"name": "vhost", "in": "path", "required": True,
+                "schema": {"type": "string"}, "description": "AMQP vhost (/ is %2F)"},
+               {"name": "queue", "in": "path", "required": True,
+                "schema": {"type": "string"}, "description": "AMQP queue"}]
+
+
+def _amqp_settled(ok: str) -> dict[str, Any]:
+    """Per-handle results; when every handle failed alike the status is theirs (400 a
+    malformed handle or one of another queue, 409 another node's or run's, 410 no
+    longer held), with the results as the body."""
+    results = {"application/json": {"schema": _ref("SettleResults")}}
+    responses: dict[str, Any] = {**_ERRORS}
+    for status in ("400", "409", "410"):
+        responses[status] = {"description": "Every handle refused alike, or a problem",
+                             "content": {**results, **_PROBLEM["content"]}}
+    responses["200"] = _json(_ref("SettleResults"), ok)
+    responses["207"] = _json(_ref("SettleResults"), "Mixed outcomes")
+    return responses
+
+
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
     "info": {
@@ -144,6 +164,37 @@ OPENAPI: dict[str, Any] = {
                                "detail": {"type": "string"}}},
             "SettleResults": {"type": "object", "required": ["results"], "properties": {
                 "results": {"type": "array", "items": _ref("SettleResult")}}},
+            "AmqpMessage": {
+                "type": "object",
+                "required": ["receipt_handle", "vhost", "queue", "exchange", "routing_key",
+                             "redelivered", "delivery_count", "properties",
+                             "next_visible_ms"],
+                "properties": {
+                    "receipt_handle": {"type": "string"},
+                    "vhost": {"type": "string"},
+                    "queue": {"type": "string"},
+                    "exchange": {"type": "string"},
+                    "routing_key": {"type": "string"},
+                    "redelivered": {"type": "boolean"},
+                    "delivery_count": {"type": "integer", "minimum": 1},
+                    "properties": {
+                        "type": "object",
+                        "description": "The AMQP basic properties that are set: headers"
+                                       " (an object), content_type, delivery_mode,"
+                                       " priority, correlation_id, reply_to, expiration,"
+                                       " message_id, timestamp (epoch seconds),"
+                                       " message_type, user_id, app_id",
+                        "properties": {"headers": {"type": "object"},
+                                       "delivery_mode": {"type": "integer"},
+                                       "priority": {"type": "integer"},
+                                       "timestamp": {"type": "integer"}}},
+                    "next_visible_ms": {"type": "integer"},
+                    "body": {"type": "string"},
+                    "body_base64": {"type": "string"},
+                },
+            },
+            "AmqpReceived": {"type": "object", "required": ["messages"], "properties": {
+                "messages": {"type": "array", "items": _ref("AmqpMessage")}}},
             "SeekResult": {"type": "object", "required": ["group", "topic", "offsets"],
                            "properties": {"group": {"type": "string"},
                                           "topic": {"type": "string"},
@@ -306,6 +357,51 @@ OPENAPI: dict[str, Any] = {
                           "207": _json(_ref("SettleResults"), "Mixed outcomes"),
                           "410": _json(_ref("SettleResults"), "None in flight any more"),
                           **_ERRORS},
+        }},
+        "/v1/amqp/{vhost}/queues/{queue}/receive": {"post": {
+            "summary": "Receive from an AMQP queue (declared over AMQP), long polling up"
+                       " to wait_seconds, as one more consumer of the queue",
+            "description": "The queue delivers as to its AMQP consumers (order, TTL,"
+                           " dead-lettering, x-delivery-limit, priorities, single active"
+                           " consumer, message groups); the messages are held under"
+                           " receipt handles for invisible_seconds (at most 43200), then"
+                           " requeued unless acked. The handles are this gateway run's: on"
+                           " another node or after a restart they are refused (409) and"
+                           " their messages come back to the queue on their own.",
+            "parameters": _AMQP_QUEUE,
+            "requestBody": {"content": {"application/json": {"schema": {
+                "type": "object", "properties": {
+                    "max_messages": {"type": "integer", "minimum": 1, "maximum": 32},
+                    "wait_seconds": {"type": "number", "minimum": 0, "maximum": 30},
+                    "invisible_seconds": {"type": "number", "minimum": 1,
+                                          "maximum": 43200}}}}}},
+            "responses": {"200": _json(_ref("AmqpReceived"), "Messages (maybe none)"),
+                          "409": _PROBLEM, **_ERRORS},
+        }},
+        "/v1/amqp/{vhost}/queues/{queue}/ack": {"post": {
+            "summary": "Ack messages received from an AMQP queue",
+            "parameters": _AMQP_QUEUE,
+            "requestBody": _body(_SETTLE_BODY),
+            "responses": _amqp_settled("All acked"),
+        }},
+        "/v1/amqp/{vhost}/queues/{queue}/nack": {"post": {
+            "summary": "Requeue messages received from an AMQP queue (requeue: true, the"
+                       " default) or reject them (requeue: false: dead-lettered if the"
+                       " queue has a dead-letter exchange, else dropped)",
+            "parameters": _AMQP_QUEUE,
+            "requestBody": _body({"type": "object", "required": ["receipt_handles"],
+                                  "properties": {
+                                      "receipt_handles": {"type": "array", "minItems": 1,
+                                                          "items": {"type": "string"}},
+                                      "requeue": {"type": "boolean"}}}),
+            "responses": _amqp_settled("All requeued or rejected"),
+        }},
+        "/v1/amqp/{vhost}/queues/{queue}/visibility": {"post": {
+            "summary": "Hold messages received from an AMQP queue invisible_seconds from"
+                       " now (0: requeue now); the handle stays valid",
+            "parameters": _AMQP_QUEUE,
+            "requestBody": _body(_SETTLE_BODY),
+            "responses": _amqp_settled("All extended"),
         }},
         "/v1/openapi.json": {"get": {
             "summary": "This document",
