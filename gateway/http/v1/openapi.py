@@ -17,7 +17,7 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-_PROBLEM = {"description": "An RFC 9457 problem",
+_PROBLEM: dict[str, Any] = {"description": "An RFC 9457 problem",
             "content": {"application/problem+json": {"schema": _ref("Problem")}}}
 _ERRORS = {str(s): _PROBLEM for s in (400, 401, 403, 404, 413, 415, 429, 503)}
 
