@@ -146,8 +146,12 @@ class HalfPolls:
     def polled(self, topic: str) -> None:
         self._polled[topic] = self.clock()
 
+    def key(self, txn: PendingTransaction) -> str:
+        """Who polls for ``txn``: its topic (the JSON API keys by producer group)."""
+        return split_mqtt_topic(txn.topic)[0]
+
     def offer(self, txn: PendingTransaction, _record: Record) -> bool:
-        topic = split_mqtt_topic(txn.topic)[0]
+        topic = self.key(txn)
         seen = self._polled.get(topic)
         if seen is None or self.clock() - seen > self.poll_memory_s:
             return False

@@ -1186,7 +1186,7 @@ def register_routes(router: Router, ctx: GatewayContext) -> None:
         ("POST", "/v1/groups/{group}/nack", api.nack),
         ("POST", "/v1/groups/{group}/visibility", api.change_visibility),
     )
-    from gateway.http.v1 import amqp_queues  # (it imports this module's helpers)
+    from gateway.http.v1 import amqp_queues, transactions  # (they import this module)
 
-    for method, pattern, fn in (*routes, *amqp_queues.routes(api)):
+    for method, pattern, fn in (*routes, *amqp_queues.routes(api), *transactions.routes(api)):
         router.add(method, pattern, _guard(fn))

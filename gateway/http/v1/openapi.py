@@ -195,6 +195,31 @@ OPENAPI: dict[str, Any] = {
             },
             "AmqpReceived": {"type": "object", "required": ["messages"], "properties": {
                 "messages": {"type": "array", "items": _ref("AmqpMessage")}}},
+            "HalfMessage": {
+                "type": "object",
+                "required": ["transaction_id", "producer_group", "topic", "message_id",
+                             "checks", "next_check_ms"],
+                "properties": {
+                    "transaction_id": {"type": "string",
+                                       "description": "End it with /v1/transactions/"
+                                                      "{transaction_id}/commit or"
+                                                      " rollback"},
+                    "producer_group": {"type": "string"},
+                    "topic": {"type": "string"},
+                    "message_id": {"type": "string"},
+                    "tag": {"type": "string"},
+                    "keys": {"type": "array", "items": {"type": "string"}},
+                    "properties": {"type": "object",
+                                   "additionalProperties": {"type": "string"}},
+                    "checks": {"type": "integer", "minimum": 0,
+                               "description": "Check-backs so far (this one included)"},
+                    "born_ms": {"type": "integer"},
+                    "store_ms": {"type": "integer"},
+                    "next_check_ms": {"type": "integer"},
+                    "body": {"type": "string"},
+                    "body_base64": {"type": "string"},
+                },
+            },
             "SeekResult": {"type": "object", "required": ["group", "topic", "offsets"],
                            "properties": {"group": {"type": "string"},
                                           "topic": {"type": "string"},
@@ -330,6 +355,29 @@ OPENAPI: dict[str, Any] = {
                                                  "already_rolled_back"]}}},
                              "Ended (or already ended that way)"),
                 "409": _PROBLEM, **_ERRORS},
+        }},
+        "/v1/producers/{group}/transactions/receive": {"post": {
+            "summary": "Poll the producer group's half messages that are due a"
+                       " check-back (transactional check-back for HTTP producers)",
+            "description": "The gateway's check-back loop hands a due half message to a"
+                           " poll of its producer group (the producer_group of its"
+                           " publish, default http) made within the last minute; end it"
+                           " by its transaction_id. Not ended, it is due again after the"
+                           " store's check interval, and dead-lettered after"
+                           " store.txn_max_checks.",
+            "parameters": [{"name": "group", "in": "path", "required": True,
+                            "schema": {"type": "string"},
+                            "description": "Producer group"}],
+            "requestBody": {"content": {"application/json": {"schema": {
+                "type": "object", "properties": {
+                    "max_messages": {"type": "integer", "minimum": 1, "maximum": 32},
+                    "wait_seconds": {"type": "number", "minimum": 0, "maximum": 30}}}}}},
+            "responses": {"200": _json({"type": "object", "required": ["transactions"],
+                                        "properties": {"transactions": {
+                                            "type": "array",
+                                            "items": _ref("HalfMessage")}}},
+                                       "Half messages due a check (maybe none)"),
+                          **_ERRORS},
         }},
         "/v1/groups/{group}/ack": {"post": {
             "summary": "Ack received messages by receipt handle",
