@@ -187,7 +187,12 @@ class RemoteConsumers:
         held = _Held(queue, consumer, p.receipt, p.message.record, secrets.token_hex(8),
                      now + INVISIBLE_MS)
         self.held[seq] = held
-        visible = self._hold_until(seq, held, now, invisible_ms)
+        try:
+            visible = self._hold_until(seq, held, now, invisible_ms)
+        except StoreError as exc:  # (no longer store invisible time: held for less)
+            log.warning("held for the store's invisible time only: %s", exc,
+                        extra={"queue": queue.name})
+            visible = self._hold_until(seq, held, now, INVISIBLE_MS - 2 * STORE_SLACK_MS)
         record = p.message.record
         exchange, routing_key, raw = delivery_fields(record)
         return QueueDelivery(

@@ -338,3 +338,26 @@ def test_vhost_read_permission_and_a_crash_redelivering(tmp_path):
         assert again["body"] == "to open" and again["redelivered"] is True
     finally:
         gw.stop()
+
+
+def test_message_group_stays_with_the_http_receiver_until_it_settles(gw, amqp):
+    api = Queues(base(gw))
+    amqp.queue_declare("grouped")
+    for body, group in (("g1", "G"), ("g2", "G"), ("u1", None)):
+        headers = {"JMSXGroupID": group} if group else {}
+        _publish(amqp, "grouped", [body], headers=headers)
+    [g1] = api.receive_q("grouped", max_messages=1, wait_seconds=1)
+    assert g1["body"] == "g1"
+    got: list[bytes] = []
+    amqp.basic_consume("grouped", lambda ch, m, p, b: (got.append(b),
+                                                       ch.basic_ack(m.delivery_tag)))
+    deadline = time.monotonic() + BOUND
+    while not got and time.monotonic() < deadline:
+        amqp.connection.process_data_events(time_limit=0.05)
+    amqp.connection.process_data_events(time_limit=0.3)
+    assert got == [b"u1"]  # g2 waits: group G is with the HTTP receiver, g1 unsettled
+    assert api.settle_q("grouped", "ack", [g1["receipt_handle"]]).status_code == 200
+    deadline = time.monotonic() + BOUND
+    while len(got) < 2 and time.monotonic() < deadline:
+        amqp.connection.process_data_events(time_limit=0.05)
+    assert got == [b"u1", b"g2"]  # released: the group moves on, in order
