@@ -18,9 +18,10 @@ run's memory, so a handle from another node, or from before a restart, is
 :class:`ForeignHandle` (the message comes back to the queue on its own: by that node's
 timer, or by the restart's requeue of every delivery in flight).
 
-Handle text: ``a.`` + base64url(``vhost \\n queue \\n run \\n seq \\n token``), ``run``
-the 16 hex digits drawn at the front end's start, ``seq`` a counter, ``token`` 16 hex
-digits drawn per delivery (a handle cannot be guessed from another).
+Handle text: ``a.`` + base64url of the JSON array ``[vhost, queue, run, seq, token]``
+(any queue name fits), ``run`` the 16 hex digits drawn at the front end's start, ``seq``
+a counter, ``token`` 16 hex digits drawn per delivery (a handle cannot be guessed from
+another).
 
 Event-loop thread only.
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -80,7 +82,8 @@ class Handle:
     token: str
 
     def encode(self) -> str:
-        raw = f"{self.vhost}\n{self.queue}\n{self.run}\n{self.seq}\n{self.token}".encode()
+        raw = json.dumps([self.vhost, self.queue, self.run, self.seq, self.token],
+                         separators=(",", ":")).encode()
         return HANDLE_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @classmethod
@@ -89,10 +92,13 @@ class Handle:
             raise ValueError("not a receipt handle of an AMQP queue delivery")
         body = text[len(HANDLE_PREFIX):]
         try:
-            raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode()
-            vhost, queue, run, seq, token = raw.split("\n")
-            return cls(vhost, queue, run, int(seq), token)
-        except (ValueError, binascii.Error, UnicodeDecodeError):
+            fields = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+            vhost, queue, run, seq, token = fields
+            if not (isinstance(vhost, str) and isinstance(queue, str) and isinstance(run, str)
+                    and type(seq) is int and isinstance(token, str)):
+                raise ValueError("field types")
+            return cls(vhost, queue, run, seq, token)
+        except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
             raise ValueError(f"not a receipt handle of this gateway: {text[:64]!r}") from None
 
 
