@@ -361,3 +361,13 @@ def test_message_group_stays_with_the_http_receiver_until_it_settles(gw, amqp):
     while len(got) < 2 and time.monotonic() < deadline:
         amqp.connection.process_data_events(time_limit=0.05)
     assert got == [b"u1", b"g2"]  # released: the group moves on, in order
+
+
+def test_priorities_come_first(gw, amqp):
+    api = Queues(base(gw))
+    amqp.queue_declare("prio", arguments={"x-max-priority": 5})
+    for body, priority in (("low", 1), ("none", 0), ("high", 5), ("mid", 3)):
+        _publish(amqp, "prio", [body], priority=priority)
+    amqp.queue_declare("prio", passive=True)  # (a round trip: the publishes were handled)
+    got = api.receive_q("prio", max_messages=4, wait_seconds=1)
+    assert [m["body"] for m in got] == ["high", "mid", "low", "none"]
