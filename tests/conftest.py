@@ -25,6 +25,17 @@ def _java_available() -> bool:
     return shutil.which("java") is not None
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (the Makefile's ``make test``): a
+    module's tests run on one worker, so a module fixture (a crash loop's figures, a
+    RabbitMQ broker) is built once; every Spark test runs on one worker, so one JVM
+    serves them one after another instead of several competing for two cores."""
+    for item in items:
+        group = "spark" if item.get_closest_marker("spark") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def spark_session():
     if not _java_available():
