@@ -60,6 +60,8 @@ _XLATE = b"J"
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 _MARK = struct.Struct(">QQ")
+#: Origins whose key heads are remembered (cleared when full).
+_HEADS_MAX = 4096
 
 #: (origin cluster, origin queue, topic)
 MarkKey = tuple[str, str, str]
@@ -112,7 +114,7 @@ def _prefix_end(prefix: bytes) -> bytes:
 class OriginTable:
     """The HWMs in memory (``marks``) and the writer and reader of ``G``/``J``."""
 
-    __slots__ = ("index", "marks", "_staged")
+    __slots__ = ("index", "marks", "_staged", "_heads")
 
     def __init__(self, index: ConsumeQueueIndex) -> None:
         self.index = index
@@ -120,6 +122,9 @@ class OriginTable:
         self.marks: dict[MarkKey, tuple[int, int]] = {}
         #: marks of the batch being written, applied by :meth:`commit`
         self._staged: dict[MarkKey, tuple[int, int]] = {}
+        #: (origin value up to its offset, topic) -> (mark key, J key head): a copy's
+        #: keys without decoding its origin
+        self._heads: dict[tuple[bytes, str], tuple[MarkKey, bytes]] = {}
 
     def load(self) -> None:
         """Read every ``G`` key (at open, after recovery)."""
@@ -196,24 +201,41 @@ class OriginTable:
         position: int,
         entries: Sequence[tuple[int, int]] = (),
     ) -> None:
-        """Put a copy's (or an advance's) ``G`` key, and one ``J`` key per (lmq_id, lmq
-        offset) in ``entries``, into the batch ``put`` writes to; the in-memory mark
-        moves at :meth:`commit`. Never lowers a mark."""
-        origin = decode_origin(origin_value)
-        if origin is None:
-            return
-        cluster, queue, offset = origin
-        key = (cluster, queue, topic)
+        """A copy (or an advance) in the batch being written: one ``J`` key per (lmq_id,
+        lmq offset) in ``entries`` into the batch ``put`` writes to, and its mark staged
+        (never lowered); :meth:`write_marks` puts the staged ``G`` keys, once per mark
+        per batch, and :meth:`commit` makes them the marks."""
+        cut = origin_value.rfind(b"\x00")
+        cached = self._heads.get((origin_value[:cut], topic)) if cut > 0 else None
+        if cached is None:
+            origin = decode_origin(origin_value)
+            if origin is None:
+                return
+            cluster, queue, _ = origin
+            cached = ((cluster, queue, topic), _XLATE + _s16(cluster) + _s16(queue))
+            if len(self._heads) >= _HEADS_MAX:
+                self._heads.clear()
+            self._heads[(origin_value[:cut], topic)] = cached
+            offset = origin[2]
+        else:
+            tail = origin_value[cut + 1 :]
+            if not tail.isdigit():
+                return  # malformed: stored as a plain message, as decode_origin says
+            offset = int(tail)
+        key, head = cached
         staged = self._staged
         current = staged.get(key) or self.marks.get(key)
         if current is None or offset > current[0]:
             staged[key] = (offset, position)
-            put(_mark_key(key), _MARK.pack(offset, position))
         if entries:
-            head = _XLATE + _s16(cluster) + _s16(queue)
             packed = _U64.pack(offset)
             for lmq_id, lmq_offset in entries:
                 put(head + _U64.pack(lmq_id) + packed, _U64.pack(lmq_offset))
+
+    def write_marks(self, put: Putter) -> None:
+        """Put the staged marks' ``G`` keys into the batch (before it commits)."""
+        for key, (offset, position) in self._staged.items():
+            put(_mark_key(key), _MARK.pack(offset, position))
 
     def commit(self) -> None:
         """The batch holding the staged marks is committed: they are the marks now."""
