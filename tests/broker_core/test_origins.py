@@ -210,3 +210,29 @@ def test_copies_and_marks_agree_after_sigkill(tmp_path):
             assert offsets == list(range(len(offsets))), round_
             assert offsets[-1] >= acked
             assert store.origin_high_water("A", ["src:0"], TOPIC) == {"src:0": offsets[-1]}
+
+
+def test_advance_records_are_skipped_by_verify_the_tools_and_the_spark_reader(tmp_path):
+    from spark.reader import RangeReport, list_segments, scan_range
+
+    with MessageStore.open(tmp_path, SMALL) as s:
+        s.append_copies([(copy(1), ["q"])])
+        s.advance_origin("A", "src:0", "copy", 9)
+        s.append(Message(topic="copy", body=b"plain"), ["q"])
+        assert s.verify().ok
+        assert [r.body for r in bodies_of_positions(s)] == [b"A/src:0/1", b"plain"]
+    [segment] = list_segments(str(tmp_path))
+    data = Path(segment.path).read_bytes()
+    report = RangeReport(segment.name, segment.base, 0, len(data))
+    records = list(scan_range(data, segment=segment.name, base=segment.base, start=0,
+                              end=len(data), limit=len(data), expected_bytes=None,
+                              is_last=True, report=report))
+    assert [r.body for r in records] == [b"A/src:0/1", b"plain"]
+    assert report.control_records == 1
+
+
+def bodies_of_positions(store: MessageStore) -> list:
+    """``record_at`` (the ``lmq messages`` lookup) of every record's position: control
+    records are not messages."""
+    found = [store.record_at(r.position) for r in store.records_from(0)]
+    return [r for r in found if r is not None]
