@@ -236,3 +236,21 @@ def bodies_of_positions(store: MessageStore) -> list:
     records are not messages."""
     found = [store.record_at(r.position) for r in store.records_from(0)]
     return [r for r in found if r is not None]
+
+
+def test_an_index_ahead_of_the_log_drops_the_marks_the_log_lost(tmp_path):
+    """A power loss can leave the index ahead of the log: a mark set by a copy the log no
+    longer holds must fall back, or the connector would never send that copy again."""
+    import os
+
+    with MessageStore.open(tmp_path, SMALL) as s:
+        s.append_copies([(copy(0), ["q"]), (copy(0, queue="src:1"), ["q"])])
+        s.append_copies([(copy(1), ["q"])])
+        cut = s.append_copies([(copy(2), ["q"])])[0]
+        assert cut is not None
+        last = s.log.segments()[-1]
+    os.truncate(last.path, cut.position - last.base)
+    with MessageStore.open(tmp_path, SMALL) as s:
+        assert "ahead" in s.recovery.rebuild_reason
+        assert s.origin_high_water("A", ["src:0", "src:1"], "copy") == {"src:0": 1, "src:1": 0}
+        assert s.append_copies([(copy(2), ["q"])])[0] is not None
