@@ -34,9 +34,10 @@ recovery's replay after the checkpoint puts them again (max: idempotent).
   its tail (an index ahead of the log) is dropped, and the log's replay sets it to what
   the log still holds. ``J`` is derived: the rebuild puts it for the records the log
   still has.
-- **Retention.** ``J`` entries of removed records stay until the LMQ is removed or the
-  index rebuilt (about 40 bytes per copy); :meth:`translate` clamps to the LMQ's first
-  offset, so they do no harm. (Not trimmed by retention: not done.)
+- **Retention.** The index trim after retention deletes the ``J`` entries below each
+  LMQ's new first offset and those of removed LMQs (:meth:`OriginTable.trim`);
+  :meth:`OriginTable.translate`'s answer is clamped to the LMQ's first offset anyway.
+  ``G`` is never trimmed: a mark outlives its copies.
 
 Thread safety: ``filter_locked``, ``stage`` and ``commit`` run under the append lock;
 ``high_water`` reads a dict (atomic under the GIL).
@@ -246,6 +247,44 @@ class OriginTable:
     def discard(self) -> None:
         """The batch failed: forget its staged marks."""
         self._staged = {}
+
+    def trim(self, min_offset_of: Callable[[int], int | None]) -> int:
+        """Delete the ``J`` keys of copies below their LMQ's first offset (retention
+        removed them) and of LMQs that no longer exist (``min_offset_of`` answers None);
+        returns how many. Within one (cluster, queue, LMQ) range the LMQ offsets rise with
+        the origin offsets, so the keys to delete are a prefix of it: one range delete
+        per range, ending just past the last key deleted (so a copy appended meanwhile is
+        never in it). Needs no lock."""
+        it = self.index.db.iter(ReadOptions())
+        it.seek(_XLATE)
+        batch = self.index.new_batch()
+        removed = 0
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(_XLATE):
+                break
+            (n,) = _U16.unpack_from(key, 1)
+            at = 3 + n
+            (n,) = _U16.unpack_from(key, at)
+            at += 2 + n
+            head = key[: at + 8]
+            low = min_offset_of(_U64.unpack_from(key, at)[0])
+            last = None
+            while it.valid():
+                k = bytes(it.key())
+                if not k.startswith(head) or (
+                    low is not None and _U64.unpack(bytes(it.value()))[0] >= low
+                ):
+                    break
+                last = k
+                removed += 1
+                it.next()
+            if last is not None:
+                batch.wb.delete_range(key, last + b"\x00")
+            it.seek(_prefix_end(head))
+        if removed:
+            batch.commit()
+        return removed
 
     def restore_after_reset(self, put: Putter, log_end: int) -> int:
         """The index was dropped (a rebuild): put back the marks whose record is before

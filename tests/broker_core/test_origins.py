@@ -254,3 +254,21 @@ def test_an_index_ahead_of_the_log_drops_the_marks_the_log_lost(tmp_path):
         assert "ahead" in s.recovery.rebuild_reason
         assert s.origin_high_water("A", ["src:0", "src:1"], "copy") == {"src:0": 1, "src:1": 0}
         assert s.append_copies([(copy(2), ["q"])])[0] is not None
+
+
+def test_retention_trims_the_translation_keys_of_removed_copies(tmp_path):
+    cfg = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=4096, retention_bytes=1)
+    with MessageStore.open(tmp_path, cfg) as s:
+        for o in range(300):
+            s.append_copies([(copy(o, body=b"y" * 500), ["q"]),
+                             (copy(o, queue="src:1", body=b"z" * 500), ["r"])])
+        assert s.apply_retention().segments_removed > 0
+        first_q, first_r = s.lmq("q").min_offset, s.lmq("r").min_offset
+        assert first_q > 0 and first_r > 0
+        keys = [k for k, _ in s.index.db.items(from_key=b"J") if bytes(k).startswith(b"J")]
+        # one key per copy still held, none of the removed ones
+        assert len(keys) == (300 - first_q) + (300 - first_r)
+        assert s.translate_origin("A", "src:0", "q", 0) == first_q
+        assert s.translate_origin("A", "src:0", "q", 299) == 299
+        # the marks outlive their copies
+        assert s.origin_high_water("A", ["src:0", "src:1"], "copy") == {"src:0": 299, "src:1": 299}
