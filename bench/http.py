@@ -39,6 +39,7 @@ import psutil
 
 from bench.mqtt_wire import connect_packet
 from bench.peers import Gateway, RabbitMQ, wait_accepts
+from bench.report import machine
 
 BODY = "x" * 100
 _perf = time.perf_counter
@@ -282,6 +283,7 @@ def main() -> None:
     parser.add_argument("--durability", default="async")
     args = parser.parse_args()
     rows: list[dict[str, Any]] = []
+    print("machine " + json.dumps(machine()))
     with tempfile.TemporaryDirectory(prefix="lmq-bench-http-") as tmp:
         work = Path(tmp)
         if "gateway" in args.brokers:
