@@ -44,14 +44,14 @@ import uuid
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
 from broker_core import DelayTooLong, Durability, MessageTooLarge, Outcome, StorageFull
 from broker_core.clock import now_ms
 from broker_core.errors import UnknownReceipt
-from gateway.auth import Refusal, RefusalReason
+from gateway.auth import Refusal
 from gateway.http.messages import Request, Response
+from gateway.http.mq_signature import SignatureRefused, authenticate_signed
 from gateway.rocketmq import records as rmq_records
 from gateway.rocketmq.pop_receipts import pop_retry_topic, store_receipt
 from gateway.rocketmq.pop_service import PollingFull
@@ -60,7 +60,6 @@ from lmq.rocketmq import MQTT_SECOND_TOPIC, InvalidName, TopicConfig, queue_lmq,
 from protocol.aliyun_http import (
     AckError,
     ApiError,
-    AuthorizationError,
     ConsumedMessage,
     ErrorCode,
     Handle,
@@ -72,14 +71,12 @@ from protocol.aliyun_http import (
     body_md5,
     decode_properties,
     encode_properties,
-    parse_authorization,
     parse_publish,
     parse_receipt_handles,
     render_ack_errors,
     render_error,
     render_messages,
     render_published,
-    verify,
 )
 from protocol.aliyun_http.properties import (
     KEYS,
@@ -105,8 +102,6 @@ REQUEST_ID = "x-mq-request-id"
 #: ``numOfMessages`` and ``waitseconds`` limits (Aliyun's).
 MAX_MESSAGES = 16
 MAX_WAIT_SECONDS = 30
-#: A request's ``Date`` may be this far from the gateway's clock (Aliyun's 15 minutes).
-MAX_CLOCK_SKEW_S = 15 * 60
 #: Where the handle key is kept when ``aliyun_handle_key`` is "".
 HANDLE_KEY_META = "aliyun_http/handle_key"
 #: The name under which the check-back loop hands half messages to HTTP pollers.
@@ -274,39 +269,14 @@ class AliyunHttpApi:
         auth = self.ctx.authenticator
         if auth is None:
             return None
-        header = request.header("authorization", "") or ""
-        parsed = None
-        if header:
-            try:
-                parsed = parse_authorization(header)
-            except AuthorizationError as exc:
-                raise ApiError(ErrorCode.SIGNATURE_DOES_NOT_MATCH, f"Authorization: {exc}") \
-                    from None
-            date = request.header("date", "") or ""
-            try:
-                skew = abs(parsedate_to_datetime(date).timestamp() - time.time())
-            except (TypeError, ValueError):
-                raise ApiError(ErrorCode.ACCESS_DENIED,
-                               f"the Date header {date!r} is not an RFC 1123 date") from None
-            if skew > MAX_CLOCK_SKEW_S:
-                raise ApiError(ErrorCode.ACCESS_DENIED,
-                               f"the request's Date is {skew:.0f} s from the gateway's clock")
-
-        def check(secret: str) -> bool:
-            return parsed is not None and verify(
-                parsed, secret, request.method, request.headers, request.target)
-
-        access_key = parsed.access_key if parsed is not None else None
-        peer_host = request.peer.rpartition(":")[0].strip("[]") or None
-        result = auth.authenticate_signature(access_key, check, peer_host=peer_host)
-        if isinstance(result, Refusal):
-            if not access_key:
-                message = "this gateway requires signed requests (Authorization: MQ ak:sig)"
-            elif result.reason == RefusalReason.RATE_LIMITED:
-                message = f"too many failed signatures; retry in {result.retry_after:.0f} s"
-            else:
-                message = f"the signature of access key {access_key} does not verify"
-            raise ApiError(ErrorCode.SIGNATURE_DOES_NOT_MATCH, message)
+        try:
+            result = authenticate_signed(auth, request)
+        except SignatureRefused as exc:
+            code = (ErrorCode.INVALID_ARGUMENT if exc.bad_request
+                    else ErrorCode.ACCESS_DENIED if exc.denied
+                    else ErrorCode.SIGNATURE_DOES_NOT_MATCH)
+            raise ApiError(code, exc.message) from None
+        assert not isinstance(result, Refusal)
         return result
 
     def _check_publish(self, principal: Principal | None, topic: str) -> None:

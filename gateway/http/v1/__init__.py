@@ -55,6 +55,7 @@ from broker_core import (
 from broker_core.errors import UnknownReceipt
 from gateway.auth.authenticator import Principal, Refusal, RefusalReason
 from gateway.http.messages import Request, Response
+from gateway.http.mq_signature import SignatureRefused, authenticate_signed, is_signed
 from gateway.http.server import problem
 from gateway.http.v1.openapi import OPENAPI
 from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopItem, Source
@@ -166,13 +167,28 @@ class JsonApi:
     # -- auth ---------------------------------------------------------------------
 
     def principal(self, request: Request) -> Principal | None:
-        """The caller, from HTTP Basic credentials; None in open mode. Raises 401."""
+        """The caller, from HTTP Basic credentials or an Aliyun MQ signature
+        (``Authorization: MQ ak:sig``, `gateway/http/mq_signature.py`); None in open mode.
+        Raises 401."""
         auth = self.ctx.authenticator
         if auth is None:
             return None
         cached = request.context.get("principal")
         if isinstance(cached, Principal):
             return cached
+        if is_signed(request):
+            try:
+                signed = authenticate_signed(auth, request)
+            except SignatureRefused as exc:
+                if exc.retry_after is not None:
+                    wait = max(1, math.ceil(exc.retry_after))
+                    raise ApiError(429, exc.message,
+                                   headers=[("Retry-After", str(wait))]) from None
+                raise ApiError(400 if exc.bad_request else 401, exc.message,
+                               headers=[] if exc.bad_request else _CHALLENGE) from None
+            assert not isinstance(signed, Refusal)
+            request.context["principal"] = signed
+            return signed
         username = password = None
         header = request.header("authorization")
         if header and header[:6].lower() == "basic ":

@@ -65,7 +65,11 @@ OPENAPI: dict[str, Any] = {
                        " RFC 9457 problem documents.",
     },
     "components": {
-        "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
+        "securitySchemes": {"basic": {"type": "http", "scheme": "basic"},
+                            "mqSignature": {
+                                "type": "apiKey", "in": "header", "name": "Authorization",
+                                "description": "MQ <AccessKeyId>:<Signature>, signed as"
+                                               " the Aliyun MQ HTTP SDKs sign"}},
         "schemas": {
             "Problem": {"type": "object", "required": ["type", "title", "status"],
                         "properties": {"type": {"type": "string"},
@@ -228,7 +232,7 @@ OPENAPI: dict[str, Any] = {
                                                           {"type": "integer"}}}},
         },
     },
-    "security": [{"basic": []}, {}],
+    "security": [{"basic": []}, {"mqSignature": []}, {}],
     "paths": {
         "/v1/topics/{topic}/messages": {"post": {
             "summary": "Publish one message or a batch to a RocketMQ topic",
