@@ -154,6 +154,15 @@ class _Endpoint:
             client, self.client = self.client, None
             await client.close()
 
+    async def check(self) -> None:
+        """Raise EndpointUnavailable if the cluster cannot be reached now (the connection
+        is reopened if it was lost)."""
+        client = self._client()
+        try:
+            await client.connection(client.namesrv)
+        except Exception as exc:
+            raise self._map(exc, "connection") from exc
+
     def _client(self) -> RemotingClient:
         if self.client is None:
             raise EndpointUnavailable(f"cluster {self.cluster.name}: not connected")
@@ -226,7 +235,9 @@ class GatewaySource(_Endpoint):
         consumer = self._consumer()
         try:
             committed = await consumer.query_offset(mq)
-            if committed is not None and committed >= 0:
+            # we commit up_to + 1 >= 1; 0 is what a gateway (and RocketMQ) answers a
+            # group that never committed while the queue still starts at 0
+            if committed is not None and committed > 0:
                 return committed
             if start == "earliest":
                 return await consumer.min_offset(mq)

@@ -186,6 +186,7 @@ class RuleRunner:
         for queue, mark in (marks or {}).items():
             # the mark is the truth; it is never behind what we noted (same target)
             self.positions[queue] = max(mark, self.positions.get(queue, -1))
+        await self._resolve_starts(queues)
         self.stats.state = "running"
         log.info(
             "rule %s: %s (%s) -> %s (%s), %d queues, %s",
@@ -220,6 +221,22 @@ class RuleRunner:
         if self.rule.carry_group_offsets and self.exactly_once:
             tasks.create_task(self._carry_offsets())
         tasks.create_task(self._until_stopped())
+
+    async def _resolve_starts(self, queues: Sequence[str]) -> None:
+        """Fix where queues without a position start, before the rule is "running" (so
+        what is sent after that is copied), and record it at the target (so a restart
+        does not resolve "latest" again and skip what came in between)."""
+        start_offset = getattr(self.source, "start_offset", None)
+        if start_offset is None:
+            return
+        for queue in queues:
+            if queue in self.positions:
+                continue
+            first = await self._src(start_offset(queue, self.rule.start))
+            self.positions[queue] = first - 1
+            self.stats.queue(queue).position = first - 1
+            if first > 0:
+                await self._maybe_advance(queue, idle=True)
 
     async def _until_stopped(self) -> None:
         await self._stopping.wait()
@@ -356,9 +373,13 @@ class RuleRunner:
         """Sample lag, detect a stall, pick up new source queues."""
         assert self.source is not None
         source, stats = self.source, self.stats
+        target_check = getattr(self.target, "check", None)
         last_queues = time.monotonic()
         while True:
             await asyncio.sleep(SAMPLE_INTERVAL)
+            if target_check is not None:
+                # an idle rule notices a lost target too (status shows it)
+                await self._tgt(target_check())
             for name, q in list(stats.queues.items()):
                 q.end_offset = await self._src(source.end_offset(name))
                 if name in self.positions:
@@ -373,7 +394,9 @@ class RuleRunner:
                 stats.last_progress = time.monotonic()
             if time.monotonic() - last_queues > QUEUES_INTERVAL:
                 last_queues = time.monotonic()
-                start_queues(await self._src(source.queues()))
+                queues = await self._src(source.queues())
+                await self._resolve_starts(queues)
+                start_queues(queues)
 
     async def _heartbeats(self) -> None:
         assert self.source is not None
