@@ -182,6 +182,12 @@ class GatewayConfig:
     #: Seconds an orderly consumer's queue lock lasts without renewal
     #: (RocketMQ's rebalance lock expiry).
     rocketmq_lock_expiry: float = 60.0
+
+    #: The gateway's cluster id for the message connector (issue 19): the id copies'
+    #: ``__LMQ_PATH`` carries, to stop loops. "" = generated once and kept in the store
+    #: (``gateway.cluster_id``).
+    cluster_id: str = ""
+
     #: HTTP (issue 18): a dedicated HTTP listener (no sniffing; the unified ports serve
     #: HTTP too). Disabled by default, as ``remoting_port``.
     http_port: Port = 0
@@ -363,6 +369,18 @@ def _host_port(value: object) -> str:
     return text
 
 
+def _cluster_id(value: object) -> str:
+    """"" (generated) or an id (gateway.cluster_id)."""
+    text = _str(value)
+    if text:
+        from gateway.cluster_id import check_cluster_id
+
+        problem = check_cluster_id(text)
+        if problem:
+            raise ValueError(problem)
+    return text
+
+
 _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "data_dir": _path,
     "bind": _nonempty,
@@ -409,6 +427,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "rocketmq_auto_create_groups": _bool,
     "rocketmq_default_queue_nums": _int(1, 1024),
     "rocketmq_lock_expiry": _seconds,
+    "cluster_id": _cluster_id,
     "http_port": _port,
     "http_max_head_bytes": _int(1024, 1024 * 1024),
     "http_max_body_bytes": _int(1024),

@@ -71,6 +71,7 @@ from gateway.remoting.messages import (
     encode_properties,
     to_store_message,
 )
+from gateway.remoting.origins import COPY_PROPERTIES, copy_of, with_origin
 from gateway.remoting.replies import error, response
 from gateway.remoting.transactions import committed_sys_flag, send_half
 from lmq.rocketmq import (
@@ -241,6 +242,8 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     config = writable_topic(ctx, topic)
     queue_id = choose_queue(config, header.queue_id)
     props = decode_properties(header.properties)
+    if not props.keys().isdisjoint(COPY_PROPERTIES):
+        return _send_copy(ctx, cmd, header, queue_id, props)
     kind = _NORMAL
     if header.sys_flag & _TX_MASK or not props.keys().isdisjoint(_TYPE_PROPERTIES) or (
         config.message_type is not _NORMAL
@@ -273,6 +276,69 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     if front.publisher.lagging:
         front.throttle(ctx)
     return None
+
+
+def _send_copy(
+    ctx: RequestContext, cmd: RemotingCommand, header: SendHeader, queue_id: int,
+    props: dict[str, str],
+) -> RemotingCommand | None:
+    """A copy (gateway.remoting.origins): stored as a plain message whatever its type
+    properties say (its source already applied them), through the idempotent append."""
+    front = ctx.front
+    copy = copy_of(props, front.cluster_id)
+    assert copy is not None
+    if copy.loop:
+        front.copies_looped += 1
+        return _copies_reply(ctx, [], queue_id, duplicates=0, loops=1)
+    if len(cmd.body) > front.max_body:
+        raise RequestError(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"the message body size {len(cmd.body)} exceeds the maximum {front.max_body}")
+    message = to_store_message(
+        header.topic, cmd.body, header.properties, props,
+        origin=header.producer_group, born_ms=header.born_ms, sys_flag=header.sys_flag,
+        flag=header.flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
+    message = replace(message, properties=with_origin(message.properties, copy))
+    lmq = front.queue_lmq(header.topic, queue_id)
+    routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
+    ctx.spawn(_reply_later(ctx, cmd, _store_copies(ctx, [(message, [lmq, *routes])], queue_id)),
+              "remoting-send-copy")
+    return None
+
+
+async def _store_copies(
+    ctx: RequestContext, items: list[tuple[Message, list[str]]], queue_id: int, loops: int = 0
+) -> RemotingCommand:
+    """Store copies (and plain messages beside them) in one idempotent append, answered
+    once durable: ``msgId`` and ``queueOffset`` name the copies stored, ``lmqDuplicates``
+    and ``lmqLoops`` count those dropped (module doc of gateway.remoting.origins)."""
+    front = ctx.front
+    store = front.store
+    try:
+        results = store.append_copies(items, wait=False)
+        stored = [r for r in results if r is not None]
+        if stored and store.config.durability == Durability.SYNC:
+            await asyncio.wrap_future(store.acknowledged(stored[-1].end))
+    except Exception as exc:
+        log.info("remoting copy refused: %s", exc, extra=ctx.conn.log_fields())
+        return failure(exc)
+    front.sent += len(stored)
+    duplicates = len(results) - len(stored)
+    front.copies_duplicate += duplicates
+    return _copies_reply(ctx, stored, queue_id, duplicates, loops)
+
+
+def _copies_reply(
+    ctx: RequestContext, stored: list[AppendResult], queue_id: int, duplicates: int,
+    loops: int,
+) -> RemotingCommand:
+    return response(fields={
+        "msgId": ",".join(ctx.msg_id(r.position) for r in stored),
+        "queueId": queue_id,
+        "queueOffset": stored[0].offsets[0] if stored else -1,
+        "lmqDuplicates": duplicates,
+        "lmqLoops": loops,
+    })
 
 
 def _due(ctx: RequestContext, props: dict[str, str], now: int) -> int | None:
@@ -374,12 +440,27 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
     items: list[tuple[Message, list[str]]] = []
     dues: list[int | None] = []
     now = now_ms()
+    copies = loops = 0
     for index, entry in enumerate(entries):
         body, props, flag = entry.body, entry.properties, entry.flag
         props_text = encode_properties(props)
-        kind = message_type(props, header.sys_flag)
+        copy = None
+        if not props.keys().isdisjoint(COPY_PROPERTIES):
+            try:
+                copy = copy_of(props, front.cluster_id)
+            except RequestError as exc:
+                raise RequestError(
+                    exc.code, f"message {index} of the batch: {exc.remark}") from None
+            assert copy is not None
+            if copy.loop:
+                loops += 1
+                continue
+            copies += 1
+        kind = message_type(props, header.sys_flag) if copy is None else _NORMAL
         try:
-            if kind != MessageType.NORMAL or config.message_type != MessageType.NORMAL:
+            if copy is None and (
+                kind != MessageType.NORMAL or config.message_type != MessageType.NORMAL
+            ):  # a copy is stored as a plain message: its source applied its type
                 check_type(config, kind)
             if kind is _TRANSACTION:
                 raise RequestError(
@@ -398,8 +479,19 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
             header.topic, body, props_text, props, origin=header.producer_group,
             born_ms=header.born_ms, sys_flag=header.sys_flag & ~_INNER_BATCH,
             flag=flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
+        if copy is not None:
+            message = replace(message, properties=with_origin(message.properties, copy))
         routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
         items.append((message, [lmq, *routes]))
+    if copies or loops:
+        front.copies_looped += loops
+        if not items:
+            return _copies_reply(ctx, [], queue_id, duplicates=0, loops=loops)
+        if any(due is not None for due in dues):
+            raise RequestError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a batch of copies cannot hold delayed messages that are not copies")
+        return await _store_copies(ctx, items, queue_id, loops)
     if any(due is not None for due in dues):
         return await _send_delayed(
             ctx, [(m, lmqs, now if due is None else due)
