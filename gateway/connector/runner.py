@@ -492,3 +492,39 @@ class Connector:
 
     def snapshot(self) -> list[dict[str, Any]]:
         return [s.snapshot() for s in self.stats]
+
+
+class EmbeddedConnector:
+    """The connector inside ``lmq serve`` (``[connector]``): its metrics on the gateway's
+    registry (``/metrics``), and the status listener when the rules give an address
+    (a port in use is logged, not fatal: the gateway runs on)."""
+
+    def __init__(self, rules: Rules, registry: Any) -> None:
+        from .status import register_metrics
+
+        self.connector = Connector(rules)
+        register_metrics(registry, self.connector.stats)
+        self._registry = registry
+        self._listener: Any = None
+
+    async def start(self) -> None:
+        from .listener import StatusListener
+
+        address = self.connector.rules.settings.status_address
+        if address:
+            host, _, port = address.rpartition(":")
+            listener = StatusListener(
+                host.strip("[]"), int(port), self.connector.snapshot, self._registry
+            )
+            try:
+                bound = await listener.start()
+                self._listener = listener
+                log.info("connector status on %s:%d", *bound)
+            except OSError as exc:
+                log.warning("connector status listener not started: %s", exc)
+        self.connector.start()
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        await self.connector.stop(timeout)
+        if self._listener is not None:
+            await self._listener.close()

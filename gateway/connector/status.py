@@ -184,7 +184,11 @@ def register_metrics(registry: Registry, rules: list[RuleStats]) -> None:
     retries = c("lmq_connector_retries_total", "Retries after a back-off", ("rule",))
     refused = c("lmq_connector_refused_total", "Messages the target refused", ("rule",))
     filtered = c("lmq_connector_filtered_total", "Messages the rule's filter dropped", ("rule",))
-    loops = c("lmq_connector_loops_dropped_total", "Copies not sent back (path)", ("rule",))
+    loops = c(
+        "lmq_connector_loops_skipped_total",
+        "Records not copied: the target is on their path",
+        ("rule",),
+    )
     state = g("lmq_connector_state", "1 for the rule's current state", ("rule", "state"))
 
     def collect() -> None:
