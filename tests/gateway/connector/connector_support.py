@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.clients import Producer, PullConsumer, ReceivedMessage, RemotingClient
+from gateway.connector.runner import HEARTBEAT
 
 ROOT = Path(__file__).resolve().parents[3]
 START_TIMEOUT = 20.0
@@ -173,7 +174,11 @@ async def read_all(port: int, topic: str) -> dict[int, list[ReceivedMessage]]:
 
 
 def bodies_of(messages: dict[int, list[ReceivedMessage]]) -> list[str]:
-    return sorted(m.body.decode() for ms in messages.values() for m in ms)
+    """The bodies, sorted, without the connector's heartbeats (as docs/connector.md tells
+    consumers to skip them)."""
+    return sorted(
+        m.body.decode() for ms in messages.values() for m in ms if HEARTBEAT not in m.properties
+    )
 
 
 async def eventually(
