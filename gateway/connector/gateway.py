@@ -22,6 +22,7 @@ and the rule is at-least-once. Only our gateway was tested as both.
 
 from __future__ import annotations
 
+import logging
 import ssl
 import zlib
 from collections.abc import Mapping, Sequence
@@ -82,6 +83,8 @@ _TRANSIENT = frozenset({
 })  # fmt: skip
 
 CONNECTOR_GROUP_PREFIX = "lmq-connector-"
+
+log = logging.getLogger("lmq.connector")
 
 
 def connector_group(rule: Rule) -> str:
@@ -208,6 +211,8 @@ class GatewaySource(_Endpoint):
         super().__init__(cluster, rule)
         self.topic = rule.read
         self._mqs: dict[str, MessageQueue] = {}
+        #: source ranges retention removed before they were read
+        self.gaps = 0
 
     def _consumer(self, group: str | None = None) -> PullConsumer:
         return PullConsumer(self._client(), group or connector_group(self.rule))
@@ -261,8 +266,18 @@ class GatewaySource(_Endpoint):
             raise self._map(exc, f"pull {queue}") from exc
         if result.status == ResponseCode.PULL_OFFSET_MOVED and result.next_begin_offset > offset:
             # retention removed what we had not read yet: nothing to do but go on from
-            # the oldest record kept (the runner counts the gap as an error)
-            raise OffsetMoved(queue, offset, result.next_begin_offset)
+            # the oldest record kept; the gap is logged and counted
+            self.gaps += 1
+            log.warning(
+                "%s: offsets %d..%d are gone at the source (retention); going on from %d",
+                queue, offset, result.next_begin_offset - 1, result.next_begin_offset,
+            )  # fmt: skip
+            try:
+                result = await self._consumer().pull(
+                    mq, result.next_begin_offset, max_nums=max_messages, suspend_ms=0
+                )
+            except Exception as exc:
+                raise self._map(exc, f"pull {queue}") from exc
         return [SourceRecord(queue, m.queue_offset, self._copy(m)) for m in result.messages]
 
     def _copy(self, m: ReceivedMessage) -> CopyMessage:
@@ -319,17 +334,6 @@ class GatewaySource(_Endpoint):
             await producer.send(self.topic, b"", properties=dict(properties), queue_id=mq.queue_id)
         except Exception as exc:
             raise self._map(exc, "heartbeat") from exc
-
-
-class OffsetMoved(EndpointUnavailable):
-    """The source no longer has the records from ``offset`` (retention): the next one
-    kept is ``next_offset``."""
-
-    def __init__(self, queue: str, offset: int, next_offset: int) -> None:
-        super().__init__(f"{queue}: offsets {offset}..{next_offset - 1} are gone (retention)")
-        self.queue = queue
-        self.offset = offset
-        self.next_offset = next_offset
 
 
 class GatewayTarget(_Endpoint):

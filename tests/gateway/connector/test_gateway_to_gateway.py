@@ -216,3 +216,27 @@ async def test_target_unreachable_then_back(tmp_path: Path, run_connector) -> No
     finally:
         b.stop()
         a.stop()
+
+
+async def test_a_rocketmq_target_is_at_least_once(two, run_connector) -> None:
+    """A target of kind "rocketmq" uses no private request: the copies carry no origin
+    (high_water is None), the rule says it is at least once, and everything arrives."""
+    a, b = two
+    text = rules_text(
+        port(a), port(b),
+        '[[rules]]\nname = "r"\nsource = "a"\ntopic = "plain"\ntarget = "b"\nstart = "earliest"\n',
+    ).replace('[clusters.b]\nkind = "gateway"', '[clusters.b]\nkind = "rocketmq"')  # fmt: skip
+    sent = await send(port(a), "plain", 12)
+    conn = run_connector(text)
+
+    async def copied():
+        got = await read_all(port(b), "plain")
+        return got if len(bodies_of(got)) >= 12 else None
+
+    got = await eventually(copied)
+    assert got and bodies_of(got) == sorted(sent)
+    assert all(ORIGIN_OFFSET not in m.properties for ms in got.values() for m in ms)
+    # the path still travels (loops are still cut): the source gateway's generated id
+    paths = {m.properties[PATH] for ms in got.values() for m in ms}
+    assert len(paths) == 1 and paths.pop().startswith("lmq-")
+    assert conn.status()["r"]["exactly_once"] is False
