@@ -79,7 +79,6 @@ _TRANSIENT = frozenset({
     ResponseCode.SYSTEM_ERROR, ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE,
     ResponseCode.FLOW_CONTROL, ResponseCode.POLLING_FULL, ResponseCode.GO_AWAY,
     ResponseCode.BROKER_DISPATCH_NOT_COMPLETE, ResponseCode.NOT_LEADER_FOR_QUEUE,
-    ResponseCode.TOPIC_NOT_EXIST,
 })  # fmt: skip
 
 CONNECTOR_GROUP_PREFIX = "lmq-connector-"

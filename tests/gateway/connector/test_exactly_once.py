@@ -8,7 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from cli.main import main
 from gateway.clients import Producer, PullConsumer, RemotingClient
 from gateway.connector.endpoints import ORIGIN_OFFSET, ORIGIN_QUEUE
 
@@ -179,5 +181,39 @@ async def test_refused_messages_skipped_or_stopping_the_rule(two, tmp_path: Path
         assert status, conn.status()
         assert status["r"]["state"] == "running"
         assert "refused" in status["s"]["last_error"]
+    finally:
+        conn.stop()
+
+
+async def test_a_refused_message_is_dead_lettered(two, tmp_path: Path) -> None:
+    a, b = two
+    # the target's "load" is read-only: every copy to it is refused, the dead-letter
+    # topic takes them
+    b.stop()
+    created = CliRunner().invoke(
+        main, ["topics", "create", "load", "--perm", "r", "--data-dir", str(b.data_dir)]
+    )
+    assert created.exit_code == 0, created.output
+    b.extra = ("--unified-port", str(port(b)))
+    b.start()
+    rules = tmp_path / "rules.toml"
+    rules.write_text(
+        rules_text(port(a), port(b), ONE_WAY + 'on_refused = "dead-letter"\n'
+                   'dead_letter_topic = "refused"\n')
+    )  # fmt: skip
+    sent = await send(port(a), "load", 6, prefix="m")
+    conn = ConnectorProcess(rules).start()
+    try:
+
+        async def dead_lettered():
+            got = await read_all(port(b), "refused")
+            return got if len(bodies_of(got)) >= 6 else None
+
+        got = await eventually(dead_lettered)
+        assert got and bodies_of(got) == sorted(sent)
+        status = conn.status()["r"]
+        assert status["dead_lettered"] == 6 and status["refused"] == 6
+        assert status["state"] == "running"
+        assert "dead-lettered to refused" in status["last_error"]
     finally:
         conn.stop()
