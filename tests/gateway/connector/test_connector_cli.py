@@ -65,7 +65,7 @@ async def test_status_table_of_a_running_connector(tmp_path: Path) -> None:
     rules.write_text(
         rules_text(a.ports["unified"], b.ports["unified"],
                    '[[rules]]\nname = "orders"\nsource = "a"\ntopic = "orders"\ntarget = "b"\n'
-                   'start = "earliest"\n', heartbeat=0.2)
+                   'start = "earliest"\n', heartbeat=0.5)
     )  # fmt: skip
     conn = ConnectorProcess(rules).start()
     try:

@@ -23,8 +23,12 @@ from .connector_support import (
 )
 
 
-@pytest.fixture
-def two(tmp_path: Path) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
+@pytest.fixture(scope="module")
+def two(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
+    """Two gateways for the module's tests (each test uses its own topics)."""
+    tmp_path = tmp_path_factory.mktemp("two")
     a = GatewayProcess(tmp_path / "a").start()
     try:
         b = GatewayProcess(tmp_path / "b").start()
