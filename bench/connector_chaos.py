@@ -195,7 +195,9 @@ async def main() -> int:
         got = await catch_up(b_port, load.acked, timeout=120)
         result = check(got, load.acked)
         result["seconds"] = round(time.monotonic() - started, 1)
-        result["status"] = {k: conn.status()["chaos"][k] for k in ("state", "errors", "retries")}
+        result["status"] = {
+            k: conn.status()["chaos"][k] for k in ("state", "errors", "retries", "duplicates")
+        }
         print(json.dumps(result), flush=True)
         failed = bool(result["duplicates"] or result["missing"] or result["out_of_order"])
     finally:

@@ -341,6 +341,8 @@ class GatewayTarget(_Endpoint):
     def __init__(self, cluster: Cluster, rule: Rule) -> None:
         super().__init__(cluster, rule)
         self._producer: Producer | None = None
+        #: copies the target answered as duplicates (at or below its high-water mark)
+        self.duplicates = 0
 
     async def open(self) -> None:
         await super().open()
@@ -413,7 +415,8 @@ class GatewayTarget(_Endpoint):
             parsed = parse_queue_name(source_queue)
             index = parsed[1] if parsed else zlib.crc32(source_queue.encode())
             mq = queues[index % len(queues)]
-            await self._producer.send_batch(rmq_topic, batch, queue_id=mq.queue_id)
+            result = await self._producer.send_batch(rmq_topic, batch, queue_id=mq.queue_id)
+            self.duplicates += result.duplicates
         except RemotingError as exc:
             if is_transient(exc):
                 raise self._map(exc, f"send to {rmq_topic}") from exc

@@ -317,6 +317,7 @@ class RuleRunner:
         self, topic: str, queue: str, copies: list[CopyMessage], recs: list[SourceRecord]
     ) -> None:
         assert self.target is not None
+        before = getattr(self.target, "duplicates", 0)
         try:
             await self._tgt(self.target.write(topic, queue, copies))
         except MessageRefused as exc:
@@ -327,6 +328,7 @@ class RuleRunner:
                 return
             await self._refused(topic, queue, copies[0], recs[0], exc)
             return
+        self.stats.duplicates += getattr(self.target, "duplicates", 0) - before
         self.stats.stored(len(copies), sum(len(c.body) for c in copies))
         if self.stats.state in ("stalled", "starting"):
             self.stats.state = "running"
