@@ -184,8 +184,10 @@ class RuleRunner:
         self.exactly_once = marks is not None
         self.stats.exactly_once = self.exactly_once
         for queue, mark in (marks or {}).items():
-            # the mark is the truth; it is never behind what we noted (same target)
-            self.positions[queue] = max(mark, self.positions.get(queue, -1))
+            # the target's mark is the truth: behind what we noted only by a filtered
+            # tail not yet advanced (rescanned, harmlessly) or a target that lost data
+            # (copied again)
+            self.positions[queue] = mark
         await self._resolve_starts(queues)
         self.stats.state = "running"
         log.info(
