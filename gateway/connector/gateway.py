@@ -321,7 +321,8 @@ class GatewaySource(_Endpoint):
                 offset = await consumer.query_offset(self._mqs[queue])
             except Exception as exc:
                 raise self._map(exc, f"offset of {group} on {queue}") from exc
-            if offset is not None and offset >= 0:
+            # 0: never committed, or nothing consumed: nothing to carry
+            if offset is not None and offset > 0:
                 out[queue] = offset
         return out
 
