@@ -53,6 +53,7 @@ from .endpoints import (
     MessageRefused,
     SourceRecord,
 )
+from .heartbeat import HEARTBEAT_TAG
 from .rules import Cluster, Rule, Tls, start_millis
 
 #: RocketMQ's own properties (``gateway.rocketmq.records.SYSTEM_PROPERTIES``, which the
@@ -210,6 +211,13 @@ class GatewaySource(_Endpoint):
         super().__init__(cluster, rule)
         self.topic = rule.read
         self._mqs: dict[str, MessageQueue] = {}
+        #: the tag expression pushed into PULL (heartbeats' tag added); a property
+        #: filter cannot be pushed down (no SQL92): "*"
+        self.expression = "*"
+        if rule.property is None and rule.tag.strip() != "*":
+            self.expression = f"{rule.tag} || {HEARTBEAT_TAG}"
+        #: per queue, the last offset the last read looked at, matched or not
+        self.scanned: dict[str, int] = {}
         #: source ranges retention removed before they were read
         self.gaps = 0
 
@@ -259,8 +267,9 @@ class GatewaySource(_Endpoint):
         offset = after + 1 if after is not None else await self.start_offset(queue, start)
         try:
             result = await self._consumer().pull(
-                mq, offset, max_nums=max_messages, suspend_ms=wait_ms
-            )
+                mq, offset, expression=self.expression, max_nums=max_messages,
+                suspend_ms=wait_ms,
+            )  # fmt: skip
         except Exception as exc:
             raise self._map(exc, f"pull {queue}") from exc
         if result.status == ResponseCode.PULL_OFFSET_MOVED and result.next_begin_offset > offset:
@@ -273,10 +282,13 @@ class GatewaySource(_Endpoint):
             )  # fmt: skip
             try:
                 result = await self._consumer().pull(
-                    mq, result.next_begin_offset, max_nums=max_messages, suspend_ms=0
-                )
+                    mq, result.next_begin_offset, expression=self.expression,
+                    max_nums=max_messages, suspend_ms=0,
+                )  # fmt: skip
             except Exception as exc:
                 raise self._map(exc, f"pull {queue}") from exc
+        if result.status != ResponseCode.PULL_OFFSET_MOVED:
+            self.scanned[queue] = result.next_begin_offset - 1
         return [SourceRecord(queue, m.queue_offset, self._copy(m)) for m in result.messages]
 
     def _copy(self, m: ReceivedMessage) -> CopyMessage:
@@ -326,12 +338,14 @@ class GatewaySource(_Endpoint):
                 out[queue] = offset
         return out
 
-    async def send_heartbeat(self, queue: str, properties: Mapping[str, str]) -> None:
+    async def send_heartbeat(self, queue: str, properties: Mapping[str, str], tag: str) -> None:
         """Append a heartbeat message to ``queue`` (it travels like any message)."""
         mq = await self._mq(queue)
         producer = Producer(self._client(), connector_group(self.rule), timeout=5.0)
         try:
-            await producer.send(self.topic, b"", properties=dict(properties), queue_id=mq.queue_id)
+            await producer.send(
+                self.topic, b"", tags=tag, properties=dict(properties), queue_id=mq.queue_id
+            )
         except Exception as exc:
             raise self._map(exc, "heartbeat") from exc
 

@@ -46,16 +46,13 @@ from .endpoints import (
     SourceRecord,
     Target,
 )
+from .heartbeat import HEARTBEAT, HEARTBEAT_TAG
 from .registry import make_source, make_target
 from .rules import Rule, Rules
 from .status import RuleStats
 
 log = logging.getLogger("lmq.connector")
 
-#: The property of a heartbeat message: ``<rule>:<birth time in epoch ms>``. Heartbeats
-#: pass every filter and reach the target like any message (so the delay is end to end);
-#: consumers that do not want them skip messages with this property.
-HEARTBEAT = "__LMQ_HEARTBEAT"
 #: How often a queue's lag is sampled and the stall check runs, in seconds.
 SAMPLE_INTERVAL = 1.0
 #: How often the source's queue list is read again (a topic's queues may grow).
@@ -253,15 +250,24 @@ class RuleRunner:
         if rule.rate_limit:
             batch = max(1, min(batch, int(rule.rate_limit)))
         stats = self.stats.queue(queue)
+        scanned: dict[str, int] | None = getattr(source, "scanned", None)
         while True:
             after = self.positions.get(queue)
             records: list[SourceRecord] = await self._src(
                 source.read(queue, after, rule.start, batch, rule.wait_ms)
             )
+            # a source that filters (the gateway: the tag expression pushed into PULL)
+            # says how far it looked: the records it skipped are filtered out
+            upto = scanned.get(queue) if scanned is not None else None
             if not records:
-                await self._maybe_advance(queue, idle=True)
+                if upto is not None and (after is None or upto > after):
+                    await self._skip(queue, after, upto)
+                else:
+                    await self._maybe_advance(queue, idle=True)
                 continue
-            await self._copy(queue, records)
+            await self._copy(queue, records, upto)
+            if after is not None:
+                self.stats.filtered += max(0, self.positions[queue] - after - len(records))
             stats.position = self.positions[queue]
             if self._bucket is not None:
                 pause = 0.0
@@ -270,7 +276,17 @@ class RuleRunner:
                 if pause > 0:
                     await asyncio.sleep(pause)
 
-    async def _copy(self, queue: str, records: list[SourceRecord]) -> None:
+    async def _skip(self, queue: str, after: int | None, upto: int) -> None:
+        """The source skipped records up to ``upto``, all filtered out."""
+        assert self.source is not None
+        if after is not None:
+            self.stats.filtered += upto - after
+        await self._src(self.source.acknowledge(queue, upto))
+        self.positions[queue] = upto
+        self.stats.queue(queue).position = upto
+        await self._maybe_advance(queue, idle=False)
+
+    async def _copy(self, queue: str, records: list[SourceRecord], upto: int | None = None) -> None:
         """Write one batch of one queue, in order; acknowledge; note the position."""
         assert self.source is not None and self.target is not None
         rule, stats = self.rule, self.stats
@@ -302,7 +318,7 @@ class RuleRunner:
                 runs.append((topic, [copy], [record]))
         for topic, copies, recs in runs:
             await self._write(topic, queue, copies, recs)
-        last = records[-1].offset
+        last = max(records[-1].offset, upto if upto is not None else -1)
         written_last = runs[-1][2][-1].offset if runs else None
         await self._src(self.source.acknowledge(queue, last))
         self.positions[queue] = last
@@ -412,7 +428,8 @@ class RuleRunner:
                 queue = queues[turn % len(queues)]
                 turn += 1
                 born = int(time.time() * 1000)
-                await self._src(send(queue, {HEARTBEAT: f"{self.rule.name}:{born}"}))
+                beat = {HEARTBEAT: f"{self.rule.name}:{born}"}
+                await self._src(send(queue, beat, HEARTBEAT_TAG))
             await asyncio.sleep(self.settings.heartbeat_interval)
 
     async def _carry_offsets(self) -> None:
