@@ -3,9 +3,10 @@ project's remoting client (``gateway/clients/``), so over RocketMQ's remoting pr
 
 **Source.** A rule's ``topic`` is read queue by queue (``"<topic>:<queueId>"``, the
 queues of its route) with PULL_MESSAGE by offset, as consumer group
-``lmq-connector-<rule>`` without a subscription of its own (``*``: the rule's filter is
-applied by the runner, so that heartbeats pass and filtered ranges are seen). A record's
-offset is its queue offset. ``acknowledge`` commits the group's offset (one-way), which
+``lmq-connector-<rule>``, with the rule's tag expression (and the heartbeats' tag) as the
+subscription: what the gateway skips does not cross the wire, and ``scanned`` says how
+far it looked, so the runner moves past a filtered range. A record's offset is its
+queue offset. ``acknowledge`` commits the group's offset (one-way), which
 is where a rule to a target that keeps no origins (at-least-once) resumes after a
 restart. The topic a copy carries is the MQTT name (``T`` joined with
 ``mqttSecondTopic``): MQTT subscribers of the target see the same topic.
