@@ -31,7 +31,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -86,7 +86,14 @@ def backoff(attempt: int, initial: float, maximum: float) -> float:
 class RuleRunner:
     """Runs one rule until :meth:`stop`; its :class:`RuleStats` say how it goes."""
 
-    def __init__(self, rules: Rules, rule: Rule, stats: RuleStats | None = None) -> None:
+    def __init__(
+        self,
+        rules: Rules,
+        rule: Rule,
+        stats: RuleStats | None = None,
+        *,
+        endpoints: Callable[[], tuple[Source, Target]] | None = None,
+    ) -> None:
         self.rules = rules
         self.rule = rule
         self.settings = rules.settings
@@ -95,6 +102,8 @@ class RuleRunner:
         self.stats.target = rule.target
         self.source_cluster = rules.clusters[rule.source]
         self.target_cluster = rules.clusters[rule.target]
+        #: builds a session's source and target (default: the registry, by kind)
+        self._endpoints = endpoints or self._registry_endpoints
         #: the last source offset the target has, per queue (kept across reconnects)
         self.positions: dict[str, int] = {}
         self._advanced: dict[str, tuple[int, float]] = {}
@@ -105,6 +114,12 @@ class RuleRunner:
         self.source_id = ""
         self.target_id = ""
         self.exactly_once = False
+
+    def _registry_endpoints(self) -> tuple[Source, Target]:
+        return (
+            make_source(self.source_cluster, self.rule),
+            make_target(self.target_cluster, self.rule),
+        )
 
     def stop(self) -> None:
         self._stopping.set()
@@ -142,8 +157,13 @@ class RuleRunner:
             wait = backoff(attempt, self.settings.retry_initial, self.settings.retry_max)
             attempt += 1
             self.stats.retries += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), wait)
+            # asyncio.wait, not wait_for: Python 3.11's wait_for loses a cancellation
+            # that comes as the wait ends, and the rule would run on after a cancel
+            stopping = asyncio.ensure_future(self._stopping.wait())
+            try:
+                await asyncio.wait({stopping}, timeout=wait)
+            finally:
+                stopping.cancel()
         self.stats.state = "stopped"
 
     async def _close(self) -> None:
@@ -168,8 +188,7 @@ class RuleRunner:
     async def _session(self) -> None:
         if self.stats.state not in ("source-unreachable", "target-unreachable"):
             self.stats.state = "starting"
-        self.source = source = make_source(self.source_cluster, self.rule)
-        self.target = target = make_target(self.target_cluster, self.rule)
+        self.source, self.target = source, target = self._endpoints()
         await self._src(source.open())
         await self._tgt(target.open())
         self.source_id = await self._src(source.cluster_id())
@@ -197,13 +216,11 @@ class RuleRunner:
             len(queues),
             "exactly once" if self.exactly_once else "at least once",
         )
-        try:
-            async with asyncio.TaskGroup() as tasks:
-                await self._start_tasks(tasks, queues)
-        except BaseExceptionGroup as group:
-            raise _pick(group) from group
+        tasks = _Tasks()
+        await self._start_tasks(tasks, queues)
+        await tasks.run()
 
-    async def _start_tasks(self, tasks: asyncio.TaskGroup, queues: Sequence[str]) -> None:
+    async def _start_tasks(self, tasks: _Tasks, queues: Sequence[str]) -> None:
         started: set[str] = set()
 
         def start_queues(names: Sequence[str]) -> None:
@@ -457,25 +474,54 @@ class _Stop(Exception):
     """Raised inside a rule's task group to end it on :meth:`RuleRunner.stop`."""
 
 
-def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
-    out: list[BaseException] = []
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            out += _leaves(exc)
-        else:
-            out.append(exc)
-    return out
-
-
-def _pick(group: BaseExceptionGroup[Any]) -> BaseException:
-    """The exception a rule's task group ends with that decides what the rule does next:
-    a stop for good first, then an unreachable side, then a requested stop, then a bug."""
-    leaves = _leaves(group)
+def _pick(errors: list[BaseException]) -> BaseException:
+    """Of the errors a rule's tasks ended with at once, the one that decides what the
+    rule does next: a stop for good first, then an unreachable side, then a requested
+    stop, then a bug."""
     for kind in (RuleStopped, _Side, _Stop):
-        for exc in leaves:
+        for exc in errors:
             if isinstance(exc, kind):
                 return exc
-    return next((e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0])
+    return errors[0]
+
+
+class _Tasks:
+    """The tasks of one rule session (a copy task per queue and the side tasks); the
+    first to fail ends them all. Not a TaskGroup: Python 3.11's leaves the parent task
+    marked as cancelling after a child fails, and one of its child errors can hide a
+    cancellation of the parent; here a cancellation of :meth:`run` is just that."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Future[Any]] = set()
+        self._changed = asyncio.Event()
+
+    def create_task(self, coro: Any) -> None:
+        self.tasks.add(asyncio.ensure_future(coro))
+        self._changed.set()
+
+    async def run(self) -> None:
+        try:
+            while self.tasks:
+                self._changed.clear()
+                changed = asyncio.ensure_future(self._changed.wait())
+                try:
+                    done, _ = await asyncio.wait(
+                        self.tasks | {changed}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    changed.cancel()
+                errors: list[BaseException] = []
+                for task in done - {changed}:
+                    self.tasks.discard(task)
+                    if not task.cancelled() and task.exception() is not None:
+                        errors.append(task.exception())  # type: ignore[arg-type]
+                if errors:
+                    raise _pick(errors)
+        finally:
+            for task in self.tasks:
+                task.cancel()
+            if self.tasks:
+                await asyncio.wait(self.tasks)
 
 
 class Connector:
