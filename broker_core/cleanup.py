@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from broker_core import clock
 from broker_core.dispatch import Dispatcher
 from broker_core.listeners import Listeners
+from broker_core.lmq_table import LmqTable
 from broker_core.parts import StoreParts
 from broker_core.pop import PopConsumer
 from broker_core.record import Message, RecordType
@@ -148,12 +149,21 @@ def trim_index(parts: StoreParts, log_min: int) -> int:
     # the key index's entries of the removed records, before the checkpoint says done
     parts.keys.trim(log_min)
     parts.txns.trim(log_min)  # outcomes of the half messages removed
+    parts.origins.trim(_min_offset_of(lmqs))  # translation keys of removed copies
     with lock:
         lmqs.cleaned_to = log_min
         batch = index.new_batch()
         batch.put_checkpoint(lmqs.checkpoint(parts.log.end))
         batch.commit()
     return removed
+
+
+def _min_offset_of(lmqs: LmqTable) -> Callable[[int], int | None]:
+    def min_offset(lmq_id: int) -> int | None:
+        meta = lmqs.by_id(lmq_id)
+        return None if meta is None else meta.min_offset
+
+    return min_offset
 
 
 @dataclass(slots=True)

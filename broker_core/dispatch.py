@@ -226,6 +226,7 @@ class Dispatcher:
                 if meta.name in cache:
                     move_to_end(meta.name)
                 batch.put_meta(meta)
+            origins.write_marks(put)
             batch.put_checkpoint(lmqs.checkpoint(pos))
             batch.commit()
         except BaseException:

@@ -34,9 +34,10 @@ recovery's replay after the checkpoint puts them again (max: idempotent).
   its tail (an index ahead of the log) is dropped, and the log's replay sets it to what
   the log still holds. ``J`` is derived: the rebuild puts it for the records the log
   still has.
-- **Retention.** ``J`` entries of removed records stay until the LMQ is removed or the
-  index rebuilt (about 40 bytes per copy); :meth:`translate` clamps to the LMQ's first
-  offset, so they do no harm. (Not trimmed by retention: not done.)
+- **Retention.** The index trim after retention deletes the ``J`` entries below each
+  LMQ's new first offset and those of removed LMQs (:meth:`OriginTable.trim`);
+  :meth:`OriginTable.translate`'s answer is clamped to the LMQ's first offset anyway.
+  ``G`` is never trimmed: a mark outlives its copies.
 
 Thread safety: ``filter_locked``, ``stage`` and ``commit`` run under the append lock;
 ``high_water`` reads a dict (atomic under the GIL).
@@ -60,6 +61,8 @@ _XLATE = b"J"
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 _MARK = struct.Struct(">QQ")
+#: Origins whose key heads are remembered (cleared when full).
+_HEADS_MAX = 4096
 
 #: (origin cluster, origin queue, topic)
 MarkKey = tuple[str, str, str]
@@ -112,7 +115,7 @@ def _prefix_end(prefix: bytes) -> bytes:
 class OriginTable:
     """The HWMs in memory (``marks``) and the writer and reader of ``G``/``J``."""
 
-    __slots__ = ("index", "marks", "_staged")
+    __slots__ = ("index", "marks", "_staged", "_heads")
 
     def __init__(self, index: ConsumeQueueIndex) -> None:
         self.index = index
@@ -120,6 +123,9 @@ class OriginTable:
         self.marks: dict[MarkKey, tuple[int, int]] = {}
         #: marks of the batch being written, applied by :meth:`commit`
         self._staged: dict[MarkKey, tuple[int, int]] = {}
+        #: (origin value up to its offset, topic) -> (mark key, J key head): a copy's
+        #: keys without decoding its origin
+        self._heads: dict[tuple[bytes, str], tuple[MarkKey, bytes]] = {}
 
     def load(self) -> None:
         """Read every ``G`` key (at open, after recovery)."""
@@ -196,24 +202,41 @@ class OriginTable:
         position: int,
         entries: Sequence[tuple[int, int]] = (),
     ) -> None:
-        """Put a copy's (or an advance's) ``G`` key, and one ``J`` key per (lmq_id, lmq
-        offset) in ``entries``, into the batch ``put`` writes to; the in-memory mark
-        moves at :meth:`commit`. Never lowers a mark."""
-        origin = decode_origin(origin_value)
-        if origin is None:
-            return
-        cluster, queue, offset = origin
-        key = (cluster, queue, topic)
+        """A copy (or an advance) in the batch being written: one ``J`` key per (lmq_id,
+        lmq offset) in ``entries`` into the batch ``put`` writes to, and its mark staged
+        (never lowered); :meth:`write_marks` puts the staged ``G`` keys, once per mark
+        per batch, and :meth:`commit` makes them the marks."""
+        cut = origin_value.rfind(b"\x00")
+        cached = self._heads.get((origin_value[:cut], topic)) if cut > 0 else None
+        if cached is None:
+            origin = decode_origin(origin_value)
+            if origin is None:
+                return
+            cluster, queue, _ = origin
+            cached = ((cluster, queue, topic), _XLATE + _s16(cluster) + _s16(queue))
+            if len(self._heads) >= _HEADS_MAX:
+                self._heads.clear()
+            self._heads[(origin_value[:cut], topic)] = cached
+            offset = origin[2]
+        else:
+            tail = origin_value[cut + 1 :]
+            if not tail.isdigit():
+                return  # malformed: stored as a plain message, as decode_origin says
+            offset = int(tail)
+        key, head = cached
         staged = self._staged
         current = staged.get(key) or self.marks.get(key)
         if current is None or offset > current[0]:
             staged[key] = (offset, position)
-            put(_mark_key(key), _MARK.pack(offset, position))
         if entries:
-            head = _XLATE + _s16(cluster) + _s16(queue)
             packed = _U64.pack(offset)
             for lmq_id, lmq_offset in entries:
                 put(head + _U64.pack(lmq_id) + packed, _U64.pack(lmq_offset))
+
+    def write_marks(self, put: Putter) -> None:
+        """Put the staged marks' ``G`` keys into the batch (before it commits)."""
+        for key, (offset, position) in self._staged.items():
+            put(_mark_key(key), _MARK.pack(offset, position))
 
     def commit(self) -> None:
         """The batch holding the staged marks is committed: they are the marks now."""
@@ -224,6 +247,44 @@ class OriginTable:
     def discard(self) -> None:
         """The batch failed: forget its staged marks."""
         self._staged = {}
+
+    def trim(self, min_offset_of: Callable[[int], int | None]) -> int:
+        """Delete the ``J`` keys of copies below their LMQ's first offset (retention
+        removed them) and of LMQs that no longer exist (``min_offset_of`` answers None);
+        returns how many. Within one (cluster, queue, LMQ) range the LMQ offsets rise with
+        the origin offsets, so the keys to delete are a prefix of it: one range delete
+        per range, ending just past the last key deleted (so a copy appended meanwhile is
+        never in it). Needs no lock."""
+        it = self.index.db.iter(ReadOptions())
+        it.seek(_XLATE)
+        batch = self.index.new_batch()
+        removed = 0
+        while it.valid():
+            key = bytes(it.key())
+            if not key.startswith(_XLATE):
+                break
+            (n,) = _U16.unpack_from(key, 1)
+            at = 3 + n
+            (n,) = _U16.unpack_from(key, at)
+            at += 2 + n
+            head = key[: at + 8]
+            low = min_offset_of(_U64.unpack_from(key, at)[0])
+            last = None
+            while it.valid():
+                k = bytes(it.key())
+                if not k.startswith(head) or (
+                    low is not None and _U64.unpack(bytes(it.value()))[0] >= low
+                ):
+                    break
+                last = k
+                removed += 1
+                it.next()
+            if last is not None:
+                batch.wb.delete_range(key, last + b"\x00")
+            it.seek(_prefix_end(head))
+        if removed:
+            batch.commit()
+        return removed
 
     def restore_after_reset(self, put: Putter, log_end: int) -> int:
         """The index was dropped (a rebuild): put back the marks whose record is before

@@ -227,6 +227,7 @@ class _Replayer:
         for meta in self.dirty.values():
             self.batch.put_meta(meta)
         self.parts.timers.flush_counts(self.batch)
+        self.parts.origins.write_marks(self.batch.put_raw)
         self.batch.put_checkpoint(lmqs.checkpoint(dispatched_to))
         try:
             self.batch.commit()

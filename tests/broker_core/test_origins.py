@@ -210,3 +210,65 @@ def test_copies_and_marks_agree_after_sigkill(tmp_path):
             assert offsets == list(range(len(offsets))), round_
             assert offsets[-1] >= acked
             assert store.origin_high_water("A", ["src:0"], TOPIC) == {"src:0": offsets[-1]}
+
+
+def test_advance_records_are_skipped_by_verify_the_tools_and_the_spark_reader(tmp_path):
+    from spark.reader import RangeReport, list_segments, scan_range
+
+    with MessageStore.open(tmp_path, SMALL) as s:
+        s.append_copies([(copy(1), ["q"])])
+        s.advance_origin("A", "src:0", "copy", 9)
+        s.append(Message(topic="copy", body=b"plain"), ["q"])
+        assert s.verify().ok
+        assert [r.body for r in bodies_of_positions(s)] == [b"A/src:0/1", b"plain"]
+    [segment] = list_segments(str(tmp_path))
+    data = Path(segment.path).read_bytes()
+    report = RangeReport(segment.name, segment.base, 0, len(data))
+    records = list(scan_range(data, segment=segment.name, base=segment.base, start=0,
+                              end=len(data), limit=len(data), expected_bytes=None,
+                              is_last=True, report=report))
+    assert [r.body for r in records] == [b"A/src:0/1", b"plain"]
+    assert report.control_records == 1
+
+
+def bodies_of_positions(store: MessageStore) -> list:
+    """``record_at`` (the ``lmq messages`` lookup) of every record's position: control
+    records are not messages."""
+    found = [store.record_at(r.position) for r in store.records_from(0)]
+    return [r for r in found if r is not None]
+
+
+def test_an_index_ahead_of_the_log_drops_the_marks_the_log_lost(tmp_path):
+    """A power loss can leave the index ahead of the log: a mark set by a copy the log no
+    longer holds must fall back, or the connector would never send that copy again."""
+    import os
+
+    with MessageStore.open(tmp_path, SMALL) as s:
+        s.append_copies([(copy(0), ["q"]), (copy(0, queue="src:1"), ["q"])])
+        s.append_copies([(copy(1), ["q"])])
+        cut = s.append_copies([(copy(2), ["q"])])[0]
+        assert cut is not None
+        last = s.log.segments()[-1]
+    os.truncate(last.path, cut.position - last.base)
+    with MessageStore.open(tmp_path, SMALL) as s:
+        assert "ahead" in s.recovery.rebuild_reason
+        assert s.origin_high_water("A", ["src:0", "src:1"], "copy") == {"src:0": 1, "src:1": 0}
+        assert s.append_copies([(copy(2), ["q"])])[0] is not None
+
+
+def test_retention_trims_the_translation_keys_of_removed_copies(tmp_path):
+    cfg = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=4096, retention_bytes=1)
+    with MessageStore.open(tmp_path, cfg) as s:
+        for o in range(300):
+            s.append_copies([(copy(o, body=b"y" * 500), ["q"]),
+                             (copy(o, queue="src:1", body=b"z" * 500), ["r"])])
+        assert s.apply_retention().segments_removed > 0
+        first_q, first_r = s.lmq("q").min_offset, s.lmq("r").min_offset
+        assert first_q > 0 and first_r > 0
+        keys = [k for k, _ in s.index.db.items(from_key=b"J") if bytes(k).startswith(b"J")]
+        # one key per copy still held, none of the removed ones
+        assert len(keys) == (300 - first_q) + (300 - first_r)
+        assert s.translate_origin("A", "src:0", "q", 0) == first_q
+        assert s.translate_origin("A", "src:0", "q", 299) == 299
+        # the marks outlive their copies
+        assert s.origin_high_water("A", ["src:0", "src:1"], "copy") == {"src:0": 299, "src:1": 299}
