@@ -24,6 +24,18 @@ from gateway.connector.endpoints import (
 from gateway.connector.rules import parse_rules
 from gateway.connector.runner import RuleRunner
 
+RULES_TABLE = {
+    "clusters": {
+        "a": {"kind": "gateway", "endpoints": ["127.0.0.1:1"]},
+        "b": {"kind": "gateway", "endpoints": ["127.0.0.1:2"]},
+    },
+    "rules": [
+        {
+            "name": "r", "source": "a", "topic": "t", "target": "b",
+            "tag": "keep", "start": "earliest", "batch_size": 3, "wait_ms": 0,
+        }
+    ],
+}  # fmt: skip
 RULES = parse_rules(
     {
         "heartbeat_interval": 0,
@@ -180,3 +192,49 @@ def test_every_kept_record_stored_once_in_order(tags, reads, writes, crashes) ->
     for q, ms in log.items():
         kept = [i for i, m in enumerate(ms) if m.tag == "keep"]
         assert target.stored.get(q, []) == kept  # once each, in order, nothing filtered
+
+
+class StuckTarget(MarkTarget):
+    """A target that takes writes but does not answer them until released."""
+
+    def __init__(self) -> None:
+        super().__init__(Faults([], []))
+        self.release = asyncio.Event()
+
+    async def write(self, topic: str, source_queue: str, messages: Sequence[CopyMessage]) -> None:
+        await self.release.wait()
+        await super().write(topic, source_queue, messages)
+
+
+async def test_a_rule_without_progress_is_stalled_then_running_again() -> None:
+    rules = parse_rules(
+        {
+            "heartbeat_interval": 0,
+            "stall_after": 0.2,
+            "clusters": RULES_TABLE["clusters"],
+            "rules": RULES_TABLE["rules"],
+        }
+    )
+    log = {"t:0": [CopyMessage(body=b"x", topic="t", tag="keep") for _ in range(5)]}
+    target = StuckTarget()
+    runner = RuleRunner(
+        rules, rules.rules[0], endpoints=lambda: (LogSource(log, Faults([], [])), target)
+    )
+    task = asyncio.ensure_future(runner.run())
+    try:
+
+        async def state_is(state: str) -> None:
+            while runner.stats.state != state:
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(state_is("stalled"), 5)
+        assert runner.stats.lag == 5
+        target.release.set()
+        await asyncio.wait_for(state_is("running"), 5)
+        while runner.stats.lag != 0:
+            await asyncio.sleep(0.05)
+        assert target.stored == {"t:0": [0, 1, 2, 3, 4]}
+    finally:
+        runner.stop()
+        await asyncio.wait_for(task, 5)
+    assert runner.stats.state == "stopped"
