@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker_core import Durability, StoreConfig
+from gateway.connector.rules import Rules
 
 #: A listener port: 1-65535, 0 = the listener is disabled, ``"auto"`` = any free port
 #: (the port actually bound is reported by the gateway; meant for tests and tooling).
@@ -211,6 +212,10 @@ class GatewayConfig:
     #: The storage engine's options (the ``[store]`` table).
     store: StoreConfig = field(default_factory=StoreConfig)
 
+    #: The message connector's rules run inside the gateway (the ``[connector]`` table:
+    #: ``rules = "FILE"`` or the rules inline, docs/connector.md); None: no connector.
+    connector: Rules | None = None
+
     def __post_init__(self) -> None:
         if self.proxy_protocol != "off" and not self.proxy_protocol_networks:
             raise ConfigError(
@@ -381,6 +386,24 @@ def _cluster_id(value: object) -> str:
     return text
 
 
+def _connector(value: object) -> Rules:
+    """The ``[connector]`` table: ``rules = "FILE"`` (a rules file) or the rules file's
+    keys inline (``[connector.clusters.a]``, ``[[connector.rules]]``)."""
+    from gateway.connector.rules import RulesError, load_rules, parse_rules
+
+    if not isinstance(value, dict):
+        raise ValueError("expected a [connector] table")
+    try:
+        if isinstance(value.get("rules"), str):
+            others = sorted(set(value) - {"rules"})
+            if others:
+                raise ValueError(f"{others[0]}: with rules = FILE, put it in the rules file")
+            return load_rules(value["rules"])
+        return parse_rules(value)
+    except RulesError as exc:
+        raise ValueError(str(exc)) from None
+
+
 _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "data_dir": _path,
     "bind": _nonempty,
@@ -437,6 +460,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "http_idempotency_window": _seconds,
     "log_format": _choice(*LOG_FORMATS),
     "log_level": _choice(*LOG_LEVELS),
+    "connector": _connector,
 }
 
 
