@@ -1,0 +1,167 @@
+"""The MQTT endpoints against Debian's mosquitto: a persistent session in (PUBACK only
+for what is acknowledged, the rest redelivered with the same msg_id after a crash), QoS 1
+out (user properties, msg-id, path)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties as PahoProperties
+
+from gateway.connector.endpoints import PATH, CopyMessage, EndpointUnavailable, MessageRefused
+from gateway.connector.mqtt import MqttPeer, MqttSource, MqttTarget, message_digest
+
+from ..mqtt_clients import Paho
+from .peer_support import start_mosquitto
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    broker = start_mosquitto(tmp_path_factory.mktemp("mosquitto"))
+    try:
+        assert broker.mqtt_port is not None
+        yield broker.mqtt_port
+    finally:
+        broker.stop()
+
+
+async def crash(source: MqttSource) -> None:
+    """What a kill -9 of the connector does to its connection: no DISCONNECT, no PUBACK
+    for what was not acknowledged, the socket reset. (A ping first, so the PUBACKs
+    already written have reached the broker: a reset drops what is still in the socket's
+    send buffer, which a real crash may also do, and then more is redelivered.)"""
+    client = source._client
+    assert client is not None and client._writer is not None
+    await client.ping()
+    client._writer.transport.abort()
+    source._client = None
+
+
+async def publish(port: int, topic: str, payloads: list[bytes], v5: bool = False,
+                  props: PahoProperties | None = None) -> None:
+    def run() -> None:
+        pub = Paho(port, "", v5=v5)
+        for p in payloads:
+            pub.publish(topic, p, qos=1, properties=props)
+        pub.disconnect()
+    await asyncio.to_thread(run)
+
+
+async def read_n(source: MqttSource, n: int, timeout: float = 5.0) -> list:
+    out: list = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(out) < n and loop.time() < deadline:
+        out += await source.read(source.topic_filter, None, "latest", n - len(out), 200)
+    return out
+
+
+@pytest.mark.parametrize("version", ["5", "3.1.1"])
+async def test_source_acknowledges_only_what_the_target_stored(mosquitto: int,
+                                                             version: str) -> None:
+    peer = MqttPeer(port=mosquitto, version=version, client_id=f"src-ack-{version}")
+    source = MqttSource("mosq", peer, f"ack{version}/#")
+    await source.open()
+    payloads = [f"m{i}".encode() for i in range(10)]
+    await publish(mosquitto, f"ack{version}/a", payloads)
+    first = await read_n(source, 10)
+    assert [r.message.body for r in first] == payloads
+    assert all(r.queue == f"ack{version}/#" for r in first)
+    offsets = [r.offset for r in first]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 10
+    assert all(r.message.topic == f"ack{version}/a" for r in first)
+    await source.acknowledge(source.topic_filter, first[5].offset)  # m0..m5 stored
+    await crash(source)
+
+    again = MqttSource("mosq", peer, f"ack{version}/#")
+    await again.open()
+    redelivered = await read_n(again, 4)
+    # exactly the unacknowledged ones come again, with the ids they had
+    assert [r.message.body for r in redelivered] == payloads[6:]
+    assert [r.message.msg_id for r in redelivered] == [r.message.msg_id for r in first[6:]]
+    # offsets keep growing across the restart when the runner says where it was
+    assert await again.read(again.topic_filter, None, "latest", 10, 0) == []
+    await again.acknowledge(again.topic_filter, redelivered[-1].offset)
+    await again.close()
+
+    third = MqttSource("mosq", peer, f"ack{version}/#")
+    await third.open()
+    assert await third.read(third.topic_filter, None, "latest", 10, 300) == []
+    await third.close()
+
+
+async def test_source_offsets_continue_after_the_targets_high_water(mosquitto: int) -> None:
+    source = MqttSource("mosq", MqttPeer(port=mosquitto, client_id="src-hw"), "hw/#")
+    await source.open()
+    await publish(mosquitto, "hw/x", [b"a", b"b"])
+    far = 10**18
+    records = await source.read("hw/#", far, "latest", 10, 2000)
+    records += await read_n(source, 2 - len(records))
+    assert [r.offset for r in records] == [far + 1, far + 2]
+    await source.close()
+
+
+async def test_source_maps_v5_user_properties_msg_id_and_path(mosquitto: int) -> None:
+    source = MqttSource("mosq", MqttPeer(port=mosquitto, client_id="src-props"), "props/#")
+    await source.open()
+    props = PahoProperties(PacketTypes.PUBLISH)
+    props.UserProperty = [("color", "red"), ("msg-id", "order-17"), (PATH, "gw-a,gw-b")]
+    await publish(mosquitto, "props/1", [b"x"], v5=True, props=props)
+    await publish(mosquitto, "props/2", [b"y"])
+    r1, r2 = await read_n(source, 2)
+    assert r1.message.properties == {"color": "red"}
+    assert r1.message.msg_id == "order-17"
+    assert r1.message.path == ("gw-a", "gw-b")
+    assert r2.message.properties == {} and r2.message.path == ()
+    assert len(r2.message.msg_id) == 32
+    await source.acknowledge("props/#", r2.offset)
+    await source.close()
+
+
+def test_digest_depends_on_packet_id_topic_and_payload() -> None:
+    base = message_digest("c", 1, "t", b"p")
+    assert base == message_digest("c", 1, "t", b"p")
+    assert len({base, message_digest("c", 2, "t", b"p"), message_digest("c", 1, "u", b"p"),
+                message_digest("c", 1, "t", b"q"), message_digest("d", 1, "t", b"p")}) == 5
+
+
+@pytest.mark.parametrize("version", ["5", "3.1.1"])
+async def test_target_publishes_qos1_with_properties(mosquitto: int, version: str) -> None:
+    sub = Paho(mosquitto, f"sub-out-{version}", v5=True)
+    sub.subscribe(f"out{version}/#", qos=1)
+    target = MqttTarget("mosq", MqttPeer(port=mosquitto, version=version,
+                                         client_id=f"tgt-{version}"))
+    await target.open()
+    assert await target.high_water("gw", ["q"]) is None
+    messages = [CopyMessage(body=f"b{i}".encode(), topic="orders",
+                            properties={"k": str(i)}, msg_id=f"id{i}", path=("gw-a",))
+                for i in range(50)]
+    await target.write(f"out{version}/orders", "orders:0", messages)
+    got = await asyncio.to_thread(sub.get_n, 50)
+    assert [m.payload for m in got] == [m.body for m in messages]
+    assert all(m.qos == 1 and m.topic == f"out{version}/orders" for m in got)
+    user = [dict(m.properties.UserProperty) if hasattr(m.properties, "UserProperty") else {}
+            for m in got]
+    if version == "5":
+        assert user[7] == {"k": "7", "msg-id": "id7", PATH: "gw-a"}
+    else:
+        assert user[7] == {}  # MQTT 3.1.1 carries no properties
+    await target.close()
+
+
+async def test_target_refuses_a_bad_topic_and_reports_an_absent_broker(mosquitto: int) -> None:
+    target = MqttTarget("mosq", MqttPeer(port=mosquitto, client_id="tgt-bad"))
+    await target.open()
+    with pytest.raises(MessageRefused) as info:
+        await target.write("a/+/b", "q", [CopyMessage(body=b"x", topic="t")])
+    assert info.value.index == 0
+    await target.close()
+    from bench.peers import free_port
+    nobody = MqttTarget("none", MqttPeer(port=free_port(), timeout=1.0))
+    with pytest.raises(EndpointUnavailable):
+        await nobody.open()
