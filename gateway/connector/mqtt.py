@@ -568,3 +568,34 @@ class MqttTarget:
                 raise EndpointUnavailable(f"the broker answered 0x{code:02X} to message {index}")
             reason = ack.properties.reason_string or f"reason code 0x{code:02X}"
             raise MessageRefused(index, reason)
+
+
+def peer_of(cluster: Any) -> MqttPeer:
+    """An :class:`MqttPeer` from a rules file's cluster (``gateway.connector.rules``)."""
+    if getattr(cluster, "tls", None) is not None:
+        raise ValueError(f"cluster {cluster.name!r}: TLS to MQTT brokers is not supported yet")
+    host, _, port = cluster.endpoints[0].rpartition(":")
+    options: Mapping[str, Any] = cluster.options
+    config: dict[str, Any] = {"host": host, "port": int(port)}
+    if cluster.user is not None:
+        config["username"] = cluster.user
+    if cluster.password is not None:
+        config["password"] = cluster.password
+    for key, name in (("client_id", "client_id"), ("protocol_version", "version"),
+                      ("keepalive", "keep_alive"), ("session_expiry", "session_expiry")):
+        if key in options:
+            config[name] = options[key]
+    return MqttPeer.from_config(config)
+
+
+def make_source(cluster: Any, rule: Any) -> MqttSource:
+    peer = peer_of(cluster)
+    return MqttSource(cluster.name, peer, rule.read,
+                      client_id=peer.client_id and f"{peer.client_id}-{rule.name}"
+                      or f"lmq-connector-{rule.name}")
+
+
+def make_target(cluster: Any, rule: Any) -> MqttTarget:
+    peer = peer_of(cluster)
+    return MqttTarget(cluster.name, peer, client_id=f"{peer.client_id or 'lmq-connector'}"
+                      f"-{rule.name}-out")

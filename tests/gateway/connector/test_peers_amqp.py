@@ -1,0 +1,162 @@
+"""The AMQP endpoints against Debian's rabbitmq-server (one node per module: it starts
+slowly; each test has its own queues): manual acks only for what is acknowledged, the
+rest requeued after a crash; publisher confirms out, nack / return refused."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Iterator
+
+import aiormq
+import pytest
+from pamqp import commands as spec
+
+from gateway.connector.amqp import AmqpPeer, AmqpSource, AmqpTarget
+from gateway.connector.endpoints import PATH, CopyMessage, EndpointUnavailable, MessageRefused
+
+from .peer_support import start_rabbitmq
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def rabbit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    broker = start_rabbitmq(tmp_path_factory.mktemp("rabbitmq"))
+    try:
+        assert broker.amqp_port is not None
+        yield broker.amqp_port
+    finally:
+        broker.stop()
+
+
+async def declare(port: int, *queues: str, arguments: dict | None = None) -> None:
+    conn = await aiormq.connect(f"amqp://guest:guest@127.0.0.1:{port}/")
+    ch = await conn.channel()
+    for q in queues:
+        await ch.queue_declare(q, durable=True, arguments=arguments)
+    await conn.close()
+
+
+async def publish(port: int, queue: str, bodies: list[bytes], **props: object) -> None:
+    conn = await aiormq.connect(f"amqp://guest:guest@127.0.0.1:{port}/")
+    ch = await conn.channel()
+    for i, body in enumerate(bodies):
+        p = dict(props)
+        if "message_id" in p:
+            p["message_id"] = f"{p['message_id']}-{i}"
+        await ch.basic_publish(body, routing_key=queue,
+                               properties=spec.Basic.Properties(delivery_mode=2, **p))
+    await conn.close()
+
+
+async def get_all(port: int, queue: str, n: int) -> list[aiormq.abc.DeliveredMessage]:
+    conn = await aiormq.connect(f"amqp://guest:guest@127.0.0.1:{port}/")
+    ch = await conn.channel()
+    out = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while len(out) < n and loop.time() < deadline:
+        m = await ch.basic_get(queue, no_ack=True)
+        if m.delivery_tag is None or isinstance(m.delivery, spec.Basic.GetEmpty):
+            await asyncio.sleep(0.02)
+            continue
+        out.append(m)
+    await conn.close()
+    return out
+
+
+async def read_n(source: AmqpSource, n: int, timeout: float = 5.0) -> list:
+    out: list = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(out) < n and loop.time() < deadline:
+        out += await source.read(source.queue, None, "latest", n - len(out), 200)
+    return out
+
+
+async def crash(source: AmqpSource, port: int) -> None:
+    """A kill -9 of the connector: the socket reset, no basic.ack for the rest. (aiormq
+    keeps its stream writer to itself: found among the live objects, the one connected
+    from the source's local port.)"""
+    conn = source._connection
+    assert conn is not None
+    await conn.channel()  # a round trip: the acks before it have reached the broker
+    writers = [o for o in gc.get_objects() if isinstance(o, asyncio.StreamWriter)
+               and not o.is_closing() and o.get_extra_info("peername")[1] == port]
+    assert len(writers) == 1
+    writers[0].transport.abort()
+    source._connection = source._channel = None
+
+
+async def test_source_acks_only_what_the_target_stored(rabbit: int) -> None:
+    await declare(rabbit, "src-ack")
+    bodies = [f"m{i}".encode() for i in range(10)]
+    await publish(rabbit, "src-ack", bodies, message_id="id",
+                  headers={"color": "red", "TAGS": "eu", "KEYS": "k1 k2", PATH: "gw-a"})
+    peer = AmqpPeer(port=rabbit, prefetch=20)
+    source = AmqpSource("rabbit", peer, "src-ack")
+    await source.open()
+    first = await read_n(source, 10)
+    assert [r.message.body for r in first] == bodies
+    offsets = [r.offset for r in first]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 10
+    m = first[3].message
+    assert (m.msg_id, m.topic, m.tag, m.keys, m.path) == ("id-3", "src-ack", "eu",
+                                                          ("k1", "k2"), ("gw-a",))
+    assert m.properties == {"color": "red"}
+    await source.acknowledge("src-ack", first[5].offset)
+    await crash(source, rabbit)
+
+    again = AmqpSource("rabbit", peer, "src-ack")
+    await again.open()
+    redelivered = await read_n(again, 4)
+    assert [r.message.body for r in redelivered] == bodies[6:]
+    assert [r.message.msg_id for r in redelivered] == [f"id-{i}" for i in range(6, 10)]
+    await again.acknowledge("src-ack", redelivered[-1].offset)
+    await again.close()
+    assert await get_all(rabbit, "src-ack", 1) == []
+
+
+async def test_target_publishes_with_confirms(rabbit: int) -> None:
+    await declare(rabbit, "tgt-out")
+    target = AmqpTarget("rabbit", AmqpPeer(port=rabbit))
+    await target.open()
+    assert await target.high_water("gw", ["q"]) is None
+    messages = [CopyMessage(body=f"b{i}".encode(), topic="orders", tag="eu", keys=("k",),
+                            properties={"n": str(i)}, msg_id=f"id{i}", born_ms=1_700_000_000_000,
+                            path=("gw-a",)) for i in range(100)]
+    await target.write("tgt-out", "orders:0", messages)
+    got = await get_all(rabbit, "tgt-out", 100)
+    assert [g.body for g in got] == [m.body for m in messages]
+    p = got[7].header.properties
+    assert p.message_id == "id7" and p.delivery_mode == 2
+    assert p.headers == {"n": "7", "TAGS": "eu", "KEYS": "k", PATH: "gw-a"}
+    assert int(p.timestamp.timestamp()) == 1_700_000_000
+    await target.close()
+
+
+async def test_target_refuses_returned_and_nacked_messages(rabbit: int) -> None:
+    target = AmqpTarget("rabbit", AmqpPeer(port=rabbit))
+    await target.open()
+    with pytest.raises(MessageRefused) as info:
+        await target.write("no-such-queue", "q", [CopyMessage(body=b"x", topic="t")])
+    assert info.value.index == 0
+    # a full queue that rejects publishes nacks them
+    await declare(rabbit, "tgt-full", arguments={"x-max-length": 1,
+                                                 "x-overflow": "reject-publish"})
+    with pytest.raises(MessageRefused) as info:
+        await target.write("tgt-full", "q", [CopyMessage(body=b"1", topic="t"),
+                                            CopyMessage(body=b"2", topic="t")])
+    assert info.value.index == 1 and "nack" in info.value.reason
+    await target.close()
+
+
+async def test_an_absent_broker_or_queue_is_unavailable(rabbit: int) -> None:
+    from bench.peers import free_port
+    with pytest.raises(EndpointUnavailable):
+        await AmqpTarget("none", AmqpPeer(port=free_port(), timeout=1.0)).open()
+    source = AmqpSource("rabbit", AmqpPeer(port=rabbit), "no-such-queue")
+    with pytest.raises(EndpointUnavailable):
+        await source.open()
+    await source.close()
