@@ -63,6 +63,7 @@ from broker_core import (
     StoreError,
 )
 from broker_core.clock import now_ms
+from gateway.remoting import dedup
 from gateway.remoting.delayed import DelayError, due_time
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
 from gateway.remoting.messages import (
@@ -241,6 +242,13 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     config = writable_topic(ctx, topic)
     queue_id = choose_queue(config, header.queue_id)
     props = decode_properties(header.properties)
+    if dedup.DEDUP_ID in props:  # a connector's copy from an MQTT or AMQP peer
+        found = dedup.stored(ctx, topic, dedup.apply(topic, props))
+        if found is not None:
+            position, stored_queue, stored_offset = found
+            ctx.reply_send_ok(cmd, ctx.msg_id(position), stored_queue, stored_offset)
+            return None
+        header.properties = encode_properties(props)
     kind = _NORMAL
     if header.sys_flag & _TX_MASK or not props.keys().isdisjoint(_TYPE_PROPERTIES) or (
         config.message_type is not _NORMAL
@@ -373,9 +381,25 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
     lmq = queue_lmq(header.topic, queue_id)
     items: list[tuple[Message, list[str]]] = []
     dues: list[int | None] = []
+    #: batch index -> the msgId of a copy already stored (gateway.remoting.dedup)
+    already: dict[int, str] = {}
+    seen: dict[str, int] = {}
+    first_offset = 0
     now = now_ms()
     for index, entry in enumerate(entries):
         body, props, flag = entry.body, entry.properties, entry.flag
+        if dedup.DEDUP_ID in props:
+            message_id = dedup.apply(header.topic, props)
+            found = dedup.stored(ctx, header.topic, message_id)
+            if found is not None:
+                already[index] = ctx.msg_id(found[0])
+                if not index:
+                    first_offset = found[2]
+                continue
+            if message_id in seen:
+                already[index] = f"@{seen[message_id]}"  # named once the first is stored
+                continue
+            seen[message_id] = index
         props_text = encode_properties(props)
         kind = message_type(props, header.sys_flag)
         try:
@@ -400,6 +424,9 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
             flag=flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
         routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
         items.append((message, [lmq, *routes]))
+    if already:
+        return await _send_deduplicated(ctx, items, dues, already, len(entries), queue_id,
+                                        first_offset)
     if any(due is not None for due in dues):
         return await _send_delayed(
             ctx, [(m, lmqs, now if due is None else due)
@@ -418,3 +445,44 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
         "queueId": queue_id,
         "queueOffset": results[0].offsets[0],
     })
+
+
+async def _send_deduplicated(
+    ctx: RequestContext, items: list[tuple[Message, list[str]]], dues: list[int | None],
+    already: dict[int, str], count: int, queue_id: int, first_offset: int,
+) -> RemotingCommand:
+    """A batch some of whose copies are stored already (gateway.remoting.dedup): the
+    others in one append; the answer names all ``count`` in the batch's order."""
+    store = ctx.front.store
+    ids: list[str] = []
+    offset = first_offset  # the first message's: stored before (index 0) or now
+    if items:
+        try:
+            if any(due is not None for due in dues):
+                now = now_ms()
+                results = store.append_delayed_batch(
+                    [(m, lmqs, now if due is None else due)
+                     for (m, lmqs), due in zip(items, dues, strict=True)], wait=False)
+                ctx.front.ctx.rocketmq.timers.arm(min(d for d in dues if d is not None))
+            else:
+                results = store.append_batch(items, wait=False)
+            if store.config.durability == Durability.SYNC:
+                await asyncio.wrap_future(store.acknowledged(results[-1].end))
+        except Exception as exc:
+            log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())
+            return failure(exc)
+        ctx.front.sent += len(results)
+        ids = [ctx.msg_id(r.position) for r in results]
+        if 0 not in already:
+            offset = results[0].offsets[0] if results[0].offsets else 0
+    fresh = iter(ids)
+    named: list[str] = []
+    for index in range(count):
+        name = already.get(index)
+        if name is None:
+            name = next(fresh)
+        elif name.startswith("@"):
+            name = named[int(name[1:])]
+        named.append(name)
+    return response(fields={"msgId": ",".join(named), "queueId": queue_id,
+                            "queueOffset": offset})
