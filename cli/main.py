@@ -20,6 +20,7 @@ _GROUPS: dict[str, tuple[str, str]] = {
     "groups": ("cli.groups", "groups"),
     "messages": ("cli.messages", "messages"),
     "transactions": ("cli.transactions", "transactions"),
+    "connector": ("cli.connector", "connector"),
 }
 
 

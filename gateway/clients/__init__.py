@@ -7,6 +7,7 @@ connectors: ``gateway.clients.remoting`` (RocketMQ remoting: producer, pull cons
         result = await producer.send("orders", b"hello", tags="eu", keys=["42"])
 """
 
+from .origins import OriginClient
 from .pop import PopConsumer, PoppedMessage
 from .push import PushConsumer
 from .remoting import (
@@ -30,6 +31,7 @@ __all__ = [
     "ConnectionLost",
     "Message",
     "MessageQueue",
+    "OriginClient",
     "PopConsumer",
     "PoppedMessage",
     "Producer",

@@ -70,6 +70,14 @@ class RequestCode(IntEnum):
     NOTIFICATION = 200054
     POLLING_INFO = 200055
     BATCH_ACK_MESSAGE = 200151
+    # LMQ Gateway's own requests (issue 19's connector; protocol/remoting/origins.py).
+    # RocketMQ's RequestCode.java uses 10..~1000, 1001.. (controller), 2001.. (static
+    # topics), 3001.. (ACL users) and 200050..; 29000-29099 is free and fits the binary
+    # header's i16.
+    LMQ_GET_CLUSTER_ID = 29001
+    LMQ_QUERY_ORIGINS = 29002
+    LMQ_ADVANCE_ORIGIN = 29003
+    LMQ_TRANSLATE_OFFSETS = 29004
 
 
 class ResponseCode(IntEnum):

@@ -1,0 +1,433 @@
+"""The gateway endpoint (kinds ``gateway`` and ``rocketmq``): Source and Target over the
+project's remoting client (``gateway/clients/``), so over RocketMQ's remoting protocol.
+
+**Source.** A rule's ``topic`` is read queue by queue (``"<topic>:<queueId>"``, the
+queues of its route) with PULL_MESSAGE by offset, as consumer group
+``lmq-connector-<rule>`` without a subscription of its own (``*``: the rule's filter is
+applied by the runner, so that heartbeats pass and filtered ranges are seen). A record's
+offset is its queue offset. ``acknowledge`` commits the group's offset (one-way), which
+is where a rule to a target that keeps no origins (at-least-once) resumes after a
+restart. The topic a copy carries is the MQTT name (``T`` joined with
+``mqttSecondTopic``): MQTT subscribers of the target see the same topic.
+
+**Target.** Copies of one source queue go in one SEND_BATCH_MESSAGE (stored in one
+append) to target queue ``source queueId mod target queue count``, to the RocketMQ topic
+that is the first level of the rendered name (the rest is ``mqttSecondTopic``). Tags,
+keys, user properties and the UNIQ_KEY are kept; the origin and path properties of
+``endpoints.py`` are added. A gateway answers the private requests of
+``protocol/remoting/origins.py`` (high-water marks, advances, offset translation); a
+real RocketMQ cluster (kind ``rocketmq``) does not: ``high_water`` is ``None`` there
+and the rule is at-least-once. Only our gateway was tested as both.
+"""
+
+from __future__ import annotations
+
+import ssl
+import zlib
+from collections.abc import Mapping, Sequence
+
+from gateway.clients.origins import OriginClient
+from gateway.clients.received import ReceivedMessage
+from gateway.clients.remoting import (
+    ConnectionLost,
+    Message,
+    MessageQueue,
+    Producer,
+    PullConsumer,
+    RemotingClient,
+    RemotingError,
+    RequestTimeout,
+)
+from lmq.rocketmq import MQTT_SECOND_TOPIC, join_mqtt_topic, split_mqtt_topic
+from protocol.remoting import ResponseCode
+
+from .endpoints import (
+    CONNECTOR_PROPERTIES,
+    ORIGIN_CLUSTER,
+    ORIGIN_OFFSET,
+    ORIGIN_QUEUE,
+    PATH,
+    CopyMessage,
+    EndpointUnavailable,
+    MessageRefused,
+    SourceRecord,
+)
+from .rules import Cluster, Rule, Tls, start_millis
+
+#: RocketMQ's own properties (``gateway.rocketmq.records.SYSTEM_PROPERTIES``, which the
+#: connector may not import: it pulls in the store): the fields of CopyMessage carry the
+#: few that travel (TAGS, KEYS, UNIQ_KEY, mqttSecondTopic); the rest stay behind.
+SYSTEM_PROPERTIES = frozenset({
+    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC",
+    "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID",
+    "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
+    "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET",
+    "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
+    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
+    "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_DISPATCH",
+    "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
+    "TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES",
+    "TIMER_DEL_UNIQKEY", "BORN_HOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC",
+    "DLQ_ORIGIN_MESSAGE_ID", "CRC32", "TRANSACTION_CHECK_TIMES",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS", "SHARDING_KEY", "__SHARDINGKEY", "TRACE_CONTEXT",
+    "__STARTDELIVERTIME", "__transactionId__", MQTT_SECOND_TOPIC,
+})  # fmt: skip
+
+#: Answers that mean "not now" (retry with back-off), not "never".
+_TRANSIENT = frozenset({
+    ResponseCode.SYSTEM_ERROR, ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE,
+    ResponseCode.FLOW_CONTROL, ResponseCode.POLLING_FULL, ResponseCode.GO_AWAY,
+    ResponseCode.BROKER_DISPATCH_NOT_COMPLETE, ResponseCode.NOT_LEADER_FOR_QUEUE,
+    ResponseCode.TOPIC_NOT_EXIST,
+})  # fmt: skip
+
+CONNECTOR_GROUP_PREFIX = "lmq-connector-"
+
+
+def connector_group(rule: Rule) -> str:
+    return CONNECTOR_GROUP_PREFIX + rule.name
+
+
+def ssl_context(tls: Tls | None) -> ssl.SSLContext | None:
+    if tls is None:
+        return None
+    context = ssl.create_default_context(cafile=tls.ca_file)
+    if tls.cert_file and tls.key_file:
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+    if not tls.verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def unavailable(exc: Exception, what: str) -> EndpointUnavailable:
+    return EndpointUnavailable(f"{what}: {exc}")
+
+
+def is_transient(exc: Exception) -> bool:
+    if isinstance(exc, ConnectionLost | RequestTimeout | OSError | TimeoutError):
+        return True
+    return isinstance(exc, RemotingError) and (exc.code in _TRANSIENT or exc.code == -1)
+
+
+class _Endpoint:
+    """The part Source and Target share: the client, its (re)connection over the
+    cluster's endpoints, and the cluster id."""
+
+    def __init__(self, cluster: Cluster, rule: Rule) -> None:
+        self.cluster = cluster
+        self.rule = rule
+        self.client: RemotingClient | None = None
+        self._next_endpoint = 0
+        self._id: str | None = None
+
+    @property
+    def private_requests(self) -> bool:
+        """Whether the cluster answers the gateway's own requests (kind gateway)."""
+        return self.cluster.kind == "gateway"
+
+    async def open(self) -> None:
+        await self.close()
+        endpoints = self.cluster.endpoints
+        address = endpoints[self._next_endpoint % len(endpoints)]
+        self._next_endpoint += 1  # the next open (after a failure) tries the next one
+        timeout = float(self.cluster.options.get("timeout", 5.0))
+        client = RemotingClient(
+            address,
+            client_id=f"lmq-connector-{self.rule.name}",
+            access_key=self.cluster.access_key,
+            secret_key=self.cluster.secret_key,
+            ssl_context=ssl_context(self.cluster.tls),
+            timeout=timeout,
+        )
+        try:
+            await client.connection(address)
+        except Exception as exc:
+            await client.close()
+            if is_transient(exc):
+                raise unavailable(exc, f"cluster {self.cluster.name} at {address}") from exc
+            raise
+        self.client = client
+
+    async def close(self) -> None:
+        if self.client is not None:
+            client, self.client = self.client, None
+            await client.close()
+
+    def _client(self) -> RemotingClient:
+        if self.client is None:
+            raise EndpointUnavailable(f"cluster {self.cluster.name}: not connected")
+        return self.client
+
+    async def cluster_id(self) -> str:
+        if self._id is None:
+            if not self.private_requests:
+                self._id = self.cluster.name
+            else:
+                try:
+                    self._id = await OriginClient(self._client()).cluster_id()
+                except RemotingError as exc:
+                    if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                        raise self._map(exc, "cluster id") from exc
+                    # not our gateway (or an older one): known by its name
+                    self._id = self.cluster.name
+                except Exception as exc:
+                    raise self._map(exc, "cluster id") from exc
+        return self._id
+
+    def _map(self, exc: Exception, what: str) -> Exception:
+        if isinstance(exc, EndpointUnavailable | MessageRefused):
+            return exc
+        if is_transient(exc):
+            return unavailable(exc, f"cluster {self.cluster.name}: {what}")
+        return exc
+
+
+def queue_name(topic: str, queue_id: int) -> str:
+    return f"{topic}:{queue_id}"
+
+
+def parse_queue_name(queue: str) -> tuple[str, int] | None:
+    topic, _, qid = queue.rpartition(":")
+    return (topic, int(qid)) if topic and qid.isdigit() else None
+
+
+class GatewaySource(_Endpoint):
+    """A RocketMQ topic of a gateway (or of RocketMQ) read by PULL, queue by queue."""
+
+    def __init__(self, cluster: Cluster, rule: Rule) -> None:
+        super().__init__(cluster, rule)
+        self.topic = rule.read
+        self._mqs: dict[str, MessageQueue] = {}
+
+    def _consumer(self, group: str | None = None) -> PullConsumer:
+        return PullConsumer(self._client(), group or connector_group(self.rule))
+
+    async def queues(self) -> list[str]:
+        try:
+            route = await self._client().route(self.topic, refresh=True)
+        except Exception as exc:
+            raise self._map(exc, f"route of {self.topic}") from exc
+        self._mqs = {queue_name(mq.topic, mq.queue_id): mq for mq in route.read_queues}
+        return sorted(self._mqs, key=lambda q: (self._mqs[q].queue_id, q))
+
+    async def _mq(self, queue: str) -> MessageQueue:
+        if queue not in self._mqs:
+            await self.queues()
+        try:
+            return self._mqs[queue]
+        except KeyError:
+            raise EndpointUnavailable(f"{self.topic} has no queue {queue} (yet)") from None
+
+    async def start_offset(self, queue: str, start: str) -> int:
+        """Where a queue with no position starts: the connector group's committed offset
+        if it has one, else the rule's start position."""
+        mq = await self._mq(queue)
+        consumer = self._consumer()
+        try:
+            committed = await consumer.query_offset(mq)
+            if committed is not None and committed >= 0:
+                return committed
+            if start == "earliest":
+                return await consumer.min_offset(mq)
+            millis = start_millis(start)
+            if millis is not None:
+                return await consumer.search_offset(mq, millis)
+            return await consumer.max_offset(mq)
+        except Exception as exc:
+            raise self._map(exc, f"start offset of {queue}") from exc
+
+    async def read(
+        self, queue: str, after: int | None, start: str, max_messages: int, wait_ms: int
+    ) -> list[SourceRecord]:
+        mq = await self._mq(queue)
+        offset = after + 1 if after is not None else await self.start_offset(queue, start)
+        try:
+            result = await self._consumer().pull(
+                mq, offset, max_nums=max_messages, suspend_ms=wait_ms
+            )
+        except Exception as exc:
+            raise self._map(exc, f"pull {queue}") from exc
+        if result.status == ResponseCode.PULL_OFFSET_MOVED and result.next_begin_offset > offset:
+            # retention removed what we had not read yet: nothing to do but go on from
+            # the oldest record kept (the runner counts the gap as an error)
+            raise OffsetMoved(queue, offset, result.next_begin_offset)
+        return [SourceRecord(queue, m.queue_offset, self._copy(m)) for m in result.messages]
+
+    def _copy(self, m: ReceivedMessage) -> CopyMessage:
+        props = m.properties
+        topic = join_mqtt_topic(self.topic, props.get(MQTT_SECOND_TOPIC, ""))
+        path = tuple(p for p in props.get(PATH, "").split(",") if p)
+        return CopyMessage(
+            body=m.body,
+            topic=topic,
+            tag=props.get("TAGS", ""),
+            keys=tuple(props.get("KEYS", "").split()),
+            properties={
+                k: v
+                for k, v in props.items()
+                if k not in SYSTEM_PROPERTIES and k not in CONNECTOR_PROPERTIES
+            },
+            born_ms=m.born_timestamp,
+            msg_id=m.msg_id,
+            path=path,
+        )
+
+    async def acknowledge(self, queue: str, up_to: int) -> None:
+        mq = await self._mq(queue)
+        try:
+            await self._consumer().update_offset(mq, up_to + 1, oneway=True)
+        except Exception as exc:
+            raise self._map(exc, f"commit {queue}") from exc
+
+    async def end_offset(self, queue: str) -> int | None:
+        mq = await self._mq(queue)
+        try:
+            return await self._consumer().max_offset(mq)
+        except Exception as exc:
+            raise self._map(exc, f"max offset of {queue}") from exc
+
+    async def committed_offsets(self, group: str) -> dict[str, int]:
+        """Consumer group ``group``'s committed next offsets per source queue."""
+        consumer = self._consumer(group)
+        out: dict[str, int] = {}
+        for queue in await self.queues():
+            try:
+                offset = await consumer.query_offset(self._mqs[queue])
+            except Exception as exc:
+                raise self._map(exc, f"offset of {group} on {queue}") from exc
+            if offset is not None and offset >= 0:
+                out[queue] = offset
+        return out
+
+    async def send_heartbeat(self, queue: str, properties: Mapping[str, str]) -> None:
+        """Append a heartbeat message to ``queue`` (it travels like any message)."""
+        mq = await self._mq(queue)
+        producer = Producer(self._client(), connector_group(self.rule), timeout=5.0)
+        try:
+            await producer.send(self.topic, b"", properties=dict(properties), queue_id=mq.queue_id)
+        except Exception as exc:
+            raise self._map(exc, "heartbeat") from exc
+
+
+class OffsetMoved(EndpointUnavailable):
+    """The source no longer has the records from ``offset`` (retention): the next one
+    kept is ``next_offset``."""
+
+    def __init__(self, queue: str, offset: int, next_offset: int) -> None:
+        super().__init__(f"{queue}: offsets {offset}..{next_offset - 1} are gone (retention)")
+        self.queue = queue
+        self.offset = offset
+        self.next_offset = next_offset
+
+
+class GatewayTarget(_Endpoint):
+    """Writes copies to a gateway (or RocketMQ) by SEND_BATCH_MESSAGE."""
+
+    def __init__(self, cluster: Cluster, rule: Rule) -> None:
+        super().__init__(cluster, rule)
+        self._producer: Producer | None = None
+
+    async def open(self) -> None:
+        await super().open()
+        group = str(self.cluster.options.get("producer_group", connector_group(self.rule)))
+        self._producer = Producer(self._client(), group, compress_over=None, timeout=10.0)
+
+    def fixed_topic(self, source_topic: str) -> str:
+        """The RocketMQ topic a gateway source topic's copies go to."""
+        return split_mqtt_topic(self.rule.render_topic(source_topic, source_topic))[0]
+
+    async def high_water(self, origin_cluster: str, queues: Sequence[str]) -> dict[str, int] | None:
+        if not self.private_requests:
+            return None
+        topic = self.fixed_topic(self.rule.read)
+        try:
+            return await OriginClient(self._client()).high_water(topic, origin_cluster, queues)
+        except RemotingError as exc:
+            if exc.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                return None
+            raise self._map(exc, "high-water marks") from exc
+        except Exception as exc:
+            raise self._map(exc, "high-water marks") from exc
+
+    async def advance(self, origin_cluster: str, queue: str, offset: int) -> None:
+        """Raise the high-water mark of ``queue`` over a range the rule filtered out."""
+        if not self.private_requests:
+            return
+        topic = self.fixed_topic(self.rule.read)
+        try:
+            await OriginClient(self._client()).advance(topic, origin_cluster, queue, offset)
+        except Exception as exc:
+            raise self._map(exc, "advance") from exc
+
+    async def carry_offsets(
+        self, group: str, origin_cluster: str, committed: Mapping[str, int]
+    ) -> int:
+        """Translate ``group``'s committed source offsets and commit them on the target
+        for the same group; returns the number of target queues committed."""
+        if not self.private_requests or not committed:
+            return 0
+        topic = self.fixed_topic(self.rule.read)
+        try:
+            reply = await OriginClient(self._client()).translate_offsets(
+                topic, origin_cluster, committed
+            )
+            consumer = PullConsumer(self._client(), group)
+            queues = {mq.queue_id: mq for mq in await consumer.queues(topic)}
+            done = 0
+            for t in reply.offsets:
+                mq = queues.get(t.queue_id)
+                if mq is not None and t.topic == topic:
+                    current = await consumer.query_offset(mq)
+                    # never move a group back: its consumers on the target may be ahead
+                    if current is None or current < t.offset:
+                        await consumer.update_offset(mq, t.offset)
+                        done += 1
+            return done
+        except Exception as exc:
+            raise self._map(exc, f"carry offsets of {group}") from exc
+
+    async def write(self, topic: str, source_queue: str, messages: Sequence[CopyMessage]) -> None:
+        if not messages:
+            return
+        if self._producer is None:
+            raise EndpointUnavailable(f"cluster {self.cluster.name}: not connected")
+        rmq_topic, _ = split_mqtt_topic(topic)
+        batch = [self._message(rmq_topic, topic, m) for m in messages]
+        try:
+            queues = await self._producer.queues(rmq_topic)
+            parsed = parse_queue_name(source_queue)
+            index = parsed[1] if parsed else zlib.crc32(source_queue.encode())
+            mq = queues[index % len(queues)]
+            await self._producer.send_batch(rmq_topic, batch, queue_id=mq.queue_id)
+        except RemotingError as exc:
+            if is_transient(exc):
+                raise self._map(exc, f"send to {rmq_topic}") from exc
+            raise MessageRefused(0, str(exc)) from exc
+        except ValueError as exc:  # a topic the producer cannot send to
+            raise MessageRefused(0, str(exc)) from exc
+        except Exception as exc:
+            raise self._map(exc, f"send to {rmq_topic}") from exc
+
+    def _message(self, rmq_topic: str, full_topic: str, m: CopyMessage) -> Message:
+        props = {k: v for k, v in m.properties.items() if k not in SYSTEM_PROPERTIES}
+        _, second = split_mqtt_topic(full_topic)
+        if second:
+            props[MQTT_SECOND_TOPIC] = second
+        if m.msg_id:
+            props["UNIQ_KEY"] = m.msg_id
+        if m.origin is not None:
+            props[ORIGIN_CLUSTER] = m.origin.cluster
+            props[ORIGIN_QUEUE] = m.origin.queue
+            props[ORIGIN_OFFSET] = str(m.origin.offset)
+        if m.path:
+            props[PATH] = ",".join(m.path)
+        return Message(rmq_topic, m.body, m.tag or None, m.keys, props)
+
+
+def make_source(cluster: Cluster, rule: Rule) -> GatewaySource:
+    return GatewaySource(cluster, rule)
+
+
+def make_target(cluster: Cluster, rule: Rule) -> GatewayTarget:
+    return GatewayTarget(cluster, rule)
