@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiormq
 import pytest
@@ -15,7 +16,8 @@ from pamqp import commands as spec
 from gateway.connector.amqp import AmqpPeer, AmqpSource, AmqpTarget
 from gateway.connector.endpoints import PATH, CopyMessage, EndpointUnavailable, MessageRefused
 
-from .peer_support import start_rabbitmq
+from ..gateway_process import GatewayProcess
+from .peer_support import ConnectorProcess, eventually, pull_all, start_rabbitmq
 
 pytestmark = pytest.mark.slow
 
@@ -160,3 +162,109 @@ async def test_an_absent_broker_or_queue_is_unavailable(rabbit: int) -> None:
     with pytest.raises(EndpointUnavailable):
         await source.open()
     await source.close()
+
+
+def rules(path: Path, amqp_port: int, remoting_port: int, rule: str) -> Path:
+    path.write_text(f"""
+status_address = ""
+heartbeat_interval = 0
+
+[clusters.rabbit]
+kind = "amqp"
+endpoints = ["127.0.0.1:{amqp_port}"]
+prefetch = 50
+
+[clusters.gw]
+kind = "gateway"
+endpoints = ["127.0.0.1:{remoting_port}"]
+
+{rule}
+""")
+    return path
+
+
+N = 300
+
+
+async def test_amqp_in_survives_kill9_without_loss_or_stored_duplicates(
+        tmp_path: Path, rabbit: int, gateway: GatewayProcess) -> None:
+    namesrv = f"127.0.0.1:{gateway.ports['unified']}"
+    await declare(rabbit, "jobs")
+    rules_file = rules(tmp_path / "rules.toml", rabbit, gateway.ports["unified"], """
+[[rules]]
+name = "in"
+source = "rabbit"
+queue = "jobs"
+target = "gw"
+target_topic = "jobs"
+batch_size = 16
+wait_ms = 100
+""")
+    publisher = asyncio.ensure_future(
+        publish(rabbit, "jobs", [f"m{i}".encode() for i in range(N)], message_id="job"))
+    connector = ConnectorProcess(rules_file).start()
+    try:
+        async def some_stored() -> bool:
+            return len(await pull_all(namesrv, "jobs")) >= N // 4
+        await eventually(some_stored, 15)
+        connector.kill()
+        assert len(await pull_all(namesrv, "jobs")) < N, "finished before the kill"
+        connector = ConnectorProcess(rules_file).start()
+        await publisher
+
+        async def all_stored() -> bool:
+            return len({m.body for m in await pull_all(namesrv, "jobs")}) == N
+        await eventually(all_stored, 20)
+    finally:
+        connector.stop()
+    stored = await pull_all(namesrv, "jobs")
+    assert sorted(m.body for m in stored) == sorted(f"m{i}".encode() for i in range(N))
+    in_order = [int(m.body[1:]) for m in sorted(stored, key=lambda m: (m.queue_id,
+                                                                         m.queue_offset))]
+    assert in_order == list(range(N))
+    assert await get_all(rabbit, "jobs", 1) == []  # all acked
+
+
+async def test_amqp_out_survives_kill9_without_loss(
+        tmp_path: Path, rabbit: int, gateway: GatewayProcess) -> None:
+    from gateway.clients.remoting import Message, Producer, RemotingClient
+
+    namesrv = f"127.0.0.1:{gateway.ports['unified']}"
+    async with RemotingClient(namesrv) as client:
+        producer = Producer(client, "peers")
+        for start in range(0, N, 50):
+            await producer.send_batch("orders", [
+                Message("orders", f"m{i}".encode(), tags="eu", properties={"n": str(i)})
+                for i in range(start, start + 50)], queue_id=0)
+    await declare(rabbit, "orders-copy")
+    batch = 16
+    rules_file = rules(tmp_path / "rules.toml", rabbit, gateway.ports["unified"], f"""
+[[rules]]
+name = "out"
+source = "gw"
+topic = "orders"
+target = "rabbit"
+target_topic = "orders-copy"
+start = "earliest"
+batch_size = {batch}
+wait_ms = 100
+""")
+    connector = ConnectorProcess(rules_file).start()
+    got: list = []
+    try:
+        got += await get_all(rabbit, "orders-copy", N // 4)
+        connector.kill()
+        connector = ConnectorProcess(rules_file).start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while len({m.body for m in got}) < N and loop.time() < deadline:
+            got += await get_all(rabbit, "orders-copy", 1)
+    finally:
+        connector.stop()
+    got += await get_all(rabbit, "orders-copy", 0)
+    assert {m.body for m in got} == {f"m{i}".encode() for i in range(N)}
+    headers = got[5].header.properties.headers
+    assert headers["n"] == got[5].body.decode()[1:] and headers["TAGS"] == "eu"
+    duplicates = len(got) - N
+    assert 0 <= duplicates <= 2 * batch
+    assert list(dict.fromkeys(m.body for m in got)) == [f"m{i}".encode() for i in range(N)]
