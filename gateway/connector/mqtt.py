@@ -154,6 +154,7 @@ class _Client:
         self._waiters: dict[tuple[str, int], asyncio.Future[Any]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._ids = itertools.cycle(range(1, 0x10000))
+        self._last_received = 0.0
 
     async def connect(self) -> Connack:
         peer = self.peer
@@ -161,6 +162,7 @@ class _Client:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(peer.host, peer.port), peer.timeout)
         except (OSError, TimeoutError) as exc:
+            self._lost(str(exc) or type(exc).__name__)
             raise EndpointUnavailable(
                 f"MQTT broker {peer.host}:{peer.port}: {exc or type(exc).__name__}") from None
         v5 = peer.mqtt_version is MQTTVersion.V5
@@ -240,6 +242,7 @@ class _Client:
         try:
             while True:
                 data = await self._reader.read(65536)
+                self._last_received = asyncio.get_running_loop().time()
                 conn.receive_data(data)
                 while True:
                     event = conn.next_event()
@@ -290,6 +293,7 @@ class _Client:
         for future in waiters.values():
             if not future.done():
                 future.set_exception(EndpointUnavailable(f"MQTT connection lost: {why}"))
+                future.exception()  # retrieved: a waiter cancelled first logs nothing
         if self._writer is not None:
             self._writer.close()
 
@@ -303,10 +307,17 @@ class _Client:
             raise EndpointUnavailable("no PINGRESP") from None
 
     async def _ping_loop(self) -> None:
+        """PINGREQ every half keep-alive; nothing received for 1.5 keep-alives (a
+        half-open connection: the broker or the network went away silently) is a lost
+        connection, as the broker would judge us."""
+        loop = asyncio.get_running_loop()
         interval = max(1.0, self.peer.keep_alive / 2)
         while not self.closed.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.closed.wait(), interval)
+                return
+            if loop.time() - self._last_received > 1.5 * self.peer.keep_alive:
+                self._lost(f"nothing from the broker for {1.5 * self.peer.keep_alive:g} s")
                 return
             try:
                 self.send(Pingreq())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from paho.mqtt.packettypes import PacketTypes
@@ -165,3 +166,56 @@ async def test_target_refuses_a_bad_topic_and_reports_an_absent_broker(mosquitto
     nobody = MqttTarget("none", MqttPeer(port=free_port(), timeout=1.0))
     with pytest.raises(EndpointUnavailable):
         await nobody.open()
+
+
+async def test_source_reports_a_dead_broker_and_resumes_after_its_restart(
+        tmp_path: Path) -> None:
+    broker = start_mosquitto(tmp_path / "m")
+    try:
+        assert broker.mqtt_port is not None
+        peer = MqttPeer(port=broker.mqtt_port, client_id="src-restart", timeout=2.0)
+        source = MqttSource("mosq", peer, "r/#")
+        await source.open()
+        broker.kill9()
+        with pytest.raises(EndpointUnavailable):
+            await source.read("r/#", None, "latest", 10, 2000)
+        with pytest.raises(EndpointUnavailable):
+            await source.read("r/#", None, "latest", 10, 0)  # cannot reconnect yet
+        broker.start(fresh=False)  # same port; persistence off: the session is new
+        records = await source.read("r/#", None, "latest", 10, 0)  # reconnects, subscribes
+        assert records == []
+        await publish(broker.mqtt_port, "r/1", [b"after"])
+        assert [r.message.body for r in await read_n(source, 1)] == [b"after"]
+        await source.close()
+    finally:
+        broker.stop()
+
+
+async def test_a_silent_broker_is_unavailable() -> None:
+    """A peer that accepts and CONNACKs, then says nothing (a half-open connection):
+    the keep-alive ends it. One that never CONNACKs: the connect times out."""
+    async def connack_then_silence(reader: asyncio.StreamReader,
+                                   writer: asyncio.StreamWriter) -> None:
+        await reader.read(1024)
+        writer.write(b"\x20\x02\x00\x00")  # CONNACK, MQTT 3.1.1, accepted
+        await writer.drain()
+        await reader.read(1024)
+        await asyncio.sleep(10)
+
+    async def silence(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(10)
+
+    for handler in (connack_then_silence, silence):
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            target = MqttTarget("silent", MqttPeer(port=port, version="3.1.1", keep_alive=1,
+                                                   timeout=1.0))
+            with pytest.raises(EndpointUnavailable):
+                await target.open()
+                assert target._client is not None
+                await asyncio.wait_for(target._client.closed.wait(), 5)
+                raise EndpointUnavailable(target._client.error)
+            await target.close()
+        finally:
+            server.close()
