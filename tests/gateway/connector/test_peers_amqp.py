@@ -276,3 +276,19 @@ wait_ms = 100
     duplicates = len(got) - N
     assert 0 <= duplicates <= 2 * batch
     assert list(dict.fromkeys(m.body for m in got)) == [f"m{i}".encode() for i in range(N)]
+
+
+async def test_target_does_not_publish_the_runners_heartbeats(rabbit: int) -> None:
+    from gateway.connector import amqp as amqp_endpoint
+    from gateway.connector.runner import HEARTBEAT
+
+    assert amqp_endpoint.HEARTBEAT == HEARTBEAT
+    await declare(rabbit, "tgt-hb")
+    target = AmqpTarget("rabbit", AmqpPeer(port=rabbit))
+    await target.open()
+    beat = CopyMessage(body=b"", topic="t", properties={HEARTBEAT: "r:1"})
+    await target.write("tgt-hb", "q", [CopyMessage(body=b"1", topic="t"), beat,
+                                       CopyMessage(body=b"2", topic="t")])
+    await target.close()
+    assert [m.body for m in await get_all(rabbit, "tgt-hb", 2)] == [b"1", b"2"]
+    assert await depth(rabbit, "tgt-hb") == 0

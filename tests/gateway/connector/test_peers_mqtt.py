@@ -219,3 +219,23 @@ async def test_a_silent_broker_is_unavailable() -> None:
             await target.close()
         finally:
             server.close()
+
+
+async def test_target_does_not_publish_the_runners_heartbeats(mosquitto: int) -> None:
+    from gateway.connector import mqtt as mqtt_endpoint
+    from gateway.connector.runner import HEARTBEAT
+
+    assert mqtt_endpoint.HEARTBEAT == HEARTBEAT
+    sub = Paho(mosquitto, "sub-hb", v5=True)
+    sub.subscribe("hb/#", qos=1)
+    target = MqttTarget("mosq", MqttPeer(port=mosquitto, client_id="tgt-hb"))
+    await target.open()
+    beat = CopyMessage(body=b"", topic="t", properties={HEARTBEAT: "r:1"})
+    await target.write("hb/x", "q", [CopyMessage(body=b"1", topic="t"), beat,
+                                     CopyMessage(body=b"2", topic="t")])
+    with pytest.raises(MessageRefused) as info:  # indexes stay those of the whole batch
+        await target.write("hb/+", "q", [beat, CopyMessage(body=b"3", topic="t")])
+    assert info.value.index == 1
+    await target.close()
+    assert [m.payload for m in await asyncio.to_thread(sub.get_n, 2)] == [b"1", b"2"]
+    assert sub.nothing_more(0.3)
