@@ -32,6 +32,7 @@ from broker_core.errors import MessageTooLarge
 from broker_core.key_index import KeyIndex
 from broker_core.listeners import Listeners
 from broker_core.lmq_table import LmqTable, Pending
+from broker_core.origins import ORIGIN_PROPERTY, OriginTable
 from broker_core.record import (
     Message,
     Record,
@@ -49,7 +50,7 @@ _COUNT = Struct(">I")  # a dispatch list's count (broker_core.record)
 
 
 class Dispatcher:
-    __slots__ = ("log", "index", "lmqs", "tail", "listeners", "config", "keys")
+    __slots__ = ("log", "index", "lmqs", "tail", "listeners", "config", "keys", "origins")
 
     def __init__(
         self,
@@ -60,6 +61,7 @@ class Dispatcher:
         listeners: Listeners,
         config: StoreConfig,
         keys: KeyIndex,
+        origins: OriginTable,
     ) -> None:
         self.log = log
         self.index = index
@@ -69,6 +71,8 @@ class Dispatcher:
         self.config = config
         #: The key index, written in the same batch as the entries it belongs with.
         self.keys = keys
+        #: Copies' high-water marks and translation keys, in the same batch.
+        self.origins = origins
 
     def write_locked(
         self,
@@ -109,6 +113,8 @@ class Dispatcher:
         # properties name none of them costs one C-level set test (isdisjoint)
         put_keys = self.keys.put if self.keys.properties and is_message else None
         no_keys = self.keys.names.isdisjoint
+        origins = self.origins
+        stage_origin = origins.stage
         try:
             for message, targets in items:
                 if is_message and len(targets) == 1:
@@ -126,8 +132,12 @@ class Dispatcher:
                         seg_base = log_.active_base
                     buf += record
                     props = message.properties
-                    if put_keys is not None and props and not no_keys(props):
-                        put_keys(put, message.topic, props, pos, now, seg_base)
+                    if props:
+                        if put_keys is not None and not no_keys(props):
+                            put_keys(put, message.topic, props, pos, now, seg_base)
+                        if ORIGIN_PROPERTY in props:
+                            stage_origin(put, message.topic, props[ORIGIN_PROPERTY], pos,
+                                         ((meta.id, offset),))
                     if listened and name in listened:
                         hot[(meta.id, offset)] = of_message(
                             message, pos, size, now, ((name, offset),))
@@ -173,8 +183,13 @@ class Dispatcher:
                 buf += record
                 if is_message:
                     props = message.properties
-                    if put_keys is not None and props and not no_keys(props):
-                        put_keys(put, message.topic, props, pos, now, seg_base)
+                    if props:
+                        if put_keys is not None and not no_keys(props):
+                            put_keys(put, message.topic, props, pos, now, seg_base)
+                        if ORIGIN_PROPERTY in props:
+                            stage_origin(put, message.topic, props[ORIGIN_PROPERTY], pos,
+                                         [(m.id, o) for m, o in zip(metas, offsets,
+                                                                    strict=True)])
                     body = len(message.body)
                     thash = tag_hash(message.tag) if message.tag else 0
                     value = pack_entry(pos, size, body, thash, now)
@@ -193,6 +208,8 @@ class Dispatcher:
                         meta.next_offset = offset + 1
                         meta.bytes += body
                         touched[meta.id] = meta
+                elif rtype == RecordType.ORIGIN_ADVANCE:  # only the high-water mark
+                    stage_origin(put, message.topic, message.body, pos)
                 else:  # an LMQ removal: the index forgets the LMQs in this same batch
                     for meta in metas:
                         batch.delete_lmq(meta)
@@ -212,9 +229,11 @@ class Dispatcher:
             batch.put_checkpoint(lmqs.checkpoint(pos))
             batch.commit()
         except BaseException:
+            origins.discard()
             self.tail.drop_young()
             self.undo(pending)
             raise
+        origins.commit()
         lmqs.trim()
         self.tail.rotate()
         return results, list(touched.values())

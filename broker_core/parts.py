@@ -16,6 +16,7 @@ from broker_core.consumer_state import ConsumerState
 from broker_core.key_index import KeyIndex
 from broker_core.lmq_table import LmqTable
 from broker_core.locks import StoreLocks
+from broker_core.origins import OriginTable
 from broker_core.tail_cache import TailCache
 from broker_core.timers import Timers
 from broker_core.transactions import TransactionTable
@@ -34,3 +35,5 @@ class StoreParts:
     timers: Timers
     #: Pending and ended transactions (broker_core.transactions).
     txns: TransactionTable
+    #: Copies' high-water marks (broker_core.origins).
+    origins: OriginTable

@@ -30,6 +30,8 @@ are big-endian; strings are UTF-8 with a length prefix and no terminator.
   removed LMQs with the next offset they had).
   5 = transaction half message, 6 = transaction control record (commit, rollback, check,
   dead letter): :mod:`broker_core.transactions` defines their contents.
+  7 = origin advance: raises the high-water mark of a copy origin (topic = the topic,
+  body = the origin value, no dispatch list; :mod:`broker_core.origins`).
 - ``prot``: the protocol that produced the message (0 internal, 1 MQTT, 2 AMQP).
 - ``flags``: bits 0-1 QoS, bit 2 retain, bit 3 (0x08) delayed.
 - Types 3 and 4 and the delayed flag are the durable timers (:mod:`broker_core.timers`,
@@ -91,6 +93,8 @@ class RecordType(enum.IntEnum):
     TXN_HALF = 5
     #: The end, a check or the dead-lettering of a half message (broker_core.transactions).
     TXN_CONTROL = 6
+    #: Raises a copy origin's high-water mark without a message (broker_core.origins).
+    ORIGIN_ADVANCE = 7
 
 
 class Protocol(enum.IntEnum):

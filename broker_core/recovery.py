@@ -38,6 +38,7 @@ from broker_core.consume_queue import Checkpoint, ConsumeQueueIndex, IndexBatch,
 from broker_core.errors import StoreError
 from broker_core.key_index import has_legacy_entries
 from broker_core.lmq_table import Pending
+from broker_core.origins import ORIGIN_PROPERTY
 from broker_core.parts import StoreParts
 from broker_core.record import Record, RecordType
 from broker_core.timers import fire_entry_fields
@@ -135,6 +136,16 @@ class _Replayer:
                     batch, record.dispatch, record.position, record.size, body, thash,
                     record.store_ms,
                 )
+                origin = record.properties.get(ORIGIN_PROPERTY) if record.properties else None
+                if origin is not None:  # a copy: its mark and translation keys, as live
+                    cache = parts.lmqs.cache
+                    parts.origins.stage(
+                        batch.put_raw, record.topic, origin, record.position,
+                        [(cache[name].id, offset) for name, offset in record.dispatch
+                         if name in cache],
+                    )
+        elif record.type == RecordType.ORIGIN_ADVANCE:
+            parts.origins.stage(batch.put_raw, record.topic, record.body, record.position)
         elif record.type in (RecordType.TIMER_FIRE, RecordType.TIMER_CHANGE):
             # the timer index, and a fire's entries pointing at the delayed record
             parts.timers.replay(batch, record)
@@ -217,7 +228,12 @@ class _Replayer:
             self.batch.put_meta(meta)
         self.parts.timers.flush_counts(self.batch)
         self.batch.put_checkpoint(lmqs.checkpoint(dispatched_to))
-        self.batch.commit()
+        try:
+            self.batch.commit()
+        except BaseException:
+            self.parts.origins.discard()
+            raise
+        self.parts.origins.commit()
         self.batch = None
         self.dirty.clear()
         self.pending = 0
@@ -239,7 +255,9 @@ def recover(parts: StoreParts) -> RecoveryReport:
             f"commit log segment missing: one ends at {end} but the next starts at {base};"
             " restore the missing segment or move the later ones away"
         )
-    # Pass 2: checkpoint.
+    # Pass 2: checkpoint. (The origins' marks are read first: a reset of the index
+    # keeps them, broker_core.origins "Rebuild".)
+    parts.origins.load()
     cp = parts.index.checkpoint()
     if cp is None:
         if clog.end > clog.min_position:
@@ -321,6 +339,9 @@ def _skip_or_refuse(
 
 def _reset_index(parts: StoreParts, report: RecoveryReport, reason: str) -> None:
     parts.index.reset()
+    batch = parts.index.new_batch()  # the marks the log may no longer hold, kept
+    parts.origins.restore_after_reset(batch.put_raw, parts.log.end)
+    batch.commit()
     parts.lmqs.reset(parts.log.min_position)
     parts.tail.clear_hot()  # keyed by LMQ ids, which the rebuild assigns anew
     parts.timers.load()  # the timer index went with the index; the replay refills it

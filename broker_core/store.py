@@ -41,6 +41,7 @@ from broker_core.key_index import KeyIndex
 from broker_core.listeners import Listener, Listeners
 from broker_core.lmq_table import LmqTable
 from broker_core.locks import StoreLocks
+from broker_core.origins import ORIGIN_PROPERTY, OriginTable, decode_origin, encode_origin
 from broker_core.parts import StoreParts
 from broker_core.pop import PopConsumer, PoppedMessage
 from broker_core.reads import Reader
@@ -103,8 +104,10 @@ class MessageStore:
         self.tail = TailCache()
         self.listeners = Listeners()
         self.keys = KeyIndex(self.index, tuple(config.key_index_properties))
+        self.origins = OriginTable(self.index)
         self.dispatcher = Dispatcher(
-            self.log, self.index, self.lmq_table, self.tail, self.listeners, config, self.keys
+            self.log, self.index, self.lmq_table, self.tail, self.listeners, config, self.keys,
+            self.origins,
         )
         self.txns = TransactionTable(self.index, config)
         self.txn_writer = TransactionWriter(self.dispatcher, self.txns)
@@ -146,12 +149,13 @@ class MessageStore:
         recovery and without the directory lock, so it works beside a running gateway."""
         store = cls(Path(data_dir), config or StoreConfig(), read_only=True)
         store.txns.load()
+        store.origins.load()
         return store
 
     def _parts(self) -> StoreParts:
         return StoreParts(
             self.log, self.index, self.state, self.lmq_table, self.tail, self.locks,
-            self.config, self.keys, self.timers, self.txns,
+            self.config, self.keys, self.timers, self.txns, self.origins,
         )
 
     def __enter__(self) -> MessageStore:
@@ -224,6 +228,77 @@ class MessageStore:
         if wait and results and cfg.durability == Durability.SYNC:
             self.acknowledged(results[-1].end).result()
         return results
+
+    def append_copies(
+        self, items: Sequence[tuple[Message, Sequence[str]]], *, wait: bool = True
+    ) -> list[AppendResult | None]:
+        """:meth:`append_batch` for copies (:mod:`broker_core.origins`): a message whose
+        origin offset is at or below its (cluster, queue, topic) high-water mark, or not
+        above an earlier copy of the same batch, is a duplicate: not stored, None in the
+        result. The check and the append are one critical section, so concurrent appends
+        cannot both store a copy. Messages without an origin are stored as they are."""
+        cfg = self.config
+        for message, lmqs in items:
+            if len(message.body) > cfg.max_message_bytes:
+                raise MessageTooLarge(len(message.body), cfg.max_message_bytes)
+            if len(lmqs) > cfg.max_fanout:
+                raise StoreError(
+                    f"fan-out of {len(lmqs)} LMQs exceeds the maximum of {cfg.max_fanout}"
+                )
+        origins = [
+            decode_origin(m.properties[ORIGIN_PROPERTY])
+            if m.properties and ORIGIN_PROPERTY in m.properties else None
+            for m, _ in items
+        ]
+        with self.locks.append:
+            self.locks.check_open()
+            keep = self.origins.filter_locked([m.topic for m, _ in items], origins)
+            kept = [item for item, k in zip(items, keep, strict=True) if k]
+            results, touched = self.dispatcher.write_locked(kept) if kept else ([], [])
+        self.listeners.notify_metas(touched)
+        if wait and results and cfg.durability == Durability.SYNC:
+            self.acknowledged(results[-1].end).result()
+        stored = iter(results)
+        return [next(stored) if k else None for k in keep]
+
+    def advance_origin(
+        self, cluster: str, queue: str, topic: str, offset: int, *, wait: bool = True
+    ) -> tuple[int, int | None]:
+        """Raise the high-water mark of (``cluster``, ``queue``, ``topic``) to ``offset``
+        with an origin-advance record (never lowers it: then nothing is written). Returns
+        the mark after, and the end position of the record written (None if none), for
+        :meth:`acknowledged` when ``wait`` is False."""
+        body = encode_origin(cluster, queue, offset)
+        with self.locks.append:
+            self.locks.check_open()
+            mark = self.origins.marks.get((cluster, queue, topic))
+            if mark is not None and mark[0] >= offset:
+                return mark[0], None
+            results, _ = self.dispatcher.write_locked(
+                [(Message(topic=topic, body=body), ())], RecordType.ORIGIN_ADVANCE
+            )
+        end = results[0].end
+        if wait and self.config.durability == Durability.SYNC:
+            self.acknowledged(end).result()
+        return offset, end
+
+    def origin_high_water(
+        self, cluster: str, queues: Iterable[str], topic: str
+    ) -> dict[str, int]:
+        """Per origin queue, the highest origin offset stored (or advanced to) from
+        ``cluster`` into ``topic``; queues with none are absent."""
+        return self.origins.high_water(cluster, topic, queues)
+
+    def translate_origin(self, cluster: str, queue: str, lmq: str, committed: int) -> int | None:
+        """The offset in ``lmq`` where a consumer of the copies of ``queue`` resumes, given
+        the source group's committed next offset there (the first copy at or above it,
+        or past the last copy; never below the LMQ's first offset); None if ``lmq`` holds
+        no copy of ``queue``."""
+        meta = self.lmq_table.meta_for_read(lmq)
+        if meta is None:
+            return None
+        found = self.origins.translate(cluster, queue, meta.id, committed)
+        return None if found is None else max(found, meta.min_offset)
 
     def acknowledged(self, position: int) -> Future[int]:
         """A future done once an append ending at ``position`` may be acknowledged under

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker_core import Durability, StoreConfig
+from gateway.connector.rules import Rules
 
 #: A listener port: 1-65535, 0 = the listener is disabled, ``"auto"`` = any free port
 #: (the port actually bound is reported by the gateway; meant for tests and tooling).
@@ -182,6 +183,12 @@ class GatewayConfig:
     #: Seconds an orderly consumer's queue lock lasts without renewal
     #: (RocketMQ's rebalance lock expiry).
     rocketmq_lock_expiry: float = 60.0
+
+    #: The gateway's cluster id for the message connector (issue 19): the id copies'
+    #: ``__LMQ_PATH`` carries, to stop loops. "" = generated once and kept in the store
+    #: (``gateway.cluster_id``).
+    cluster_id: str = ""
+
     #: HTTP (issue 18): a dedicated HTTP listener (no sniffing; the unified ports serve
     #: HTTP too). Disabled by default, as ``remoting_port``.
     http_port: Port = 0
@@ -209,6 +216,10 @@ class GatewayConfig:
     log_level: str = "info"
     #: The storage engine's options (the ``[store]`` table).
     store: StoreConfig = field(default_factory=StoreConfig)
+
+    #: The message connector's rules run inside the gateway (the ``[connector]`` table:
+    #: ``rules = "FILE"`` or the rules inline, docs/connector.md); None: no connector.
+    connector: Rules | None = None
 
     def __post_init__(self) -> None:
         if self.proxy_protocol != "off" and not self.proxy_protocol_networks:
@@ -368,6 +379,36 @@ def _host_port(value: object) -> str:
     return text
 
 
+def _cluster_id(value: object) -> str:
+    """"" (generated) or an id (gateway.cluster_id)."""
+    text = _str(value)
+    if text:
+        from gateway.cluster_id import check_cluster_id
+
+        problem = check_cluster_id(text)
+        if problem:
+            raise ValueError(problem)
+    return text
+
+
+def _connector(value: object) -> Rules:
+    """The ``[connector]`` table: ``rules = "FILE"`` (a rules file) or the rules file's
+    keys inline (``[connector.clusters.a]``, ``[[connector.rules]]``)."""
+    from gateway.connector.rules import RulesError, load_rules, parse_rules
+
+    if not isinstance(value, dict):
+        raise ValueError("expected a [connector] table")
+    try:
+        if isinstance(value.get("rules"), str):
+            others = sorted(set(value) - {"rules"})
+            if others:
+                raise ValueError(f"{others[0]}: with rules = FILE, put it in the rules file")
+            return load_rules(value["rules"])
+        return parse_rules(value)
+    except RulesError as exc:
+        raise ValueError(str(exc)) from None
+
+
 _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "data_dir": _path,
     "bind": _nonempty,
@@ -414,6 +455,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "rocketmq_auto_create_groups": _bool,
     "rocketmq_default_queue_nums": _int(1, 1024),
     "rocketmq_lock_expiry": _seconds,
+    "cluster_id": _cluster_id,
     "http_port": _port,
     "http_max_head_bytes": _int(1024, 1024 * 1024),
     "http_max_body_bytes": _int(1024),
@@ -424,6 +466,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "remoting_dedup_window": _seconds,
     "log_format": _choice(*LOG_FORMATS),
     "log_level": _choice(*LOG_LEVELS),
+    "connector": _connector,
 }
 
 

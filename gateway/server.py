@@ -95,6 +95,7 @@ class Gateway:
         self.refusals: dict[str, bytes] = {s.name: s.refusal for s in self.specs if s.refusal}
         self.listeners: list[BoundListener] = []
         self.metrics = Registry()
+        self._connector: Any = None
         self.state = ServerState(config, self.metrics)
         #: MQTT filters and AMQP amq.topic bindings: one topic space (DESIGN.md).
         self.topic_space = TopicSpace()
@@ -180,6 +181,11 @@ class Gateway:
             await self.stop()
             raise
         self.spawn(housekeeping_loop(store, self.topic_space), "housekeeping")
+        if cfg.connector is not None:  # the message connector's rules (docs/connector.md)
+            from gateway.connector.runner import EmbeddedConnector
+
+            self._connector = EmbeddedConnector(cfg.connector, self.metrics)
+            await self._connector.start()
         log.info("gateway ready", extra={"front_ends": ",".join(self.front_ends) or "-"})
 
     async def _listen(
@@ -228,6 +234,8 @@ class Gateway:
         self.state.stopping = True
         self._stop_requested.set()
         bound = self.config.shutdown_timeout
+        if self._connector is not None:  # first: it may be a client of this gateway
+            await self._connector.stop(bound)
         log.info("shutdown: stop accepting", extra={"connections": len(self.connections)})
         for server in self._servers:
             server.close()

@@ -150,6 +150,10 @@ class SendResult:
     code: int = 0
     #: A transactional send's transaction id (the broker's: the UNIQ_KEY), else "".
     transaction_id: str = ""
+    #: Copies an LMQ Gateway did not store (issue 19's connector, docs/rocketmq.md
+    #: "Connector requests"): at or below their origin's high-water mark, or looped.
+    duplicates: int = 0
+    loops: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -640,6 +644,8 @@ def _send_result(response: RemotingCommand, mq: MessageQueue, msg_id: str) -> Se
         queue_offset=int(f.get("queueOffset", -1)),
         code=response.code,
         transaction_id=f.get("transactionId", ""),
+        duplicates=int(f.get("lmqDuplicates", 0)),
+        loops=int(f.get("lmqLoops", 0)),
     )
 
 

@@ -22,6 +22,7 @@ and the rule is at-least-once. Only our gateway was tested as both.
 
 from __future__ import annotations
 
+import logging
 import ssl
 import zlib
 from collections.abc import Mapping, Sequence
@@ -79,10 +80,11 @@ _TRANSIENT = frozenset({
     ResponseCode.SYSTEM_ERROR, ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE,
     ResponseCode.FLOW_CONTROL, ResponseCode.POLLING_FULL, ResponseCode.GO_AWAY,
     ResponseCode.BROKER_DISPATCH_NOT_COMPLETE, ResponseCode.NOT_LEADER_FOR_QUEUE,
-    ResponseCode.TOPIC_NOT_EXIST,
 })  # fmt: skip
 
 CONNECTOR_GROUP_PREFIX = "lmq-connector-"
+
+log = logging.getLogger("lmq.connector")
 
 
 def connector_group(rule: Rule) -> str:
@@ -155,6 +157,15 @@ class _Endpoint:
             client, self.client = self.client, None
             await client.close()
 
+    async def check(self) -> None:
+        """Raise EndpointUnavailable if the cluster cannot be reached now (the connection
+        is reopened if it was lost)."""
+        client = self._client()
+        try:
+            await client.connection(client.namesrv)
+        except Exception as exc:
+            raise self._map(exc, "connection") from exc
+
     def _client(self) -> RemotingClient:
         if self.client is None:
             raise EndpointUnavailable(f"cluster {self.cluster.name}: not connected")
@@ -200,6 +211,8 @@ class GatewaySource(_Endpoint):
         super().__init__(cluster, rule)
         self.topic = rule.read
         self._mqs: dict[str, MessageQueue] = {}
+        #: source ranges retention removed before they were read
+        self.gaps = 0
 
     def _consumer(self, group: str | None = None) -> PullConsumer:
         return PullConsumer(self._client(), group or connector_group(self.rule))
@@ -227,7 +240,9 @@ class GatewaySource(_Endpoint):
         consumer = self._consumer()
         try:
             committed = await consumer.query_offset(mq)
-            if committed is not None and committed >= 0:
+            # we commit up_to + 1 >= 1; 0 is what a gateway (and RocketMQ) answers a
+            # group that never committed while the queue still starts at 0
+            if committed is not None and committed > 0:
                 return committed
             if start == "earliest":
                 return await consumer.min_offset(mq)
@@ -251,8 +266,18 @@ class GatewaySource(_Endpoint):
             raise self._map(exc, f"pull {queue}") from exc
         if result.status == ResponseCode.PULL_OFFSET_MOVED and result.next_begin_offset > offset:
             # retention removed what we had not read yet: nothing to do but go on from
-            # the oldest record kept (the runner counts the gap as an error)
-            raise OffsetMoved(queue, offset, result.next_begin_offset)
+            # the oldest record kept; the gap is logged and counted
+            self.gaps += 1
+            log.warning(
+                "%s: offsets %d..%d are gone at the source (retention); going on from %d",
+                queue, offset, result.next_begin_offset - 1, result.next_begin_offset,
+            )  # fmt: skip
+            try:
+                result = await self._consumer().pull(
+                    mq, result.next_begin_offset, max_nums=max_messages, suspend_ms=0
+                )
+            except Exception as exc:
+                raise self._map(exc, f"pull {queue}") from exc
         return [SourceRecord(queue, m.queue_offset, self._copy(m)) for m in result.messages]
 
     def _copy(self, m: ReceivedMessage) -> CopyMessage:
@@ -311,23 +336,14 @@ class GatewaySource(_Endpoint):
             raise self._map(exc, "heartbeat") from exc
 
 
-class OffsetMoved(EndpointUnavailable):
-    """The source no longer has the records from ``offset`` (retention): the next one
-    kept is ``next_offset``."""
-
-    def __init__(self, queue: str, offset: int, next_offset: int) -> None:
-        super().__init__(f"{queue}: offsets {offset}..{next_offset - 1} are gone (retention)")
-        self.queue = queue
-        self.offset = offset
-        self.next_offset = next_offset
-
-
 class GatewayTarget(_Endpoint):
     """Writes copies to a gateway (or RocketMQ) by SEND_BATCH_MESSAGE."""
 
     def __init__(self, cluster: Cluster, rule: Rule) -> None:
         super().__init__(cluster, rule)
         self._producer: Producer | None = None
+        #: copies the target answered as duplicates (at or below its high-water mark)
+        self.duplicates = 0
 
     async def open(self) -> None:
         await super().open()
@@ -400,7 +416,8 @@ class GatewayTarget(_Endpoint):
             parsed = parse_queue_name(source_queue)
             index = parsed[1] if parsed else zlib.crc32(source_queue.encode())
             mq = queues[index % len(queues)]
-            await self._producer.send_batch(rmq_topic, batch, queue_id=mq.queue_id)
+            result = await self._producer.send_batch(rmq_topic, batch, queue_id=mq.queue_id)
+            self.duplicates += result.duplicates
         except RemotingError as exc:
             if is_transient(exc):
                 raise self._map(exc, f"send to {rmq_topic}") from exc

@@ -186,6 +186,7 @@ class RuleRunner:
         for queue, mark in (marks or {}).items():
             # the mark is the truth; it is never behind what we noted (same target)
             self.positions[queue] = max(mark, self.positions.get(queue, -1))
+        await self._resolve_starts(queues)
         self.stats.state = "running"
         log.info(
             "rule %s: %s (%s) -> %s (%s), %d queues, %s",
@@ -220,6 +221,22 @@ class RuleRunner:
         if self.rule.carry_group_offsets and self.exactly_once:
             tasks.create_task(self._carry_offsets())
         tasks.create_task(self._until_stopped())
+
+    async def _resolve_starts(self, queues: Sequence[str]) -> None:
+        """Fix where queues without a position start, before the rule is "running" (so
+        what is sent after that is copied), and record it at the target (so a restart
+        does not resolve "latest" again and skip what came in between)."""
+        start_offset = getattr(self.source, "start_offset", None)
+        if start_offset is None:
+            return
+        for queue in queues:
+            if queue in self.positions:
+                continue
+            first = await self._src(start_offset(queue, self.rule.start))
+            self.positions[queue] = first - 1
+            self.stats.queue(queue).position = first - 1
+            if first > 0:
+                await self._maybe_advance(queue, idle=True)
 
     async def _until_stopped(self) -> None:
         await self._stopping.wait()
@@ -300,6 +317,7 @@ class RuleRunner:
         self, topic: str, queue: str, copies: list[CopyMessage], recs: list[SourceRecord]
     ) -> None:
         assert self.target is not None
+        before = getattr(self.target, "duplicates", 0)
         try:
             await self._tgt(self.target.write(topic, queue, copies))
         except MessageRefused as exc:
@@ -310,6 +328,7 @@ class RuleRunner:
                 return
             await self._refused(topic, queue, copies[0], recs[0], exc)
             return
+        self.stats.duplicates += getattr(self.target, "duplicates", 0) - before
         self.stats.stored(len(copies), sum(len(c.body) for c in copies))
         if self.stats.state in ("stalled", "starting"):
             self.stats.state = "running"
@@ -356,9 +375,13 @@ class RuleRunner:
         """Sample lag, detect a stall, pick up new source queues."""
         assert self.source is not None
         source, stats = self.source, self.stats
+        target_check = getattr(self.target, "check", None)
         last_queues = time.monotonic()
         while True:
             await asyncio.sleep(SAMPLE_INTERVAL)
+            if target_check is not None:
+                # an idle rule notices a lost target too (status shows it)
+                await self._tgt(target_check())
             for name, q in list(stats.queues.items()):
                 q.end_offset = await self._src(source.end_offset(name))
                 if name in self.positions:
@@ -373,7 +396,9 @@ class RuleRunner:
                 stats.last_progress = time.monotonic()
             if time.monotonic() - last_queues > QUEUES_INTERVAL:
                 last_queues = time.monotonic()
-                start_queues(await self._src(source.queues()))
+                queues = await self._src(source.queues())
+                await self._resolve_starts(queues)
+                start_queues(queues)
 
     async def _heartbeats(self) -> None:
         assert self.source is not None
@@ -469,3 +494,39 @@ class Connector:
 
     def snapshot(self) -> list[dict[str, Any]]:
         return [s.snapshot() for s in self.stats]
+
+
+class EmbeddedConnector:
+    """The connector inside ``lmq serve`` (``[connector]``): its metrics on the gateway's
+    registry (``/metrics``), and the status listener when the rules give an address
+    (a port in use is logged, not fatal: the gateway runs on)."""
+
+    def __init__(self, rules: Rules, registry: Any) -> None:
+        from .status import register_metrics
+
+        self.connector = Connector(rules)
+        register_metrics(registry, self.connector.stats)
+        self._registry = registry
+        self._listener: Any = None
+
+    async def start(self) -> None:
+        from .listener import StatusListener
+
+        address = self.connector.rules.settings.status_address
+        if address:
+            host, _, port = address.rpartition(":")
+            listener = StatusListener(
+                host.strip("[]"), int(port), self.connector.snapshot, self._registry
+            )
+            try:
+                bound = await listener.start()
+                self._listener = listener
+                log.info("connector status on %s:%d", *bound)
+            except OSError as exc:
+                log.warning("connector status listener not started: %s", exc)
+        self.connector.start()
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        await self.connector.stop(timeout)
+        if self._listener is not None:
+            await self._listener.close()

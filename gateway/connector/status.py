@@ -65,6 +65,9 @@ class RuleStats:
     bytes: int = 0
     filtered: int = 0
     loops_dropped: int = 0
+    #: copies the target dropped as already stored (sent again after a crash or an
+    #: unknown outcome)
+    duplicates: int = 0
     refused: int = 0
     dead_lettered: int = 0
     errors: int = 0
@@ -129,6 +132,7 @@ class RuleStats:
             "last_sync_ms": self.last_sync_ms,
             "filtered": self.filtered,
             "loops_dropped": self.loops_dropped,
+            "duplicates": self.duplicates,
             "refused": self.refused,
             "dead_lettered": self.dead_lettered,
             "errors": self.errors,
@@ -184,7 +188,14 @@ def register_metrics(registry: Registry, rules: list[RuleStats]) -> None:
     retries = c("lmq_connector_retries_total", "Retries after a back-off", ("rule",))
     refused = c("lmq_connector_refused_total", "Messages the target refused", ("rule",))
     filtered = c("lmq_connector_filtered_total", "Messages the rule's filter dropped", ("rule",))
-    loops = c("lmq_connector_loops_dropped_total", "Copies not sent back (path)", ("rule",))
+    loops = c(
+        "lmq_connector_loops_skipped_total",
+        "Records not copied: the target is on their path",
+        ("rule",),
+    )
+    dups = c(
+        "lmq_connector_duplicates_total", "Copies the target dropped as already stored", ("rule",)
+    )
     state = g("lmq_connector_state", "1 for the rule's current state", ("rule", "state"))
 
     def collect() -> None:
@@ -199,6 +210,7 @@ def register_metrics(registry: Registry, rules: list[RuleStats]) -> None:
                 (refused, r.refused),
                 (filtered, r.filtered),
                 (loops, r.loops_dropped),
+                (dups, r.duplicates),
             ):
                 metric.inc(max(0.0, value - metric.value(rule=rule)), rule=rule)
             m, b = r.rates()

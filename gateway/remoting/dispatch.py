@@ -78,6 +78,7 @@ MODULES: tuple[str, ...] = (
     "gateway.remoting.clients",
     "gateway.remoting.route",
     "gateway.remoting.query",
+    "gateway.remoting.origins",
     "gateway.remoting.pop",
 )
 

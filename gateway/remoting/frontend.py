@@ -20,6 +20,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from gateway.cluster_id import cluster_id
 from gateway.frontend import FrontEnd
 from gateway.remoting.consumers import ConsumerManager
 from gateway.remoting.dispatch import build_table
@@ -80,6 +81,12 @@ class RemotingFrontEnd(FrontEnd):
         self.waiters = PullWaiters(self)
         #: Set by the first goodbye: suspended pulls are answered, none suspends again.
         self.stopping = False
+        #: This gateway's id for the connector (gateway.cluster_id), and the copies
+        #: dropped: duplicates (at or below their origin's high-water mark) and loops
+        #: (their ``__LMQ_PATH`` names this gateway).
+        self.cluster_id = cluster_id(ctx.store, cfg.cluster_id)
+        self.copies_duplicate = 0
+        self.copies_looped = 0
         self._register_metrics()
 
     def _register_metrics(self) -> None:
@@ -96,6 +103,12 @@ class RemotingFrontEnd(FrontEnd):
             "lmq_remoting_messages_received_total", "Messages stored from remoting sends")
         self.messages_pulled = m.counter(
             "lmq_remoting_messages_pulled_total", "Messages returned by remoting pulls")
+        duplicates = m.counter(
+            "lmq_connector_duplicates_dropped_total",
+            "Copies not stored: at or below their origin's high-water mark")
+        loops = m.counter(
+            "lmq_connector_loops_dropped_total",
+            "Copies not stored: their __LMQ_PATH names this gateway")
         connections = m.gauge("lmq_remoting_connections", "Open remoting connections")
         clients = m.gauge("lmq_remoting_clients", "RocketMQ clients known from heartbeats")
         suspended = m.gauge("lmq_remoting_suspended_pulls", "Long-polling pulls waiting")
@@ -114,6 +127,8 @@ class RemotingFrontEnd(FrontEnd):
                     counter.inc(n - counter.value(code=label), code=label)
             self.messages_sent.inc(self.sent - self.messages_sent.value())
             self.messages_pulled.inc(self.pulled - self.messages_pulled.value())
+            duplicates.inc(self.copies_duplicate - duplicates.value())
+            loops.inc(self.copies_looped - loops.value())
             connections.set(len(self.handlers))
             clients.set(len(self.consumers.clients))
             suspended.set(self.suspended)

@@ -72,6 +72,7 @@ from gateway.remoting.messages import (
     encode_properties,
     to_store_message,
 )
+from gateway.remoting.origins import COPY_PROPERTIES, copy_of, with_origin
 from gateway.remoting.replies import error, response
 from gateway.remoting.transactions import committed_sys_flag, send_half
 from lmq.rocketmq import (
@@ -246,9 +247,15 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
         found = dedup.stored(ctx, topic, dedup.apply(topic, props))
         if found is not None:
             position, stored_queue, stored_offset = found
+            if not props.keys().isdisjoint(COPY_PROPERTIES):
+                ctx.front.copies_duplicate += 1
+                ctx.reply(cmd, _copies_reply(ctx, [], queue_id, duplicates=1, loops=0))
+                return None
             ctx.reply_send_ok(cmd, ctx.msg_id(position), stored_queue, stored_offset)
             return None
         header.properties = encode_properties(props)
+    if not props.keys().isdisjoint(COPY_PROPERTIES):
+        return _send_copy(ctx, cmd, header, queue_id, props)
     kind = _NORMAL
     if header.sys_flag & _TX_MASK or not props.keys().isdisjoint(_TYPE_PROPERTIES) or (
         config.message_type is not _NORMAL
@@ -281,6 +288,71 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     if front.publisher.lagging:
         front.throttle(ctx)
     return None
+
+
+def _send_copy(
+    ctx: RequestContext, cmd: RemotingCommand, header: SendHeader, queue_id: int,
+    props: dict[str, str],
+) -> RemotingCommand | None:
+    """A copy (gateway.remoting.origins): stored as a plain message whatever its type
+    properties say (its source already applied them), through the idempotent append."""
+    front = ctx.front
+    copy = copy_of(props, front.cluster_id)
+    assert copy is not None
+    if copy.loop:
+        front.copies_looped += 1
+        return _copies_reply(ctx, [], queue_id, duplicates=0, loops=1)
+    if len(cmd.body) > front.max_body:
+        raise RequestError(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"the message body size {len(cmd.body)} exceeds the maximum {front.max_body}")
+    message = to_store_message(
+        header.topic, cmd.body, header.properties, props,
+        origin=header.producer_group, born_ms=header.born_ms, sys_flag=header.sys_flag,
+        flag=header.flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
+    message = replace(message, properties=with_origin(message.properties, copy))
+    lmq = front.queue_lmq(header.topic, queue_id)
+    routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
+    ctx.spawn(_reply_later(ctx, cmd, _store_copies(ctx, [(message, [lmq, *routes])], queue_id)),
+              "remoting-send-copy")
+    return None
+
+
+async def _store_copies(
+    ctx: RequestContext, items: list[tuple[Message, list[str]]], queue_id: int, loops: int = 0,
+    deduplicated: int = 0,
+) -> RemotingCommand:
+    """Store copies (and plain messages beside them) in one idempotent append, answered
+    once durable: ``msgId`` and ``queueOffset`` name the copies stored, ``lmqDuplicates``
+    and ``lmqLoops`` count those dropped (module doc of gateway.remoting.origins; the
+    ``deduplicated`` ones were dropped before, by gateway.remoting.dedup)."""
+    front = ctx.front
+    store = front.store
+    try:
+        results = store.append_copies(items, wait=False)
+        stored = [r for r in results if r is not None]
+        if stored and store.config.durability == Durability.SYNC:
+            await asyncio.wrap_future(store.acknowledged(stored[-1].end))
+    except Exception as exc:
+        log.info("remoting copy refused: %s", exc, extra=ctx.conn.log_fields())
+        return failure(exc)
+    front.sent += len(stored)
+    duplicates = len(results) - len(stored) + deduplicated
+    front.copies_duplicate += duplicates
+    return _copies_reply(ctx, stored, queue_id, duplicates, loops)
+
+
+def _copies_reply(
+    ctx: RequestContext, stored: list[AppendResult], queue_id: int, duplicates: int,
+    loops: int,
+) -> RemotingCommand:
+    return response(fields={
+        "msgId": ",".join(ctx.msg_id(r.position) for r in stored),
+        "queueId": queue_id,
+        "queueOffset": stored[0].offsets[0] if stored else -1,
+        "lmqDuplicates": duplicates,
+        "lmqLoops": loops,
+    })
 
 
 def _due(ctx: RequestContext, props: dict[str, str], now: int) -> int | None:
@@ -385,25 +457,43 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
     already: dict[int, str] = {}
     seen: dict[str, int] = {}
     first_offset = 0
+    copies_dropped = 0
     now = now_ms()
+    copies = loops = 0
     for index, entry in enumerate(entries):
         body, props, flag = entry.body, entry.properties, entry.flag
         if dedup.DEDUP_ID in props:
             message_id = dedup.apply(header.topic, props)
             found = dedup.stored(ctx, header.topic, message_id)
-            if found is not None:
-                already[index] = ctx.msg_id(found[0])
-                if not index:
-                    first_offset = found[2]
-                continue
-            if message_id in seen:
-                already[index] = f"@{seen[message_id]}"  # named once the first is stored
+            if found is not None or message_id in seen:
+                if found is not None:
+                    already[index] = ctx.msg_id(found[0])
+                    if not index:
+                        first_offset = found[2]
+                else:  # named once the first is stored
+                    already[index] = f"@{seen[message_id]}"
+                if not props.keys().isdisjoint(COPY_PROPERTIES):
+                    copies_dropped += 1
                 continue
             seen[message_id] = index
         props_text = encode_properties(props)
-        kind = message_type(props, header.sys_flag)
+        copy = None
+        if not props.keys().isdisjoint(COPY_PROPERTIES):
+            try:
+                copy = copy_of(props, front.cluster_id)
+            except RequestError as exc:
+                raise RequestError(
+                    exc.code, f"message {index} of the batch: {exc.remark}") from None
+            assert copy is not None
+            if copy.loop:
+                loops += 1
+                continue
+            copies += 1
+        kind = message_type(props, header.sys_flag) if copy is None else _NORMAL
         try:
-            if kind != MessageType.NORMAL or config.message_type != MessageType.NORMAL:
+            if copy is None and (
+                kind != MessageType.NORMAL or config.message_type != MessageType.NORMAL
+            ):  # a copy is stored as a plain message: its source applied its type
                 check_type(config, kind)
             if kind is _TRANSACTION:
                 raise RequestError(
@@ -422,8 +512,20 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
             header.topic, body, props_text, props, origin=header.producer_group,
             born_ms=header.born_ms, sys_flag=header.sys_flag & ~_INNER_BATCH,
             flag=flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
+        if copy is not None:
+            message = replace(message, properties=with_origin(message.properties, copy))
         routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
         items.append((message, [lmq, *routes]))
+    if copies or loops or copies_dropped:
+        front.copies_looped += loops
+        if not items:
+            front.copies_duplicate += len(already)
+            return _copies_reply(ctx, [], queue_id, duplicates=len(already), loops=loops)
+        if any(due is not None for due in dues):
+            raise RequestError(
+                ResponseCode.MESSAGE_ILLEGAL,
+                "a batch of copies cannot hold delayed messages that are not copies")
+        return await _store_copies(ctx, items, queue_id, loops, deduplicated=len(already))
     if already:
         return await _send_deduplicated(ctx, items, dues, already, len(entries), queue_id,
                                         first_offset)
