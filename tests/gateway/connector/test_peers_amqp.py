@@ -292,3 +292,26 @@ async def test_target_does_not_publish_the_runners_heartbeats(rabbit: int) -> No
     await target.close()
     assert [m.body for m in await get_all(rabbit, "tgt-hb", 2)] == [b"1", b"2"]
     assert await depth(rabbit, "tgt-hb") == 0
+
+
+async def test_target_publishes_through_an_exchange(rabbit: int) -> None:
+    conn = await aiormq.connect(f"amqp://guest:guest@127.0.0.1:{rabbit}/")
+    ch = await conn.channel()
+    await ch.queue_declare("tgt-ex", durable=True)
+    await ch.queue_bind("tgt-ex", "amq.topic", routing_key="orders.#")
+    await conn.close()
+    target = AmqpTarget("rabbit", AmqpPeer(port=rabbit, exchange="amq.topic"))
+    await target.open()
+    await target.write("orders.eu", "q", [CopyMessage(body=b"x", topic="t")])
+    with pytest.raises(MessageRefused):  # routed nowhere: returned
+        await target.write("invoices.eu", "q", [CopyMessage(body=b"y", topic="t")])
+    await target.close()
+    assert [m.body for m in await get_all(rabbit, "tgt-ex", 1)] == [b"x"]
+    missing = AmqpTarget("rabbit", AmqpPeer(port=rabbit, exchange="no-such-exchange"))
+    await missing.open()
+    with pytest.raises(MessageRefused):  # the broker closes the channel: 404
+        await missing.write("k", "q", [CopyMessage(body=b"z", topic="t")])
+    # the next write opens a new channel (and is refused again, not stuck)
+    with pytest.raises(MessageRefused):
+        await missing.write("k", "q", [CopyMessage(body=b"z", topic="t")])
+    await missing.close()
