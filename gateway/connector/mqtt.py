@@ -333,6 +333,10 @@ class _Client:
     async def close(self, disconnect: bool = False) -> None:
         if disconnect and not self.closed.is_set() and self.connack is not None:
             with contextlib.suppress(Exception):
+                # A round trip first: Mosquitto drops a client whose socket it sees
+                # closed without reading what is still in its buffer, so PUBACKs sent
+                # just before a DISCONNECT were lost (the messages came again).
+                await asyncio.wait_for(self.ping(), 1.0)
                 self.send(Disconnect())
                 await asyncio.wait_for(self.drain(), 1.0)
         self._lost("closed")

@@ -82,12 +82,16 @@ async def test_source_acknowledges_only_what_the_target_stored(mosquitto: int,
     again = MqttSource("mosq", peer, f"ack{version}/#")
     await again.open()
     redelivered = await read_n(again, 4)
-    # exactly the unacknowledged ones come again, with the ids they had
+    # the unacknowledged ones come again, in order, with the ids they had
     assert [r.message.body for r in redelivered] == payloads[6:]
-    assert [r.message.msg_id for r in redelivered] == [r.message.msg_id for r in first[6:]]
-    # offsets keep growing across the restart when the runner says where it was
-    assert await again.read(again.topic_filter, None, "latest", 10, 0) == []
-    await again.acknowledge(again.topic_filter, redelivered[-1].offset)
+    ids = {r.message.body: r.message.msg_id for r in first}
+    assert all(r.message.msg_id == ids[r.message.body] for r in redelivered)
+    # (a broker may repeat them more than once, as MQTT allows: never an acknowledged one)
+    more = await again.read(again.topic_filter, None, "latest", 10, 300)
+    assert all(r.message.body in payloads[6:] and r.message.msg_id == ids[r.message.body]
+               for r in more)
+    last = (more or redelivered)[-1].offset
+    await again.acknowledge(again.topic_filter, last)
     await again.close()
 
     third = MqttSource("mosq", peer, f"ack{version}/#")
@@ -194,16 +198,19 @@ async def test_source_reports_a_dead_broker_and_resumes_after_its_restart(
 async def test_a_silent_broker_is_unavailable() -> None:
     """A peer that accepts and CONNACKs, then says nothing (a half-open connection):
     the keep-alive ends it. One that never CONNACKs: the connect times out."""
+    done = asyncio.Event()
+
     async def connack_then_silence(reader: asyncio.StreamReader,
                                    writer: asyncio.StreamWriter) -> None:
         await reader.read(1024)
         writer.write(b"\x20\x02\x00\x00")  # CONNACK, MQTT 3.1.1, accepted
         await writer.drain()
-        await reader.read(1024)
-        await asyncio.sleep(10)
+        await done.wait()
+        writer.close()
 
     async def silence(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(10)
+        await done.wait()
+        writer.close()
 
     for handler in (connack_then_silence, silence):
         server = await asyncio.start_server(handler, "127.0.0.1", 0)
@@ -218,7 +225,11 @@ async def test_a_silent_broker_is_unavailable() -> None:
                 raise EndpointUnavailable(target._client.error)
             await target.close()
         finally:
+            done.set()
             server.close()
+            await server.wait_closed()
+            await asyncio.sleep(0.05)  # the handlers close their sockets
+        done.clear()
 
 
 async def test_target_does_not_publish_the_runners_heartbeats(mosquitto: int) -> None:
