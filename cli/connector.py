@@ -116,7 +116,8 @@ async def _run(rules: Rules, status_address: str) -> bool:
         signal_wait.cancel()
         await conn.stop()
         waiter.cancel()
-        return by_signal or not conn.runners
+        # no rule left running by itself: an error, unless they were all disabled
+        return by_signal or all(s.state == "disabled" for s in conn.stats)
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)

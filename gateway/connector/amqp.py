@@ -51,14 +51,9 @@ from gateway.connector.endpoints import (
     MessageRefused,
     SourceRecord,
 )
+from gateway.connector.heartbeat import HEARTBEAT
 
 log = logging.getLogger(__name__)
-
-#: The runner's heartbeat property (``gateway.connector.runner.HEARTBEAT``): a heartbeat
-#: measures the delay when the runner reads it; a broker's subscribers and consumers would
-#: only see an empty message (MQTT 3.1.1 could not even tell it apart), so a broker target
-#: does not publish it.
-HEARTBEAT = "__LMQ_HEARTBEAT"
 
 #: What aiormq raises when the connection or channel is gone or cannot be had.
 _UNAVAILABLE = (aiormq.exceptions.AMQPError, OSError, ConnectionError, TimeoutError,
@@ -275,8 +270,11 @@ class AmqpTarget:
                     messages: Sequence[CopyMessage]) -> None:
         """Publish every message (in order, on one channel) and return when every
         publisher confirm is in."""
+        # The runner's heartbeats (gateway.connector.heartbeat) stop here: the delay is
+        # measured when they are read, and a broker's subscribers would only see empty
+        # messages (MQTT 3.1.1 could not even tell them apart).
         indexes = [i for i, m in enumerate(messages) if HEARTBEAT not in m.properties]
-        if len(indexes) < len(messages):  # the runner's heartbeats stop here
+        if len(indexes) < len(messages):
             try:
                 await self.write(topic, source_queue, [messages[i] for i in indexes])
             except MessageRefused as exc:

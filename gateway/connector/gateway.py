@@ -3,9 +3,10 @@ project's remoting client (``gateway/clients/``), so over RocketMQ's remoting pr
 
 **Source.** A rule's ``topic`` is read queue by queue (``"<topic>:<queueId>"``, the
 queues of its route) with PULL_MESSAGE by offset, as consumer group
-``lmq-connector-<rule>`` without a subscription of its own (``*``: the rule's filter is
-applied by the runner, so that heartbeats pass and filtered ranges are seen). A record's
-offset is its queue offset. ``acknowledge`` commits the group's offset (one-way), which
+``lmq-connector-<rule>``, with the rule's tag expression (and the heartbeats' tag) as the
+subscription: what the gateway skips does not cross the wire, and ``scanned`` says how
+far it looked, so the runner moves past a filtered range. A record's offset is its
+queue offset. ``acknowledge`` commits the group's offset (one-way), which
 is where a rule to a target that keeps no origins (at-least-once) resumes after a
 restart. The topic a copy carries is the MQTT name (``T`` joined with
 ``mqttSecondTopic``): MQTT subscribers of the target see the same topic.
@@ -54,6 +55,7 @@ from .endpoints import (
     MessageRefused,
     SourceRecord,
 )
+from .heartbeat import HEARTBEAT_TAG
 from .rules import Cluster, Rule, Tls, start_millis
 
 #: RocketMQ's own properties (``gateway.rocketmq.records.SYSTEM_PROPERTIES``, which the
@@ -211,6 +213,13 @@ class GatewaySource(_Endpoint):
         super().__init__(cluster, rule)
         self.topic = rule.read
         self._mqs: dict[str, MessageQueue] = {}
+        #: the tag expression pushed into PULL (heartbeats' tag added); a property
+        #: filter cannot be pushed down (no SQL92): "*"
+        self.expression = "*"
+        if rule.property is None and rule.tag.strip() != "*":
+            self.expression = f"{rule.tag} || {HEARTBEAT_TAG}"
+        #: per queue, the last offset the last read looked at, matched or not
+        self.scanned: dict[str, int] = {}
         #: source ranges retention removed before they were read
         self.gaps = 0
 
@@ -260,8 +269,9 @@ class GatewaySource(_Endpoint):
         offset = after + 1 if after is not None else await self.start_offset(queue, start)
         try:
             result = await self._consumer().pull(
-                mq, offset, max_nums=max_messages, suspend_ms=wait_ms
-            )
+                mq, offset, expression=self.expression, max_nums=max_messages,
+                suspend_ms=wait_ms,
+            )  # fmt: skip
         except Exception as exc:
             raise self._map(exc, f"pull {queue}") from exc
         if result.status == ResponseCode.PULL_OFFSET_MOVED and result.next_begin_offset > offset:
@@ -274,10 +284,13 @@ class GatewaySource(_Endpoint):
             )  # fmt: skip
             try:
                 result = await self._consumer().pull(
-                    mq, result.next_begin_offset, max_nums=max_messages, suspend_ms=0
-                )
+                    mq, result.next_begin_offset, expression=self.expression,
+                    max_nums=max_messages, suspend_ms=0,
+                )  # fmt: skip
             except Exception as exc:
                 raise self._map(exc, f"pull {queue}") from exc
+        if result.status != ResponseCode.PULL_OFFSET_MOVED:
+            self.scanned[queue] = result.next_begin_offset - 1
         return [SourceRecord(queue, m.queue_offset, self._copy(m)) for m in result.messages]
 
     def _copy(self, m: ReceivedMessage) -> CopyMessage:
@@ -322,16 +335,19 @@ class GatewaySource(_Endpoint):
                 offset = await consumer.query_offset(self._mqs[queue])
             except Exception as exc:
                 raise self._map(exc, f"offset of {group} on {queue}") from exc
-            if offset is not None and offset >= 0:
+            # 0: never committed, or nothing consumed: nothing to carry
+            if offset is not None and offset > 0:
                 out[queue] = offset
         return out
 
-    async def send_heartbeat(self, queue: str, properties: Mapping[str, str]) -> None:
+    async def send_heartbeat(self, queue: str, properties: Mapping[str, str], tag: str) -> None:
         """Append a heartbeat message to ``queue`` (it travels like any message)."""
         mq = await self._mq(queue)
         producer = Producer(self._client(), connector_group(self.rule), timeout=5.0)
         try:
-            await producer.send(self.topic, b"", properties=dict(properties), queue_id=mq.queue_id)
+            await producer.send(
+                self.topic, b"", tags=tag, properties=dict(properties), queue_id=mq.queue_id
+            )
         except Exception as exc:
             raise self._map(exc, "heartbeat") from exc
 

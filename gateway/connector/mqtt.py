@@ -50,6 +50,7 @@ from gateway.connector.endpoints import (
     MessageRefused,
     SourceRecord,
 )
+from gateway.connector.heartbeat import HEARTBEAT
 from protocol.mqtt import (
     NEED_DATA,
     PAUSED,
@@ -74,12 +75,6 @@ from protocol.mqtt import (
 )
 
 log = logging.getLogger(__name__)
-
-#: The runner's heartbeat property (``gateway.connector.runner.HEARTBEAT``): a heartbeat
-#: measures the delay when the runner reads it; a broker's subscribers and consumers would
-#: only see an empty message (MQTT 3.1.1 could not even tell it apart), so a broker target
-#: does not publish it.
-HEARTBEAT = "__LMQ_HEARTBEAT"
 
 #: The MQTT 5 user property a publisher may set to give its message an id.
 MSG_ID_PROPERTY = "msg-id"
@@ -540,8 +535,11 @@ class MqttTarget:
     async def write(self, topic: str, source_queue: str,
                     messages: Sequence[CopyMessage]) -> None:
         """Publish every message at QoS 1 and return when every PUBACK is in."""
+        # The runner's heartbeats (gateway.connector.heartbeat) stop here: the delay is
+        # measured when they are read, and a broker's subscribers would only see empty
+        # messages (MQTT 3.1.1 could not even tell them apart).
         indexes = [i for i, m in enumerate(messages) if HEARTBEAT not in m.properties]
-        if len(indexes) < len(messages):  # the runner's heartbeats stop here
+        if len(indexes) < len(messages):
             try:
                 await self.write(topic, source_queue, [messages[i] for i in indexes])
             except MessageRefused as exc:

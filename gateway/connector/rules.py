@@ -55,7 +55,7 @@ KIND_CLUSTER_KEYS: dict[str, frozenset[str]] = {
     "mqtt": frozenset({"client_id", "protocol_version", "keepalive", "session_expiry", "qos"}),
     "amqp": frozenset({"vhost", "prefetch", "exchange", "heartbeat"}),
 }
-_TLS_KEYS = {"ca_file", "cert_file", "key_file", "verify", "server_name"}
+_TLS_KEYS = {"ca_file", "cert_file", "key_file", "verify"}
 _RULE_KEYS = {
     "name",
     "source",
@@ -98,7 +98,6 @@ class Tls:
     cert_file: str | None = None
     key_file: str | None = None
     verify: bool = True
-    server_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +305,7 @@ def _tls(raw: Any, where: str) -> Tls | None:
     unknown = set(raw) - _TLS_KEYS
     if unknown:
         raise RulesError(f"{where}: unknown option {sorted(unknown)[0]!r}")
-    for key in ("ca_file", "cert_file", "key_file", "server_name"):
+    for key in ("ca_file", "cert_file", "key_file"):
         if key in raw and not isinstance(raw[key], str):
             raise RulesError(f"{where}.{key}: expected a string")
     if "verify" in raw and not isinstance(raw["verify"], bool):

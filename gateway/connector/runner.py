@@ -31,7 +31,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -46,16 +46,13 @@ from .endpoints import (
     SourceRecord,
     Target,
 )
+from .heartbeat import HEARTBEAT, HEARTBEAT_TAG
 from .registry import make_source, make_target
 from .rules import Rule, Rules
 from .status import RuleStats
 
 log = logging.getLogger("lmq.connector")
 
-#: The property of a heartbeat message: ``<rule>:<birth time in epoch ms>``. Heartbeats
-#: pass every filter and reach the target like any message (so the delay is end to end);
-#: consumers that do not want them skip messages with this property.
-HEARTBEAT = "__LMQ_HEARTBEAT"
 #: How often a queue's lag is sampled and the stall check runs, in seconds.
 SAMPLE_INTERVAL = 1.0
 #: How often the source's queue list is read again (a topic's queues may grow).
@@ -89,7 +86,14 @@ def backoff(attempt: int, initial: float, maximum: float) -> float:
 class RuleRunner:
     """Runs one rule until :meth:`stop`; its :class:`RuleStats` say how it goes."""
 
-    def __init__(self, rules: Rules, rule: Rule, stats: RuleStats | None = None) -> None:
+    def __init__(
+        self,
+        rules: Rules,
+        rule: Rule,
+        stats: RuleStats | None = None,
+        *,
+        endpoints: Callable[[], tuple[Source, Target]] | None = None,
+    ) -> None:
         self.rules = rules
         self.rule = rule
         self.settings = rules.settings
@@ -98,6 +102,8 @@ class RuleRunner:
         self.stats.target = rule.target
         self.source_cluster = rules.clusters[rule.source]
         self.target_cluster = rules.clusters[rule.target]
+        #: builds a session's source and target (default: the registry, by kind)
+        self._endpoints = endpoints or self._registry_endpoints
         #: the last source offset the target has, per queue (kept across reconnects)
         self.positions: dict[str, int] = {}
         self._advanced: dict[str, tuple[int, float]] = {}
@@ -108,6 +114,12 @@ class RuleRunner:
         self.source_id = ""
         self.target_id = ""
         self.exactly_once = False
+
+    def _registry_endpoints(self) -> tuple[Source, Target]:
+        return (
+            make_source(self.source_cluster, self.rule),
+            make_target(self.target_cluster, self.rule),
+        )
 
     def stop(self) -> None:
         self._stopping.set()
@@ -145,8 +157,13 @@ class RuleRunner:
             wait = backoff(attempt, self.settings.retry_initial, self.settings.retry_max)
             attempt += 1
             self.stats.retries += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), wait)
+            # asyncio.wait, not wait_for: Python 3.11's wait_for loses a cancellation
+            # that comes as the wait ends, and the rule would run on after a cancel
+            stopping = asyncio.ensure_future(self._stopping.wait())
+            try:
+                await asyncio.wait({stopping}, timeout=wait)
+            finally:
+                stopping.cancel()
         self.stats.state = "stopped"
 
     async def _close(self) -> None:
@@ -171,8 +188,7 @@ class RuleRunner:
     async def _session(self) -> None:
         if self.stats.state not in ("source-unreachable", "target-unreachable"):
             self.stats.state = "starting"
-        self.source = source = make_source(self.source_cluster, self.rule)
-        self.target = target = make_target(self.target_cluster, self.rule)
+        self.source, self.target = source, target = self._endpoints()
         await self._src(source.open())
         await self._tgt(target.open())
         self.source_id = await self._src(source.cluster_id())
@@ -184,8 +200,10 @@ class RuleRunner:
         self.exactly_once = marks is not None
         self.stats.exactly_once = self.exactly_once
         for queue, mark in (marks or {}).items():
-            # the mark is the truth; it is never behind what we noted (same target)
-            self.positions[queue] = max(mark, self.positions.get(queue, -1))
+            # the target's mark is the truth: behind what we noted only by a filtered
+            # tail not yet advanced (rescanned, harmlessly) or a target that lost data
+            # (copied again)
+            self.positions[queue] = mark
         await self._resolve_starts(queues)
         self.stats.state = "running"
         log.info(
@@ -198,13 +216,11 @@ class RuleRunner:
             len(queues),
             "exactly once" if self.exactly_once else "at least once",
         )
-        try:
-            async with asyncio.TaskGroup() as tasks:
-                await self._start_tasks(tasks, queues)
-        except BaseExceptionGroup as group:
-            raise _pick(group) from group
+        tasks = _Tasks()
+        await self._start_tasks(tasks, queues)
+        await tasks.run()
 
-    async def _start_tasks(self, tasks: asyncio.TaskGroup, queues: Sequence[str]) -> None:
+    async def _start_tasks(self, tasks: _Tasks, queues: Sequence[str]) -> None:
         started: set[str] = set()
 
         def start_queues(names: Sequence[str]) -> None:
@@ -251,15 +267,24 @@ class RuleRunner:
         if rule.rate_limit:
             batch = max(1, min(batch, int(rule.rate_limit)))
         stats = self.stats.queue(queue)
+        scanned: dict[str, int] | None = getattr(source, "scanned", None)
         while True:
             after = self.positions.get(queue)
             records: list[SourceRecord] = await self._src(
                 source.read(queue, after, rule.start, batch, rule.wait_ms)
             )
+            # a source that filters (the gateway: the tag expression pushed into PULL)
+            # says how far it looked: the records it skipped are filtered out
+            upto = scanned.get(queue) if scanned is not None else None
             if not records:
-                await self._maybe_advance(queue, idle=True)
+                if upto is not None and (after is None or upto > after):
+                    await self._skip(queue, after, upto)
+                else:
+                    await self._maybe_advance(queue, idle=True)
                 continue
-            await self._copy(queue, records)
+            await self._copy(queue, records, upto)
+            if after is not None:
+                self.stats.filtered += max(0, self.positions[queue] - after - len(records))
             stats.position = self.positions[queue]
             if self._bucket is not None:
                 pause = 0.0
@@ -268,7 +293,17 @@ class RuleRunner:
                 if pause > 0:
                     await asyncio.sleep(pause)
 
-    async def _copy(self, queue: str, records: list[SourceRecord]) -> None:
+    async def _skip(self, queue: str, after: int | None, upto: int) -> None:
+        """The source skipped records up to ``upto``, all filtered out."""
+        assert self.source is not None
+        if after is not None:
+            self.stats.filtered += upto - after
+        await self._src(self.source.acknowledge(queue, upto))
+        self.positions[queue] = upto
+        self.stats.queue(queue).position = upto
+        await self._maybe_advance(queue, idle=False)
+
+    async def _copy(self, queue: str, records: list[SourceRecord], upto: int | None = None) -> None:
         """Write one batch of one queue, in order; acknowledge; note the position."""
         assert self.source is not None and self.target is not None
         rule, stats = self.rule, self.stats
@@ -300,7 +335,7 @@ class RuleRunner:
                 runs.append((topic, [copy], [record]))
         for topic, copies, recs in runs:
             await self._write(topic, queue, copies, recs)
-        last = records[-1].offset
+        last = max(records[-1].offset, upto if upto is not None else -1)
         written_last = runs[-1][2][-1].offset if runs else None
         await self._src(self.source.acknowledge(queue, last))
         self.positions[queue] = last
@@ -410,7 +445,8 @@ class RuleRunner:
                 queue = queues[turn % len(queues)]
                 turn += 1
                 born = int(time.time() * 1000)
-                await self._src(send(queue, {HEARTBEAT: f"{self.rule.name}:{born}"}))
+                beat = {HEARTBEAT: f"{self.rule.name}:{born}"}
+                await self._src(send(queue, beat, HEARTBEAT_TAG))
             await asyncio.sleep(self.settings.heartbeat_interval)
 
     async def _carry_offsets(self) -> None:
@@ -438,25 +474,54 @@ class _Stop(Exception):
     """Raised inside a rule's task group to end it on :meth:`RuleRunner.stop`."""
 
 
-def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
-    out: list[BaseException] = []
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            out += _leaves(exc)
-        else:
-            out.append(exc)
-    return out
-
-
-def _pick(group: BaseExceptionGroup[Any]) -> BaseException:
-    """The exception a rule's task group ends with that decides what the rule does next:
-    a stop for good first, then an unreachable side, then a requested stop, then a bug."""
-    leaves = _leaves(group)
+def _pick(errors: list[BaseException]) -> BaseException:
+    """Of the errors a rule's tasks ended with at once, the one that decides what the
+    rule does next: a stop for good first, then an unreachable side, then a requested
+    stop, then a bug."""
     for kind in (RuleStopped, _Side, _Stop):
-        for exc in leaves:
+        for exc in errors:
             if isinstance(exc, kind):
                 return exc
-    return next((e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0])
+    return errors[0]
+
+
+class _Tasks:
+    """The tasks of one rule session (a copy task per queue and the side tasks); the
+    first to fail ends them all. Not a TaskGroup: Python 3.11's leaves the parent task
+    marked as cancelling after a child fails, and one of its child errors can hide a
+    cancellation of the parent; here a cancellation of :meth:`run` is just that."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Future[Any]] = set()
+        self._changed = asyncio.Event()
+
+    def create_task(self, coro: Any) -> None:
+        self.tasks.add(asyncio.ensure_future(coro))
+        self._changed.set()
+
+    async def run(self) -> None:
+        try:
+            while self.tasks:
+                self._changed.clear()
+                changed = asyncio.ensure_future(self._changed.wait())
+                try:
+                    done, _ = await asyncio.wait(
+                        self.tasks | {changed}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    changed.cancel()
+                errors: list[BaseException] = []
+                for task in done - {changed}:
+                    self.tasks.discard(task)
+                    if not task.cancelled() and task.exception() is not None:
+                        errors.append(task.exception())  # type: ignore[arg-type]
+                if errors:
+                    raise _pick(errors)
+        finally:
+            for task in self.tasks:
+                task.cancel()
+            if self.tasks:
+                await asyncio.wait(self.tasks)
 
 
 class Connector:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.clients import Producer, PullConsumer, ReceivedMessage, RemotingClient
-from gateway.connector.runner import HEARTBEAT
+from gateway.connector.heartbeat import HEARTBEAT
 
 ROOT = Path(__file__).resolve().parents[3]
 START_TIMEOUT = 20.0

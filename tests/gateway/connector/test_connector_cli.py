@@ -140,6 +140,11 @@ start = "earliest"
 
         got = await eventually(copied)
         assert got and bodies_of(got) == sorted(sent)
+        # the rule's metrics are on the gateway's own /metrics
+        with urllib.request.urlopen(f"http://127.0.0.1:{a_port}/metrics", timeout=5) as r:
+            metrics = r.read().decode()
+        assert 'lmq_connector_state{rule="out",state="running"} 1' in metrics
+        assert 'lmq_connector_messages_total{rule="out"}' in metrics
         assert a.stop() == 0
     finally:
         a.stop()

@@ -183,7 +183,7 @@ async def test_both_ways_without_loops(two, run_connector) -> None:
     assert bodies_of(ga) == everything and bodies_of(gb) == everything
 
 
-async def test_target_unreachable_then_back(tmp_path: Path, run_connector) -> None:
+async def test_target_then_source_unreachable(tmp_path: Path, run_connector) -> None:
     a = GatewayProcess(tmp_path / "a").start()
     b = GatewayProcess(tmp_path / "b").start()
     try:
@@ -217,6 +217,12 @@ async def test_target_unreachable_then_back(tmp_path: Path, run_connector) -> No
         assert await eventually(running)
         status = conn.status()["r"]
         assert status["retries"] >= 1 and status["errors"] >= 1
+        a.stop()
+
+        async def source_unreachable():
+            return conn.status()["r"]["state"] == "source-unreachable"
+
+        assert await eventually(source_unreachable), conn.status()
     finally:
         b.stop()
         a.stop()
