@@ -205,6 +205,11 @@ class GatewayConfig:
     #: Seconds a JSON API publish with an ``Idempotency-Key`` is remembered: a retry
     #: with the same key within it stores nothing (the key index, so across restarts).
     http_idempotency_window: float = 24 * 3600.0
+
+    #: Seconds a remoting send carrying ``__LMQ_DEDUP_ID`` (the connector's copies from
+    #: MQTT and AMQP brokers) is remembered: a copy with the same id on the same topic
+    #: within it is not stored again (gateway/remoting/dedup.py).
+    remoting_dedup_window: float = 3600.0
     #: Log line format: ``text`` or ``json`` (one JSON object per line).
     log_format: str = "text"
     #: Least severe log level written: debug, info, warning, error.
@@ -458,6 +463,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "http_body_timeout": _seconds,
     "http_keepalive_timeout": _seconds,
     "http_idempotency_window": _seconds,
+    "remoting_dedup_window": _seconds,
     "log_format": _choice(*LOG_FORMATS),
     "log_level": _choice(*LOG_LEVELS),
     "connector": _connector,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages the test suite needs: Debian's mosquitto-clients (mosquitto_pub/sub as
-# real MQTT peers), a Java runtime for the local Spark tests, openssl for test
+# real MQTT peers), mosquitto and rabbitmq-server (the connector's peer brokers), a Java runtime for the local Spark tests, openssl for test
 # certificates and Node.js with npm (the real RocketMQ client ali-ons, installed from
 # tests/node/package-lock.json by scripts/install-node-deps.sh). Installs only what is
 # missing, so it is cheap to call before every test run.
@@ -12,6 +12,10 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)  # test certificates for T
 command -v node >/dev/null 2>&1 || need+=(nodejs)  # ali-ons, tests/gateway/remoting
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v curl >/dev/null 2>&1 || need+=(curl)  # the JSON API's tests (tests/gateway/http)
+# the connector's real peers (tests/gateway/connector/test_peers_*.py): Debian's brokers,
+# started by the tests on loopback ports (their packaged services are not used)
+[ -x /usr/sbin/mosquitto ] || command -v mosquitto >/dev/null 2>&1 || need+=(mosquitto)
+[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need+=(rabbitmq-server)
 ((${#need[@]})) || exit 0
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "missing system packages: ${need[*]} (no apt-get here: install them by hand)" >&2

@@ -27,7 +27,10 @@ as ordinary properties):
 - ``__LMQ_ORIGIN_QUEUE``: the source queue (``<topic>:<queueId>`` for a gateway);
 - ``__LMQ_ORIGIN_OFFSET``: the source offset, decimal;
 - ``__LMQ_PATH``: the cluster ids the message has passed through, comma-separated, oldest
-  first, the source's own id last.
+  first, the source's own id last;
+- ``__LMQ_DEDUP_ID``: on a copy from an MQTT or AMQP source (whose redeliveries come
+  with new offsets), its ``msg_id``: the gateway drops a copy whose id it stored on the same
+  topic within its window (``remoting_dedup_window``).
 
 Errors an endpoint raises: :class:`EndpointUnavailable` (cannot reach it or it is not
 answering: the runner backs off and retries, keeping its position) and
@@ -46,8 +49,12 @@ ORIGIN_CLUSTER = "__LMQ_ORIGIN_CLUSTER"
 ORIGIN_QUEUE = "__LMQ_ORIGIN_QUEUE"
 ORIGIN_OFFSET = "__LMQ_ORIGIN_OFFSET"
 PATH = "__LMQ_PATH"
+#: A copy from a source that cannot deduplicate (an MQTT or AMQP broker) goes into a
+#: gateway with its ``msg_id`` here: the gateway stores one copy per id and topic within
+#: its ``remoting_dedup_window`` (gateway/remoting/dedup.py, docs/connector.md).
+DEDUP_ID = "__LMQ_DEDUP_ID"
 #: Properties that belong to the connector's wire form, not to the message.
-CONNECTOR_PROPERTIES = frozenset({ORIGIN_CLUSTER, ORIGIN_QUEUE, ORIGIN_OFFSET, PATH})
+CONNECTOR_PROPERTIES = frozenset({ORIGIN_CLUSTER, ORIGIN_QUEUE, ORIGIN_OFFSET, PATH, DEDUP_ID})
 
 
 @dataclass(frozen=True, slots=True)

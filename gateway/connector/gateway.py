@@ -45,6 +45,7 @@ from protocol.remoting import ResponseCode
 
 from .endpoints import (
     CONNECTOR_PROPERTIES,
+    DEDUP_ID,
     ORIGIN_CLUSTER,
     ORIGIN_OFFSET,
     ORIGIN_QUEUE,
@@ -449,6 +450,10 @@ class GatewayTarget(_Endpoint):
             props[MQTT_SECOND_TOPIC] = second
         if m.msg_id:
             props["UNIQ_KEY"] = m.msg_id
+            if m.origin is None:
+                # no origin offset to drop a repeat by (an MQTT or AMQP source, whose
+                # redeliveries come with new offsets): the gateway's dedup window does
+                props[DEDUP_ID] = m.msg_id
         if m.origin is not None:
             props[ORIGIN_CLUSTER] = m.origin.cluster
             props[ORIGIN_QUEUE] = m.origin.queue

@@ -63,6 +63,7 @@ from broker_core import (
     StoreError,
 )
 from broker_core.clock import now_ms
+from gateway.remoting import dedup
 from gateway.remoting.delayed import DelayError, due_time
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
 from gateway.remoting.messages import (
@@ -242,6 +243,17 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     config = writable_topic(ctx, topic)
     queue_id = choose_queue(config, header.queue_id)
     props = decode_properties(header.properties)
+    if dedup.DEDUP_ID in props:  # a connector's copy from an MQTT or AMQP peer
+        found = dedup.stored(ctx, topic, dedup.apply(topic, props))
+        if found is not None:
+            position, stored_queue, stored_offset = found
+            if not props.keys().isdisjoint(COPY_PROPERTIES):
+                ctx.front.copies_duplicate += 1
+                ctx.reply(cmd, _copies_reply(ctx, [], queue_id, duplicates=1, loops=0))
+                return None
+            ctx.reply_send_ok(cmd, ctx.msg_id(position), stored_queue, stored_offset)
+            return None
+        header.properties = encode_properties(props)
     if not props.keys().isdisjoint(COPY_PROPERTIES):
         return _send_copy(ctx, cmd, header, queue_id, props)
     kind = _NORMAL
@@ -307,11 +319,13 @@ def _send_copy(
 
 
 async def _store_copies(
-    ctx: RequestContext, items: list[tuple[Message, list[str]]], queue_id: int, loops: int = 0
+    ctx: RequestContext, items: list[tuple[Message, list[str]]], queue_id: int, loops: int = 0,
+    deduplicated: int = 0,
 ) -> RemotingCommand:
     """Store copies (and plain messages beside them) in one idempotent append, answered
     once durable: ``msgId`` and ``queueOffset`` name the copies stored, ``lmqDuplicates``
-    and ``lmqLoops`` count those dropped (module doc of gateway.remoting.origins)."""
+    and ``lmqLoops`` count those dropped (module doc of gateway.remoting.origins; the
+    ``deduplicated`` ones were dropped before, by gateway.remoting.dedup)."""
     front = ctx.front
     store = front.store
     try:
@@ -323,7 +337,7 @@ async def _store_copies(
         log.info("remoting copy refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
     front.sent += len(stored)
-    duplicates = len(results) - len(stored)
+    duplicates = len(results) - len(stored) + deduplicated
     front.copies_duplicate += duplicates
     return _copies_reply(ctx, stored, queue_id, duplicates, loops)
 
@@ -439,10 +453,29 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
     lmq = queue_lmq(header.topic, queue_id)
     items: list[tuple[Message, list[str]]] = []
     dues: list[int | None] = []
+    #: batch index -> the msgId of a copy already stored (gateway.remoting.dedup)
+    already: dict[int, str] = {}
+    seen: dict[str, int] = {}
+    first_offset = 0
+    copies_dropped = 0
     now = now_ms()
     copies = loops = 0
     for index, entry in enumerate(entries):
         body, props, flag = entry.body, entry.properties, entry.flag
+        if dedup.DEDUP_ID in props:
+            message_id = dedup.apply(header.topic, props)
+            found = dedup.stored(ctx, header.topic, message_id)
+            if found is not None or message_id in seen:
+                if found is not None:
+                    already[index] = ctx.msg_id(found[0])
+                    if not index:
+                        first_offset = found[2]
+                else:  # named once the first is stored
+                    already[index] = f"@{seen[message_id]}"
+                if not props.keys().isdisjoint(COPY_PROPERTIES):
+                    copies_dropped += 1
+                continue
+            seen[message_id] = index
         props_text = encode_properties(props)
         copy = None
         if not props.keys().isdisjoint(COPY_PROPERTIES):
@@ -483,15 +516,19 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
             message = replace(message, properties=with_origin(message.properties, copy))
         routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
         items.append((message, [lmq, *routes]))
-    if copies or loops:
+    if copies or loops or copies_dropped:
         front.copies_looped += loops
         if not items:
-            return _copies_reply(ctx, [], queue_id, duplicates=0, loops=loops)
+            front.copies_duplicate += len(already)
+            return _copies_reply(ctx, [], queue_id, duplicates=len(already), loops=loops)
         if any(due is not None for due in dues):
             raise RequestError(
                 ResponseCode.MESSAGE_ILLEGAL,
                 "a batch of copies cannot hold delayed messages that are not copies")
-        return await _store_copies(ctx, items, queue_id, loops)
+        return await _store_copies(ctx, items, queue_id, loops, deduplicated=len(already))
+    if already:
+        return await _send_deduplicated(ctx, items, dues, already, len(entries), queue_id,
+                                        first_offset)
     if any(due is not None for due in dues):
         return await _send_delayed(
             ctx, [(m, lmqs, now if due is None else due)
@@ -510,3 +547,44 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
         "queueId": queue_id,
         "queueOffset": results[0].offsets[0],
     })
+
+
+async def _send_deduplicated(
+    ctx: RequestContext, items: list[tuple[Message, list[str]]], dues: list[int | None],
+    already: dict[int, str], count: int, queue_id: int, first_offset: int,
+) -> RemotingCommand:
+    """A batch some of whose copies are stored already (gateway.remoting.dedup): the
+    others in one append; the answer names all ``count`` in the batch's order."""
+    store = ctx.front.store
+    ids: list[str] = []
+    offset = first_offset  # the first message's: stored before (index 0) or now
+    if items:
+        try:
+            if any(due is not None for due in dues):
+                now = now_ms()
+                results = store.append_delayed_batch(
+                    [(m, lmqs, now if due is None else due)
+                     for (m, lmqs), due in zip(items, dues, strict=True)], wait=False)
+                ctx.front.ctx.rocketmq.timers.arm(min(d for d in dues if d is not None))
+            else:
+                results = store.append_batch(items, wait=False)
+            if store.config.durability == Durability.SYNC:
+                await asyncio.wrap_future(store.acknowledged(results[-1].end))
+        except Exception as exc:
+            log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())
+            return failure(exc)
+        ctx.front.sent += len(results)
+        ids = [ctx.msg_id(r.position) for r in results]
+        if 0 not in already:
+            offset = results[0].offsets[0] if results[0].offsets else 0
+    fresh = iter(ids)
+    named: list[str] = []
+    for index in range(count):
+        name = already.get(index)
+        if name is None:
+            name = next(fresh)
+        elif name.startswith("@"):
+            name = named[int(name[1:])]
+        named.append(name)
+    return response(fields={"msgId": ",".join(named), "queueId": queue_id,
+                            "queueOffset": offset})
