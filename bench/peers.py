@@ -425,6 +425,8 @@ class RabbitMQ(Broker):
             "RABBITMQ_CONF_ENV_FILE": str(d / "rabbitmq-env.conf"),
             "RABBITMQ_ADVANCED_CONFIG_FILE": str(d / "advanced.config"),
             "ERL_EPMD_ADDRESS": "127.0.0.1",
+            # the Erlang distribution listener too (it binds every interface otherwise)
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
         }
 
     def _prepare(self) -> None:
@@ -432,7 +434,8 @@ class RabbitMQ(Broker):
         d = self.data_dir
         (d / "log").mkdir()
         (d / "rabbitmq-env.conf").write_text("")
-        (d / "advanced.config").write_text("[].\n")
+        (d / "advanced.config").write_text(
+            "[{kernel, [{inet_dist_use_interface, {127,0,0,1}}]}].\n")
         (d / "enabled_plugins").write_text("[rabbitmq_mqtt].\n")
         (d / "rabbitmq.conf").write_text(
             "\n".join(
