@@ -21,7 +21,8 @@ Theory of operation (docs/connector.md "How it copies"):
 - **Faults.** EndpointUnavailable: the whole rule closes its endpoints, backs off
   (bounded exponential with jitter), reopens and resumes from its positions (and the
   target's marks). MessageRefused: ``on_refused`` (stop / skip / dead-letter). Any
-  other exception stops the rule with its error in ``status``.
+  other exception (TlsFailure: a certificate that does not verify) stops the rule with
+  its error in ``status``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from .endpoints import (
     Source,
     SourceRecord,
     Target,
+    TlsFailure,
 )
 from .heartbeat import HEARTBEAT, HEARTBEAT_TAG
 from .registry import make_source, make_target
@@ -140,8 +142,8 @@ class RuleRunner:
                 log.warning("rule %s: %s", self.rule.name, exc)
             except _Stop:
                 break
-            except RuleStopped as exc:
-                self.stats.state = exc.state
+            except (RuleStopped, TlsFailure) as exc:
+                self.stats.state = exc.state if isinstance(exc, RuleStopped) else "stopped"
                 self.stats.error(str(exc))
                 log.error("rule %s stopped: %s", self.rule.name, exc)
                 return
