@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,7 @@ from gateway.connector.endpoints import (
     SourceRecord,
 )
 from gateway.connector.heartbeat import HEARTBEAT
+from gateway.connector.tls import cluster_context, verify_failure
 
 log = logging.getLogger(__name__)
 
@@ -77,18 +79,25 @@ class AmqpPeer:
     heartbeat: int = 60
     #: seconds to connect, and to wait for a confirm
     timeout: float = 10.0
+    #: AMQP over TLS, ``amqps`` (the cluster's ``tls``: ``gateway.connector.tls``)
+    ssl_context: ssl.SSLContext | None = None
 
     @property
     def url(self) -> str:
-        return (f"amqp://{quote(self.user, safe='')}:{quote(self.password, safe='')}"
+        scheme = "amqps" if self.ssl_context is not None else "amqp"
+        return (f"{scheme}://{quote(self.user, safe='')}:{quote(self.password, safe='')}"
                 f"@{self.host}:{self.port}/{quote(self.vhost, safe='')}"
                 f"?heartbeat={self.heartbeat}")
 
 
 async def _connect(peer: AmqpPeer) -> aiormq.abc.AbstractConnection:
     try:
-        return await asyncio.wait_for(aiormq.connect(peer.url), peer.timeout)
+        return await asyncio.wait_for(
+            aiormq.connect(peer.url, context=peer.ssl_context), peer.timeout)
     except _UNAVAILABLE as exc:
+        failure = verify_failure(exc, f"AMQP broker {peer.host}:{peer.port}")
+        if failure is not None:
+            raise failure from None
         raise EndpointUnavailable(
             f"AMQP broker {peer.host}:{peer.port} vhost {peer.vhost!r}: {exc!r}") from None
 
@@ -309,11 +318,10 @@ class AmqpTarget:
 
 def peer_of(cluster: Any) -> AmqpPeer:
     """An :class:`AmqpPeer` from a rules file's cluster (``gateway.connector.rules``)."""
-    if getattr(cluster, "tls", None) is not None:
-        raise ValueError(f"cluster {cluster.name!r}: TLS to AMQP brokers is not supported yet")
     host, _, port = cluster.endpoints[0].rpartition(":")
     options: Mapping[str, Any] = cluster.options
-    kw: dict[str, Any] = {"host": host, "port": int(port)}
+    kw: dict[str, Any] = {"host": host, "port": int(port),
+                          "ssl_context": cluster_context(cluster)}
     if cluster.user is not None:
         kw["user"] = cluster.user
     if cluster.password is not None:

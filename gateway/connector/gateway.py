@@ -137,7 +137,7 @@ class _Endpoint:
             await client.connection(address)
         except Exception as exc:
             await client.close()
-            failure = verify_failure(exc, self.cluster.name, address)
+            failure = verify_failure(exc, f"cluster {self.cluster.name} at {address}")
             if failure is not None:
                 raise failure from exc
             if is_transient(exc):

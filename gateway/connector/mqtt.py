@@ -36,6 +36,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -51,6 +52,7 @@ from gateway.connector.endpoints import (
     SourceRecord,
 )
 from gateway.connector.heartbeat import HEARTBEAT
+from gateway.connector.tls import cluster_context, verify_failure
 from protocol.mqtt import (
     NEED_DATA,
     PAUSED,
@@ -102,6 +104,8 @@ class MqttPeer:
     timeout: float = 10.0
     #: MQTT 5 Session Expiry Interval of the source's session, seconds
     session_expiry: int = 7 * 24 * 3600
+    #: MQTT over TLS (the cluster's ``tls``: ``gateway.connector.tls``); None: plain TCP
+    ssl_context: ssl.SSLContext | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> MqttPeer:
@@ -161,9 +165,13 @@ class _Client:
         peer = self.peer
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(peer.host, peer.port), peer.timeout)
+                asyncio.open_connection(peer.host, peer.port, ssl=peer.ssl_context),
+                peer.timeout)
         except (OSError, TimeoutError) as exc:
             self._lost(str(exc) or type(exc).__name__)
+            failure = verify_failure(exc, f"MQTT broker {peer.host}:{peer.port}")
+            if failure is not None:
+                raise failure from None
             raise EndpointUnavailable(
                 f"MQTT broker {peer.host}:{peer.port}: {exc or type(exc).__name__}") from None
         v5 = peer.mqtt_version is MQTTVersion.V5
@@ -598,11 +606,10 @@ class MqttTarget:
 
 def peer_of(cluster: Any) -> MqttPeer:
     """An :class:`MqttPeer` from a rules file's cluster (``gateway.connector.rules``)."""
-    if getattr(cluster, "tls", None) is not None:
-        raise ValueError(f"cluster {cluster.name!r}: TLS to MQTT brokers is not supported yet")
     host, _, port = cluster.endpoints[0].rpartition(":")
     options: Mapping[str, Any] = cluster.options
-    config: dict[str, Any] = {"host": host, "port": int(port)}
+    config: dict[str, Any] = {"host": host, "port": int(port),
+                              "ssl_context": cluster_context(cluster)}
     if cluster.user is not None:
         config["username"] = cluster.user
     if cluster.password is not None:

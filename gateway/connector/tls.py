@@ -41,15 +41,16 @@ def cluster_context(cluster: Cluster) -> ssl.SSLContext | None:
     return ssl_context(cluster.tls, cluster.name)
 
 
-def verify_failure(exc: BaseException | None, cluster: str, address: str) -> TlsFailure | None:
-    """The :class:`TlsFailure` for a connect error caused (anywhere down its chain of
-    causes) by a certificate that does not verify; None for any other error."""
+def verify_failure(exc: BaseException | None, what: str) -> TlsFailure | None:
+    """The :class:`TlsFailure` for a connect error to ``what`` (``"cluster b at
+    host:port"``) caused, anywhere down its chain of causes, by a certificate that does
+    not verify; None for any other error."""
     seen = 0
     while exc is not None and seen < 10:
         if isinstance(exc, ssl.SSLCertVerificationError):
             why = exc.verify_message or str(exc)
             return TlsFailure(
-                f"cluster {cluster} at {address}: the TLS certificate does not verify: {why}"
+                f"{what}: the TLS certificate does not verify: {why}"
             )
         exc = exc.__cause__ or exc.__context__
         seen += 1

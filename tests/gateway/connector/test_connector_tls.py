@@ -4,7 +4,6 @@ and a certificate that does not verify (the rule stops and says why)."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,18 +11,7 @@ import pytest
 
 from ..gateway_process import GatewayProcess
 from .connector_support import ConnectorProcess, bodies_of, eventually, read_all, send
-
-
-def make_cert(directory: Path, name: str) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1 (it is its own CA): (cert, key)."""
-    cert, key = directory / f"{name}.pem", directory / f"{name}-key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-subj", f"/CN={name}", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=30,
-    )  # fmt: skip
-    return cert, key
+from .peer_support import make_cert
 
 
 @pytest.fixture(scope="module")
