@@ -50,7 +50,7 @@ from .endpoints import (
 )
 from .heartbeat import HEARTBEAT, HEARTBEAT_TAG
 from .registry import make_source, make_target
-from .rules import Rule, Rules
+from .rules import Rule, Rules, check_shared_marks
 from .status import RuleStats
 
 log = logging.getLogger("lmq.connector")
@@ -530,6 +530,8 @@ class Connector:
     """Every rule of a rules file, each in its own task."""
 
     def __init__(self, rules: Rules) -> None:
+        # parse_rules checked it already; Rules built otherwise are checked here too
+        check_shared_marks(rules)
         self.rules = rules
         self.runners = [RuleRunner(rules, rule) for rule in rules.rules]
         self._tasks: list[asyncio.Task[None]] = []
