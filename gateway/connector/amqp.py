@@ -57,6 +57,10 @@ from gateway.connector.tls import cluster_context, verify_failure
 
 log = logging.getLogger(__name__)
 
+#: The header RabbitMQ's ``rabbitmq_message_timestamp`` plugin stamps a message's arrival
+#: with, epoch milliseconds: preferred to the ``timestamp`` property (whole seconds).
+TIMESTAMP_IN_MS = "timestamp_in_ms"
+
 #: What aiormq raises when the connection or channel is gone or cannot be had.
 _UNAVAILABLE = (aiormq.exceptions.AMQPError, OSError, ConnectionError, TimeoutError,
                 RuntimeError)
@@ -117,12 +121,19 @@ def copy_message(delivered: DeliveredMessage) -> CopyMessage:
     keys = tuple(headers.pop("KEYS", "").split())
     for name in CONNECTOR_PROPERTIES:
         headers.pop(name, None)
+    # RabbitMQ's message_timestamp plugin adds ``timestamp_in_ms``; the AMQP property
+    # has whole seconds only
+    stamp_ms = headers.get(TIMESTAMP_IN_MS, "")
     stamp = props.timestamp
-    born_ms = int(stamp.timestamp() * 1000) if isinstance(stamp, datetime) else int(
-        time.time() * 1000)
+    if stamp_ms.isdigit() and len(stamp_ms) < 16:
+        born_ms, stamped = int(stamp_ms), True
+    elif isinstance(stamp, datetime):
+        born_ms, stamped = int(stamp.timestamp() * 1000), True
+    else:
+        born_ms, stamped = int(time.time() * 1000), False
     return CopyMessage(body=delivered.body, topic=delivered.routing_key or "", tag=tag,
                        keys=keys, properties=headers, born_ms=born_ms,
-                       msg_id=props.message_id or "", path=path)
+                       msg_id=props.message_id or "", path=path, stamped=stamped)
 
 
 class AmqpSource:

@@ -89,6 +89,10 @@ class CopyMessage:
     msg_id: str = ""
     origin: Origin | None = None
     path: tuple[str, ...] = ()
+    #: ``born_ms`` is the publisher's own timestamp (MQTT 5 ``msg-timestamp``, AMQP
+    #: ``timestamp``), not the time the source received it: the runner measures the
+    #: rule's delay from it (docs/connector.md "Metrics")
+    stamped: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,6 +80,9 @@ log = logging.getLogger(__name__)
 
 #: The MQTT 5 user property a publisher may set to give its message an id.
 MSG_ID_PROPERTY = "msg-id"
+#: The MQTT 5 user property a publisher may set to its message's birth, epoch
+#: milliseconds (decimal): the copy's ``born_ms``, and the rule's delay is measured from it.
+TIMESTAMP_PROPERTY = "msg-timestamp"
 _VERSIONS = {"3.1.1": MQTTVersion.V3_1_1, "311": MQTTVersion.V3_1_1, "4": MQTTVersion.V3_1_1,
              "5": MQTTVersion.V5, "5.0": MQTTVersion.V5}
 #: PUBACK reason codes that say "not now" rather than "never".
@@ -357,19 +360,25 @@ class _Client:
                 await self._writer.wait_closed()
 
 
-def _user_properties(publish: Publish) -> tuple[dict[str, str], str, tuple[str, ...]]:
-    """(properties, msg-id, path) from a received PUBLISH's MQTT 5 user properties."""
+def _user_properties(
+    publish: Publish,
+) -> tuple[dict[str, str], str, tuple[str, ...], int | None]:
+    """(properties, msg-id, path, msg-timestamp) from a received PUBLISH's MQTT 5 user
+    properties (a ``msg-timestamp`` that is not a decimal number stays a property)."""
     props: dict[str, str] = {}
     msg_id = ""
     path: tuple[str, ...] = ()
+    stamp: int | None = None
     for name, value in publish.properties.user_properties:
         if name == MSG_ID_PROPERTY:
             msg_id = value
+        elif name == TIMESTAMP_PROPERTY and value.isdigit() and len(value) < 16:
+            stamp = int(value)
         elif name == PATH:
             path = tuple(p for p in value.split(",") if p)
         elif name not in CONNECTOR_PROPERTIES:
             props[name] = value
-    return props, msg_id, path
+    return props, msg_id, path, stamp
 
 
 class MqttSource:
@@ -421,12 +430,13 @@ class MqttSource:
                  client.connack.session_present if client.connack else False)
 
     def _on_publish(self, publish: Publish) -> None:
-        props, msg_id, path = _user_properties(publish)
+        props, msg_id, path, stamp = _user_properties(publish)
         if not msg_id:
             msg_id = message_digest(self.client_id, publish.packet_id, publish.topic,
                                     publish.payload)
         message = CopyMessage(body=publish.payload, topic=publish.topic, properties=props,
-                              born_ms=int(time.time() * 1000), msg_id=msg_id, path=path)
+                              born_ms=int(time.time() * 1000) if stamp is None else stamp,
+                              msg_id=msg_id, path=path, stamped=stamp is not None)
         if publish.qos == 2:
             log.warning("mqtt source %s: a QoS 2 message although QoS 1 was asked", self.name)
         self._received.append((publish.packet_id if publish.qos else None, message))

@@ -311,6 +311,8 @@ class RuleRunner:
         rule, stats = self.rule, self.stats
         runs: list[tuple[str, list[CopyMessage], list[SourceRecord]]] = []
         heartbeats: list[int] = []
+        #: the publisher's timestamp of the last copy that has one (MQTT/AMQP sources)
+        stamp: int | None = None
         for record in records:
             m = record.message
             if self.target_id in m.path:
@@ -329,6 +331,8 @@ class RuleRunner:
                 origin=Origin(self.source_id, queue, record.offset) if self.exactly_once else None,
                 path=path,
             )
+            if m.stamped:
+                stamp = m.born_ms
             topic = rule.render_topic(m.topic, rule.read)
             if runs and runs[-1][0] == topic:
                 runs[-1][1].append(copy)
@@ -349,6 +353,10 @@ class RuleRunner:
             now = time.time() * 1000
             stats.heartbeats += len(heartbeats)
             stats.delay_ms = max(0.0, now - heartbeats[-1])
+        elif stamp is not None:
+            # a broker source sends no heartbeats: the publisher's own timestamp, to the
+            # target's acknowledgement (the publisher's clock against ours)
+            stats.delay_ms = max(0.0, time.time() * 1000 - stamp)
 
     async def _write(
         self, topic: str, queue: str, copies: list[CopyMessage], recs: list[SourceRecord]
