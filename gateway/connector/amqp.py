@@ -15,8 +15,9 @@ grow across restarts, as a gateway target's high-water mark needs). ``msg_id`` i
 Mapping: body; topic = the routing key it was published with; properties = the headers
 whose values are strings (others are turned into text; the connector's ``__LMQ_PATH``
 header is the copy's path); ``TAGS`` and ``KEYS`` headers are the tag and keys (as the
-gateway maps RocketMQ messages to AMQP headers); ``born_ms`` from ``timestamp`` (seconds),
-else the time of delivery.
+gateway maps RocketMQ messages to AMQP headers); ``born_ms`` from the header
+``timestamp_in_ms`` (milliseconds), else ``timestamp`` (seconds), either marking the copy
+``stamped`` (the rule's delay is measured from it), else the time of delivery.
 
 Target: ``basic.publish`` to ``exchange`` (default the default exchange, so the topic is
 a queue name) with routing key = the topic, ``mandatory``, persistent (delivery mode 2),

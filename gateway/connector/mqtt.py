@@ -21,7 +21,10 @@ Source (what a Mosquitto bridge's ``topic ... in`` does, without losing its buff
   high-water mark per source queue and must never see an offset go back);
 - ``msg_id``: the MQTT 5 user property ``msg-id`` when the publisher set one, else
   :func:`message_digest` (client id, packet id, topic, payload), which a redelivery
-  repeats (same packet id) and a gateway target deduplicates within its window.
+  repeats (same packet id) and a gateway target deduplicates within its window;
+- ``born_ms``: the MQTT 5 user property ``msg-timestamp`` (epoch milliseconds) when the
+  publisher set one (the copy is ``stamped``: the rule's delay is measured from it),
+  else the time of receipt.
 
 Target: QoS 1 PUBLISH; :meth:`MqttTarget.write` returns when every PUBACK is in, at most
 the broker's Receive Maximum in flight; MQTT 5 user properties carry the properties,
