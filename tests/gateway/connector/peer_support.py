@@ -30,15 +30,6 @@ def start_mosquitto(workdir: Path) -> Mosquitto:
     return broker
 
 
-def start_rabbitmq(workdir: Path) -> RabbitMQ:
-    broker = RabbitMQ(workdir)
-    why = broker.available()
-    if why:
-        pytest.skip(why)
-    broker.start()
-    return broker
-
-
 def make_cert(directory: Path, name: str) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 (it is its own CA): (cert, key)."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ from gateway.connector.runner import RuleRunner
 
 from ..gateway_process import GatewayProcess
 from ..mqtt_clients import Paho
-from .peer_support import eventually, start_mosquitto, start_rabbitmq
+from .peer_support import eventually, start_mosquitto
 
 pytestmark = pytest.mark.slow
 
@@ -45,13 +45,9 @@ def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 
 @pytest.fixture(scope="module")
-def rabbit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    broker = start_rabbitmq(tmp_path_factory.mktemp("rabbitmq"))
-    try:
-        assert broker.amqp_port is not None
-        yield broker.amqp_port
-    finally:
-        broker.stop()
+def rabbit(rabbitmq_tls: Any) -> int:
+    assert rabbitmq_tls.amqp_port is not None
+    return int(rabbitmq_tls.amqp_port)  # conftest.py: one node per session
 
 
 def runner(kind: str, port: int, read: str, gateway: GatewayProcess) -> RuleRunner:

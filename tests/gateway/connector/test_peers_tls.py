@@ -17,15 +17,14 @@ from gateway.connector import amqp, mqtt
 from gateway.connector.endpoints import CopyMessage, SourceRecord, TlsFailure
 from gateway.connector.rules import parse_rules
 
-from .peer_support import MosquittoTls, RabbitMQTls, make_cert, start_broker
+from .peer_support import MosquittoTls, RabbitMQTls, start_broker
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
-    d = tmp_path_factory.mktemp("pki")
-    return {"server": make_cert(d, "server"), "other": make_cert(d, "other")}
+def pki(connector_pki: dict[str, tuple[Path, Path]]) -> dict[str, tuple[Path, Path]]:
+    return connector_pki
 
 
 def cluster_and_rule(kind: str, port: int, ca: Path, read: str) -> tuple[Any, Any]:
@@ -88,15 +87,8 @@ async def test_mqtt_certificate_that_does_not_verify(mosquitto_tls, pki) -> None
 
 
 @pytest.fixture(scope="module")
-def rabbit_tls(
-    tmp_path_factory: pytest.TempPathFactory, pki: dict[str, tuple[Path, Path]]
-) -> Iterator[RabbitMQTls]:
-    broker = RabbitMQTls(tmp_path_factory.mktemp("rabbitmq"), *pki["server"])
-    start_broker(broker)
-    try:
-        yield broker
-    finally:
-        broker.stop()
+def rabbit_tls(rabbitmq_tls: RabbitMQTls) -> RabbitMQTls:
+    return rabbitmq_tls  # conftest.py: one node per session
 
 
 async def test_amqp_source_and_target_over_tls(rabbit_tls, pki) -> None:
