@@ -49,9 +49,7 @@ def verify_failure(exc: BaseException | None, what: str) -> TlsFailure | None:
     while exc is not None and seen < 10:
         if isinstance(exc, ssl.SSLCertVerificationError):
             why = exc.verify_message or str(exc)
-            return TlsFailure(
-                f"{what}: the TLS certificate does not verify: {why}"
-            )
+            return TlsFailure(f"{what}: the TLS certificate does not verify: {why}")
         exc = exc.__cause__ or exc.__context__
         seen += 1
     return None
