@@ -15,8 +15,9 @@ grow across restarts, as a gateway target's high-water mark needs). ``msg_id`` i
 Mapping: body; topic = the routing key it was published with; properties = the headers
 whose values are strings (others are turned into text; the connector's ``__LMQ_PATH``
 header is the copy's path); ``TAGS`` and ``KEYS`` headers are the tag and keys (as the
-gateway maps RocketMQ messages to AMQP headers); ``born_ms`` from ``timestamp`` (seconds),
-else the time of delivery.
+gateway maps RocketMQ messages to AMQP headers); ``born_ms`` from the header
+``timestamp_in_ms`` (milliseconds), else ``timestamp`` (seconds), either marking the copy
+``stamped`` (the rule's delay is measured from it), else the time of delivery.
 
 Target: ``basic.publish`` to ``exchange`` (default the default exchange, so the topic is
 a queue name) with routing key = the topic, ``mandatory``, persistent (delivery mode 2),
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -52,8 +54,13 @@ from gateway.connector.endpoints import (
     SourceRecord,
 )
 from gateway.connector.heartbeat import HEARTBEAT
+from gateway.connector.tls import cluster_context, verify_failure
 
 log = logging.getLogger(__name__)
+
+#: The header RabbitMQ's ``rabbitmq_message_timestamp`` plugin stamps a message's arrival
+#: with, epoch milliseconds: preferred to the ``timestamp`` property (whole seconds).
+TIMESTAMP_IN_MS = "timestamp_in_ms"
 
 #: What aiormq raises when the connection or channel is gone or cannot be had.
 _UNAVAILABLE = (aiormq.exceptions.AMQPError, OSError, ConnectionError, TimeoutError,
@@ -77,18 +84,25 @@ class AmqpPeer:
     heartbeat: int = 60
     #: seconds to connect, and to wait for a confirm
     timeout: float = 10.0
+    #: AMQP over TLS, ``amqps`` (the cluster's ``tls``: ``gateway.connector.tls``)
+    ssl_context: ssl.SSLContext | None = None
 
     @property
     def url(self) -> str:
-        return (f"amqp://{quote(self.user, safe='')}:{quote(self.password, safe='')}"
+        scheme = "amqps" if self.ssl_context is not None else "amqp"
+        return (f"{scheme}://{quote(self.user, safe='')}:{quote(self.password, safe='')}"
                 f"@{self.host}:{self.port}/{quote(self.vhost, safe='')}"
                 f"?heartbeat={self.heartbeat}")
 
 
 async def _connect(peer: AmqpPeer) -> aiormq.abc.AbstractConnection:
     try:
-        return await asyncio.wait_for(aiormq.connect(peer.url), peer.timeout)
+        return await asyncio.wait_for(
+            aiormq.connect(peer.url, context=peer.ssl_context), peer.timeout)
     except _UNAVAILABLE as exc:
+        failure = verify_failure(exc, f"AMQP broker {peer.host}:{peer.port}")
+        if failure is not None:
+            raise failure from None
         raise EndpointUnavailable(
             f"AMQP broker {peer.host}:{peer.port} vhost {peer.vhost!r}: {exc!r}") from None
 
@@ -108,12 +122,19 @@ def copy_message(delivered: DeliveredMessage) -> CopyMessage:
     keys = tuple(headers.pop("KEYS", "").split())
     for name in CONNECTOR_PROPERTIES:
         headers.pop(name, None)
+    # RabbitMQ's message_timestamp plugin adds ``timestamp_in_ms``; the AMQP property
+    # has whole seconds only
+    stamp_ms = headers.get(TIMESTAMP_IN_MS, "")
     stamp = props.timestamp
-    born_ms = int(stamp.timestamp() * 1000) if isinstance(stamp, datetime) else int(
-        time.time() * 1000)
+    if stamp_ms.isdigit() and len(stamp_ms) < 16:
+        born_ms, stamped = int(stamp_ms), True
+    elif isinstance(stamp, datetime):
+        born_ms, stamped = int(stamp.timestamp() * 1000), True
+    else:
+        born_ms, stamped = int(time.time() * 1000), False
     return CopyMessage(body=delivered.body, topic=delivered.routing_key or "", tag=tag,
                        keys=keys, properties=headers, born_ms=born_ms,
-                       msg_id=props.message_id or "", path=path)
+                       msg_id=props.message_id or "", path=path, stamped=stamped)
 
 
 class AmqpSource:
@@ -309,11 +330,10 @@ class AmqpTarget:
 
 def peer_of(cluster: Any) -> AmqpPeer:
     """An :class:`AmqpPeer` from a rules file's cluster (``gateway.connector.rules``)."""
-    if getattr(cluster, "tls", None) is not None:
-        raise ValueError(f"cluster {cluster.name!r}: TLS to AMQP brokers is not supported yet")
     host, _, port = cluster.endpoints[0].rpartition(":")
     options: Mapping[str, Any] = cluster.options
-    kw: dict[str, Any] = {"host": host, "port": int(port)}
+    kw: dict[str, Any] = {"host": host, "port": int(port),
+                          "ssl_context": cluster_context(cluster)}
     if cluster.user is not None:
         kw["user"] = cluster.user
     if cluster.password is not None:

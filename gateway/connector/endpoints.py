@@ -36,6 +36,8 @@ Errors an endpoint raises: :class:`EndpointUnavailable` (cannot reach it or it i
 answering: the runner backs off and retries, keeping its position) and
 :class:`MessageRefused` (the target refuses one message for good, e.g. too large or not
 permitted: the rule's ``on_refused`` decides: stop, skip and record, or dead-letter).
+:class:`TlsFailure` (a certificate that does not verify, a TLS file that cannot be
+loaded) stops the rule with its message in ``status``: retrying would fail alike.
 Anything else is a bug and stops the rule with its error shown in ``status``.
 """
 
@@ -87,6 +89,10 @@ class CopyMessage:
     msg_id: str = ""
     origin: Origin | None = None
     path: tuple[str, ...] = ()
+    #: ``born_ms`` is the publisher's own timestamp (MQTT 5 ``msg-timestamp``, AMQP
+    #: ``timestamp``), not the time the source received it: the runner measures the
+    #: rule's delay from it (docs/connector.md "Metrics")
+    stamped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +116,12 @@ class MessageRefused(Exception):
         #: the index in the batch given to :meth:`Target.write`
         self.index = index
         self.reason = reason
+
+
+class TlsFailure(Exception):
+    """The endpoint's TLS cannot work: its certificate does not verify (against the
+    cluster's CA, or for the address dialled), or a CA, certificate or key file cannot
+    be loaded. A configuration error, not an outage: the rule stops with it."""
 
 
 class Source(Protocol):

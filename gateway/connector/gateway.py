@@ -24,7 +24,6 @@ and the rule is at-least-once. Only our gateway was tested as both.
 from __future__ import annotations
 
 import logging
-import ssl
 import zlib
 from collections.abc import Mapping, Sequence
 
@@ -56,7 +55,8 @@ from .endpoints import (
     SourceRecord,
 )
 from .heartbeat import HEARTBEAT_TAG
-from .rules import Cluster, Rule, Tls, start_millis
+from .rules import Cluster, Rule, start_millis
+from .tls import cluster_context, verify_failure
 
 #: RocketMQ's own properties (``gateway.rocketmq.records.SYSTEM_PROPERTIES``, which the
 #: connector may not import: it pulls in the store): the fields of CopyMessage carry the
@@ -91,18 +91,6 @@ log = logging.getLogger("lmq.connector")
 
 def connector_group(rule: Rule) -> str:
     return CONNECTOR_GROUP_PREFIX + rule.name
-
-
-def ssl_context(tls: Tls | None) -> ssl.SSLContext | None:
-    if tls is None:
-        return None
-    context = ssl.create_default_context(cafile=tls.ca_file)
-    if tls.cert_file and tls.key_file:
-        context.load_cert_chain(tls.cert_file, tls.key_file)
-    if not tls.verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    return context
 
 
 def unavailable(exc: Exception, what: str) -> EndpointUnavailable:
@@ -142,13 +130,16 @@ class _Endpoint:
             client_id=f"lmq-connector-{self.rule.name}",
             access_key=self.cluster.access_key,
             secret_key=self.cluster.secret_key,
-            ssl_context=ssl_context(self.cluster.tls),
+            ssl_context=cluster_context(self.cluster),
             timeout=timeout,
         )
         try:
             await client.connection(address)
         except Exception as exc:
             await client.close()
+            failure = verify_failure(exc, f"cluster {self.cluster.name} at {address}")
+            if failure is not None:
+                raise failure from exc
             if is_transient(exc):
                 raise unavailable(exc, f"cluster {self.cluster.name} at {address}") from exc
             raise

@@ -21,7 +21,10 @@ Source (what a Mosquitto bridge's ``topic ... in`` does, without losing its buff
   high-water mark per source queue and must never see an offset go back);
 - ``msg_id``: the MQTT 5 user property ``msg-id`` when the publisher set one, else
   :func:`message_digest` (client id, packet id, topic, payload), which a redelivery
-  repeats (same packet id) and a gateway target deduplicates within its window.
+  repeats (same packet id) and a gateway target deduplicates within its window;
+- ``born_ms``: the MQTT 5 user property ``msg-timestamp`` (epoch milliseconds) when the
+  publisher set one (the copy is ``stamped``: the rule's delay is measured from it),
+  else the time of receipt.
 
 Target: QoS 1 PUBLISH; :meth:`MqttTarget.write` returns when every PUBACK is in, at most
 the broker's Receive Maximum in flight; MQTT 5 user properties carry the properties,
@@ -36,6 +39,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -51,6 +55,7 @@ from gateway.connector.endpoints import (
     SourceRecord,
 )
 from gateway.connector.heartbeat import HEARTBEAT
+from gateway.connector.tls import cluster_context, verify_failure
 from protocol.mqtt import (
     NEED_DATA,
     PAUSED,
@@ -78,6 +83,9 @@ log = logging.getLogger(__name__)
 
 #: The MQTT 5 user property a publisher may set to give its message an id.
 MSG_ID_PROPERTY = "msg-id"
+#: The MQTT 5 user property a publisher may set to its message's birth, epoch
+#: milliseconds (decimal): the copy's ``born_ms``, and the rule's delay is measured from it.
+TIMESTAMP_PROPERTY = "msg-timestamp"
 _VERSIONS = {"3.1.1": MQTTVersion.V3_1_1, "311": MQTTVersion.V3_1_1, "4": MQTTVersion.V3_1_1,
              "5": MQTTVersion.V5, "5.0": MQTTVersion.V5}
 #: PUBACK reason codes that say "not now" rather than "never".
@@ -102,6 +110,8 @@ class MqttPeer:
     timeout: float = 10.0
     #: MQTT 5 Session Expiry Interval of the source's session, seconds
     session_expiry: int = 7 * 24 * 3600
+    #: MQTT over TLS (the cluster's ``tls``: ``gateway.connector.tls``); None: plain TCP
+    ssl_context: ssl.SSLContext | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> MqttPeer:
@@ -161,9 +171,13 @@ class _Client:
         peer = self.peer
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(peer.host, peer.port), peer.timeout)
+                asyncio.open_connection(peer.host, peer.port, ssl=peer.ssl_context),
+                peer.timeout)
         except (OSError, TimeoutError) as exc:
             self._lost(str(exc) or type(exc).__name__)
+            failure = verify_failure(exc, f"MQTT broker {peer.host}:{peer.port}")
+            if failure is not None:
+                raise failure from None
             raise EndpointUnavailable(
                 f"MQTT broker {peer.host}:{peer.port}: {exc or type(exc).__name__}") from None
         v5 = peer.mqtt_version is MQTTVersion.V5
@@ -349,19 +363,25 @@ class _Client:
                 await self._writer.wait_closed()
 
 
-def _user_properties(publish: Publish) -> tuple[dict[str, str], str, tuple[str, ...]]:
-    """(properties, msg-id, path) from a received PUBLISH's MQTT 5 user properties."""
+def _user_properties(
+    publish: Publish,
+) -> tuple[dict[str, str], str, tuple[str, ...], int | None]:
+    """(properties, msg-id, path, msg-timestamp) from a received PUBLISH's MQTT 5 user
+    properties (a ``msg-timestamp`` that is not a decimal number stays a property)."""
     props: dict[str, str] = {}
     msg_id = ""
     path: tuple[str, ...] = ()
+    stamp: int | None = None
     for name, value in publish.properties.user_properties:
         if name == MSG_ID_PROPERTY:
             msg_id = value
+        elif name == TIMESTAMP_PROPERTY and value.isdigit() and len(value) < 16:
+            stamp = int(value)
         elif name == PATH:
             path = tuple(p for p in value.split(",") if p)
         elif name not in CONNECTOR_PROPERTIES:
             props[name] = value
-    return props, msg_id, path
+    return props, msg_id, path, stamp
 
 
 class MqttSource:
@@ -413,12 +433,13 @@ class MqttSource:
                  client.connack.session_present if client.connack else False)
 
     def _on_publish(self, publish: Publish) -> None:
-        props, msg_id, path = _user_properties(publish)
+        props, msg_id, path, stamp = _user_properties(publish)
         if not msg_id:
             msg_id = message_digest(self.client_id, publish.packet_id, publish.topic,
                                     publish.payload)
         message = CopyMessage(body=publish.payload, topic=publish.topic, properties=props,
-                              born_ms=int(time.time() * 1000), msg_id=msg_id, path=path)
+                              born_ms=int(time.time() * 1000) if stamp is None else stamp,
+                              msg_id=msg_id, path=path, stamped=stamp is not None)
         if publish.qos == 2:
             log.warning("mqtt source %s: a QoS 2 message although QoS 1 was asked", self.name)
         self._received.append((publish.packet_id if publish.qos else None, message))
@@ -598,11 +619,10 @@ class MqttTarget:
 
 def peer_of(cluster: Any) -> MqttPeer:
     """An :class:`MqttPeer` from a rules file's cluster (``gateway.connector.rules``)."""
-    if getattr(cluster, "tls", None) is not None:
-        raise ValueError(f"cluster {cluster.name!r}: TLS to MQTT brokers is not supported yet")
     host, _, port = cluster.endpoints[0].rpartition(":")
     options: Mapping[str, Any] = cluster.options
-    config: dict[str, Any] = {"host": host, "port": int(port)}
+    config: dict[str, Any] = {"host": host, "port": int(port),
+                              "ssl_context": cluster_context(cluster)}
     if cluster.user is not None:
         config["username"] = cluster.user
     if cluster.password is not None:

@@ -234,7 +234,56 @@ def parse_rules(data: Mapping[str, Any], *, prefix: str = "") -> Rules:
             raise RulesError(f"{where}.name: duplicate rule name {rule.name!r}")
         names.add(rule.name)
         rules.append(rule)
-    return Rules(clusters, tuple(rules), settings)
+    result = Rules(clusters, tuple(rules), settings)
+    check_shared_marks(result, prefix=prefix)
+    return result
+
+
+def _marked_topics(rule: Rule) -> set[str]:
+    """The target RocketMQ topics a rule from a gateway source writes copies with origins
+    to: the first level of its rendered target topic (the rest is the MQTT second topic)
+    and of its dead-letter topic. A gateway source's ``{topic}`` is what the rule reads."""
+    topics = {rule.render_topic(rule.read, rule.read).split("/")[0]}
+    if rule.dead_letter_topic:
+        topics.add(rule.dead_letter_topic.split("/")[0])
+    return topics
+
+
+def _same_cluster(a: Cluster, b: Cluster) -> bool:
+    return a.name == b.name or bool(set(a.endpoints) & set(b.endpoints))
+
+
+def check_shared_marks(rules: Rules, *, prefix: str = "") -> None:
+    """Refuse two enabled rules that would share a high-water mark: from the same source
+    topic of the same gateway/RocketMQ cluster into the same topic of the same gateway
+    (by name or by a shared endpoint). A gateway target keeps one mark per (origin
+    cluster, origin queue, target topic) and drops a copy at or below it, so each rule
+    would drop the other's copies as duplicates. Filters do not help: a rule's mark also
+    moves over the records its filter dropped, which the other rule may want."""
+    eligible = [
+        (i, rule)
+        for i, rule in enumerate(rules.rules, 1)
+        if rule.enabled
+        and rules.clusters[rule.source].is_gateway
+        and rules.clusters[rule.target].kind == "gateway"
+    ]
+    for n, (i, first) in enumerate(eligible):
+        for j, second in eligible[n + 1 :]:
+            if first.read != second.read:
+                continue
+            if not _same_cluster(rules.clusters[first.source], rules.clusters[second.source]):
+                continue
+            if not _same_cluster(rules.clusters[first.target], rules.clusters[second.target]):
+                continue
+            shared = _marked_topics(first) & _marked_topics(second)
+            if shared:
+                raise RulesError(
+                    f"{prefix}rules.{j}: rules {first.name!r} (rules.{i}) and {second.name!r}"
+                    f" both copy topic {first.read!r} of cluster {first.source!r} into topic"
+                    f" {sorted(shared)[0]!r} of cluster {first.target!r}: they would share one"
+                    " high-water mark and drop each other's copies; make them one rule (a tag"
+                    " expression such as 'a || b') or give them different target topics"
+                )
 
 
 def _settings(data: Mapping[str, Any], prefix: str) -> Settings:

@@ -21,7 +21,8 @@ Theory of operation (docs/connector.md "How it copies"):
 - **Faults.** EndpointUnavailable: the whole rule closes its endpoints, backs off
   (bounded exponential with jitter), reopens and resumes from its positions (and the
   target's marks). MessageRefused: ``on_refused`` (stop / skip / dead-letter). Any
-  other exception stops the rule with its error in ``status``.
+  other exception (TlsFailure: a certificate that does not verify) stops the rule with
+  its error in ``status``.
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ from .endpoints import (
     Source,
     SourceRecord,
     Target,
+    TlsFailure,
 )
 from .heartbeat import HEARTBEAT, HEARTBEAT_TAG
 from .registry import make_source, make_target
-from .rules import Rule, Rules
+from .rules import Rule, Rules, check_shared_marks
 from .status import RuleStats
 
 log = logging.getLogger("lmq.connector")
@@ -140,8 +142,8 @@ class RuleRunner:
                 log.warning("rule %s: %s", self.rule.name, exc)
             except _Stop:
                 break
-            except RuleStopped as exc:
-                self.stats.state = exc.state
+            except (RuleStopped, TlsFailure) as exc:
+                self.stats.state = exc.state if isinstance(exc, RuleStopped) else "stopped"
                 self.stats.error(str(exc))
                 log.error("rule %s stopped: %s", self.rule.name, exc)
                 return
@@ -309,6 +311,8 @@ class RuleRunner:
         rule, stats = self.rule, self.stats
         runs: list[tuple[str, list[CopyMessage], list[SourceRecord]]] = []
         heartbeats: list[int] = []
+        #: the publisher's timestamp of the last copy that has one (MQTT/AMQP sources)
+        stamp: int | None = None
         for record in records:
             m = record.message
             if self.target_id in m.path:
@@ -327,6 +331,8 @@ class RuleRunner:
                 origin=Origin(self.source_id, queue, record.offset) if self.exactly_once else None,
                 path=path,
             )
+            if m.stamped:
+                stamp = m.born_ms
             topic = rule.render_topic(m.topic, rule.read)
             if runs and runs[-1][0] == topic:
                 runs[-1][1].append(copy)
@@ -347,6 +353,10 @@ class RuleRunner:
             now = time.time() * 1000
             stats.heartbeats += len(heartbeats)
             stats.delay_ms = max(0.0, now - heartbeats[-1])
+        elif stamp is not None:
+            # a broker source sends no heartbeats: the publisher's own timestamp, to the
+            # target's acknowledgement (the publisher's clock against ours)
+            stats.delay_ms = max(0.0, time.time() * 1000 - stamp)
 
     async def _write(
         self, topic: str, queue: str, copies: list[CopyMessage], recs: list[SourceRecord]
@@ -528,6 +538,8 @@ class Connector:
     """Every rule of a rules file, each in its own task."""
 
     def __init__(self, rules: Rules) -> None:
+        # parse_rules checked it already; Rules built otherwise are checked here too
+        check_shared_marks(rules)
         self.rules = rules
         self.runners = [RuleRunner(rules, rule) for rule in rules.rules]
         self._tasks: list[asyncio.Task[None]] = []

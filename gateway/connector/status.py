@@ -181,7 +181,9 @@ def register_metrics(registry: Registry, rules: list[RuleStats]) -> None:
     bps = g("lmq_connector_bytes_per_second", "Body bytes/s over the last 10 s", ("rule",))
     lag = g("lmq_connector_lag_messages", "Source end offset minus position", ("rule", "queue"))
     delay = g(
-        "lmq_connector_delay_ms", "Heartbeat delay, source append to target stored", ("rule",)
+        "lmq_connector_delay_ms",
+        "End-to-end delay: a heartbeat's (gateway sources) or from the publisher's timestamp",
+        ("rule",)
     )
     sync = g("lmq_connector_last_sync_timestamp_seconds", "Time of the last store", ("rule",))
     errors = c("lmq_connector_errors_total", "Errors (unreachable, refused, ...)", ("rule",))

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bench.peers import ROOT, Mosquitto, RabbitMQ
+from bench.peers import ROOT, Mosquitto, RabbitMQ, free_port, wait_accepts
 
 
 def start_mosquitto(workdir: Path) -> Mosquitto:
@@ -30,8 +30,74 @@ def start_mosquitto(workdir: Path) -> Mosquitto:
     return broker
 
 
-def start_rabbitmq(workdir: Path) -> RabbitMQ:
-    broker = RabbitMQ(workdir)
+def make_cert(directory: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (it is its own CA): (cert, key)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cert, key = directory / f"{name}.pem", directory / f"{name}-key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", f"/CN={name}", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+    return cert, key
+
+
+class MosquittoTls(Mosquitto):
+    """Mosquitto with a second listener, MQTT over TLS (server certificate only) on
+    ``tls_port``."""
+
+    def __init__(self, workdir: Path, cert: Path, key: Path) -> None:
+        super().__init__(workdir)
+        self.cert, self.key = cert, key
+        self.tls_port = 0
+
+    def _prepare(self) -> None:
+        super()._prepare()
+        self.tls_port = free_port()
+        conf = self.data_dir / "mosquitto.conf"
+        conf.write_text(conf.read_text() + "\n".join([
+            # started as root, mosquitto drops to user mosquitto before it reads the
+            # certificate, which lies in pytest's private (0700) tmp directory; a
+            # broker not started as root ignores this
+            "user root",
+            f"listener {self.tls_port} 127.0.0.1",
+            f"certfile {self.cert}",
+            f"keyfile {self.key}",
+        ]) + "\n")  # fmt: skip
+
+    def _wait_ready(self) -> None:
+        super()._wait_ready()
+        wait_accepts(self.tls_port, self.start_timeout, self.proc)
+
+
+class RabbitMQTls(RabbitMQ):
+    """RabbitMQ with an AMQPS listener (server certificate only) on ``tls_port``."""
+
+    def __init__(self, workdir: Path, cert: Path, key: Path) -> None:
+        super().__init__(workdir)
+        self.cert, self.key = cert, key
+        self.tls_port = 0
+
+    def _prepare(self) -> None:
+        super()._prepare()
+        self.tls_port = free_port()
+        conf = self.data_dir / "rabbitmq.conf"
+        conf.write_text(conf.read_text() + "\n".join([
+            f"listeners.ssl.default = 127.0.0.1:{self.tls_port}",
+            f"ssl_options.cacertfile = {self.cert}",
+            f"ssl_options.certfile = {self.cert}",
+            f"ssl_options.keyfile = {self.key}",
+            "ssl_options.verify = verify_none",
+            "ssl_options.fail_if_no_peer_cert = false",
+        ]) + "\n")  # fmt: skip
+
+    def _wait_ready(self) -> None:
+        super()._wait_ready()
+        wait_accepts(self.tls_port, self.start_timeout, self.proc)
+
+
+def start_broker(broker: Mosquitto | RabbitMQ) -> Mosquitto | RabbitMQ:
     why = broker.available()
     if why:
         pytest.skip(why)

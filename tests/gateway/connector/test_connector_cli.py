@@ -149,3 +149,14 @@ start = "earliest"
     finally:
         a.stop()
         b.stop()
+
+
+def test_validate_refuses_two_rules_sharing_a_high_water_mark(tmp_path: Path) -> None:
+    path = tmp_path / "shared.toml"
+    rule = '[[rules]]\nname = "{0}"\nsource = "a"\ntopic = "t"\ntag = "{0}"\ntarget = "b"\n'
+    path.write_text(rules_text(1, 2, rule.format("eu") + "\n" + rule.format("us")))
+    result = CliRunner().invoke(main, ["connector", "validate", str(path)])
+    assert result.exit_code == 2
+    assert "shared.toml: rules.2: rules 'eu' (rules.1) and 'us' both copy topic 't'" in result.output
+    result = CliRunner().invoke(main, ["connector", "run", "--rules", str(path)])
+    assert result.exit_code == 2 and "high-water mark" in result.output

@@ -250,3 +250,44 @@ async def test_a_rocketmq_target_is_at_least_once(two, run_connector) -> None:
     paths = {m.properties[PATH] for ms in got.values() for m in ms}
     assert len(paths) == 1 and paths.pop().startswith("lmq-")
     assert conn.status()["r"]["exactly_once"] is False
+
+
+async def test_rate_limit_bounds_the_copy_rate_and_slows_no_other_rule(
+    two, run_connector
+) -> None:
+    """``rate_limit = R`` (a token bucket holding R, shared by the rule's queues; a batch
+    pays for itself after its write): by t seconds after the connector started, at most
+    R + batch + R * t copies can be stored. Checked at every sample (a correctness bound
+    on the limiter, not a speed assertion); an unlimited rule beside it copies its whole
+    backlog meanwhile."""
+    a, b = two
+    rate, batch, n = 20, 5, 100
+    await send(port(a), "limited", n, queues=1)
+    await send(port(a), "free", n, queues=1)
+    rules = (
+        f'[[rules]]\nname = "slow"\nsource = "a"\ntopic = "limited"\ntarget = "b"\n'
+        f'start = "earliest"\nrate_limit = {rate}\nbatch_size = {batch}\n\n'
+        f'[[rules]]\nname = "fast"\nsource = "a"\ntopic = "free"\ntarget = "b"\n'
+        f'start = "earliest"\nbatch_size = {batch}\n'
+    )
+    started = time.monotonic()
+    conn = run_connector(rules_text(port(a), port(b), rules))
+    samples: list[tuple[float, int]] = []
+    free_done_with: int | None = None
+
+    async def copied() -> bool:
+        nonlocal free_done_with
+        slow = len(bodies_of(await read_all(port(b), "limited")))
+        samples.append((time.monotonic() - started, slow))
+        if free_done_with is None and len(bodies_of(await read_all(port(b), "free"))) == n:
+            free_done_with = slow
+        return slow == n and free_done_with is not None
+
+    assert await eventually(copied, timeout=30, interval=0.2), (samples, conn.output)
+    for elapsed, count in samples:
+        assert count <= rate + batch + rate * elapsed, (elapsed, count, samples)
+    # the whole backlog took at least (n - rate - batch) / rate seconds ...
+    assert samples[-1][0] >= (n - rate - batch) / rate
+    # ... and the unlimited rule had all of its own before the limited one finished
+    assert free_done_with is not None and free_done_with < n, samples
+    assert conn.status()["fast"]["messages"] == n

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiormq
 import pytest
@@ -17,19 +17,15 @@ from gateway.connector.amqp import AmqpPeer, AmqpSource, AmqpTarget
 from gateway.connector.endpoints import PATH, CopyMessage, EndpointUnavailable, MessageRefused
 
 from ..gateway_process import GatewayProcess
-from .peer_support import ConnectorProcess, eventually, pull_all, start_rabbitmq
+from .peer_support import ConnectorProcess, eventually, pull_all
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def rabbit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    broker = start_rabbitmq(tmp_path_factory.mktemp("rabbitmq"))
-    try:
-        assert broker.amqp_port is not None
-        yield broker.amqp_port
-    finally:
-        broker.stop()
+def rabbit(rabbitmq_tls: Any) -> int:
+    assert rabbitmq_tls.amqp_port is not None
+    return int(rabbitmq_tls.amqp_port)  # conftest.py: one node per session
 
 
 async def declare(port: int, *queues: str, arguments: dict | None = None) -> None:

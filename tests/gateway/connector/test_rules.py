@@ -210,3 +210,75 @@ def test_tag_filter_is_rocketmqs(tags: list[str], tag: str | None) -> None:
     assert rule.rules[0].passes(tag, {}) == (tag in tags)
     star = parse(BASE + RULE.replace('target = "m"', 'target = "m"\ntag = "*"'))
     assert star.rules[0].passes(tag, {})
+
+
+SHARED = """
+[clusters.a]
+kind = "gateway"
+endpoints = ["10.0.0.1:8080"]
+[clusters.a2]
+kind = "gateway"
+endpoints = ["10.0.0.9:8080", "10.0.0.1:8080"]
+[clusters.b]
+kind = "gateway"
+endpoints = ["10.0.0.2:8080"]
+[clusters.r]
+kind = "rocketmq"
+endpoints = ["10.0.0.3:9876"]
+[clusters.m]
+kind = "mqtt"
+endpoints = ["10.0.0.4:1883"]
+
+[[rules]]
+name = "eu"
+source = "a"
+topic = "orders"
+tag = "eu"
+target = "b"
+"""
+
+
+@pytest.mark.parametrize(
+    ("second", "shared"),
+    [
+        # the same source topic into the same target topic: refused, filters or not
+        ('source = "a"\ntopic = "orders"\ntag = "us"\ntarget = "b"', "orders"),
+        # the source named twice (a shared endpoint), the target topic rendered alike
+        ('source = "a2"\ntopic = "orders"\ntarget = "b"\ntarget_topic = "orders/eu"', "orders"),
+        # its dead letters into the first rule's topic
+        ('source = "a"\ntopic = "orders"\ntarget = "b"\ntarget_topic = "x"\non_refused = "dead-letter"\ndead_letter_topic = "orders"', "orders"),
+    ],
+)
+def test_two_rules_sharing_a_high_water_mark_are_refused(second: str, shared: str) -> None:
+    text = SHARED + f'\n[[rules]]\nname = "us"\n{second}\n'
+    with pytest.raises(RulesError) as info:
+        parse(text)
+    message = str(info.value)
+    assert message.startswith("rules.2: rules 'eu' (rules.1) and 'us' both copy topic 'orders'")
+    assert f"into topic {shared!r} of cluster 'b'" in message and "high-water mark" in message
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        'source = "a"\ntopic = "orders"\ntarget = "b"\ntarget_topic = "orders-us"',  # another topic
+        'source = "a"\ntopic = "refunds"\ntarget = "b"\ntarget_topic = "orders"',  # another source topic
+        'source = "b"\ntopic = "orders"\ntarget = "a"',  # the other way
+        'source = "a"\ntopic = "orders"\ntarget = "r"',  # a RocketMQ target keeps no marks
+        'source = "m"\nfilter = "orders"\ntarget = "b"',  # an MQTT source sends no origins
+        'source = "a"\ntopic = "orders"\ntarget = "b"\nenabled = false',  # not running
+    ],
+)
+def test_rules_not_sharing_a_high_water_mark_pass(second: str) -> None:
+    assert len(parse(SHARED + f'\n[[rules]]\nname = "us"\n{second}\n').rules) == 2
+
+
+def test_the_connector_refuses_shared_marks_in_rules_not_parsed_from_a_file() -> None:
+    from dataclasses import replace
+
+    from gateway.connector.runner import Connector
+
+    rules = parse(SHARED)
+    doubled = replace(rules, rules=(rules.rules[0], replace(rules.rules[0], name="us")))
+    with pytest.raises(RulesError, match="'eu' \\(rules.1\\) and 'us'"):
+        Connector(doubled)
