@@ -54,6 +54,9 @@ from .received import ReceivedMessage, decode_messages
 log = logging.getLogger("lmq.client.remoting")
 
 DEFAULT_TIMEOUT = 3.0
+#: Seconds :meth:`RemotingConnection.close` waits for the buffered bytes to go out before
+#: it aborts the connection (a peer that stopped reading never takes them).
+CLOSE_TIMEOUT = 2.0
 #: The Java producer's ``createTopicKey`` and ``defaultTopicQueueNums``.
 DEFAULT_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
@@ -275,14 +278,27 @@ class RemotingConnection:
             code, self._fields(fields, body), body, oneway=True
         )
         self._writer.write(frame)
-        await self._writer.drain()
+        try:
+            # bounded: a peer that stopped reading (frozen, or a link that drops packets
+            # without a reset) would otherwise block the caller for good
+            await asyncio.wait_for(self._writer.drain(), DEFAULT_TIMEOUT)
+        except TimeoutError:
+            self._finish("the server stopped reading")
+            self._writer.transport.abort()
+            raise RequestTimeout(code, DEFAULT_TIMEOUT) from None
 
     async def close(self) -> None:
         if not self.closed:
             self._finish("closed by the client")
         self._writer.close()
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+        try:
+            # close() flushes the write buffer first; a peer that does not read would
+            # keep wait_closed() waiting for good: give up after a while and abort
+            await asyncio.wait_for(self._writer.wait_closed(), CLOSE_TIMEOUT)
+        except TimeoutError:
+            self._writer.transport.abort()
+        except Exception:  # the connection is going away; its error is moot
+            pass
         self._read_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._read_task
