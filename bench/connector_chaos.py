@@ -10,8 +10,11 @@ Two ``lmq serve`` processes (a, b) on loopback, ``lmq connector run`` copying to
 - ``source``: kill -9 of gateway a (the producer retries with NEW bodies, so only sends
   that a acknowledged count), restarted on its port;
 - ``target``: kill -9 of gateway b, restarted on its port;
-- ``freeze``: gateway b stopped (SIGSTOP: its connections hang as in a network cut) for
-  a second, then continued (SIGCONT).
+- ``freeze``: gateway b stopped (SIGSTOP: its connections hang) for a second, then
+  continued (SIGCONT);
+- ``cut``: the network to b cut: the connector reaches b only through a TCP relay the
+  bench owns (tests/gateway/connector/cut_relay.py), which resets every connection and
+  refuses new ones for ``--cut`` seconds, then forwards again.
 
 Then the load stops and the run waits for b to catch up, and checks: every message a
 acknowledged is at b exactly once; nothing at b twice; per source queue the copies are
@@ -39,6 +42,7 @@ from tests.gateway.connector.connector_support import (  # noqa: E402
     ConnectorProcess,
     rules_text,
 )
+from tests.gateway.connector.cut_relay import CutRelay  # noqa: E402
 from tests.gateway.gateway_process import GatewayProcess  # noqa: E402
 
 TOPIC = "chaos"
@@ -142,9 +146,10 @@ async def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--queues", type=int, default=4)
     parser.add_argument(
-        "--phases", nargs="+", default=["connector", "source", "target", "freeze"],
-        choices=["connector", "source", "target", "freeze"],
+        "--phases", nargs="+", default=["connector", "source", "target", "freeze", "cut"],
+        choices=["connector", "source", "target", "freeze", "cut"],
     )  # fmt: skip
+    parser.add_argument("--cut", type=float, default=1.5, help="s the link to b is cut")
     parser.add_argument("--pause", type=float, default=0.5, help="s of load between faults")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="connector-chaos-"))
@@ -153,10 +158,11 @@ async def main() -> int:
     a.extra = ("--unified-port", str(a.ports["unified"]))
     b.extra = ("--unified-port", str(b.ports["unified"]))
     a_port, b_port = a.ports["unified"], b.ports["unified"]
+    relay = CutRelay(b_port)  # the connector's only way to b
     rules = tmp / "rules.toml"
     rules.write_text(
         rules_text(
-            a_port, b_port,
+            a_port, relay.port,
             f'[[rules]]\nname = "chaos"\nsource = "a"\ntopic = "{TOPIC}"\ntarget = "b"\n'
             'start = "earliest"\n',
             heartbeat=1.0,
@@ -186,6 +192,10 @@ async def main() -> int:
                     os.kill(b.proc.pid, signal.SIGSTOP)
                     await asyncio.sleep(1.0)
                     os.kill(b.proc.pid, signal.SIGCONT)
+                elif phase == "cut":
+                    relay.cut()
+                    await asyncio.sleep(args.cut)
+                    relay.restore()
             print(json.dumps({
                 "phase": phase, "rounds": args.rounds, "seconds": round(time.monotonic() - t0, 1),
                 "acked_so_far": len(load.acked), "producer_failures": load.failures,
@@ -204,6 +214,7 @@ async def main() -> int:
         load.stop()
         task.cancel()
         conn.stop()
+        relay.stop()
         if b.proc is not None:
             os.kill(b.proc.pid, signal.SIGCONT)
         b.stop()
