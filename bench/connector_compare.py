@@ -57,7 +57,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -68,7 +67,8 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from bench.connector_peers import Connector, MosquittoBridge
-from bench.peers import ROOT, Gateway, Mosquitto, RabbitMQ, _track, _untrack
+from bench.peers import ROOT, Gateway, Mosquitto, RabbitMQ
+from tests.gateway.connector.cut_relay import RelayProcess
 
 BODY_SIZE = 100
 QUEUES = 4
@@ -107,48 +107,12 @@ class Received:
         return {x[0] for x in self.of(prefix)}
 
 
-class Relay:
-    """``python -m tests.gateway.connector.cut_relay`` as a child process."""
-
-    def __init__(self, target: int) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.gateway.connector.cut_relay", str(target)],
-            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True,
-        )  # fmt: skip
-        _track(self.proc)  # type: ignore[arg-type]
-        assert self.proc.stdout is not None
-        self.port = int(self.proc.stdout.readline().split()[1])
-
-    def _say(self, what: str) -> None:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(what + "\n")
-        self.proc.stdin.flush()
-        self.proc.stdout.readline()
-
-    def cut(self) -> None:
-        self._say("cut")
-
-    def restore(self) -> None:
-        self._say("restore")
-
-    def stop(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        _untrack(self.proc)  # type: ignore[arg-type]
-
-
 class Setup:
     """One source -> bridge -> target chain: started, measured, stopped."""
 
     name = ""
     got: Received
-    relay: Relay
+    relay: RelayProcess
 
     async def start(self, work: Path) -> None:
         raise NotImplementedError
@@ -188,7 +152,7 @@ class GatewaySetup(Setup):
         self.a, self.b = Gateway(work / "a"), Gateway(work / "b")
         self.a.start()
         self.b.start()
-        self.relay = Relay(self.b.remoting_port or 0)
+        self.relay = RelayProcess(self.b.remoting_port or 0)
         rules = work / "rules.toml"
         rules.write_text(
             f'heartbeat_interval = 0\nretry_initial = 0.05\nretry_max = 0.5\n'
@@ -335,7 +299,7 @@ class MosquittoSetup(Setup):
         self.bb = MosquittoB(work)
         assert self.bb.available() is None, "mosquitto is not installed"
         self.bb.start()
-        self.relay = Relay(self.bb.mqtt_port or 0)
+        self.relay = RelayProcess(self.bb.mqtt_port or 0)
         self.aa = BridgeA(work, self.relay.port)
         self.aa.available()
         self.aa.start()
@@ -452,7 +416,7 @@ class RabbitSetup(Setup):
         self.node = ShovelNode(work)
         assert self.node.available() is None, "rabbitmq-server is not installed"
         self.node.start()
-        self.relay = Relay(self.node.amqp_port or 0)
+        self.relay = RelayProcess(self.node.amqp_port or 0)
         for vhost in ("va", "vb"):
             self.node.ctl("add_vhost", vhost)
             self.node.ctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")

@@ -11,7 +11,10 @@ closed.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -107,12 +110,59 @@ class CutRelay:
         self._thread.join(10)
 
 
+class RelayProcess:
+    """The relay as a child process (``python -m tests.gateway.connector.cut_relay``),
+    so its forwarding does not share the caller's interpreter; same ``port``, ``cut``,
+    ``restore``, ``stop``. ``pid`` is the child's."""
+
+    def __init__(self, target: int) -> None:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.gateway.connector.cut_relay", str(target)],
+            cwd=root,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": root},
+            start_new_session=True,
+        )
+        self.pid = self.proc.pid
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("port "):
+            self.stop()
+            raise RuntimeError(f"the relay did not start: {line!r}")
+        self.port = int(line.split()[1])
+
+    def _say(self, what: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(what + "\n")
+        self.proc.stdin.flush()
+        self.proc.stdout.readline()
+
+    def cut(self) -> None:
+        self._say("cut")
+
+    def restore(self) -> None:
+        self._say("restore")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
 def main() -> None:
     """``python -m tests.gateway.connector.cut_relay TARGET_PORT``: the relay as a process
     of its own (benches keep its forwarding off their own CPU time); prints ``port N``,
     then obeys ``cut`` / ``restore`` lines on stdin (answering ``ok``) until EOF."""
-    import sys
-
     relay = CutRelay(int(sys.argv[1]))
     print(f"port {relay.port}", flush=True)
     for line in sys.stdin:
