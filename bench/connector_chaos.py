@@ -214,8 +214,21 @@ async def main() -> int:
         result["status"] = {
             k: conn.status()["chaos"][k] for k in ("state", "errors", "retries", "duplicates")
         }
-        print(json.dumps(result), flush=True)
         failed = bool(result["duplicates"] or result["missing"] or result["out_of_order"])
+        if failed:
+            # what is missing, per source queue (first and last sequence numbers), and the
+            # connector's log, kept with the data dirs for whoever looks into it
+            missing: dict[str, list[int]] = {}
+            for body in load.acked - {b for _, b in got}:
+                q, _, n = body.partition("-")
+                missing.setdefault(q, []).append(int(n))
+            result["missing_per_queue"] = {
+                q: [len(ns), min(ns), max(ns)] for q, ns in sorted(missing.items())
+            }
+            result["status_queues"] = conn.status()["chaos"].get("queues")
+            (tmp / "connector.log").write_text("".join(conn.output))
+            result["kept"] = str(tmp)
+        print(json.dumps(result), flush=True)
     finally:
         load.stop()
         task.cancel()
