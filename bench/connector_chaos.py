@@ -162,9 +162,13 @@ async def main() -> int:
     a = GatewayProcess(tmp / "a").start()
     b = GatewayProcess(tmp / "b").start()
     a.extra = ("--unified-port", str(a.ports["unified"]))
-    b.extra = ("--unified-port", str(b.ports["unified"]))
     a_port, b_port = a.ports["unified"], b.ports["unified"]
     relay = RelayProcess(b_port)  # the connector's only way to b (a process of its own)
+    # b's routes must name the relay as the broker address too, or the connector would
+    # send to b's own port directly and a cut would only reach its route lookups
+    b.extra = ("--unified-port", str(b_port), "--advertised-address", f"127.0.0.1:{relay.port}")
+    b.stop()
+    b.start()
     rules = tmp / "rules.toml"
     rules.write_text(
         rules_text(

@@ -19,7 +19,9 @@ measured the same way, alternated over ``--runs`` runs (run i starts with set-up
 
 In all three the bridging process reaches the target through the same TCP relay, a
 process of the bench's own (``tests/gateway/connector/cut_relay.py``); it costs every
-set-up the same hop. Figures per set-up and run:
+set-up the same hop. Gateway b advertises the relay's address in its routes
+(``--advertised-address``), so the connector's sends, not only its route lookups, go
+through it. Figures per set-up and run:
 
 - ``backlog``: the relay cut, ``--backlog`` messages published and acknowledged at the
   source, the relay restored: copies per second at the target from its first copy to
@@ -142,6 +144,18 @@ class Setup:
 # -- gateway -> connector -> gateway ------------------------------------------------------
 
 
+class AdvertisedGateway(Gateway):
+    """A gateway whose route replies name ``advertised`` as the broker address."""
+
+    advertised = ""
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        cmd, env = super()._command()
+        if self.advertised:
+            cmd += ["--advertised-address", self.advertised]
+        return cmd, env
+
+
 class GatewaySetup(Setup):
     name = "gateway"
 
@@ -149,10 +163,15 @@ class GatewaySetup(Setup):
         from gateway.clients import Producer, RemotingClient
 
         self.got = Received()
-        self.a, self.b = Gateway(work / "a"), Gateway(work / "b")
+        self.a, self.b = Gateway(work / "a"), AdvertisedGateway(work / "b")
         self.a.start()
         self.b.start()
         self.relay = RelayProcess(self.b.remoting_port or 0)
+        # b's routes name the relay as the broker address: the connector's sends go
+        # through it too, not only its route lookups
+        self.b.advertised = f"127.0.0.1:{self.relay.port}"
+        self.b.stop()
+        self.b.start(fresh=False)
         rules = work / "rules.toml"
         rules.write_text(
             f'heartbeat_interval = 0\nretry_initial = 0.05\nretry_max = 0.5\n'

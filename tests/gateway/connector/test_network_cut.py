@@ -33,6 +33,11 @@ def two(tmp_path: Path) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
 async def test_cuts_of_the_network_to_the_target_under_load(two, tmp_path: Path) -> None:
     a, b = two
     relay = CutRelay(port(b))
+    # b's routes name the relay as the broker address, so sends go through it too (by
+    # default they name the port the connection arrived on: b's own)
+    b.extra = ("--unified-port", str(port(b)), "--advertised-address", f"127.0.0.1:{relay.port}")
+    b.stop()
+    b.start()
     rules = tmp_path / "rules.toml"
     rules.write_text(rules_text(port(a), relay.port, ONE_WAY))
     conn = ConnectorProcess(rules).start()
