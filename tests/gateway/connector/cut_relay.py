@@ -49,6 +49,11 @@ class CutRelay:
         self.loop.run_until_complete(self._listen())
         ready.set()
         self.loop.run_forever()
+        # the relayed connections' tasks end here, not as "destroyed but pending"
+        tasks = asyncio.all_tasks(self.loop)
+        for task in tasks:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         self.loop.close()
 
     async def _listen(self) -> None:
