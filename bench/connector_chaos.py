@@ -156,6 +156,11 @@ async def main() -> int:
         choices=["connector", "source", "target", "freeze", "cut"],
     )  # fmt: skip
     parser.add_argument("--cut", type=float, default=1.5, help="s the link to b is cut")
+    parser.add_argument(
+        "--routes-only", action="store_true",
+        help="the cut reaches only the connector's route lookups (its name-server "
+        "connection to b), not its sends: b's routes name b's own port",
+    )  # fmt: skip
     parser.add_argument("--pause", type=float, default=0.5, help="s of load between faults")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="connector-chaos-"))
@@ -165,8 +170,11 @@ async def main() -> int:
     a_port, b_port = a.ports["unified"], b.ports["unified"]
     relay = RelayProcess(b_port)  # the connector's only way to b (a process of its own)
     # b's routes must name the relay as the broker address too, or the connector would
-    # send to b's own port directly and a cut would only reach its route lookups
-    b.extra = ("--unified-port", str(b_port), "--advertised-address", f"127.0.0.1:{relay.port}")
+    # send to b's own port directly and a cut would only reach its route lookups (which
+    # is what --routes-only does)
+    b.extra = ("--unified-port", str(b_port))
+    if not args.routes_only:
+        b.extra += ("--advertised-address", f"127.0.0.1:{relay.port}")
     b.stop()
     b.start()
     rules = tmp / "rules.toml"
