@@ -14,7 +14,7 @@ Two ``lmq serve`` processes (a, b) on loopback, ``lmq connector run`` copying to
   continued (SIGCONT);
 - ``cut``: the network to b cut: the connector reaches b only through a TCP relay the
   bench owns (tests/gateway/connector/cut_relay.py, run as its own process), which
-  resets every connection and refuses new ones for ``--cut`` seconds, then forwards.
+  drops every connection and refuses new ones for ``--cut`` seconds, then forwards.
 
 Then the load stops and the run waits for b to catch up (until b gains nothing for a
 minute), and checks: every message a

@@ -1,9 +1,10 @@
 """A TCP relay whose link can be cut, for the network-cut tests and benches (no tests
 here): 127.0.0.1:``port`` forwards to 127.0.0.1:``target`` on its own event-loop thread.
 
-``cut()`` resets every relayed connection (both sides, RST) and closes the listening
-socket, so a new connection is refused by the kernel (ECONNREFUSED), as when the network
-to the target is gone; ``restore()`` listens on the same port again and forwards. The
+``cut()`` drops every relayed connection on both sides at once (``transport.abort()``:
+what is unsent is discarded, the peers see the connection closed) and closes the
+listening socket, so a new connection is refused by the kernel (ECONNREFUSED), as when
+the network to the target is gone; ``restore()`` listens on the same port again and forwards. The
 target itself stays up throughout. ``stop()`` ends the thread; everything it opened is
 closed.
 """
@@ -99,7 +100,7 @@ class CutRelay:
         asyncio.run_coroutine_threadsafe(coro_fn(), self.loop).result(10)
 
     def cut(self) -> None:
-        """Reset every relayed connection and refuse new ones until :meth:`restore`."""
+        """Drop every relayed connection and refuse new ones until :meth:`restore`."""
         self._call(self._cut)
 
     def restore(self) -> None:

@@ -1,5 +1,5 @@
 """The network to the target cut and restored under load (issue 19): the connector
-reaches gateway b only through a relay (cut_relay.py) that resets every connection and
+reaches gateway b only through a relay (cut_relay.py) that drops every connection and
 refuses new ones for a while, three times; every message a acknowledged is at b exactly
 once, in order per queue. The long version is ``bench.connector_chaos --phases cut``."""
 
