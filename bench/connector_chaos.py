@@ -10,10 +10,14 @@ Two ``lmq serve`` processes (a, b) on loopback, ``lmq connector run`` copying to
 - ``source``: kill -9 of gateway a (the producer retries with NEW bodies, so only sends
   that a acknowledged count), restarted on its port;
 - ``target``: kill -9 of gateway b, restarted on its port;
-- ``freeze``: gateway b stopped (SIGSTOP: its connections hang as in a network cut) for
-  a second, then continued (SIGCONT).
+- ``freeze``: gateway b stopped (SIGSTOP: its connections hang) for a second, then
+  continued (SIGCONT);
+- ``cut``: the network to b cut: the connector reaches b only through a TCP relay the
+  bench owns (tests/gateway/connector/cut_relay.py, run as its own process), which
+  drops every connection and refuses new ones for ``--cut`` seconds, then forwards.
 
-Then the load stops and the run waits for b to catch up, and checks: every message a
+Then the load stops and the run waits for b to catch up (until b gains nothing for a
+minute), and checks: every message a
 acknowledged is at b exactly once; nothing at b twice; per source queue the copies are
 in send order. Prints one JSON line per phase and a summary; exit status 1 on a
 violation. Everything started is stopped by PID.
@@ -39,6 +43,7 @@ from tests.gateway.connector.connector_support import (  # noqa: E402
     ConnectorProcess,
     rules_text,
 )
+from tests.gateway.connector.cut_relay import RelayProcess  # noqa: E402
 from tests.gateway.gateway_process import GatewayProcess  # noqa: E402
 
 TOPIC = "chaos"
@@ -128,13 +133,18 @@ def check(got: list[tuple[int, str]], acked: set[str]) -> dict[str, int]:
     }
 
 
-async def catch_up(port: int, acked: set[str], timeout: float) -> list[tuple[int, str]]:
-    deadline = time.monotonic() + timeout
+async def catch_up(port: int, acked: set[str], stall: float) -> list[tuple[int, str]]:
+    """Read b until it holds every acknowledged message, or gained none for ``stall`` s."""
+    last, since = -1, time.monotonic()
     while True:
         got = await read_target(port)
-        if acked <= {b for _, b in got} or time.monotonic() > deadline:
+        if acked <= {b for _, b in got}:
             return got
-        await asyncio.sleep(0.5)
+        if len(got) != last:
+            last, since = len(got), time.monotonic()
+        elif time.monotonic() - since > stall:
+            return got
+        await asyncio.sleep(2.0)
 
 
 async def main() -> int:
@@ -142,8 +152,14 @@ async def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--queues", type=int, default=4)
     parser.add_argument(
-        "--phases", nargs="+", default=["connector", "source", "target", "freeze"],
-        choices=["connector", "source", "target", "freeze"],
+        "--phases", nargs="+", default=["connector", "source", "target", "freeze", "cut"],
+        choices=["connector", "source", "target", "freeze", "cut"],
+    )  # fmt: skip
+    parser.add_argument("--cut", type=float, default=1.5, help="s the link to b is cut")
+    parser.add_argument(
+        "--routes-only", action="store_true",
+        help="the cut reaches only the connector's route lookups (its name-server "
+        "connection to b), not its sends: b's routes name b's own port",
     )  # fmt: skip
     parser.add_argument("--pause", type=float, default=0.5, help="s of load between faults")
     args = parser.parse_args()
@@ -151,12 +167,20 @@ async def main() -> int:
     a = GatewayProcess(tmp / "a").start()
     b = GatewayProcess(tmp / "b").start()
     a.extra = ("--unified-port", str(a.ports["unified"]))
-    b.extra = ("--unified-port", str(b.ports["unified"]))
     a_port, b_port = a.ports["unified"], b.ports["unified"]
+    relay = RelayProcess(b_port)  # the connector's only way to b (a process of its own)
+    # b's routes must name the relay as the broker address too, or the connector would
+    # send to b's own port directly and a cut would only reach its route lookups (which
+    # is what --routes-only does)
+    b.extra = ("--unified-port", str(b_port))
+    if not args.routes_only:
+        b.extra += ("--advertised-address", f"127.0.0.1:{relay.port}")
+    b.stop()
+    b.start()
     rules = tmp / "rules.toml"
     rules.write_text(
         rules_text(
-            a_port, b_port,
+            a_port, relay.port,
             f'[[rules]]\nname = "chaos"\nsource = "a"\ntopic = "{TOPIC}"\ntarget = "b"\n'
             'start = "earliest"\n',
             heartbeat=1.0,
@@ -186,24 +210,42 @@ async def main() -> int:
                     os.kill(b.proc.pid, signal.SIGSTOP)
                     await asyncio.sleep(1.0)
                     os.kill(b.proc.pid, signal.SIGCONT)
+                elif phase == "cut":
+                    relay.cut()
+                    await asyncio.sleep(args.cut)
+                    relay.restore()
             print(json.dumps({
                 "phase": phase, "rounds": args.rounds, "seconds": round(time.monotonic() - t0, 1),
                 "acked_so_far": len(load.acked), "producer_failures": load.failures,
             }), flush=True)  # fmt: skip
         load.stop()
         await asyncio.wait_for(task, 30)
-        got = await catch_up(b_port, load.acked, timeout=120)
+        got = await catch_up(b_port, load.acked, stall=60)
         result = check(got, load.acked)
         result["seconds"] = round(time.monotonic() - started, 1)
         result["status"] = {
             k: conn.status()["chaos"][k] for k in ("state", "errors", "retries", "duplicates")
         }
-        print(json.dumps(result), flush=True)
         failed = bool(result["duplicates"] or result["missing"] or result["out_of_order"])
+        if failed:
+            # what is missing, per source queue (first and last sequence numbers), and the
+            # connector's log, kept with the data dirs for whoever looks into it
+            missing: dict[str, list[int]] = {}
+            for body in load.acked - {b for _, b in got}:
+                q, _, n = body.partition("-")
+                missing.setdefault(q, []).append(int(n))
+            result["missing_per_queue"] = {
+                q: [len(ns), min(ns), max(ns)] for q, ns in sorted(missing.items())
+            }
+            result["status_queues"] = conn.status()["chaos"].get("queues")
+            (tmp / "connector.log").write_text("".join(conn.output))
+            result["kept"] = str(tmp)
+        print(json.dumps(result), flush=True)
     finally:
         load.stop()
         task.cancel()
         conn.stop()
+        relay.stop()
         if b.proc is not None:
             os.kill(b.proc.pid, signal.SIGCONT)
         b.stop()
