@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import signal
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -88,6 +89,24 @@ def run(rules_file: Path, status_address: str | None, log_format: str, log_level
         raise AllRulesStopped("every rule stopped on an error (see the log)")
 
 
+def _dump_tasks() -> None:
+    tasks = asyncio.all_tasks()
+    print(f"--- {len(tasks)} tasks", file=sys.stderr, flush=True)
+    for task in tasks:
+        print(f"task {task.get_name()}{' (cancelling)' if task.cancelling() else ''}:",
+              file=sys.stderr)
+        awaited: object = task.get_coro()
+        while awaited is not None:  # the chain of awaits, outermost first
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is None:
+                print(f"    awaiting {awaited!r}", file=sys.stderr)
+                break
+            code = frame.f_code
+            print(f"    {code.co_filename}:{frame.f_lineno} {code.co_name}", file=sys.stderr)
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    sys.stderr.flush()
+
+
 async def _run(rules: Rules, status_address: str) -> bool:
     """Run until a signal (True) or until every rule has stopped by itself (False)."""
     conn = Connector(rules)
@@ -104,6 +123,8 @@ async def _run(rules: Rules, status_address: str) -> bool:
     signals = (signal.SIGINT, signal.SIGTERM)
     for sig in signals:
         loop.add_signal_handler(sig, signalled.set)
+    # SIGUSR1: every task's stack to stderr (where a rule is waiting, for a report)
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
     try:
         conn.start()
         click.echo("ready")

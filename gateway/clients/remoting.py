@@ -246,7 +246,11 @@ class RemotingConnection:
         self._pending[opaque] = future
         try:
             self._writer.write(frame)
-            return await asyncio.wait_for(future, timeout)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result
+            # and drops a cancellation that comes as the future completes, so a
+            # cancelled caller would run on (the connector's copy tasks did)
+            async with asyncio.timeout(timeout):
+                return await future
         except TimeoutError:
             raise RequestTimeout(code, timeout) from None
         finally:

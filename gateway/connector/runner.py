@@ -528,10 +528,14 @@ class _Tasks:
                 if errors:
                     raise _pick(errors)
         finally:
-            for task in self.tasks:
-                task.cancel()
-            if self.tasks:
-                await asyncio.wait(self.tasks)
+            # cancelled again every second until they end: a task can swallow one
+            # cancellation (Python 3.11's wait_for in a library it awaits), and the
+            # session would wait for it for good, silently
+            while self.tasks:
+                for task in self.tasks:
+                    task.cancel()
+                _, pending = await asyncio.wait(self.tasks, timeout=1.0)
+                self.tasks = set(pending)
 
 
 class Connector:
