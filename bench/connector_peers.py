@@ -9,6 +9,8 @@ times at random moments 0.4-1.2 s apart and restarted, then everything drained):
   PUBACKed to the publisher that the gateway never stored; duplicates = stored more than
   once (the dedup window should leave none); order = inversions in the gateway's queue.
 * ``amqp``: rabbitmq-server queue -> ``lmq connector run`` -> a gateway (message-id set).
+* ``amqp-out``: a gateway -> ``lmq connector run`` -> a rabbitmq-server queue (publisher
+  confirms): loss and duplicates in the queue, where nothing can dedupe.
 * ``mqtt2mqtt``: mosquitto A -> ``lmq connector run`` -> mosquitto B, the connector
   SIGKILLed: loss and duplicates at a persistent subscriber of B (MQTT cannot dedupe).
 * ``*-outage``: the same two with the link to B cut for 4 s (a TCP proxy; B and its
@@ -375,6 +377,88 @@ def run_amqp(work: Path, kills: int, n: int, rate: float) -> dict[str, Any]:
             "seconds": round(took, 1), **_counts(bodies, n)}
 
 
+def run_amqp_out(work: Path, kills: int, n: int, rate: float) -> dict[str, Any]:
+    """A gateway -> ``lmq connector run`` -> a rabbitmq-server queue (publisher confirms),
+    the connector SIGKILLed: loss and duplicates in the queue (AMQP cannot dedupe)."""
+    import aiormq
+    from pamqp import commands as spec
+
+    from gateway.clients.remoting import Producer, RemotingClient
+
+    gw, rabbit = Gateway(work), RabbitMQ(work)
+    assert rabbit.available() is None
+    gw.start()
+    rabbit.start()
+    url = f"amqp://guest:guest@127.0.0.1:{rabbit.amqp_port}/"
+    namesrv = f"127.0.0.1:{gw.remoting_port}"
+
+    async def declare() -> None:
+        c = await aiormq.connect(url)
+        ch = await c.channel()
+        await ch.queue_declare("out", durable=True)
+        await c.close()
+
+    async def publish() -> None:
+        async with RemotingClient(namesrv) as client:
+            producer = Producer(client, "bench-out")
+            t0 = time.perf_counter()
+            for i in range(n):
+                await producer.send("out", f"m{i}".encode())
+                delay = t0 + (i + 1) / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+
+    async def drain(deadline: float) -> list[bytes]:
+        got: list[bytes] = []
+        c = await aiormq.connect(url)
+        ch = await c.channel()
+        while time.monotonic() < deadline:
+            msg = await ch.basic_get("out", no_ack=True)
+            if not isinstance(msg.delivery, spec.Basic.GetOk):  # GetEmpty: nothing there
+                if len({b for b in got if b.startswith(b"m")}) >= n:
+                    break
+                await asyncio.sleep(0.2)
+                continue
+            got.append(bytes(msg.body))
+        await c.close()
+        return got
+
+    try:
+        asyncio.run(declare())
+        # the topic exists before the rule starts ("latest" then covers every send)
+        asyncio.run(_send_one(namesrv))
+        rules = _rules(work / "amqp-out.toml", f'[clusters.rabbit]\nkind = "amqp"\n'
+                       f'endpoints = ["127.0.0.1:{rabbit.amqp_port}"]\nexchange = ""\n',
+                       '[[rules]]\nname = "out"\nsource = "gw"\ntopic = "out"\n'
+                       'target = "rabbit"\ntarget_topic = "out"\nbatch_size = 32\n'
+                       'wait_ms = 100\n', gw.remoting_port or 0)
+        conn = Connector(rules, work / "connector-amqp-out.log")
+        conn.start()
+        time.sleep(2.0)  # the rule resolves "latest" before the first send counts
+        t0 = time.perf_counter()
+        publisher = threading.Thread(target=lambda: asyncio.run(publish()), daemon=True)
+        publisher.start()
+        _chaos(conn.kill9, conn.start, kills)
+        publisher.join()
+        drained = asyncio.run(drain(time.monotonic() + 60))
+        bodies = [b for b in drained if b.startswith(b"m")]
+        others = len(drained) - len(bodies)
+        took = time.perf_counter() - t0
+        conn.stop()
+    finally:
+        gw.stop()
+        rabbit.stop()
+    return {"scenario": "gateway -> connector -> rabbitmq", "kills": kills,
+            "seconds": round(took, 1), "not_ours": others, **_counts(bodies, n)}
+
+
+async def _send_one(namesrv: str) -> None:
+    from gateway.clients.remoting import Producer, RemotingClient
+
+    async with RemotingClient(namesrv) as client:
+        await Producer(client, "bench-out").send("out", b"warm-up")
+
+
 def _subscriber(port: int, got: list[bytes], lock: threading.Lock) -> mqtt.Client:
     """A persistent QoS 1 subscriber of B (paho reconnects it when B comes back)."""
     sub = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="bench-sub", clean_session=False,
@@ -480,7 +564,7 @@ def main() -> None:
         work = args.workdir / name
         work.mkdir(parents=True, exist_ok=True)
         runs: dict[str, Any] = {
-            "mqtt": run_mqtt, "amqp": run_amqp,
+            "mqtt": run_mqtt, "amqp": run_amqp, "amqp-out": run_amqp_out,
             "mqtt2mqtt": partial(run_a_to_b, bridge=False, outage=False),
             "bridge": partial(run_a_to_b, bridge=True, outage=False),
             "mqtt2mqtt-outage": partial(run_a_to_b, bridge=False, outage=True),
