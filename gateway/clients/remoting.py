@@ -320,11 +320,15 @@ class RemotingConnection:
                     else:
                         log.debug("late response, opaque %d", event.command.opaque)
             self._finish("connection closed by the server")
+            # our side too: a connection the client replaces without close() would
+            # otherwise sit in CLOSE-WAIT until it is garbage (and warn then)
+            self._writer.close()
         except FrameError as exc:
             self._finish(f"bad frame from the server: {exc}")
             self._writer.close()
         except (OSError, asyncio.IncompleteReadError) as exc:
             self._finish(f"connection lost: {exc}")
+            self._writer.close()
 
     def _finish(self, reason: str) -> None:
         if self._closed.is_set():
