@@ -601,16 +601,7 @@ class JsonApi:
         q = request.query
 
         def option(name: str, default: float, low: float, high: float) -> float:
-            raw = doc.get(name, q.get(name, [None])[0])
-            if raw is None:
-                return default
-            try:
-                value = float(raw)
-            except (TypeError, ValueError):
-                raise ApiError(400, f"{name} must be a number") from None
-            if not low <= value <= high:
-                raise ApiError(400, f"{name} must be between {low:g} and {high:g}")
-            return value
+            return number_option(doc, q, name, default, low, high)
 
         count = int(option("max_messages", 16, 1, MAX_RECEIVE))
         wait = option("wait_seconds", 0, 0, MAX_WAIT_SECONDS)
@@ -695,16 +686,7 @@ class JsonApi:
         q = request.query
 
         def option(name: str, default: float, low: float, high: float) -> float:
-            raw = doc.get(name, q.get(name, [None])[0])
-            if raw is None:
-                return default
-            try:
-                value = float(raw)
-            except (TypeError, ValueError):
-                raise ApiError(400, f"{name} must be a number") from None
-            if not low <= value <= high:
-                raise ApiError(400, f"{name} must be between {low:g} and {high:g}")
-            return value
+            return number_option(doc, q, name, default, low, high)
 
         count = int(option("max_messages", 16, 1, MAX_RECEIVE))
         wait = option("wait_seconds", 0, 0, MAX_WAIT_SECONDS)
@@ -976,6 +958,22 @@ class JsonApi:
 
     async def openapi(self, request: Request) -> Response:
         return json_response(200, OPENAPI)
+
+
+def number_option(doc: dict[str, Any], query: dict[str, list[str]], name: str,
+                  default: float, low: float, high: float) -> float:
+    """A numeric request option from the JSON body, else the query string (400 when it is
+    not a number in [low, high]); ``default`` when given in neither."""
+    raw = doc.get(name, query.get(name, [None])[0])
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise ApiError(400, f"{name} must be a number") from None
+    if not low <= value <= high:
+        raise ApiError(400, f"{name} must be between {low:g} and {high:g}")
+    return value
 
 
 _CHALLENGE = [("WWW-Authenticate", 'Basic realm="lmq-gateway", charset="UTF-8"')]

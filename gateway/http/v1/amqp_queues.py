@@ -23,6 +23,7 @@ from gateway.http.v1 import (
     ApiError,
     _json_body,
     json_response,
+    number_option,
 )
 from gateway.http.v1 import _per_entry as per_entry
 from gateway.queue_consumers import Handle, QueueConsumeError, QueueConsumers, QueueDelivery
@@ -63,16 +64,7 @@ class AmqpQueueApi:
         max_invisible = consumers.max_invisible_ms / 1000
 
         def option(name: str, default: float, low: float, high: float) -> float:
-            raw = doc.get(name, q.get(name, [None])[0])
-            if raw is None:
-                return default
-            try:
-                value = float(raw)
-            except (TypeError, ValueError):
-                raise ApiError(400, f"{name} must be a number") from None
-            if not low <= value <= high:
-                raise ApiError(400, f"{name} must be between {low:g} and {high:g}")
-            return value
+            return number_option(doc, q, name, default, low, high)
 
         count = int(option("max_messages", 16, 1, MAX_RECEIVE))
         wait = option("wait_seconds", 0, 0, MAX_WAIT_SECONDS)

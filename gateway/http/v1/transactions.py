@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 from broker_core import PendingTransaction
 from gateway.http.aliyun import HalfPolls
 from gateway.http.messages import Request, Response
-from gateway.http.v1 import MAX_RECEIVE, MAX_WAIT_SECONDS, ApiError, _json_body, json_response
+from gateway.http.v1 import (
+    MAX_RECEIVE,
+    MAX_WAIT_SECONDS,
+    ApiError,
+    _json_body,
+    json_response,
+    number_option,
+)
 from gateway.rocketmq.records import SYSTEM_PROPERTIES, rocketmq_properties
 from protocol.remoting.messages import decode_properties
 
@@ -63,16 +70,7 @@ class TransactionPolls:
         q = request.query
 
         def option(name: str, default: float, low: float, high: float) -> float:
-            raw = doc.get(name, q.get(name, [None])[0])
-            if raw is None:
-                return default
-            try:
-                value = float(raw)
-            except (TypeError, ValueError):
-                raise ApiError(400, f"{name} must be a number") from None
-            if not low <= value <= high:
-                raise ApiError(400, f"{name} must be between {low:g} and {high:g}")
-            return value
+            return number_option(doc, q, name, default, low, high)
 
         count = int(option("max_messages", 16, 1, MAX_RECEIVE))
         wait = option("wait_seconds", 0, 0, MAX_WAIT_SECONDS)
