@@ -62,8 +62,18 @@ async def test_cuts_of_the_network_to_the_target_under_load(two, tmp_path: Path)
         got = await read_all(port(b), "load")
         assert relay.cuts == 3 and relay.accepted > 1  # the connector did reconnect
         assert_exactly_once_in_order(got, sent)
-        status = conn.status()["r"]
-        assert status["state"] == "running" and status["errors"] >= 1, status
+
+        # the state is live: a transient failure after the last copy (a request timing
+        # out on a loaded machine) shows as target-unreachable until the retry, which
+        # must bring the rule back to running
+        async def running() -> bool:
+            return bool(conn.status()["r"]["state"] == "running")
+
+        assert await eventually(running, timeout=45), (
+            conn.status()["r"],
+            "".join(conn.output[-40:]),
+        )
+        assert conn.status()["r"]["errors"] >= 1
     finally:
         conn.stop()
         relay.stop()
