@@ -286,6 +286,7 @@ def _summarise(records, report, segments, log_bytes, config: JobConfig) -> dict:
             "bytes": log_bytes,
             "tasks": len(report),
             "record_bytes": sum(r["record_bytes"] for r in report),
+            "held_records": sum(r["held_records"] for r in report),
             "control_records": sum(r["control_records"] for r in report),
             "filtered_records": sum(r["filtered_records"] for r in report),
             "skipped_bytes": sum(r["skipped_bytes"] for r in report),
@@ -415,7 +416,8 @@ def render_markdown(summary: dict) -> str:
         f"| LMQ deliveries | {_fmt(summary['deliveries'])} |",
         f"| fan-out mean / p50 / p90 / p99 / max | {_fmt(fan['mean'])} / {_fmt(fan['p50'])}"
         f" / {_fmt(fan['p90'])} / {_fmt(fan['p99'])} / {_fmt(fan['max'])} |",
-        f"| control records (LMQ removals) | {_fmt(log['control_records'])} |",
+        f"| held records (delayed and half messages) | {_fmt(log['held_records'])} |",
+        f"| control records (not messages) | {_fmt(log['control_records'])} |",
         f"| corrupt bytes skipped | {_fmt(log['skipped_bytes'])} |",
         f"| torn tail bytes (last segment) | {_fmt(log['tail_bytes'])} |",
         "",

@@ -36,7 +36,18 @@ What is *not* a record, and how it is counted (never silently):
   would truncate, or what the writer has not finished yet.
 
 Both appear per task in :attr:`CommitLogScan.report` with the position and reason of
-each problem. LMQ removal records (control records) are counted, not emitted.
+each problem.
+
+A message is counted when it is dispatched to its LMQs, which is not always when it is
+stored (see :func:`classify`): a delayed message (a type 1 record flagged delayed) and
+a half message (type 5) are *held* records, dispatched later by a timer's fire record
+(type 3) or a transaction's commit or dead-lettering (type 6), or never (cancelled,
+rolled back). Held records and their dispatches are emitted separately (they may lie in
+different tasks, even segments) and joined on the held record's position by
+:attr:`CommitLogScan.records`: a dispatched message is one row with the held record's
+fields and the dispatch's store time and LMQs. The other records (LMQ removals, timer
+changes, a transaction's rollback or check, origin advances) are counted as control
+records, not emitted.
 """
 
 from __future__ import annotations
@@ -52,6 +63,8 @@ from urllib.parse import urlparse
 
 from broker_core.errors import CorruptRecord, InsufficientData
 from broker_core.record import Record, RecordType, decode_record, find_record
+from broker_core.timer_records import FIRE_BODY
+from broker_core.transactions import CONTROL, Action
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -62,6 +75,28 @@ DEFAULT_SPLIT_BYTES = 16 * 1024 * 1024
 BATCH_ROWS = 32_768
 #: Problems listed per task; the byte counts stay exact beyond it.
 MAX_PROBLEMS = 100
+
+
+#: Row kinds (RAW_SCHEMA's ``kind``): a message dispatched when stored, a held record
+#: (dispatched later, if ever), a dispatch of a held record.
+PLAIN, HELD, DISPATCH = 0, 1, 2
+_DISPATCHING = (Action.COMMIT, Action.DEAD_LETTER)
+
+
+def classify(record: Record) -> tuple[int, int] | None:
+    """``(kind, position)`` of a record the reader emits (``position``: the message's,
+    the held record's for a dispatch), None for a control record."""
+    rtype = record.type
+    if rtype is RecordType.MESSAGE:
+        return (HELD if record.delayed else PLAIN), record.position
+    if rtype is RecordType.TXN_HALF:
+        return HELD, record.position
+    if rtype is RecordType.TIMER_FIRE:
+        return DISPATCH, FIRE_BODY.unpack_from(record.body)[0]
+    if rtype is RecordType.TXN_CONTROL:
+        half, _size, _body, _thash, action = CONTROL.unpack_from(record.body)
+        return (DISPATCH, half) if action in _DISPATCHING else None
+    return None
 
 
 class NoSegments(LookupError):
@@ -177,6 +212,7 @@ class RangeReport:
     start: int
     end: int
     records: int = 0
+    held_records: int = 0
     control_records: int = 0
     filtered_records: int = 0
     record_bytes: int = 0
@@ -196,6 +232,7 @@ class RangeReport:
             "start": self.start,
             "end": self.end,
             "records": self.records,
+            "held_records": self.held_records,
             "control_records": self.control_records,
             "filtered_records": self.filtered_records,
             "record_bytes": self.record_bytes,
@@ -254,10 +291,10 @@ def scan_range(
             break
         report.record_bytes += record.size
         pos += record.size
-        if record.type is RecordType.MESSAGE:
-            yield record
-        else:
+        if classify(record) is None:
             report.control_records += 1
+        else:
+            yield record
     if end >= limit and not is_last and expected_bytes is not None:
         if size < expected_bytes:
             missing = expected_bytes - size
@@ -281,6 +318,10 @@ class _Filter:
     until_ms: int | None
 
 
+#: RAW_SCHEMA's columns before ``report``.
+COLUMNS = 11
+
+
 class _BatchBuilder:
     """Collects record rows column by column and cuts Arrow batches."""
 
@@ -289,30 +330,36 @@ class _BatchBuilder:
         self._reset()
 
     def _reset(self) -> None:
-        self.cols: list[list] = [[] for _ in range(10)]
+        self.cols: list[list] = [[] for _ in range(COLUMNS)]
 
     def __len__(self) -> int:
         return len(self.cols[0])
 
-    def add(self, r: Record) -> None:
+    def add(self, r: Record, kind: int, position: int) -> None:
         c = self.cols
-        c[0].append(r.position)
+        c[0].append(position)
         c[1].append(r.store_ms)
-        c[2].append(r.born_ms)
-        c[3].append(r.origin)
-        c[4].append(r.protocol.name)
-        c[5].append(r.topic)
-        c[6].append(len(r.body))
-        c[7].append(r.qos)
-        c[8].append(r.retain)
-        c[9].append([name for name, _ in r.dispatch])
+        lmqs = None if kind == HELD else [name for name, _ in r.dispatch]
+        if kind == DISPATCH:  # the held record's fields come from the join
+            for i in range(2, 9):
+                c[i].append(None)
+        else:
+            c[2].append(r.born_ms)
+            c[3].append(r.origin)
+            c[4].append(r.protocol.name)
+            c[5].append(r.topic)
+            c[6].append(len(r.body))
+            c[7].append(r.qos)
+            c[8].append(r.retain)
+        c[9].append(lmqs)
+        c[10].append(kind)
 
     def flush(self):
         import pyarrow as pa
 
         n = len(self)
         arrays = [pa.array(col, type=self.schema.field(i).type) for i, col in enumerate(self.cols)]
-        arrays.append(pa.nulls(n, type=self.schema.field(10).type))
+        arrays.append(pa.nulls(n, type=self.schema.field(COLUMNS).type))
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
@@ -320,8 +367,8 @@ class _BatchBuilder:
 def _report_batch(schema, report: RangeReport):
     import pyarrow as pa
 
-    arrays = [pa.nulls(1, type=schema.field(i).type) for i in range(10)]
-    arrays.append(pa.array([report.as_row()], type=schema.field(10).type))
+    arrays = [pa.nulls(1, type=schema.field(i).type) for i in range(COLUMNS)]
+    arrays.append(pa.array([report.as_row()], type=schema.field(COLUMNS).type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
@@ -340,13 +387,21 @@ def _scan_task(data, task: dict, flt: _Filter, schema) -> Iterator:
         is_last=task["is_last"],
         report=report,
     ):
-        if (since is not None and record.store_ms < since) or (
+        classified = classify(record)
+        assert classified is not None  # scan_range yields only what classify names
+        kind, position = classified
+        # the window is on the dispatch time: a held record is kept unless its store
+        # time is past the window (its dispatch can only come later)
+        if (since is not None and kind != HELD and record.store_ms < since) or (
             until is not None and record.store_ms >= until
         ):
             report.filtered_records += 1
             continue
-        report.records += 1
-        builder.add(record)
+        if kind == HELD:
+            report.held_records += 1
+        else:
+            report.records += 1
+        builder.add(record, kind, position)
         if len(builder) >= BATCH_ROWS:
             yield builder.flush()
     if len(builder):
@@ -407,10 +462,26 @@ class CommitLogScan:
 
     @property
     def records(self):
+        """One row per dispatched message (RECORD_SCHEMA): the plain ones, and each
+        dispatch of a held record joined with it (a dispatch whose held record is not in
+        the log any more, removed by retention, cannot be described and is left out)."""
         from pyspark.sql import functions as F
 
+        kind = F.col("kind")
+        fields = ["born_ms", "device", "protocol", "topic", "payload_size", "qos", "retained"]
+        held = self.raw.where(kind == HELD).select("position", *fields)
+        dispatched = (
+            self.raw.where(kind == DISPATCH)
+            .select("position", "store_ms", "lmqs")
+            .join(held, "position", "inner")
+        )
+        rows = (
+            self.raw.where(kind == PLAIN)
+            .select("position", "store_ms", *fields, "lmqs")
+            .unionByName(dispatched)
+        )
         store_time = F.timestamp_millis("store_ms")
-        return self.raw.where(F.col("report").isNull()).select(
+        return rows.select(
             F.col("position"),
             store_time.alias("store_time"),
             F.timestamp_millis("born_ms").alias("born_time"),

@@ -59,8 +59,9 @@ SCAN_REPORT_SCHEMA = StructType(
         StructField("base", LongType(), False),
         StructField("start", LongType(), False),
         StructField("end", LongType(), False),
-        StructField("records", LongType(), False),  # message records emitted
-        StructField("control_records", LongType(), False),  # LMQ_REMOVAL records seen
+        StructField("records", LongType(), False),  # messages and dispatches emitted
+        StructField("held_records", LongType(), False),  # delayed and half messages read
+        StructField("control_records", LongType(), False),  # other non-message records
         StructField("filtered_records", LongType(), False),  # outside --since/--until
         StructField("record_bytes", LongType(), False),  # bytes of valid records
         StructField("skipped_bytes", LongType(), False),  # corrupt bytes, never silent
@@ -81,6 +82,13 @@ RAW_SCHEMA = StructType(
         StructField("qos", IntegerType(), True),
         StructField("retained", BooleanType(), True),
         StructField("lmqs", ArrayType(StringType(), False), True),
+        # 0: a message dispatched when stored (every column above set);
+        # 1: a held record (a delayed message, a half message): dispatched later, if
+        #    ever; its columns as stored, ``lmqs`` null;
+        # 2: a dispatch of a held record (a timer's fire, a transaction's commit or
+        #    dead-lettering): ``position`` is the held record's, ``store_ms`` and ``lmqs``
+        #    the dispatch's, every other column null. spark.reader joins 2 with 1.
+        StructField("kind", IntegerType(), True),
         StructField("report", SCAN_REPORT_SCHEMA, True),
     ]
 )
