@@ -1,4 +1,5 @@
-"""Spark test fixtures: one local[2] session for the whole run, and a segment writer.
+"""The suite's settings (Hypothesis without time limits, xdist groups) and the Spark
+fixtures: one local[2] session for the whole run, and a segment writer.
 
 The writer lays records out exactly as the store does (``<20-digit base>.log`` under
 ``commitlog/``, position = segment base + offset, a record never spans segments), using
@@ -14,8 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from broker_core.record import Message, RecordType, encode_record
+
+# No time limits on Hypothesis examples: its default 200 ms deadline (and its "too slow"
+# health check) are timed assertions, which fail on a loaded machine (CI runs four
+# workers on two cores) and say nothing about correctness; speed is measured in bench/.
+settings.register_profile("lmq", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("lmq")
 
 
 def _java_available() -> bool:
