@@ -123,5 +123,11 @@ class StoreConfig:
             raise ValueError("fifo_scan_limit must be at least 1")
         if self.txn_max_checks < 0:
             raise ValueError("txn_max_checks must be at least 0")
+        if not self.delay_levels:
+            raise ValueError("delay_levels needs at least one level")
+        from broker_core.timers import parse_duration_ms  # (timers imports this module)
+
+        for level in self.delay_levels:
+            parse_duration_ms(level)  # a ValueError that names it
         if self.on_corrupt not in ("refuse", "skip"):
             raise ValueError(f"on_corrupt must be 'refuse' or 'skip', not {self.on_corrupt!r}")

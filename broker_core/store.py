@@ -350,10 +350,14 @@ class MessageStore:
             self.acknowledged(results[-1].end).result()
         return results
 
+    def delay_level_ms(self, level: int) -> int:
+        """The delay of RocketMQ delay ``level`` in ms (``StoreConfig.delay_levels``;
+        level 1 is the first, past the last is the last)."""
+        return delay_level_ms(self.config.delay_levels, level)
+
     def delay_level_due(self, level: int, now: int | None = None) -> int:
-        """The due time (epoch ms) of RocketMQ delay ``level`` from ``now``
-        (``StoreConfig.delay_levels``; level 1 is the first, past the last is the last)."""
-        return (now_ms() if now is None else now) + delay_level_ms(self.config.delay_levels, level)
+        """The due time (epoch ms) of RocketMQ delay ``level`` from ``now``."""
+        return (now_ms() if now is None else now) + self.delay_level_ms(level)
 
     def cancel_timer(self, position: int, *, wait: bool = True) -> bool:
         """Cancel the pending timer of the delayed record at ``position``: it is never

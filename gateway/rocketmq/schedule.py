@@ -3,6 +3,8 @@ their real LMQs (RocketMQ 4's ``ScheduleMessageService`` on LMQs).
 
 Layout
 ------
+The levels are the store's (``StoreConfig.delay_levels``, RocketMQ's
+``messageDelayLevel``: the same delays as a DELAY send's timer).
 Delay level ``n`` (1-based) is queue ``n - 1`` of RocketMQ's ``SCHEDULE_TOPIC_XXXX``,
 the LMQ ``rmq:SCHEDULE_TOPIC_XXXX:<n-1>`` (:func:`level_lmq`). :meth:`ScheduleService.schedule`
 appends a copy of the message there whose properties name where it goes:
@@ -42,7 +44,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -51,7 +52,6 @@ from broker_core.clock import now_ms
 from lmq.rocketmq import parse_queue_lmq, queue_lmq
 
 __all__ = [
-    "DELAY_LEVELS",
     "PROP_DELAY",
     "PROP_REAL_QID",
     "PROP_REAL_TOPIC",
@@ -60,14 +60,10 @@ __all__ = [
     "SCHEDULE_TOPIC",
     "ScheduleService",
     "level_lmq",
-    "parse_levels",
 ]
 
 log = logging.getLogger(__name__)
 
-#: RocketMQ's default ``messageDelayLevel`` (``store/.../config/MessageStoreConfig.java``):
-#: level 1 is 1 s, level 18 is 2 h.
-DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: The store consumer group whose offsets on the level LMQs are the service's progress.
 SCHEDULE_GROUP = "rmq-schedule"
@@ -80,25 +76,9 @@ PROP_TARGETS = "__LMQ_TARGETS"
 #: Due messages moved per append batch (one log write, one offset commit).
 MOVE_BATCH = 32
 
-_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_LEVEL = re.compile(r"^(\d+)([smhd])$")
-
 #: Appends a message to LMQs; the awaitable completes when the append may be
 #: acknowledged (``Publisher.submit`` in the gateway).
 Submit = Callable[[Message, Sequence[str]], Awaitable[AppendResult]]
-
-
-def parse_levels(spec: str) -> list[int]:
-    """Delay levels in RocketMQ's notation (``"1s 5s 1m 2h"``) as milliseconds."""
-    out = []
-    for item in spec.split():
-        m = _LEVEL.match(item)
-        if m is None:
-            raise ValueError(f"bad delay level {item!r} (a number and one of s, m, h, d)")
-        out.append(int(m.group(1)) * _UNITS[m.group(2)])
-    if not out:
-        raise ValueError("no delay levels")
-    return out
 
 
 def level_lmq(level: int) -> str:
@@ -167,28 +147,34 @@ class ScheduleService:
         submit: Submit,
         loop: asyncio.AbstractEventLoop,
         *,
-        levels: Sequence[int] | str = DELAY_LEVELS,
+        held_levels: int = 0,
         clock: Callable[[], int] = now_ms,
     ) -> None:
-        delays = parse_levels(levels) if isinstance(levels, str) else list(levels)
+        # the store's delay levels (StoreConfig.delay_levels): a send-back waits as long
+        # as a DELAY send of the same level does
+        count = len(store.config.delay_levels)
+        #: Levels a message can be scheduled at (a higher one is clamped to it).
+        self.max_level = count
+        # Levels an earlier configuration had beyond these (``held_levels``: the queues
+        # of SCHEDULE_TOPIC_XXXX) are still moved, at the last level's delay, so a
+        # shorter configuration strands nothing.
         self.store = store
         self.submit = submit
         self.loop = loop
         self.clock = clock
-        self.levels = [_Level(i + 1, level_lmq(i + 1), d) for i, d in enumerate(delays)]
+        self.levels = [
+            _Level(n, level_lmq(n), store.delay_level_ms(n))
+            for n in range(1, max(count, held_levels) + 1)
+        ]
         self._removers: list[Callable[[], None]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self.moved = 0
         self.skipped = 0
         self.started = False
 
-    @property
-    def max_level(self) -> int:
-        return len(self.levels)
-
     def clamp(self, level: int) -> int:
         """RocketMQ clamps levels above the highest to the highest."""
-        return max(1, min(level, len(self.levels)))
+        return max(1, min(level, self.max_level))
 
     def delay_ms(self, level: int) -> int:
         return self.levels[self.clamp(level) - 1].delay_ms

@@ -23,7 +23,7 @@ import asyncio
 from broker_core import MessageStore
 from gateway.rocketmq.groups import GroupRegistry
 from gateway.rocketmq.pop_service import PopService, Submit
-from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService, level_lmq
+from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService
 from gateway.rocketmq.sendback import DEFAULT_MAX_RECONSUME_TIMES, SendBackService
 from gateway.rocketmq.timer_service import TimerFiring
 from gateway.rocketmq.topics import TopicRegistry
@@ -48,7 +48,12 @@ class RocketMQServices:
         self.store = store
         self.topics = topics
         self.groups = groups
-        self.schedule = ScheduleService(store, submit, loop)
+        # the queues SCHEDULE_TOPIC_XXXX was registered with: as many levels as an
+        # earlier configuration had, whose messages are moved even if it had more
+        held = topics.get(SCHEDULE_TOPIC)
+        self.schedule = ScheduleService(
+            store, submit, loop, held_levels=0 if held is None else held.queue_count
+        )
         self.pop = PopService(
             store, loop, submit, queue_count=self.queue_count, max_times=self.max_times,
             ensure_topic=topics.ensure, broker_name=BROKER_NAME,
@@ -87,8 +92,7 @@ class RocketMQServices:
     def start(self) -> None:
         """Start the schedule (moves delays left by an earlier run) and adopt every known
         group for pop (see :meth:`PopService.adopt`)."""
-        if any(self.store.lmq(level_lmq(n)) is not None
-               for n in range(1, self.schedule.max_level + 1)):
+        if any(self.store.lmq(lv.lmq) is not None for lv in self.schedule.levels):
             self.ensure_schedule_topic()
         self.schedule.start()
         for name in self.groups.names():

@@ -176,6 +176,11 @@ def test_delay_levels():
     assert delay_level_ms(("250ms", "1d"), 1) == 250
     with pytest.raises(ValueError):
         delay_level_ms(levels, 0)
+    # a bad configuration is refused when the store is configured, not at a first send
+    with pytest.raises(ValueError, match="5x"):
+        StoreConfig(delay_levels=("1s", "5x"))
+    with pytest.raises(ValueError, match="at least one"):
+        StoreConfig(delay_levels=())
 
 
 def test_delay_level_due_is_on_the_same_timers(tmp_path):

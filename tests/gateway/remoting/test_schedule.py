@@ -19,7 +19,6 @@ from broker_core import Message, MessageStore, StoreConfig
 from broker_core.clock import now_ms
 from gateway.publisher import Publisher
 from gateway.rocketmq.schedule import (
-    DELAY_LEVELS,
     PROP_DELAY,
     PROP_REAL_QID,
     PROP_REAL_TOPIC,
@@ -27,7 +26,6 @@ from gateway.rocketmq.schedule import (
     SCHEDULE_GROUP,
     ScheduleService,
     level_lmq,
-    parse_levels,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -65,11 +63,12 @@ class Harness:
         self.store: MessageStore | None = None
         self.service: ScheduleService | None = None
 
-    def open(self) -> ScheduleService:
+    def open(self, config: StoreConfig | None = None, held_levels: int = 0) -> ScheduleService:
         loop = asyncio.get_running_loop()
-        self.store = MessageStore.open(self.data, StoreConfig())
+        self.store = MessageStore.open(self.data, config or StoreConfig())
         self.service = ScheduleService(
-            self.store, Publisher(self.store, loop).submit, loop, clock=self.clock
+            self.store, Publisher(self.store, loop).submit, loop, clock=self.clock,
+            held_levels=held_levels,
         )
         self.service.start()
         return self.service
@@ -92,14 +91,45 @@ async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
         h.close()
 
 
-def test_levels_are_rocketmqs() -> None:
-    delays = parse_levels(DELAY_LEVELS)
-    assert len(delays) == 18
+def test_levels_are_rocketmqs_by_default(harness: Harness) -> None:
+    svc = harness.service
+    assert svc is not None
+    delays = [lv.delay_ms for lv in svc.levels]
+    assert svc.max_level == len(delays) == 18
     assert delays[0] == 1000 and delays[4] == 60_000 and delays[-1] == 2 * 3_600_000
     assert level_lmq(1) == "rmq:SCHEDULE_TOPIC_XXXX:0"
     assert level_lmq(18) == "rmq:SCHEDULE_TOPIC_XXXX:17"
-    with pytest.raises(ValueError):
-        parse_levels("1s 5x")
+
+
+async def test_levels_are_the_stores_and_a_shorter_configuration_strands_nothing(
+    tmp_path: Path,
+) -> None:
+    """A send-back waits as a DELAY send of its level does (StoreConfig.delay_levels);
+    levels an earlier configuration had beyond the current ones are still moved."""
+    h = Harness(tmp_path / "data")
+    svc = h.open(StoreConfig(delay_levels=("2s", "3s", "4s", "9s")))
+    await svc.schedule(Message(topic="orders", body=b"four"), [TARGET], 4)
+    h.close()
+    svc = h.open(StoreConfig(delay_levels=("2s", "7s")), held_levels=4)
+    store = h.store
+    assert store is not None
+    try:
+        assert [lv.delay_ms for lv in svc.levels] == [2000, 7000, 7000, 7000]
+        assert svc.max_level == 2 and svc.clamp(5) == 2
+        await svc.schedule(Message(topic="orders", body=b"clamped"), [TARGET], 5)
+        assert bodies(store, level_lmq(2)) == [b"clamped"]
+        h.clock.shift = 6_000
+        svc.rearm()
+        await asyncio.sleep(0.1)
+        await svc.drain()
+        assert bodies(store, TARGET) == []
+        h.clock.shift = 7_500  # the stranded level 4 moves at the last level's delay
+        svc.rearm()
+        await wait_for(lambda: len(bodies(store, TARGET)) == 2)
+        assert sorted(bodies(store, TARGET)) == [b"clamped", b"four"]
+        assert svc.pending() == 0
+    finally:
+        h.close()
 
 
 async def test_due_order_across_levels(harness: Harness) -> None:
