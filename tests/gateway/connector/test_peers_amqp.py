@@ -17,7 +17,7 @@ from gateway.connector.amqp import AmqpPeer, AmqpSource, AmqpTarget
 from gateway.connector.endpoints import PATH, CopyMessage, EndpointUnavailable, MessageRefused
 
 from ..gateway_process import GatewayProcess
-from .peer_support import ConnectorProcess, eventually, pull_all
+from .connector_support import ConnectorProcess, peer_rules, send_batches, stored_through_a_kill
 
 pytestmark = pytest.mark.slow
 
@@ -170,22 +170,13 @@ async def test_an_absent_broker_or_queue_is_unavailable(rabbit: int) -> None:
 
 
 def rules(path: Path, amqp_port: int, remoting_port: int, rule: str) -> Path:
-    path.write_text(f"""
-status_address = ""
-heartbeat_interval = 0
-
+    rabbit = f"""
 [clusters.rabbit]
 kind = "amqp"
 endpoints = ["127.0.0.1:{amqp_port}"]
 prefetch = 50
-
-[clusters.gw]
-kind = "gateway"
-endpoints = ["127.0.0.1:{remoting_port}"]
-
-{rule}
-""")
-    return path
+"""
+    return peer_rules(path, rabbit, rule, remoting_port)
 
 
 N = 300
@@ -205,24 +196,9 @@ target_topic = "jobs"
 batch_size = 16
 wait_ms = 100
 """)
-    publisher = asyncio.ensure_future(
-        publish(rabbit, "jobs", [f"m{i}".encode() for i in range(N)], message_id="job"))
-    connector = ConnectorProcess(rules_file).start()
-    try:
-        async def some_stored() -> bool:
-            return len(await pull_all(namesrv, "jobs")) >= N // 4
-        await eventually(some_stored, 15)
-        connector.kill()
-        assert len(await pull_all(namesrv, "jobs")) < N, "finished before the kill"
-        connector = ConnectorProcess(rules_file).start()
-        await publisher
-
-        async def all_stored() -> bool:
-            return len({m.body for m in await pull_all(namesrv, "jobs")}) == N
-        await eventually(all_stored, 20)
-    finally:
-        connector.stop()
-    stored = await pull_all(namesrv, "jobs")
+    bodies = [f"m{i}".encode() for i in range(N)]
+    stored = await stored_through_a_kill(
+        rules_file, namesrv, "jobs", N, lambda: publish(rabbit, "jobs", bodies, message_id="job"))
     assert sorted(m.body for m in stored) == sorted(f"m{i}".encode() for i in range(N))
     in_order = [int(m.body[1:]) for m in sorted(stored, key=lambda m: (m.queue_id,
                                                                          m.queue_offset))]
@@ -232,15 +208,7 @@ wait_ms = 100
 
 async def test_amqp_out_survives_kill9_without_loss(
         tmp_path: Path, rabbit: int, gateway: GatewayProcess) -> None:
-    from gateway.clients.remoting import Message, Producer, RemotingClient
-
-    namesrv = f"127.0.0.1:{gateway.ports['unified']}"
-    async with RemotingClient(namesrv) as client:
-        producer = Producer(client, "peers")
-        for start in range(0, N, 50):
-            await producer.send_batch("orders", [
-                Message("orders", f"m{i}".encode(), tags="eu", properties={"n": str(i)})
-                for i in range(start, start + 50)], queue_id=0)
+    await send_batches(f"127.0.0.1:{gateway.ports['unified']}", "orders", N, tags="eu")
     await declare(rabbit, "orders-copy")
     batch = 16
     rules_file = rules(tmp_path / "rules.toml", rabbit, gateway.ports["unified"], f"""

@@ -27,7 +27,8 @@ from gateway.connector.runner import RuleRunner
 
 from ..gateway_process import GatewayProcess
 from ..mqtt_clients import Paho
-from .peer_support import eventually, start_mosquitto
+from .connector_support import eventually
+from .peer_support import start_mosquitto
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +75,7 @@ async def copy_phases(run: RuleRunner, plain: Any, stamped: Any) -> None:
         async def state_running() -> bool:
             return run.stats.state == "running"
 
-        await eventually(state_running, 10)
+        assert await eventually(state_running, timeout=10)
         await plain()
 
         async def stored(n: int) -> Any:
@@ -83,10 +84,10 @@ async def copy_phases(run: RuleRunner, plain: Any, stamped: Any) -> None:
 
             return check
 
-        await eventually(await stored(5), 10)
+        assert await eventually(await stored(5), timeout=10)
         assert run.stats.delay_ms is None
         await stamped()
-        await eventually(await stored(10), 10)
+        assert await eventually(await stored(10), timeout=10)
         assert run.stats.delay_ms is not None and run.stats.delay_ms >= PAST_MS
         assert run.stats.heartbeats == 0  # no heartbeats from a broker source
     finally:
