@@ -8,14 +8,15 @@ import asyncio
 import json
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from gateway.clients import Message, Producer, PullConsumer, ReceivedMessage, RemotingClient
 from gateway.connector.heartbeat import HEARTBEAT
 
-from ..gateway_process import ReadyProcess
+from ..gateway_process import GatewayProcess, ReadyProcess
 
 
 class ConnectorProcess(ReadyProcess):
@@ -42,6 +43,26 @@ class ConnectorProcess(ReadyProcess):
         with urllib.request.urlopen(self.status_url + "/status", timeout=5) as response:
             rules = json.loads(response.read())["rules"]
         return {r["rule"]: r for r in rules}
+
+
+@contextmanager
+def two_gateways(directory: Path, *b_extra: str) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
+    """Gateways a and b (``lmq serve`` in ``directory``/a and /b, b with the arguments
+    ``b_extra``), stopped at the end."""
+    a = GatewayProcess(directory / "a").start()
+    try:
+        b = GatewayProcess(directory / "b", *b_extra).start()
+        try:
+            yield a, b
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+
+
+def port(gw: GatewayProcess) -> int:
+    """The gateway's unified port (remoting among others)."""
+    return gw.ports["unified"]
 
 
 def rules_text(
@@ -216,3 +237,27 @@ async def stored_through_a_kill(
     finally:
         connector.stop()
     return await pull_all(namesrv, topic)
+
+
+async def received_through_a_kill(
+    rules_file: Path,
+    n: int,
+    receive: Callable[[int], Awaitable[list[Any]]],
+    body: Callable[[Any], bytes],
+) -> list[Any]:
+    """The connector on ``rules_file`` copies ``n`` distinct bodies out to a peer where
+    ``receive(k)`` takes up to ``k`` of them; it is SIGKILLed once a quarter arrived and
+    started again. Returns all that arrived (duplicates too) once every body has, or
+    after 20 s more."""
+    connector = ConnectorProcess(rules_file).start()
+    got: list[Any] = []
+    try:
+        got += await receive(n // 4)
+        connector.kill()
+        connector = ConnectorProcess(rules_file).start()
+        deadline = time.monotonic() + 20
+        while len({body(m) for m in got}) < n and time.monotonic() < deadline:
+            got += await receive(1)
+    finally:
+        connector.stop()
+    return got

@@ -5,9 +5,12 @@ and their certificates."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -25,8 +28,25 @@ def start_broker(broker: B) -> B:
     return broker
 
 
-def start_mosquitto(workdir: Path) -> Mosquitto:
-    return start_broker(Mosquitto(workdir))
+@contextmanager
+def running(broker: B) -> Iterator[B]:
+    """``broker`` started (see :func:`start_broker`), and stopped at the end."""
+    start_broker(broker)
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+async def read_n(source: Any, queue: str, n: int, timeout: float = 5.0) -> list[Any]:
+    """Up to ``n`` records of an endpoint source's ``queue``, read for at most ``timeout``
+    seconds."""
+    records: list[Any] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while len(records) < n and loop.time() < deadline:
+        records += await source.read(queue, None, "latest", n - len(records), 200)
+    return records
 
 
 def make_cert(directory: Path, name: str) -> tuple[Path, Path]:

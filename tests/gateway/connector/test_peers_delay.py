@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,27 +27,10 @@ from gateway.connector.runner import RuleRunner
 from ..gateway_process import GatewayProcess
 from ..mqtt_clients import Paho
 from .connector_support import eventually
-from .peer_support import start_mosquitto
 
 pytestmark = pytest.mark.slow
 
 PAST_MS = 3000
-
-
-@pytest.fixture(scope="module")
-def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    broker = start_mosquitto(tmp_path_factory.mktemp("mosquitto"))
-    try:
-        assert broker.mqtt_port is not None
-        yield broker.mqtt_port
-    finally:
-        broker.stop()
-
-
-@pytest.fixture(scope="module")
-def rabbit(rabbitmq_tls: Any) -> int:
-    assert rabbitmq_tls.amqp_port is not None
-    return int(rabbitmq_tls.amqp_port)  # conftest.py: one node per session
 
 
 def runner(kind: str, port: int, read: str, gateway: GatewayProcess) -> RuleRunner:

@@ -10,10 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from bench.peers import Mosquitto
+
 from ..gateway_process import GatewayProcess
 from ..mqtt_clients import Paho
-from .connector_support import ConnectorProcess, peer_rules, send_batches, stored_through_a_kill
-from .peer_support import start_mosquitto
+from .connector_support import (
+    ConnectorProcess,
+    peer_rules,
+    received_through_a_kill,
+    send_batches,
+    stored_through_a_kill,
+)
+from .peer_support import running
 
 pytestmark = pytest.mark.slow
 
@@ -22,12 +30,10 @@ N = 300
 
 @pytest.fixture
 def mosquitto(tmp_path: Path) -> Iterator[int]:
-    broker = start_mosquitto(tmp_path / "mosquitto")
-    try:
+    """A mosquitto of each test's own (not conftest.py's, one a module)."""
+    with running(Mosquitto(tmp_path / "mosquitto")) as broker:
         assert broker.mqtt_port is not None
         yield broker.mqtt_port
-    finally:
-        broker.stop()
 
 
 def rules(path: Path, mqtt_port: int, remoting_port: int, rule: str) -> Path:
@@ -93,20 +99,10 @@ start = "earliest"
 batch_size = {batch}
 wait_ms = 100
 """)
-    connector = ConnectorProcess(rules_file).start()
-    got: list = []
-    try:
-        got += await asyncio.to_thread(sub.get_n, N // 4, 15)
-        connector.kill()
-        connector = ConnectorProcess(rules_file).start()
-        seen = {m.payload for m in got}
-        while len(seen) < N:
-            m = await asyncio.to_thread(sub.get, 15)
-            got.append(m)
-            seen.add(m.payload)
-    finally:
-        connector.stop()
-    assert seen == {f"m{i}".encode() for i in range(N)}
+    got = await received_through_a_kill(
+        rules_file, N, lambda k: asyncio.to_thread(sub.get_n, k, 15), lambda m: m.payload
+    )
+    assert {m.payload for m in got} == {f"m{i}".encode() for i in range(N)}
     assert all(m.topic == "out/orders" and m.qos == 1 for m in got)
     assert dict(got[5].properties.UserProperty)["n"] == got[5].payload.decode()[1:]
     # at-least-once: what was in flight at the kill (a batch, and one whose commit was
