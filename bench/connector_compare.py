@@ -123,8 +123,18 @@ class Setup:
         raise NotImplementedError
 
     async def publish(self, mids: list[str], *, inflight: int) -> list[str]:
-        """Publish flat out with ``inflight`` unacknowledged at most; the ids acked."""
-        raise NotImplementedError
+        """Publish flat out with ``inflight`` unacknowledged at most; the ids acked.
+        (Here: ``inflight`` workers, each awaiting one :meth:`publish_one` at a time.)"""
+        acked: list[str] = []
+        it = iter(mids)
+
+        async def worker() -> None:
+            for mid in it:
+                if await self.publish_one(mid):
+                    acked.append(mid)
+
+        await asyncio.gather(*(worker() for _ in range(inflight)))
+        return acked
 
     async def publish_one(self, mid: str) -> bool:
         """Publish one; True once the source acknowledged it, False if it failed (the
@@ -226,20 +236,8 @@ class GatewaySetup(Setup):
         except Exception:
             return False
 
-    async def publish(self, mids: list[str], *, inflight: int) -> list[str]:
-        acked: list[str] = []
-        it = iter(mids)
-
-        async def worker() -> None:
-            for mid in it:
-                if await self.publish_one(mid):
-                    acked.append(mid)
-
-        await asyncio.gather(*(worker() for _ in range(inflight)))
-        return acked
-
     async def kill_bridge(self) -> None:
-        await asyncio.to_thread(self.conn.kill9)
+        await asyncio.to_thread(self.conn.kill)
         await asyncio.to_thread(self.conn.start)
 
     async def stop(self) -> None:
@@ -514,17 +512,8 @@ class RabbitSetup(Setup):
             return False
 
     async def publish(self, mids: list[str], *, inflight: int) -> list[str]:
-        acked: list[str] = []
-        it = iter(mids)
-
-        async def worker() -> None:
-            for mid in it:
-                if await self.publish_one(mid):
-                    acked.append(mid)
-
         await self._channel()
-        await asyncio.gather(*(worker() for _ in range(inflight)))
-        return acked
+        return await super().publish(mids, inflight=inflight)
 
     async def before_kills(self) -> None:
         assert self.consumer is not None

@@ -29,11 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
 import threading
 import time
 from functools import partial
@@ -43,66 +39,22 @@ from typing import Any
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
-from bench.peers import (
-    ROOT,
-    Gateway,
-    Mosquitto,
-    RabbitMQ,
-    _kill_tree,
-    _track,
-    _untrack,
-    free_port,
-)
+from bench.peers import ROOT, Gateway, Mosquitto, RabbitMQ
+from tests.gateway.connector.connector_support import ConnectorProcess, peer_rules, pull_all
+from tests.gateway.connector.cut_relay import CutRelay
 
 
-class Connector:
-    """``lmq connector run`` as its own process (started, SIGKILLed, by PID)."""
+class Connector(ConnectorProcess):
+    """``lmq connector run`` (tests/gateway/connector/connector_support.py's harness),
+    its output written to ``log`` when it stops or is killed."""
 
     def __init__(self, rules: Path, log: Path) -> None:
-        self.rules = rules
+        super().__init__(rules)
         self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    def _readies(self) -> int:
-        try:
-            return self.log.read_text(errors="replace").splitlines().count("ready")
-        except OSError:
-            return 0
-
-    def start(self) -> None:
-        """Start and wait (at most 30 s) for its ``ready`` line."""
-        before = self._readies()
-        out = open(self.log, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from cli.main import main; main()", "connector", "run",
-             "--rules", str(self.rules), "--status-address", "", "--log-level", "warning"],
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        out.close()
-        _track(self.proc)
-        deadline = time.monotonic() + 30
-        while self._readies() <= before:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the connector did not start: see {self.log}")
-            time.sleep(0.05)
-
-    def kill9(self) -> None:
-        if self.proc is not None:
-            _kill_tree(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-            _untrack(self.proc)
-            self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            _kill_tree(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                _kill_tree(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-            _untrack(self.proc)
-            self.proc = None
+    def _close(self) -> None:
+        self.log.write_text("".join(self.output))
+        super()._close()
 
 
 class MosquittoBridge(Mosquitto):
@@ -123,66 +75,6 @@ class MosquittoBridge(Mosquitto):
             "restart_timeout 1",
             "bridge_protocol_version mqttv311",
         ]) + "\n")
-
-
-class CutProxy:
-    """A TCP proxy 127.0.0.1:``port`` -> ``target`` on its own event-loop thread whose
-    link can be cut (every connection reset, new ones refused at once) and restored: the
-    network to B failing, B itself staying up."""
-
-    def __init__(self, target: int) -> None:
-        self.target = target
-        self.port = free_port()
-        self.cut_off = False
-        self._writers: set[asyncio.StreamWriter] = set()
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        threading.Thread(target=self._run, args=(ready,), daemon=True).start()
-        ready.wait(10)
-
-    def _run(self, ready: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-
-        async def serve() -> None:
-            await asyncio.start_server(self._handle, "127.0.0.1", self.port)
-            ready.set()
-        self.loop.run_until_complete(serve())
-        self.loop.run_forever()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.cut_off:
-            writer.transport.abort()
-            return
-        try:
-            r2, w2 = await asyncio.open_connection("127.0.0.1", self.target)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._writers |= {writer, w2}
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            except (OSError, ConnectionError):
-                pass
-            finally:
-                dst.transport.abort()
-                self._writers.discard(dst)
-
-        await asyncio.gather(pipe(reader, w2), pipe(r2, writer))
-
-    def cut(self) -> None:
-        def do() -> None:
-            self.cut_off = True
-            for w in list(self._writers):
-                w.transport.abort()
-            self._writers.clear()
-        self.loop.call_soon_threadsafe(do)
-
-    def restore(self) -> None:
-        self.loop.call_soon_threadsafe(setattr, self, "cut_off", False)
 
 
 class Publisher(threading.Thread):
@@ -232,27 +124,6 @@ class Publisher(threading.Thread):
         c.loop_stop()
 
 
-async def _pull_all(namesrv: str, topic: str) -> list[Any]:
-    from gateway.clients.remoting import PullConsumer, RemotingClient
-
-    out: list[Any] = []
-    async with RemotingClient(namesrv) as client:
-        consumer = PullConsumer(client, "bench-check")
-        try:
-            queues = await consumer.queues(topic)
-        except Exception:
-            return []
-        for mq in queues:
-            offset = 0
-            while True:
-                result = await consumer.pull(mq, offset, max_nums=256)
-                if not result.found:
-                    break
-                out += result.messages
-                offset = result.next_begin_offset
-    return out
-
-
 def _counts(bodies: list[bytes], n: int) -> dict[str, Any]:
     numbers = [int(b[1:]) for b in bodies]
     distinct = set(numbers)
@@ -279,17 +150,10 @@ def _chaos(kill: Any, start: Any, kills: int) -> None:
         start()
 
 
-def _rules(path: Path, source: str, rule: str, gw_port: int | None) -> Path:
-    gw = (f'[clusters.gw]\nkind = "gateway"\nendpoints = ["127.0.0.1:{gw_port}"]\n'
-          if gw_port else "")
-    path.write_text(f'status_address = ""\nheartbeat_interval = 0\n{source}\n{gw}{rule}\n')
-    return path
-
-
 def _drain_gateway(namesrv: str, topic: str, n: int, timeout: float) -> list[bytes]:
     deadline = time.monotonic() + timeout
     while True:
-        bodies = [m.body for m in sorted(asyncio.run(_pull_all(namesrv, topic)),
+        bodies = [m.body for m in sorted(asyncio.run(pull_all(namesrv, topic, max_nums=256)),
                                          key=lambda m: (m.queue_id, m.queue_offset))]
         if len(set(bodies)) >= n or time.monotonic() > deadline:
             return bodies
@@ -301,23 +165,23 @@ def run_mqtt(work: Path, kills: int, n: int, rate: float) -> dict[str, Any]:
     assert mosq.available() is None
     gw.start()
     mosq.start()
-    try:
-        rules = _rules(work / "mqtt.toml", f'[clusters.mosq]\nkind = "mqtt"\nendpoints = '
+    rules = peer_rules(work / "mqtt.toml", f'[clusters.mosq]\nkind = "mqtt"\nendpoints = '
                        f'["127.0.0.1:{mosq.mqtt_port}"]\nclient_id = "bench"\n',
                        '[[rules]]\nname = "in"\nsource = "mosq"\nfilter = "sensors/#"\n'
                        'target = "gw"\nbatch_size = 32\nwait_ms = 100\n', gw.remoting_port or 0)
-        conn = Connector(rules, work / "connector-mqtt.log")
+    conn = Connector(rules, work / "connector-mqtt.log")
+    try:
         conn.start()
         time.sleep(2.0)  # the session and its subscription exist (nothing to await here)
         pub = Publisher(mosq.mqtt_port or 0, n, rate)
         t0 = time.perf_counter()
         pub.start()
-        _chaos(conn.kill9, conn.start, kills)
+        _chaos(conn.kill, conn.start, kills)
         pub.join()
         bodies = _drain_gateway(f"127.0.0.1:{gw.remoting_port}", "sensors", n, 60)
         took = time.perf_counter() - t0
-        conn.stop()
     finally:
+        conn.stop()
         gw.stop()
         mosq.stop()
     return {"scenario": "mqtt -> connector -> gateway", "kills": kills, "seconds": round(took, 1),
@@ -353,24 +217,24 @@ def run_amqp(work: Path, kills: int, n: int, rate: float) -> dict[str, Any]:
                 await asyncio.sleep(delay)
         await c.close()
 
-    try:
-        asyncio.run(declare())
-        rules = _rules(work / "amqp.toml", f'[clusters.rabbit]\nkind = "amqp"\nendpoints = '
+    rules = peer_rules(work / "amqp.toml", f'[clusters.rabbit]\nkind = "amqp"\nendpoints = '
                        f'["127.0.0.1:{rabbit.amqp_port}"]\nprefetch = 200\n',
                        '[[rules]]\nname = "in"\nsource = "rabbit"\nqueue = "jobs"\n'
                        'target = "gw"\ntarget_topic = "jobs"\nbatch_size = 32\nwait_ms = 100\n',
                        gw.remoting_port or 0)
-        conn = Connector(rules, work / "connector-amqp.log")
+    conn = Connector(rules, work / "connector-amqp.log")
+    try:
+        asyncio.run(declare())
         conn.start()
         t0 = time.perf_counter()
         publisher = threading.Thread(target=lambda: asyncio.run(publish()), daemon=True)
         publisher.start()
-        _chaos(conn.kill9, conn.start, kills)
+        _chaos(conn.kill, conn.start, kills)
         publisher.join()
         bodies = _drain_gateway(f"127.0.0.1:{gw.remoting_port}", "jobs", n, 60)
         took = time.perf_counter() - t0
-        conn.stop()
     finally:
+        conn.stop()
         gw.stop()
         rabbit.stop()
     return {"scenario": "rabbitmq -> connector -> gateway", "kills": kills,
@@ -423,29 +287,29 @@ def run_amqp_out(work: Path, kills: int, n: int, rate: float) -> dict[str, Any]:
         await c.close()
         return got
 
-    try:
-        asyncio.run(declare())
-        # the topic exists before the rule starts ("latest" then covers every send)
-        asyncio.run(_send_one(namesrv))
-        rules = _rules(work / "amqp-out.toml", f'[clusters.rabbit]\nkind = "amqp"\n'
+    rules = peer_rules(work / "amqp-out.toml", f'[clusters.rabbit]\nkind = "amqp"\n'
                        f'endpoints = ["127.0.0.1:{rabbit.amqp_port}"]\nexchange = ""\n',
                        '[[rules]]\nname = "out"\nsource = "gw"\ntopic = "out"\n'
                        'target = "rabbit"\ntarget_topic = "out"\nbatch_size = 32\n'
                        'wait_ms = 100\n', gw.remoting_port or 0)
-        conn = Connector(rules, work / "connector-amqp-out.log")
+    conn = Connector(rules, work / "connector-amqp-out.log")
+    try:
+        asyncio.run(declare())
+        # the topic exists before the rule starts ("latest" then covers every send)
+        asyncio.run(_send_one(namesrv))
         conn.start()
         time.sleep(2.0)  # the rule resolves "latest" before the first send counts
         t0 = time.perf_counter()
         publisher = threading.Thread(target=lambda: asyncio.run(publish()), daemon=True)
         publisher.start()
-        _chaos(conn.kill9, conn.start, kills)
+        _chaos(conn.kill, conn.start, kills)
         publisher.join()
         drained = asyncio.run(drain(time.monotonic() + 60))
         bodies = [b for b in drained if b.startswith(b"m")]
         others = len(drained) - len(bodies)
         took = time.perf_counter() - t0
-        conn.stop()
     finally:
+        conn.stop()
         gw.stop()
         rabbit.stop()
     return {"scenario": "gateway -> connector -> rabbitmq", "kills": kills,
@@ -497,7 +361,7 @@ def run_a_to_b(work: Path, kills: int, n: int, rate: float, *, bridge: bool,
     b = Mosquitto(work / "b")
     assert b.available() is None
     b.start()
-    link = CutProxy(b.mqtt_port or 0)  # the bridging process reaches B through it
+    link = CutRelay(b.mqtt_port or 0)  # the bridging process reaches B through it
     a: Mosquitto = MosquittoBridge(work / "a", link.port) if bridge else Mosquitto(work / "a")
     a.available()
     a.start()
@@ -509,7 +373,7 @@ def run_a_to_b(work: Path, kills: int, n: int, rate: float, *, bridge: bool,
         if bridge:
             kill, start = a.kill9, (lambda: a.start(fresh=False))
         else:
-            rules = _rules(work / "m2m.toml", f'[clusters.a]\nkind = "mqtt"\nendpoints = '
+            rules = peer_rules(work / "m2m.toml", f'[clusters.a]\nkind = "mqtt"\nendpoints = '
                            f'["127.0.0.1:{a.mqtt_port}"]\nclient_id = "bench"\n'
                            f'[clusters.b]\nkind = "mqtt"\nendpoints = '
                            f'["127.0.0.1:{link.port}"]\n',
@@ -517,7 +381,7 @@ def run_a_to_b(work: Path, kills: int, n: int, rate: float, *, bridge: bool,
                            'target = "b"\nbatch_size = 32\nwait_ms = 100\n', None)
             conn = Connector(rules, work / "connector-m2m.log")
             conn.start()
-            kill, start = conn.kill9, conn.start
+            kill, start = conn.kill, conn.start
         time.sleep(2.0)  # subscribed / bridge connected (nothing to await here)
         pub = Publisher(a.mqtt_port or 0, n, rate)
         t0 = time.perf_counter()
@@ -541,6 +405,7 @@ def run_a_to_b(work: Path, kills: int, n: int, rate: float, *, bridge: bool,
         sub.loop_stop()
         sub.disconnect()
         a.stop()
+        link.stop()
         b.stop()
     with lock:
         bodies = list(got)

@@ -1,7 +1,8 @@
-"""Fixtures the connector's peer tests share: one RabbitMQ node per test session (per
-xdist worker), started slowly once (about 12 s) rather than once per module; it listens
-for AMQP and for AMQP over TLS with a certificate of ``connector_pki``. Each test uses
-queues of its own."""
+"""Fixtures the connector's tests share: their certificates, Debian's mosquitto for a
+module's tests, and one RabbitMQ node per test session (per xdist worker), started slowly
+once (about 12 s) rather than once per module; it listens for AMQP and for AMQP over TLS
+with a certificate of ``pki``. Each test uses queues (or topics) of its own. ``two``: a
+pair of gateways for a test."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from .peer_support import RabbitMQTls, make_cert, start_broker
+from bench.peers import Mosquitto
+
+from ..gateway_process import GatewayProcess
+from .connector_support import two_gateways
+from .peer_support import RabbitMQTls, make_cert, running
 
 
 @pytest.fixture(scope="session")
-def connector_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
     """``server``: the brokers' certificate for 127.0.0.1; ``other``: one that did not
     sign it (a CA the server's certificate does not verify against)."""
     d = tmp_path_factory.mktemp("pki")
@@ -23,11 +28,28 @@ def connector_pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[P
 
 @pytest.fixture(scope="session")
 def rabbitmq_tls(
-    tmp_path_factory: pytest.TempPathFactory, connector_pki: dict[str, tuple[Path, Path]]
+    tmp_path_factory: pytest.TempPathFactory, pki: dict[str, tuple[Path, Path]]
 ) -> Iterator[RabbitMQTls]:
-    broker = RabbitMQTls(tmp_path_factory.mktemp("rabbitmq"), *connector_pki["server"])
-    start_broker(broker)
-    try:
+    with running(RabbitMQTls(tmp_path_factory.mktemp("rabbitmq"), *pki["server"])) as broker:
         yield broker
-    finally:
-        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def rabbit(rabbitmq_tls: RabbitMQTls) -> int:
+    """The AMQP port of the session's node."""
+    assert rabbitmq_tls.amqp_port is not None
+    return int(rabbitmq_tls.amqp_port)
+
+
+@pytest.fixture(scope="module")
+def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A mosquitto for the module's tests: its MQTT port."""
+    with running(Mosquitto(tmp_path_factory.mktemp("mosquitto"))) as broker:
+        assert broker.mqtt_port is not None
+        yield broker.mqtt_port
+
+
+@pytest.fixture
+def two(tmp_path: Path) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
+    with two_gateways(tmp_path) as pair:
+        yield pair

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from ..gateway_process import GatewayProcess
-from .connector_support import ConnectorProcess, bodies_of, eventually, read_all, send
-from .peer_support import make_cert
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Path]]:
-    d = tmp_path_factory.mktemp("pki")
-    return {"server": make_cert(d, "server"), "other": make_cert(d, "other")}
+from .connector_support import (
+    ConnectorProcess,
+    bodies_of,
+    eventually,
+    read_all,
+    send,
+    two_gateways,
+)
 
 
 @pytest.fixture(scope="module")
@@ -25,20 +25,12 @@ def two_tls(
     tmp_path_factory: pytest.TempPathFactory, pki: dict[str, tuple[Path, Path]]
 ) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
     """Gateway a (plain) and gateway b with TLS listeners (the unified port's twin)."""
-    tmp_path = tmp_path_factory.mktemp("tls")
     cert, key = pki["server"]
-    a = GatewayProcess(tmp_path / "a").start()
-    try:
-        b = GatewayProcess(
-            tmp_path / "b", "--tls-cert", str(cert), "--tls-key", str(key),
-            "--unified-tls-port", "auto", "--mqtts-port", "0", "--amqps-port", "0",
-        ).start()  # fmt: skip
-        try:
-            yield a, b
-        finally:
-            b.stop()
-    finally:
-        a.stop()
+    with two_gateways(
+        tmp_path_factory.mktemp("tls"), "--tls-cert", str(cert), "--tls-key", str(key),
+        "--unified-tls-port", "auto", "--mqtts-port", "0", "--amqps-port", "0",
+    ) as pair:  # fmt: skip
+        yield pair
 
 
 def rules(a: GatewayProcess, b: GatewayProcess, ca: Path, topic: str) -> str:

@@ -7,25 +7,18 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gateway.clients.remoting import Message, Producer, PullConsumer, RemotingClient
+from gateway.clients.remoting import Message, Producer, RemotingClient
 from gateway.connector.endpoints import DEDUP_ID
 from gateway.remoting.dedup import dedup_message_id
 
 from ..remoting.remoting_support import port_of, running_gateway
+from .connector_support import pull_all
 
 
-async def pull_all(client: RemotingClient, topic: str) -> list:
-    consumer = PullConsumer(client, "dedup-check")
-    out = []
-    for mq in await consumer.queues(topic):
-        offset = 0
-        while True:
-            result = await consumer.pull(mq, offset, max_nums=32)
-            if not result.found:
-                break
-            out += result.messages
-            offset = result.next_begin_offset
-    return sorted(out, key=lambda m: m.store_timestamp)
+async def stored_in(client: RemotingClient, topic: str) -> list:
+    """What ``topic`` holds, in the order it was stored."""
+    messages = await pull_all(client.namesrv, topic)
+    return sorted(messages, key=lambda m: m.store_timestamp)
 
 
 def bodies(messages: list) -> list[bytes]:
@@ -48,11 +41,11 @@ async def test_a_send_with_a_stored_dedup_id_stores_nothing(tmp_path: Path) -> N
             # no dedup id: stored every time
             await producer.send("orders", b"c", queue_id=0)
             await producer.send("orders", b"c", queue_id=0)
-            stored = await pull_all(client, "orders")
+            stored = await stored_in(client, "orders")
             assert bodies(stored) == [b"a", b"b", b"c", b"c"]
             assert stored[0].properties["UNIQ_KEY"] == dedup_message_id("orders", "m-1")
             assert stored[0].properties[DEDUP_ID] == "m-1"
-            assert len(await pull_all(client, "other")) == 1
+            assert len(await stored_in(client, "other")) == 1
 
 
 async def test_a_batch_leaves_out_stored_and_repeated_ids(tmp_path: Path) -> None:
@@ -72,7 +65,7 @@ async def test_a_batch_leaves_out_stored_and_repeated_ids(tmp_path: Path) -> Non
             assert result.queue_offset == first.queue_offset
             # all of a batch already stored: nothing appended
             await producer.send_batch("orders", [m(b"b", "b"), m(b"c", "c")], queue_id=0)
-            assert bodies(await pull_all(client, "orders")) == [b"a", b"b", b"c"]
+            assert bodies(await stored_in(client, "orders")) == [b"a", b"b", b"c"]
 
 
 async def test_the_window_holds_across_a_restart_and_ends(tmp_path: Path) -> None:
@@ -85,7 +78,7 @@ async def test_the_window_holds_across_a_restart_and_ends(tmp_path: Path) -> Non
         async with RemotingClient(f"127.0.0.1:{port_of(gw)}") as client:
             producer = Producer(client, "dedup")
             await producer.send("orders", b"a", properties={DEDUP_ID: "x"}, queue_id=0)
-            assert bodies(await pull_all(client, "orders")) == [b"a"]
+            assert bodies(await stored_in(client, "orders")) == [b"a"]
             await asyncio.sleep(0.6)  # the window is a time: nothing to wait on
             await producer.send("orders", b"a", properties={DEDUP_ID: "x"}, queue_id=0)
-            assert bodies(await pull_all(client, "orders")) == [b"a", b"a"]
+            assert bodies(await stored_in(client, "orders")) == [b"a", b"a"]

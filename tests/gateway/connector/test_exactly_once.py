@@ -4,40 +4,28 @@ target gateway, a consumer group failing over to the target; and a refused messa
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from cli.main import main
 from gateway.clients import Producer, PullConsumer, RemotingClient
 from gateway.connector.endpoints import ORIGIN_OFFSET, ORIGIN_QUEUE
 
-from ..gateway_process import GatewayProcess
-from .connector_support import ConnectorProcess, bodies_of, eventually, read_all, rules_text, send
+from .connector_support import (
+    ConnectorProcess,
+    bodies_of,
+    eventually,
+    port,
+    read_all,
+    rules_text,
+    send,
+)
 
 ONE_WAY = (
     '[[rules]]\nname = "r"\nsource = "a"\ntopic = "load"\ntarget = "b"\nstart = "earliest"\n'
     "batch_size = 8\n"
 )
-
-
-@pytest.fixture
-def two(tmp_path: Path) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
-    a = GatewayProcess(tmp_path / "a").start()
-    try:
-        b = GatewayProcess(tmp_path / "b").start()
-        try:
-            yield a, b
-        finally:
-            b.stop()
-    finally:
-        a.stop()
-
-
-def port(gw: GatewayProcess) -> int:
-    return gw.ports["unified"]
 
 
 def assert_exactly_once_in_order(got, sent: list[str], queues: int = 4) -> None:

@@ -17,9 +17,11 @@ from .connector_support import (
     ConnectorProcess,
     bodies_of,
     eventually,
+    port,
     read_all,
     rules_text,
     send,
+    two_gateways,
 )
 
 
@@ -28,16 +30,8 @@ def two(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
     """Two gateways for the module's tests (each test uses its own topics)."""
-    tmp_path = tmp_path_factory.mktemp("two")
-    a = GatewayProcess(tmp_path / "a").start()
-    try:
-        b = GatewayProcess(tmp_path / "b").start()
-        try:
-            yield a, b
-        finally:
-            b.stop()
-    finally:
-        a.stop()
+    with two_gateways(tmp_path_factory.mktemp("two")) as pair:
+        yield pair
 
 
 @pytest.fixture
@@ -54,10 +48,6 @@ def run_connector(tmp_path: Path) -> Iterator[object]:
     yield start
     for conn in started:
         conn.stop()
-
-
-def port(gw: GatewayProcess) -> int:
-    return gw.ports["unified"]
 
 
 async def wait_running(conn: ConnectorProcess, *rules: str) -> None:

@@ -6,28 +6,19 @@ once, in order per queue. The long version is ``bench.connector_chaos --phases c
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from ..gateway_process import GatewayProcess
-from .connector_support import ConnectorProcess, bodies_of, eventually, read_all, rules_text, send
+from .connector_support import (
+    ConnectorProcess,
+    bodies_of,
+    eventually,
+    port,
+    read_all,
+    rules_text,
+    send,
+)
 from .cut_relay import CutRelay
-from .test_exactly_once import ONE_WAY, assert_exactly_once_in_order, port
-
-
-@pytest.fixture
-def two(tmp_path: Path) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
-    a = GatewayProcess(tmp_path / "a").start()
-    try:
-        b = GatewayProcess(tmp_path / "b").start()
-        try:
-            yield a, b
-        finally:
-            b.stop()
-    finally:
-        a.stop()
+from .test_exactly_once import ONE_WAY, assert_exactly_once_in_order
 
 
 async def test_cuts_of_the_network_to_the_target_under_load(two, tmp_path: Path) -> None:

@@ -1,13 +1,13 @@
-"""The AMQP endpoints against Debian's rabbitmq-server (one node per module: it starts
-slowly; each test has its own queues): manual acks only for what is acknowledged, the
-rest requeued after a crash; publisher confirms out, nack / return refused."""
+"""The AMQP endpoints against Debian's rabbitmq-server (conftest.py: one node per
+session, it starts slowly; each test has its own queues): manual acks only for what is
+acknowledged, the rest requeued after a crash; publisher confirms out, nack / return
+refused."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 from pathlib import Path
-from typing import Any
 
 import aiormq
 import pytest
@@ -17,15 +17,15 @@ from gateway.connector.amqp import AmqpPeer, AmqpSource, AmqpTarget
 from gateway.connector.endpoints import PATH, CopyMessage, EndpointUnavailable, MessageRefused
 
 from ..gateway_process import GatewayProcess
-from .peer_support import ConnectorProcess, eventually, pull_all
+from .connector_support import (
+    peer_rules,
+    received_through_a_kill,
+    send_batches,
+    stored_through_a_kill,
+)
+from .peer_support import read_n
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def rabbit(rabbitmq_tls: Any) -> int:
-    assert rabbitmq_tls.amqp_port is not None
-    return int(rabbitmq_tls.amqp_port)  # conftest.py: one node per session
 
 
 async def declare(port: int, *queues: str, arguments: dict | None = None) -> None:
@@ -73,15 +73,6 @@ async def depth(port: int, queue: str) -> int:
     return int(ok.message_count or 0)
 
 
-async def read_n(source: AmqpSource, n: int, timeout: float = 5.0) -> list:
-    out: list = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while len(out) < n and loop.time() < deadline:
-        out += await source.read(source.queue, None, "latest", n - len(out), 200)
-    return out
-
-
 async def crash(source: AmqpSource, port: int) -> None:
     """A kill -9 of the connector: the socket reset, no basic.ack for the rest. (aiormq
     keeps its stream writer to itself: found among the live objects, the one connected
@@ -104,7 +95,7 @@ async def test_source_acks_only_what_the_target_stored(rabbit: int) -> None:
     peer = AmqpPeer(port=rabbit, prefetch=20)
     source = AmqpSource("rabbit", peer, "src-ack")
     await source.open()
-    first = await read_n(source, 10)
+    first = await read_n(source, "src-ack", 10)
     assert [r.message.body for r in first] == bodies
     offsets = [r.offset for r in first]
     assert offsets == sorted(offsets) and len(set(offsets)) == 10
@@ -117,7 +108,7 @@ async def test_source_acks_only_what_the_target_stored(rabbit: int) -> None:
 
     again = AmqpSource("rabbit", peer, "src-ack")
     await again.open()
-    redelivered = await read_n(again, 4)
+    redelivered = await read_n(again, "src-ack", 4)
     assert [r.message.body for r in redelivered] == bodies[6:]
     assert [r.message.msg_id for r in redelivered] == [f"id-{i}" for i in range(6, 10)]
     await again.acknowledge("src-ack", redelivered[-1].offset)
@@ -170,22 +161,13 @@ async def test_an_absent_broker_or_queue_is_unavailable(rabbit: int) -> None:
 
 
 def rules(path: Path, amqp_port: int, remoting_port: int, rule: str) -> Path:
-    path.write_text(f"""
-status_address = ""
-heartbeat_interval = 0
-
+    rabbit = f"""
 [clusters.rabbit]
 kind = "amqp"
 endpoints = ["127.0.0.1:{amqp_port}"]
 prefetch = 50
-
-[clusters.gw]
-kind = "gateway"
-endpoints = ["127.0.0.1:{remoting_port}"]
-
-{rule}
-""")
-    return path
+"""
+    return peer_rules(path, rabbit, rule, remoting_port)
 
 
 N = 300
@@ -205,24 +187,9 @@ target_topic = "jobs"
 batch_size = 16
 wait_ms = 100
 """)
-    publisher = asyncio.ensure_future(
-        publish(rabbit, "jobs", [f"m{i}".encode() for i in range(N)], message_id="job"))
-    connector = ConnectorProcess(rules_file).start()
-    try:
-        async def some_stored() -> bool:
-            return len(await pull_all(namesrv, "jobs")) >= N // 4
-        await eventually(some_stored, 15)
-        connector.kill()
-        assert len(await pull_all(namesrv, "jobs")) < N, "finished before the kill"
-        connector = ConnectorProcess(rules_file).start()
-        await publisher
-
-        async def all_stored() -> bool:
-            return len({m.body for m in await pull_all(namesrv, "jobs")}) == N
-        await eventually(all_stored, 20)
-    finally:
-        connector.stop()
-    stored = await pull_all(namesrv, "jobs")
+    bodies = [f"m{i}".encode() for i in range(N)]
+    stored = await stored_through_a_kill(
+        rules_file, namesrv, "jobs", N, lambda: publish(rabbit, "jobs", bodies, message_id="job"))
     assert sorted(m.body for m in stored) == sorted(f"m{i}".encode() for i in range(N))
     in_order = [int(m.body[1:]) for m in sorted(stored, key=lambda m: (m.queue_id,
                                                                          m.queue_offset))]
@@ -232,15 +199,7 @@ wait_ms = 100
 
 async def test_amqp_out_survives_kill9_without_loss(
         tmp_path: Path, rabbit: int, gateway: GatewayProcess) -> None:
-    from gateway.clients.remoting import Message, Producer, RemotingClient
-
-    namesrv = f"127.0.0.1:{gateway.ports['unified']}"
-    async with RemotingClient(namesrv) as client:
-        producer = Producer(client, "peers")
-        for start in range(0, N, 50):
-            await producer.send_batch("orders", [
-                Message("orders", f"m{i}".encode(), tags="eu", properties={"n": str(i)})
-                for i in range(start, start + 50)], queue_id=0)
+    await send_batches(f"127.0.0.1:{gateway.ports['unified']}", "orders", N, tags="eu")
     await declare(rabbit, "orders-copy")
     batch = 16
     rules_file = rules(tmp_path / "rules.toml", rabbit, gateway.ports["unified"], f"""
@@ -254,18 +213,8 @@ start = "earliest"
 batch_size = {batch}
 wait_ms = 100
 """)
-    connector = ConnectorProcess(rules_file).start()
-    got: list = []
-    try:
-        got += await get_all(rabbit, "orders-copy", N // 4)
-        connector.kill()
-        connector = ConnectorProcess(rules_file).start()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        while len({m.body for m in got}) < N and loop.time() < deadline:
-            got += await get_all(rabbit, "orders-copy", 1)
-    finally:
-        connector.stop()
+    got = await received_through_a_kill(
+        rules_file, N, lambda k: get_all(rabbit, "orders-copy", k), lambda m: m.body)
     assert {m.body for m in got} == {f"m{i}".encode() for i in range(N)}
     headers = got[5].header.properties.headers
     assert headers["n"] == got[5].body.decode()[1:] and headers["TAGS"] == "eu"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,27 +26,11 @@ from gateway.connector.runner import RuleRunner
 
 from ..gateway_process import GatewayProcess
 from ..mqtt_clients import Paho
-from .peer_support import eventually, start_mosquitto
+from .connector_support import eventually
 
 pytestmark = pytest.mark.slow
 
 PAST_MS = 3000
-
-
-@pytest.fixture(scope="module")
-def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    broker = start_mosquitto(tmp_path_factory.mktemp("mosquitto"))
-    try:
-        assert broker.mqtt_port is not None
-        yield broker.mqtt_port
-    finally:
-        broker.stop()
-
-
-@pytest.fixture(scope="module")
-def rabbit(rabbitmq_tls: Any) -> int:
-    assert rabbitmq_tls.amqp_port is not None
-    return int(rabbitmq_tls.amqp_port)  # conftest.py: one node per session
 
 
 def runner(kind: str, port: int, read: str, gateway: GatewayProcess) -> RuleRunner:
@@ -74,7 +57,7 @@ async def copy_phases(run: RuleRunner, plain: Any, stamped: Any) -> None:
         async def state_running() -> bool:
             return run.stats.state == "running"
 
-        await eventually(state_running, 10)
+        assert await eventually(state_running, timeout=10)
         await plain()
 
         async def stored(n: int) -> Any:
@@ -83,10 +66,10 @@ async def copy_phases(run: RuleRunner, plain: Any, stamped: Any) -> None:
 
             return check
 
-        await eventually(await stored(5), 10)
+        assert await eventually(await stored(5), timeout=10)
         assert run.stats.delay_ms is None
         await stamped()
-        await eventually(await stored(10), 10)
+        assert await eventually(await stored(10), timeout=10)
         assert run.stats.delay_ms is not None and run.stats.delay_ms >= PAST_MS
         assert run.stats.heartbeats == 0  # no heartbeats from a broker source
     finally:

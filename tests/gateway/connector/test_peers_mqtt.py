@@ -5,30 +5,20 @@ out (user properties, msg-id, path)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties as PahoProperties
 
+from bench.peers import Mosquitto
 from gateway.connector.endpoints import PATH, CopyMessage, EndpointUnavailable, MessageRefused
 from gateway.connector.mqtt import MqttPeer, MqttSource, MqttTarget, message_digest
 
 from ..mqtt_clients import Paho
-from .peer_support import start_mosquitto
+from .peer_support import read_n, running
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    broker = start_mosquitto(tmp_path_factory.mktemp("mosquitto"))
-    try:
-        assert broker.mqtt_port is not None
-        yield broker.mqtt_port
-    finally:
-        broker.stop()
 
 
 async def crash(source: MqttSource) -> None:
@@ -53,15 +43,6 @@ async def publish(port: int, topic: str, payloads: list[bytes], v5: bool = False
     await asyncio.to_thread(run)
 
 
-async def read_n(source: MqttSource, n: int, timeout: float = 5.0) -> list:
-    out: list = []
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while len(out) < n and loop.time() < deadline:
-        out += await source.read(source.topic_filter, None, "latest", n - len(out), 200)
-    return out
-
-
 @pytest.mark.parametrize("version", ["5", "3.1.1"])
 async def test_source_acknowledges_only_what_the_target_stored(mosquitto: int,
                                                              version: str) -> None:
@@ -70,7 +51,7 @@ async def test_source_acknowledges_only_what_the_target_stored(mosquitto: int,
     await source.open()
     payloads = [f"m{i}".encode() for i in range(10)]
     await publish(mosquitto, f"ack{version}/a", payloads)
-    first = await read_n(source, 10)
+    first = await read_n(source, source.topic_filter, 10)
     assert [r.message.body for r in first] == payloads
     assert all(r.queue == f"ack{version}/#" for r in first)
     offsets = [r.offset for r in first]
@@ -81,7 +62,7 @@ async def test_source_acknowledges_only_what_the_target_stored(mosquitto: int,
 
     again = MqttSource("mosq", peer, f"ack{version}/#")
     await again.open()
-    redelivered = await read_n(again, 4)
+    redelivered = await read_n(again, again.topic_filter, 4)
     # the unacknowledged ones come again, in order, with the ids they had
     assert [r.message.body for r in redelivered] == payloads[6:]
     ids = {r.message.body: r.message.msg_id for r in first}
@@ -106,7 +87,7 @@ async def test_source_offsets_continue_after_the_targets_high_water(mosquitto: i
     await publish(mosquitto, "hw/x", [b"a", b"b"])
     far = 10**18
     records = await source.read("hw/#", far, "latest", 10, 2000)
-    records += await read_n(source, 2 - len(records))
+    records += await read_n(source, "hw/#", 2 - len(records))
     assert [r.offset for r in records] == [far + 1, far + 2]
     await source.close()
 
@@ -118,7 +99,7 @@ async def test_source_maps_v5_user_properties_msg_id_and_path(mosquitto: int) ->
     props.UserProperty = [("color", "red"), ("msg-id", "order-17"), (PATH, "gw-a,gw-b")]
     await publish(mosquitto, "props/1", [b"x"], v5=True, props=props)
     await publish(mosquitto, "props/2", [b"y"])
-    r1, r2 = await read_n(source, 2)
+    r1, r2 = await read_n(source, "props/#", 2)
     assert r1.message.properties == {"color": "red"}
     assert r1.message.msg_id == "order-17"
     assert r1.message.path == ("gw-a", "gw-b")
@@ -174,8 +155,7 @@ async def test_target_refuses_a_bad_topic_and_reports_an_absent_broker(mosquitto
 
 async def test_source_reports_a_dead_broker_and_resumes_after_its_restart(
         tmp_path: Path) -> None:
-    broker = start_mosquitto(tmp_path / "m")
-    try:
+    with running(Mosquitto(tmp_path / "m")) as broker:
         assert broker.mqtt_port is not None
         peer = MqttPeer(port=broker.mqtt_port, client_id="src-restart", timeout=2.0)
         source = MqttSource("mosq", peer, "r/#")
@@ -189,10 +169,8 @@ async def test_source_reports_a_dead_broker_and_resumes_after_its_restart(
         records = await source.read("r/#", None, "latest", 10, 0)  # reconnects, subscribes
         assert records == []
         await publish(broker.mqtt_port, "r/1", [b"after"])
-        assert [r.message.body for r in await read_n(source, 1)] == [b"after"]
+        assert [r.message.body for r in await read_n(source, "r/#", 1)] == [b"after"]
         await source.close()
-    finally:
-        broker.stop()
 
 
 async def test_a_silent_broker_is_unavailable() -> None:

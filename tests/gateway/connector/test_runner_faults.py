@@ -37,22 +37,8 @@ RULES_TABLE = {
     ],
 }  # fmt: skip
 RULES = parse_rules(
-    {
-        "heartbeat_interval": 0,
-        "retry_initial": 0.001,
-        "retry_max": 0.002,
-        "clusters": {
-            "a": {"kind": "gateway", "endpoints": ["127.0.0.1:1"]},
-            "b": {"kind": "gateway", "endpoints": ["127.0.0.1:2"]},
-        },
-        "rules": [
-            {
-                "name": "r", "source": "a", "topic": "t", "target": "b",
-                "tag": "keep", "start": "earliest", "batch_size": 3, "wait_ms": 0,
-            }
-        ],
-    }
-)  # fmt: skip
+    {"heartbeat_interval": 0, "retry_initial": 0.001, "retry_max": 0.002, **RULES_TABLE}
+)
 
 
 class Faults:
