@@ -263,7 +263,8 @@ class Gateway:
             log.warning("shutdown: tasks did not finish", extra={"left": left})
         for name, front_end in self.front_ends.items():
             try:
-                await asyncio.wait_for(front_end.stop(), bound)
+                async with asyncio.timeout(bound):
+                    await front_end.stop()
             except Exception:
                 log.exception("shutdown: front end stop failed", extra={"protocol": name})
         if self._ctx is not None:
@@ -372,7 +373,8 @@ class Gateway:
 
 async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
     try:
-        await asyncio.wait_for(event.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await event.wait()
     except TimeoutError:
         return False
     return True

@@ -164,7 +164,8 @@ class RemoteConsumers:
             q.run()  # what is ready now, without waiting for the scheduled run
             if not future.done() and wait_seconds > 0:
                 try:
-                    await asyncio.wait_for(asyncio.shield(future), wait_seconds)
+                    async with asyncio.timeout(wait_seconds):
+                        await asyncio.shield(future)
                 except TimeoutError:
                     pass
         except asyncio.CancelledError:  # the client went away: give back what it got

@@ -221,7 +221,8 @@ class PushConsumer:
     async def _rebalance_loop(self) -> None:
         while not self._closing:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval)
+                async with asyncio.timeout(self.rebalance_interval):
+                    await self._rebalance_now.wait()
             self._rebalance_now.clear()
             try:
                 await self.rebalance()

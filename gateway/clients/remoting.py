@@ -211,9 +211,8 @@ class RemotingConnection:
     ) -> RemotingConnection:
         host, port = split_address(address)
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=ssl_context), connect_timeout
-            )
+            async with asyncio.timeout(connect_timeout):
+                reader, writer = await asyncio.open_connection(host, port, ssl=ssl_context)
         except (OSError, TimeoutError) as exc:
             raise ConnectionLost(f"cannot connect to {address}: {exc}") from exc
         return cls(reader, writer, on_request=on_request, signer=signer, address=address)
@@ -285,7 +284,8 @@ class RemotingConnection:
         try:
             # bounded: a peer that stopped reading (frozen, or a link that drops packets
             # without a reset) would otherwise block the caller for good
-            await asyncio.wait_for(self._writer.drain(), DEFAULT_TIMEOUT)
+            async with asyncio.timeout(DEFAULT_TIMEOUT):
+                await self._writer.drain()
         except TimeoutError:
             self._finish("the server stopped reading")
             self._writer.transport.abort()
@@ -298,7 +298,8 @@ class RemotingConnection:
         try:
             # close() flushes the write buffer first; a peer that does not read would
             # keep wait_closed() waiting for good: give up after a while and abort
-            await asyncio.wait_for(self._writer.wait_closed(), CLOSE_TIMEOUT)
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await self._writer.wait_closed()
         except TimeoutError:
             self._writer.transport.abort()
         except Exception:  # the connection is going away; its error is moot

@@ -97,8 +97,8 @@ class AmqpPeer:
 
 async def _connect(peer: AmqpPeer) -> aiormq.abc.AbstractConnection:
     try:
-        return await asyncio.wait_for(
-            aiormq.connect(peer.url, context=peer.ssl_context), peer.timeout)
+        async with asyncio.timeout(peer.timeout):
+            return await aiormq.connect(peer.url, context=peer.ssl_context)
     except _UNAVAILABLE as exc:
         failure = verify_failure(exc, f"AMQP broker {peer.host}:{peer.port}")
         if failure is not None:
@@ -184,7 +184,8 @@ class AmqpSource:
         connection, self._connection, self._channel = self._connection, None, None
         if connection is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(connection.close(), self.peer.timeout)
+                async with asyncio.timeout(self.peer.timeout):
+                    await connection.close()
 
     async def close(self) -> None:
         await self._drop()
@@ -208,7 +209,8 @@ class AmqpSource:
         if not self._received and wait_ms > 0:
             self._arrived.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), wait_ms / 1000)
+                async with asyncio.timeout(wait_ms / 1000):
+                    await self._arrived.wait()
         out: list[SourceRecord] = []
         while self._received and len(out) < max_messages:
             tag, message = self._received.popleft()
@@ -265,7 +267,8 @@ class AmqpTarget:
         connection, self._connection, self._channel = self._connection, None, None
         if connection is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(connection.close(), self.peer.timeout)
+                async with asyncio.timeout(self.peer.timeout):
+                    await connection.close()
 
     async def cluster_id(self) -> str:
         return self.name

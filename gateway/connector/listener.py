@@ -50,7 +50,8 @@ class StatusListener:
             while request is None:
                 event = conn.next_event()
                 if event is h11.NEED_DATA:
-                    data = await asyncio.wait_for(reader.read(65536), READ_TIMEOUT)
+                    async with asyncio.timeout(READ_TIMEOUT):
+                        data = await reader.read(65536)
                     conn.receive_data(data)
                 elif isinstance(event, h11.Request):
                     request = event

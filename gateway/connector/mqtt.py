@@ -170,9 +170,9 @@ class _Client:
     async def connect(self) -> Connack:
         peer = self.peer
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(peer.host, peer.port, ssl=peer.ssl_context),
-                peer.timeout)
+            async with asyncio.timeout(peer.timeout):
+                self._reader, self._writer = await asyncio.open_connection(
+                    peer.host, peer.port, ssl=peer.ssl_context)
         except (OSError, TimeoutError) as exc:
             self._lost(str(exc) or type(exc).__name__)
             failure = verify_failure(exc, f"MQTT broker {peer.host}:{peer.port}")
@@ -192,7 +192,8 @@ class _Client:
         self._waiters[("connack", 0)] = connack
         self._tasks.append(asyncio.create_task(self._read_loop(), name="mqtt-peer-read"))
         try:
-            ack = await asyncio.wait_for(connack, peer.timeout)
+            async with asyncio.timeout(peer.timeout):
+                ack = await connack
         except TimeoutError:
             await self.close()
             raise EndpointUnavailable(f"no CONNACK from {peer.host}:{peer.port}") from None
@@ -317,7 +318,8 @@ class _Client:
         future = self._waiters.get(("pingresp", 0)) or self.expect("pingresp", 0)
         self.send(Pingreq())
         try:
-            await asyncio.wait_for(asyncio.shield(future), self.peer.timeout)
+            async with asyncio.timeout(self.peer.timeout):
+                await asyncio.shield(future)  # (other pings may wait for it too)
         except TimeoutError:
             raise EndpointUnavailable("no PINGRESP") from None
 
@@ -329,7 +331,8 @@ class _Client:
         interval = max(1.0, self.peer.keep_alive / 2)
         while not self.closed.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.closed.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self.closed.wait()
                 return
             if loop.time() - self._last_received > 1.5 * self.peer.keep_alive:
                 self._lost(f"nothing from the broker for {1.5 * self.peer.keep_alive:g} s")
@@ -345,9 +348,11 @@ class _Client:
                 # A round trip first: Mosquitto drops a client whose socket it sees
                 # closed without reading what is still in its buffer, so PUBACKs sent
                 # just before a DISCONNECT were lost (the messages came again).
-                await asyncio.wait_for(self.ping(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self.ping()
                 self.send(Disconnect())
-                await asyncio.wait_for(self.drain(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self.drain()
         self._lost("closed")
         current = asyncio.current_task()
         for task in self._tasks:
@@ -419,7 +424,8 @@ class MqttSource:
         suback = client.expect("suback", packet_id)
         client.send(Subscribe(packet_id, (Subscription(self.topic_filter, qos=1),)))
         try:
-            ack = await asyncio.wait_for(suback, self.peer.timeout)
+            async with asyncio.timeout(self.peer.timeout):
+                ack = await suback
         except TimeoutError:
             await client.close()
             raise EndpointUnavailable(f"no SUBACK for {self.topic_filter!r}") from None
@@ -603,7 +609,8 @@ class MqttTarget:
                       total: int) -> None:
         index, future = item
         try:
-            ack = await asyncio.wait_for(future, self.peer.timeout)
+            async with asyncio.timeout(self.peer.timeout):
+                ack = await future
         except TimeoutError:
             await client.close()
             raise EndpointUnavailable(

@@ -76,7 +76,8 @@ async def _wait_append(call: Call, lmq: str, timeout_s: float) -> None:
 
     remove = store.add_listener(lmq, woken)
     try:
-        await asyncio.wait_for(event.wait(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
     except TimeoutError:
         pass
     finally:

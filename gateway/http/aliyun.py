@@ -168,7 +168,8 @@ class HalfPolls:
         event = self._events.setdefault(topic, asyncio.Event())
         event.clear()
         try:
-            await asyncio.wait_for(event.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await event.wait()
         except TimeoutError:
             pass
 

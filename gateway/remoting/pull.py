@@ -246,7 +246,8 @@ async def _suspended(ctx: RequestContext, cmd: RemotingCommand, req: PullRequest
             answer = read(front, req)
             if answer is None and not ctx.closed:
                 try:
-                    await asyncio.wait_for(woken, max(0.0, deadline - loop.time()))
+                    async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                        await woken
                 except TimeoutError:
                     pass
                 answer = read(front, req)

@@ -445,7 +445,8 @@ class PopService:
             if self.has_messages(group, normal + ([retry] if retry else []), fifo):
                 return True
             try:
-                await asyncio.wait_for(event.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await event.wait()
             except TimeoutError:
                 return False
             return True

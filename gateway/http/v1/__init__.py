@@ -708,7 +708,8 @@ class JsonApi:
 
             remove = store.add_listener(lmq, self.ctx.loop_callback(wake))
             try:  # (woken by an append; a message coming back is seen within 1 s)
-                await asyncio.wait_for(woken, min(left, 1.0))
+                async with asyncio.timeout(min(left, 1.0)):
+                    await woken
             except TimeoutError:
                 pass
             finally:

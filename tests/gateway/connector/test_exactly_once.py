@@ -65,7 +65,9 @@ async def test_kill_9_of_the_connector_under_load(two, tmp_path: Path) -> None:
 
             assert await eventually(some, timeout=20), conn.output
             conn.kill()
-            conn = ConnectorProcess(rules).start()
+            # (started off the loop: the load's sends in flight must not time out
+            # while it waits for the process to be ready)
+            conn = await asyncio.to_thread(ConnectorProcess(rules).start)
         sent = await asyncio.wait_for(load, 60)
         got = await wait_copied(port(b), total)
         assert_exactly_once_in_order(got, sent)
@@ -88,7 +90,10 @@ async def test_kill_9_of_the_target_gateway(two, tmp_path: Path) -> None:
         assert await eventually(some, timeout=20), conn.output
         b.kill()
         b.extra = ("--unified-port", str(b_port))
-        b.start()
+        # started off the loop: a send to a in flight timed out (3 s) while the loop
+        # waited for b to be ready (the response, already in the socket, lost to the
+        # timer that asyncio.timeout runs in the same loop turn)
+        await asyncio.to_thread(b.start)
         sent = await asyncio.wait_for(load, 60)
         got = await wait_copied(b_port, len(sent))
         assert_exactly_once_in_order(got, sent)
