@@ -35,7 +35,7 @@ import logging
 import ssl
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -54,7 +54,7 @@ from gateway.connector.endpoints import (
     SourceRecord,
 )
 from gateway.connector.heartbeat import HEARTBEAT
-from gateway.connector.tls import cluster_context, verify_failure
+from gateway.connector.tls import peer_settings, verify_failure
 
 log = logging.getLogger(__name__)
 
@@ -333,18 +333,9 @@ class AmqpTarget:
 
 def peer_of(cluster: Any) -> AmqpPeer:
     """An :class:`AmqpPeer` from a rules file's cluster (``gateway.connector.rules``)."""
-    host, _, port = cluster.endpoints[0].rpartition(":")
-    options: Mapping[str, Any] = cluster.options
-    kw: dict[str, Any] = {"host": host, "port": int(port),
-                          "ssl_context": cluster_context(cluster)}
-    if cluster.user is not None:
-        kw["user"] = cluster.user
-    if cluster.password is not None:
-        kw["password"] = cluster.password
-    for key in ("vhost", "prefetch", "exchange", "heartbeat"):
-        if key in options:
-            kw[key] = options[key]
-    return AmqpPeer(**kw)
+    options = ("vhost", "prefetch", "exchange", "heartbeat")
+    return AmqpPeer(**peer_settings(cluster, user="user", password="password",
+                                    options=[(key, key) for key in options]))
 
 
 def make_source(cluster: Any, rule: Any) -> AmqpSource:

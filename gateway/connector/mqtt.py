@@ -55,7 +55,7 @@ from gateway.connector.endpoints import (
     SourceRecord,
 )
 from gateway.connector.heartbeat import HEARTBEAT
-from gateway.connector.tls import cluster_context, verify_failure
+from gateway.connector.tls import peer_settings, verify_failure
 from protocol.mqtt import (
     NEED_DATA,
     PAUSED,
@@ -626,19 +626,10 @@ class MqttTarget:
 
 def peer_of(cluster: Any) -> MqttPeer:
     """An :class:`MqttPeer` from a rules file's cluster (``gateway.connector.rules``)."""
-    host, _, port = cluster.endpoints[0].rpartition(":")
-    options: Mapping[str, Any] = cluster.options
-    config: dict[str, Any] = {"host": host, "port": int(port),
-                              "ssl_context": cluster_context(cluster)}
-    if cluster.user is not None:
-        config["username"] = cluster.user
-    if cluster.password is not None:
-        config["password"] = cluster.password
-    for key, name in (("client_id", "client_id"), ("protocol_version", "version"),
-                      ("keepalive", "keep_alive"), ("session_expiry", "session_expiry")):
-        if key in options:
-            config[name] = options[key]
-    return MqttPeer.from_config(config)
+    return MqttPeer.from_config(peer_settings(
+        cluster, user="username", password="password",
+        options=(("client_id", "client_id"), ("protocol_version", "version"),
+                 ("keepalive", "keep_alive"), ("session_expiry", "session_expiry"))))
 
 
 def make_source(cluster: Any, rule: Any) -> MqttSource:

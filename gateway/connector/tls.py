@@ -1,5 +1,6 @@
 """TLS to a cluster: the client-side SSL context from a rules file's ``tls`` table, and
-what a TLS failure at connect time means (shared by the gateway, MQTT and AMQP kinds).
+what a TLS failure at connect time means (shared by the gateway, MQTT and AMQP kinds);
+and the rest of how to reach an MQTT or AMQP broker (:func:`peer_settings`).
 
 ``tls = true`` verifies the server against the system's CAs and the address it was
 dialled at (a certificate for ``127.0.0.1`` needs that IP in its subjectAltName);
@@ -15,6 +16,8 @@ with it in ``status`` (retrying would fail the same way until someone fixes a fi
 from __future__ import annotations
 
 import ssl
+from collections.abc import Iterable
+from typing import Any
 
 from .endpoints import TlsFailure
 from .rules import Cluster, Tls
@@ -39,6 +42,26 @@ def ssl_context(tls: Tls | None, cluster: str = "") -> ssl.SSLContext | None:
 
 def cluster_context(cluster: Cluster) -> ssl.SSLContext | None:
     return ssl_context(cluster.tls, cluster.name)
+
+
+def peer_settings(
+    cluster: Cluster, *, user: str, password: str, options: Iterable[tuple[str, str]]
+) -> dict[str, Any]:
+    """How to reach an MQTT or AMQP broker ``cluster``: its first endpoint's ``host`` and
+    ``port``, its ``ssl_context``, its user and password under the client's names
+    (``user``, ``password``), and each of ``options`` (rules-file key, client's name)
+    that the cluster sets."""
+    host, _, port = cluster.endpoints[0].rpartition(":")
+    settings: dict[str, Any] = {
+        "host": host, "port": int(port), "ssl_context": cluster_context(cluster)}
+    if cluster.user is not None:
+        settings[user] = cluster.user
+    if cluster.password is not None:
+        settings[password] = cluster.password
+    for key, name in options:
+        if key in cluster.options:
+            settings[name] = cluster.options[key]
+    return settings
 
 
 def verify_failure(exc: BaseException | None, what: str) -> TlsFailure | None:
