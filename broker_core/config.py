@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 
@@ -125,9 +126,19 @@ class StoreConfig:
             raise ValueError("txn_max_checks must be at least 0")
         if not self.delay_levels:
             raise ValueError("delay_levels needs at least one level")
-        from broker_core.timers import parse_duration_ms  # (timers imports this module)
-
         for level in self.delay_levels:
             parse_duration_ms(level)  # a ValueError that names it
         if self.on_corrupt not in ("refuse", "skip"):
             raise ValueError(f"on_corrupt must be 'refuse' or 'skip', not {self.on_corrupt!r}")
+
+
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``"1s"``, ``"2m"``, ``"1h"``, ``"250ms"`` in ms (the notation of
+    ``StoreConfig.delay_levels``); ValueError otherwise."""
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)\s*", text)
+    if match is None:
+        raise ValueError(f"not a duration: {text!r} (e.g. 1s, 5m, 2h)")
+    return int(match.group(1)) * _UNITS[match.group(2)]

@@ -60,7 +60,6 @@ Thread safety: the ``*_locked`` methods run under the store's append lock; the q
 from __future__ import annotations
 
 import logging
-import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -68,7 +67,7 @@ from dataclasses import dataclass, field
 from broker_core import rocks
 from broker_core.clock import tag_hash
 from broker_core.commit_log import CommitLog
-from broker_core.config import StoreConfig
+from broker_core.config import StoreConfig, parse_duration_ms
 from broker_core.consume_queue import ENTRY, ConsumeQueueIndex, IndexBatch, LmqMeta
 from broker_core.errors import CorruptRecord, MessageTooLarge, StoreError
 from broker_core.key_index import KeyIndex
@@ -108,17 +107,6 @@ _EMPTY_DISPATCH = struct.pack(">I", 0)
 
 class DelayTooLong(StoreError):
     """A due time past ``StoreConfig.max_timer_delay_ms`` from now."""
-
-
-_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
-
-def parse_duration_ms(text: str) -> int:
-    """``"1s"``, ``"2m"``, ``"1h"``, ``"250ms"`` in ms; ValueError otherwise."""
-    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d)\s*", text)
-    if match is None:
-        raise ValueError(f"not a duration: {text!r} (e.g. 1s, 5m, 2h)")
-    return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 def delay_level_ms(levels: Sequence[str], level: int) -> int:
