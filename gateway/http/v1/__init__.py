@@ -1051,11 +1051,7 @@ def _mqtt_message_doc(topic_filter: str, popped: PoppedMessage) -> dict[str, Any
         "store_ms": record.store_ms,
         "next_visible_ms": MessageStore.receipt_visible_at(popped.receipt),
     }
-    try:
-        doc["body"] = record.body.decode()
-    except UnicodeDecodeError:
-        doc["body_base64"] = base64.b64encode(record.body).decode()
-    return doc
+    return with_body(doc, record.body)
 
 
 def _encode_cursor(cursor: Mapping[int, int]) -> str:
@@ -1097,11 +1093,7 @@ def _message_doc(item: PopItem, visible_ms: int) -> dict[str, Any]:
     }
     if record.properties.get("__SHARDINGKEY"):
         doc["message_group"] = record.properties["__SHARDINGKEY"].decode()
-    try:
-        doc["body"] = record.body.decode()
-    except UnicodeDecodeError:
-        doc["body_base64"] = base64.b64encode(record.body).decode()
-    return doc
+    return with_body(doc, record.body)
 
 
 #: Not user properties: RocketMQ's own (records.SYSTEM_PROPERTIES) and Aliyun's __TransCheckT.
@@ -1125,6 +1117,16 @@ def _int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
         raise ValueError(f"'{name}' must be a non-negative number")
     return int(value)
+
+
+def with_body(doc: dict[str, Any], body: bytes) -> dict[str, Any]:
+    """``doc`` with the message body as ``body`` (UTF-8 text) or else ``body_base64``
+    (what :func:`_body_of` reads back)."""
+    try:
+        doc["body"] = body.decode()
+    except UnicodeDecodeError:
+        doc["body_base64"] = base64.b64encode(body).decode()
+    return doc
 
 
 def _body_of(entry: Mapping[str, Any]) -> bytes:

@@ -12,7 +12,6 @@ RabbitMQ's: ``read`` on the queue for every call.
 
 from __future__ import annotations
 
-import base64
 from typing import TYPE_CHECKING, Any
 
 from gateway.http.messages import Request, Response
@@ -24,6 +23,7 @@ from gateway.http.v1 import (
     _json_body,
     json_response,
     number_option,
+    with_body,
 )
 from gateway.http.v1 import _per_entry as per_entry
 from gateway.queue_consumers import Handle, QueueConsumeError, QueueConsumers, QueueDelivery
@@ -151,11 +151,7 @@ def _message_doc(vhost: str, queue: str, d: QueueDelivery) -> dict[str, Any]:
         "properties": d.properties,
         "next_visible_ms": d.next_visible_ms,
     }
-    try:
-        doc["body"] = d.body.decode()
-    except UnicodeDecodeError:
-        doc["body_base64"] = base64.b64encode(d.body).decode()
-    return doc
+    return with_body(doc, d.body)
 
 
 def routes(api: JsonApi) -> list[tuple[str, str, Any]]:

@@ -17,7 +17,6 @@ are the store's: recovered after a restart.
 
 from __future__ import annotations
 
-import base64
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +30,7 @@ from gateway.http.v1 import (
     _json_body,
     json_response,
     number_option,
+    with_body,
 )
 from gateway.rocketmq.records import SYSTEM_PROPERTIES, rocketmq_properties
 from protocol.remoting.messages import decode_properties
@@ -116,11 +116,7 @@ def _half_doc(txn: PendingTransaction, record: Any) -> dict[str, Any]:
         "store_ms": txn.store_ms,
         "next_check_ms": txn.next_check_ms,
     }
-    try:
-        doc["body"] = record.body.decode()
-    except UnicodeDecodeError:
-        doc["body_base64"] = base64.b64encode(record.body).decode()
-    return doc
+    return with_body(doc, record.body)
 
 
 def routes(api: JsonApi) -> list[tuple[str, str, Any]]:
