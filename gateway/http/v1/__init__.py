@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import hashlib
 import itertools
 import json
@@ -122,6 +123,14 @@ def _json_body(request: Request) -> Any:
         return json.loads(request.body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"the body is not valid JSON: {exc}") from None
+
+
+def _json_object(request: Request) -> dict[str, Any]:
+    """The request's JSON body, which must be an object (400 otherwise)."""
+    doc = _json_body(request)
+    if not isinstance(doc, dict):
+        raise ApiError(400, "the body is a JSON object")
+    return doc
 
 
 # -- receipt handles ------------------------------------------------------------------
@@ -286,9 +295,7 @@ class JsonApi:
             raise ApiError(400, "an MQTT topic name without wildcards is required")
         self.check_publish(request, topic)
         self.check_rate(request)
-        doc = _json_body(request)
-        if not isinstance(doc, dict):
-            raise ApiError(400, "the body is a JSON object")
+        doc = _json_object(request)
         try:
             body = _body_of(doc)
             user = _properties_of(doc)
@@ -320,9 +327,7 @@ class JsonApi:
             raise ApiError(404, f"no queue {queue!r} in vhost {vhost!r} (declare it over"
                                 " AMQP first)")
         self.check_rate(request)
-        doc = _json_body(request)
-        if not isinstance(doc, dict):
-            raise ApiError(400, "the body is a JSON object")
+        doc = _json_object(request)
         try:
             body = _body_of(doc)
             props = dict(_properties_of(doc))
@@ -355,9 +360,7 @@ class JsonApi:
                 principal, vhost, exchange or "amq.default"):
             raise ApiError(403, f"not allowed to publish to exchange {exchange!r} in vhost"
                                 f" {vhost!r}")
-        doc = _json_body(request)
-        if not isinstance(doc, dict):
-            raise ApiError(400, "the body is a JSON object")
+        doc = _json_object(request)
         key = doc.get("routing_key", "")
         if not isinstance(key, str):
             raise ApiError(400, "routing_key must be a string")
@@ -595,13 +598,9 @@ class JsonApi:
         self._group(group)
         if self.ctx.rocketmq_topics.get(topic) is None:
             raise ApiError(404, f"topic {topic!r} does not exist")
-        doc = _json_body(request)
-        if not isinstance(doc, dict):
-            raise ApiError(400, "the body is a JSON object")
+        doc = _json_object(request)
         q = request.query
-
-        def option(name: str, default: float, low: float, high: float) -> float:
-            return number_option(doc, q, name, default, low, high)
+        option = functools.partial(number_option, doc, q)
 
         count = int(option("max_messages", 16, 1, MAX_RECEIVE))
         wait = option("wait_seconds", 0, 0, MAX_WAIT_SECONDS)
@@ -680,13 +679,9 @@ class JsonApi:
         if not group or "/" in group or "+" in group or "#" in group:
             raise ApiError(400, "invalid group name")
         self.check_consume(request, topic_filter)
-        doc = _json_body(request)
-        if not isinstance(doc, dict):
-            raise ApiError(400, "the body is a JSON object")
+        doc = _json_object(request)
         q = request.query
-
-        def option(name: str, default: float, low: float, high: float) -> float:
-            return number_option(doc, q, name, default, low, high)
+        option = functools.partial(number_option, doc, q)
 
         count = int(option("max_messages", 16, 1, MAX_RECEIVE))
         wait = option("wait_seconds", 0, 0, MAX_WAIT_SECONDS)
@@ -825,9 +820,7 @@ class JsonApi:
         config = self.ctx.rocketmq_topics.get(topic)
         if config is None:
             raise ApiError(404, f"topic {topic!r} does not exist")
-        doc = _json_body(request)
-        if not isinstance(doc, dict):
-            raise ApiError(400, "the body is a JSON object")
+        doc = _json_object(request)
         position = doc.get("position")
         stamp = doc.get("timestamp_ms")
         if (position is None) == (stamp is None) or position not in (

@@ -12,6 +12,7 @@ RabbitMQ's: ``read`` on the queue for every call.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from gateway.http.messages import Request, Response
@@ -21,6 +22,7 @@ from gateway.http.v1 import (
     MAX_WAIT_SECONDS,
     ApiError,
     _json_body,
+    _json_object,
     json_response,
     number_option,
     with_body,
@@ -57,14 +59,9 @@ class AmqpQueueApi:
         vhost, queue = request.params["vhost"], request.params["queue"]
         self._check_read(request, vhost, queue)
         consumers = self._consumers()
-        doc = _json_body(request)
-        if not isinstance(doc, dict):
-            raise ApiError(400, "the body is a JSON object")
-        q = request.query
+        doc = _json_object(request)
+        option = functools.partial(number_option, doc, request.query)
         max_invisible = consumers.max_invisible_ms / 1000
-
-        def option(name: str, default: float, low: float, high: float) -> float:
-            return number_option(doc, q, name, default, low, high)
 
         count = int(option("max_messages", 16, 1, MAX_RECEIVE))
         wait = option("wait_seconds", 0, 0, MAX_WAIT_SECONDS)

@@ -17,6 +17,7 @@ are the store's: recovered after a restart.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from gateway.http.v1 import (
     MAX_RECEIVE,
     MAX_WAIT_SECONDS,
     ApiError,
-    _json_body,
+    _json_object,
     json_response,
     number_option,
     with_body,
@@ -64,13 +65,8 @@ class TransactionPolls:
         if not group:
             raise ApiError(400, "a producer group is required")
         self.api.principal(request)
-        doc = _json_body(request)
-        if not isinstance(doc, dict):
-            raise ApiError(400, "the body is a JSON object")
-        q = request.query
-
-        def option(name: str, default: float, low: float, high: float) -> float:
-            return number_option(doc, q, name, default, low, high)
+        doc = _json_object(request)
+        option = functools.partial(number_option, doc, request.query)
 
         count = int(option("max_messages", 16, 1, MAX_RECEIVE))
         wait = option("wait_seconds", 0, 0, MAX_WAIT_SECONDS)
