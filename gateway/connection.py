@@ -18,7 +18,9 @@ Life of a connection (see also docs/architecture.md):
    handshake is done (MQTT CONNECT, AMQP connection.open); if the connect timer fires
    first the connection is aborted.
 4. **closing / lost**: :meth:`Connection.close` (after the queued output) or
-   :meth:`Connection.abort`; when the socket is gone the handler's
+   :meth:`Connection.abort`; after an error answer (an MQTT DISCONNECT or refusing
+   CONNACK) :meth:`Connection.close` with ``linger``: see "Closing after an error"
+   below. When the socket is gone the handler's
    ``connection_lost`` runs, then the state
    :meth:`~gateway.state.ServerState.release`\ s it, which cancels its tasks.
 
@@ -26,6 +28,17 @@ Output: front ends :meth:`Connection.queue` their bytes; everything queued in on
 turn of the event loop is written with one ``transport.write`` at its end (the
 outbox), or at once past :data:`FLUSH_AT`, in the order queued (a message queued as
 one chunk is never interleaved with another).
+
+Closing after an error: a client that is still writing when the server answers with
+an error and closes (say an MQTT client sending PUBRELs while the server's DISCONNECT
+0x93, Receive Maximum exceeded, is on its way) would have its next write answered by a
+TCP reset, which fails that write (a broken pipe) and may discard the error answer
+unread from its receive buffer. So such a close *lingers*, as careful servers close
+(RFC 7230 section 6.6 for HTTP; MQTT 5 section 4.13): the output is flushed, the
+write side shut (a FIN after the answer), and what the peer still sends is read and
+discarded until it closes its side or ``linger`` seconds pass; no request is handled
+any more. Over TLS, which cannot half-close, the socket stays open for the same
+bounded time.
 """
 
 from __future__ import annotations
@@ -56,6 +69,10 @@ _ids = itertools.count(1)
 #: Output queued beyond this is written at once rather than at the end of the loop
 #: turn, so the socket's flow control (and so a consumer's credit) sees it.
 FLUSH_AT = 256 * 1024
+
+#: Seconds a connection closed after an error answer goes on reading (and discarding)
+#: what the peer still sends, so that it reads the answer (see the module docstring).
+ERROR_LINGER = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +123,9 @@ class Connection:
         self.bytes_out = 0
         self.close_reason = ""
         self.is_established = False
+        #: Closed after an error answer: input is discarded until EOF or the linger ends.
+        self.draining = False
+        self._linger_timer: asyncio.TimerHandle | None = None
         self._closed = asyncio.Event()
         self._connect_timer: asyncio.TimerHandle | None = None
         self._out: list[bytes] = []
@@ -124,7 +144,7 @@ class Connection:
         unless that order is wanted, or :meth:`flush` first). A connection whose unsent
         output passes ``write_buffer_max`` is aborted (slow consumer): check
         :attr:`writable` or await :meth:`drain` before writing more than a reply."""
-        if self.transport.is_closing():
+        if self.draining or self.transport.is_closing():
             return
         self.transport.write(data)
         self.bytes_out += len(data)
@@ -187,11 +207,26 @@ class Connection:
         """Run ``coro`` as a task owned by this connection: cancelled when it closes."""
         return self.tasks.spawn(coro, name or f"conn-{self.id}")
 
-    def close(self, reason: str = "") -> None:
-        """Close after the queued output is sent."""
+    def close(self, reason: str = "", linger: float = 0.0) -> None:
+        """Close after the queued output is sent. With ``linger`` (after an error
+        answer, see the module docstring) the outbox is flushed, the write side shut,
+        and input read and discarded for up to ``linger`` seconds before the close; the
+        connection's tasks are cancelled at once."""
         if not self.close_reason:
             self.close_reason = reason
-        self.transport.close()
+        transport = self.transport
+        if linger <= 0 or transport.is_closing():
+            transport.close()
+            return
+        if self.draining:
+            return
+        self.flush()
+        self.draining = True
+        self.tasks.cancel()
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.flow.resume_reading()
+        self._linger_timer = asyncio.get_running_loop().call_later(linger, transport.close)
 
     def abort(self, reason: str = "") -> None:
         """Close now, dropping queued output."""
@@ -231,6 +266,9 @@ class Connection:
         if self._connect_timer is not None:
             self._connect_timer.cancel()
             self._connect_timer = None
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
         self.flow.connection_lost()
         self._out.clear()
         self._out_size = 0
@@ -282,6 +320,8 @@ class GatewayProtocol(asyncio.Protocol):
         if conn is None or conn.transport.is_closing():
             return
         conn.bytes_in += len(data)
+        if conn.draining:  # closed after an error answer: read and discard
+            return
         if conn.handler is not None:
             self._call(conn.handler.data_received, data)
             return
@@ -388,6 +428,8 @@ class GatewayProtocol(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         conn = self.conn
+        if conn is not None and conn.draining:
+            return False  # the peer closed its side too: close now
         if conn is None or conn.handler is None:
             if conn is not None and not conn.close_reason:
                 conn.close_reason = "eof"

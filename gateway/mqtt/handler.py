@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gateway.auth import ANONYMOUS_PRINCIPAL, Authenticator, Principal
+from gateway.connection import ERROR_LINGER
 from gateway.frontend import ConnectionHandler
 from gateway.mqtt.connect import Refused, accept, login
 from gateway.mqtt.delivery_loop import deliver_loop, fill_now
@@ -144,7 +145,7 @@ class MqttHandler(ConnectionHandler):
             out = b""
         if out:
             self.conn.queue(out)
-        self.close(f"protocol error: {exc}")
+        self.close(f"protocol error: {exc}", linger=True)
 
     def _send(self, packet: object) -> None:
         self.queue(self.proto.send(packet))  # type: ignore[arg-type]
@@ -187,7 +188,7 @@ class MqttHandler(ConnectionHandler):
             return
         if not isinstance(result, Principal):
             self._send(Connack(reason_code=result.mqtt5_reason_code))
-            self.close(f"login refused: {result.reason.name.lower()}")
+            self.close(f"login refused: {result.reason.name.lower()}", linger=True)
             return
         self._finish_connect(connect, result)
         conn.resume_reading()
@@ -199,7 +200,7 @@ class MqttHandler(ConnectionHandler):
         accepted = accept(front, self, connect, principal)
         if isinstance(accepted, Refused):
             self._send(accepted.connack)
-            self.close(accepted.reason)
+            self.close(accepted.reason, linger=True)
             return
         session = self.session = accepted.session
         self.receive_max = accepted.receive_max
@@ -257,7 +258,7 @@ class MqttHandler(ConnectionHandler):
         if self.proto.version == _V5:
             props = Properties(reason_string=text) if self.problem_information else Properties()
             self._try_send(Disconnect(reason_code=code, properties=props))
-        self.close(text)
+        self.close(text, linger=True)
 
     def _on_pubrel(self, packet: Pubrel) -> None:
         session = self.session
@@ -418,16 +419,19 @@ class MqttHandler(ConnectionHandler):
         """Another connection took this client id (MQTT 5 DISCONNECT 0x8E)."""
         if self.proto.version == _V5:
             self._try_send(Disconnect(reason_code=ReasonCode.SESSION_TAKEN_OVER))
-        self.close("session taken over")
+        self.close("session taken over", linger=True)
 
-    def close(self, reason: str) -> None:
+    def close(self, reason: str, linger: bool = False) -> None:
+        """Close the connection; ``linger`` after an error answer (a refusing CONNACK,
+        a DISCONNECT with an error), so that a client still writing reads the answer
+        instead of a reset (:meth:`gateway.connection.Connection.close`)."""
         if self.closed:
             return
         self.flush_out()  # what was queued (a CONNACK, a DISCONNECT) goes before the close
         self.closed = True
         if self._keepalive is not None:
             self._keepalive.cancel()
-        self.conn.close(reason)
+        self.conn.close(reason, linger=ERROR_LINGER if linger else 0.0)
         self.front.disconnected(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

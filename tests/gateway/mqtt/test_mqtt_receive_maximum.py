@@ -5,6 +5,7 @@ disconnected, although the gateway acknowledges only after the store has the mes
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 
@@ -19,6 +20,7 @@ from protocol.mqtt import (
     Puback,
     Publish,
     Pubrec,
+    Pubrel,
     ReasonCode,
     packet_bytes,
 )
@@ -56,6 +58,30 @@ def test_one_qos2_publish_above_receive_maximum_is_disconnected(gateway):
     assert other.recv() == Puback(1)
     other.send(Publish("rm/t", b"z", 2, packet_id=2))
     assert other.recv() == Pubrec(2)
+
+
+def test_a_client_still_writing_reads_the_disconnect(gateway):
+    """The paho interoperability suite's test_flow_control2: a client goes past the
+    Receive Maximum and goes on writing (PUBRELs for its earlier PUBRECs) after the
+    gateway's DISCONNECT 0x93 is on its way. Those writes must neither fail (a reset, a
+    broken pipe) nor keep the client from reading the DISCONNECT: the gateway
+    half-closes after it and reads and discards what still comes."""
+    c = RawClient(gateway.mqtt_port, V5)
+    c.send(Connect("still-writing", V5))
+    maximum = c.recv().properties.receive_maximum
+    c.send_raw(b"".join(
+        packet_bytes(Publish("rm/t", b"x", 2, packet_id=i), V5) for i in range(1, maximum + 1)
+    ))
+    assert {c.recv().packet_id for _ in range(maximum)} == set(range(1, maximum + 1))
+    c.send_raw(packet_bytes(Publish("rm/t", b"x", 2, packet_id=maximum + 1), V5))
+    # the DISCONNECT is here (unread): only now release the earlier messages, one by one
+    assert select.select([c.sock], [], [], TIMEOUT)[0]
+    for i in range(1, maximum + 1):
+        c.send_raw(packet_bytes(Pubrel(i), V5))
+    reply = c.recv()
+    assert isinstance(reply, Disconnect), reply
+    assert reply.reason_code == ReasonCode.RECEIVE_MAXIMUM_EXCEEDED
+    assert c.closed_by_server()  # the gateway's FIN came after the DISCONNECT
 
 
 def test_a_client_within_receive_maximum_is_never_disconnected(gateway):
