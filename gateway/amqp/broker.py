@@ -177,9 +177,7 @@ class Broker:
         auto_delete: bool, internal: bool, arguments: dict[str, Any],
     ) -> None:
         vh = self.vhost(vhost)
-        if name == "":
-            if passive:
-                return
+        if name == "":  # passive too, as RabbitMQ (check_not_default_exchange)
             raise _default_refused()
         existing = vh.exchanges.get(name)
         if passive:

@@ -484,9 +484,13 @@ class AMQPConnection:
                 raise ConnectionLevelError(
                     CHANNEL_ERROR, f"expected 'channel.open' on channel {channel}",
                     index >> 16, index & 0xFFFF)
-            if channel > self.channel_max:
+            # channel_max bounds how many channels are open, not their numbers (any of
+            # 1-65535 may be used), as RabbitMQ reads it: one more is 530 NOT_ALLOWED
+            if len(self._channels) >= self.channel_max:
                 raise ConnectionLevelError(
-                    CHANNEL_ERROR, f"channel {channel} exceeds channel_max {self.channel_max}",
+                    NOT_ALLOWED,
+                    f"number of channels opened ({len(self._channels)}) has reached the "
+                    f"negotiated channel_max ({self.channel_max})",
                     index >> 16, index & 0xFFFF)
             decode_method(payload)  # validates the (empty) arguments
             self._channels[channel] = Channel(channel, self.max_message_size)

@@ -42,6 +42,32 @@ async def test_aiormq_confirms_returns_and_raw_headers(gw: ThreadGateway) -> Non
         await conn.close()
 
 
+async def test_aiormq_channel_numbers_and_channel_max_as_rabbitmq(gw: ThreadGateway) -> None:
+    """channel_max bounds how many channels are open, not their numbers: aiormq may open
+    channel 65535 (its test_bad_channel), and one channel more than channel_max is
+    refused with 530 NOT_ALLOWED, closing the connection (its test_no_free_channels).
+    A passive declare of the default exchange is 403 (its test_channel_closed_reuse)."""
+    conn = await asyncio.wait_for(aiormq.connect(gw.url), BOUND)
+    try:
+        high = await conn.channel(65535)
+        with pytest.raises(aiormq.exceptions.ChannelNotFoundEntity):
+            await high.queue_bind("no-such-queue", "no-such-exchange")
+        reuse = await conn.channel(1)
+        with pytest.raises(aiormq.exceptions.ChannelAccessRefused):
+            await reuse.exchange_declare("", passive=True)
+    finally:
+        await conn.close()
+    conn = await asyncio.wait_for(aiormq.connect(gw.url), BOUND)
+    try:
+        channel_max = conn.connection_tune.channel_max
+        await asyncio.wait_for(
+            asyncio.gather(*(conn.channel(n + 1) for n in range(channel_max))), 60)
+        with pytest.raises(aiormq.exceptions.ConnectionNotAllowed):
+            await asyncio.wait_for(conn.channel(), BOUND)
+    finally:
+        await conn.close()
+
+
 async def test_aio_pika_process_and_iterator(gw: ThreadGateway) -> None:
     conn = await asyncio.wait_for(aio_pika.connect(gw.url), BOUND)
     async with conn:

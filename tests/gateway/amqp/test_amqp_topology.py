@@ -91,6 +91,8 @@ def test_errors_as_rabbitmq(gw: ThreadGateway) -> None:
         (lambda ch: ch.queue_declare("amq.q"), 403, "reserved prefix"),
         (lambda ch: ch.basic_consume("nope", lambda *a: None), 404, "no queue 'nope'"),
         (lambda ch: ch.queue_bind("q", ""), 403, "default exchange"),
+        (lambda ch: ch.exchange_declare("", passive=True), 403, "default exchange"),
+        (lambda ch: ch.exchange_declare("", "direct"), 403, "default exchange"),
         (lambda ch: ch.basic_ack(99), 406, "unknown delivery tag 99"),
     ]
     ch = conn.channel()

@@ -388,7 +388,6 @@ def hard_error(conn: AMQPConnection, data: bytes) -> errors.AMQPError:
     (m(B.Qos(0, 1, False), 5), errors.CHANNEL_ERROR),  # method on an unopened channel
     (m(header.ContentHeader(0, 1), 5), errors.CHANNEL_ERROR),
     (m(Ch.Open(), 1), errors.CHANNEL_ERROR),  # second channel.open
-    (m(Ch.Open(), 3000), errors.CHANNEL_ERROR),  # above channel_max
     (m(body.ContentBody(b"x")), errors.UNEXPECTED_FRAME),  # content on channel 0
     (m(C.Open(virtual_host="/"), 1), errors.COMMAND_INVALID),  # connection method, channel 1
     (m(B.Qos(0, 1, False)), errors.COMMAND_INVALID),  # channel method on channel 0
@@ -402,6 +401,21 @@ def test_malformed_input_gets_the_right_connection_close(data: bytes, code: int)
     # after the close, nothing but CloseOk matters
     seen, out = pump(conn, publish_bytes(1, b"abc") + m(C.CloseOk()))
     assert seen == [events.ConnectionClosed(clean=True)] and out == b""
+
+
+def test_channel_max_bounds_how_many_channels_are_open_not_their_numbers() -> None:
+    """As RabbitMQ reads channel_max: any channel number 1-65535 may be opened (aiormq's
+    test_bad_channel opens 65535), and one channel more than channel_max open at once is
+    530 NOT_ALLOWED (aiormq's test_no_free_channels); a closed channel frees its place."""
+    conn = AMQPConnection(channel_max=3)
+    seen, _ = pump(conn, handshake_bytes(channel_max=0) + m(Ch.Open(), 65535) + m(Ch.Open(), 7))
+    assert conn.channel_is_open(65535) and conn.channel_is_open(7)
+    seen, _ = pump(conn, m(Ch.Close(200, "bye", 0, 0), 7) + m(Ch.Open(), 9) + m(Ch.Open(), 3))
+    assert conn.channel_is_open(9) and conn.channel_is_open(3)
+    assert not conn.channel_is_open(7)
+    err = hard_error(conn, m(Ch.Open(), 4))
+    assert err.reply_code == errors.NOT_ALLOWED
+    assert "channel_max (3)" in err.reply_text
 
 
 @pytest.mark.parametrize("data", [
