@@ -26,6 +26,38 @@ settings.register_profile("lmq", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile("lmq")
 
 
+def _stale_extensions(root: Path) -> list[str]:
+    """Compiled modules (setup.py) older than their ``.py``: Python would import the
+    extension, so the tests would not run the source as it stands."""
+    stale = []
+    for ext in root.glob("protocol/**/*.so"):
+        source = ext.with_name(ext.name.split(".", 1)[0] + ".py")
+        if source.exists() and source.stat().st_mtime > ext.stat().st_mtime:
+            stale.append(str(source.relative_to(root)))
+    return sorted(stale)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from protocol import _sources
+
+    if not _sources.enabled():
+        stale = _stale_extensions(Path(__file__).resolve().parent.parent)
+        if stale:
+            raise pytest.UsageError(
+                f"compiled modules older than their source: {', '.join(stale)}; rebuild "
+                "them (make build) or test the sources alone (LMQ_NO_EXTENSIONS=1)")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    from protocol import _sources
+    from protocol.mqtt import codec
+
+    if _sources.enabled():
+        return "compiled modules: off (LMQ_NO_EXTENSIONS=1, the Python sources)"
+    compiled = not codec.__file__.endswith(".py") if codec.__file__ else False
+    return f"compiled modules: {'on' if compiled else 'not built (the Python sources)'}"
+
+
 def _java_available() -> bool:
     home = os.environ.get("JAVA_HOME")
     if home and os.path.exists(os.path.join(home, "bin", "java")):
