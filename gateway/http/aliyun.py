@@ -55,8 +55,15 @@ from gateway.http.mq_signature import SignatureRefused, authenticate_signed
 from gateway.rocketmq import records as rmq_records
 from gateway.rocketmq.pop_receipts import pop_retry_topic, store_receipt
 from gateway.rocketmq.pop_service import PollingFull
-from gateway.rocketmq.records import SYSTEM_PROPERTIES, rocketmq_properties, to_store_message
-from lmq.rocketmq import MQTT_SECOND_TOPIC, InvalidName, TopicConfig, queue_lmq, split_mqtt_topic
+from gateway.rocketmq.records import rocketmq_properties, to_store_message
+from lmq.rocketmq import (
+    MQTT_SECOND_TOPIC,
+    SYSTEM_PROPERTIES,
+    InvalidName,
+    TopicConfig,
+    queue_lmq,
+    split_mqtt_topic,
+)
 from protocol.aliyun_http import (
     AckError,
     ApiError,

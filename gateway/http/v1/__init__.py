@@ -62,7 +62,6 @@ from gateway.http.v1.openapi import OPENAPI
 from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopItem, Source
 from gateway.rocketmq.records import (
     PROPS,
-    SYSTEM_PROPERTIES,
     USER_PROPERTIES,
     rocketmq_properties,
     to_store_message,
@@ -71,7 +70,7 @@ from gateway.token_bucket import TokenBucket
 from gateway.topic_space import MQTT_SHARE_PREFIX, amqp_queue_lmq, mqtt_lmq
 from gateway.user_properties import encode_user_properties
 from lmq.names import validate_topic_filter
-from lmq.rocketmq import InvalidName, queue_lmq
+from lmq.rocketmq import HIDDEN_PROPERTIES, RESERVED_PROPERTIES, InvalidName, queue_lmq
 from lmq.topic_space import amqp_to_mqtt
 from protocol.remoting.messages import decode_properties, encode_properties
 
@@ -1089,8 +1088,7 @@ def _message_doc(item: PopItem, visible_ms: int) -> dict[str, Any]:
     return with_body(doc, record.body)
 
 
-#: Not user properties: RocketMQ's own (records.SYSTEM_PROPERTIES) and Aliyun's __TransCheckT.
-_SYSTEM = SYSTEM_PROPERTIES | {"__TransCheckT"}
+_SYSTEM = HIDDEN_PROPERTIES
 
 
 def _tag_filter(expression: str) -> Any:
@@ -1146,7 +1144,8 @@ def _properties_of(entry: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(props, dict) or not all(
             isinstance(k, str) and k and isinstance(v, str) for k, v in props.items()):
         raise ValueError("'properties' is an object of strings")
-    bad = [k for k in props if k in _SYSTEM or "\x01" in k + props[k] or "\x02" in k + props[k]]
+    bad = [k for k in props
+           if k in RESERVED_PROPERTIES or "\x01" in k + props[k] or "\x02" in k + props[k]]
     if bad:
         raise ValueError(f"property {bad[0]!r} is reserved or has a control character")
     return props

@@ -33,7 +33,8 @@ from gateway.http.v1 import (
     number_option,
     with_body,
 )
-from gateway.rocketmq.records import SYSTEM_PROPERTIES, rocketmq_properties
+from gateway.rocketmq.records import rocketmq_properties
+from lmq.rocketmq import HIDDEN_PROPERTIES
 from protocol.remoting.messages import decode_properties
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 #: The name under which the check-back loop hands half messages to JSON API pollers.
 CHECK_SENDER = "http-json"
-_SYSTEM = SYSTEM_PROPERTIES | {"__TransCheckT", "TRAN_MSG", "PGROUP"}
+_SYSTEM = HIDDEN_PROPERTIES
 
 
 class GroupHalfPolls(HalfPolls):
