@@ -7,10 +7,10 @@ may be acknowledged to its publisher: at once in async durability, after the cov
 fsync (group commit, on the store's flusher thread) in sync durability.
 The appends that must be one unit of their own (an all-or-nothing batch, delayed
 messages, a half message, copies, a transaction's end) are :meth:`append_batch`,
-:meth:`append_delayed`, :meth:`append_half`, :meth:`append_copies` and
-:meth:`end_transaction`: appended at once (after what this turn queued, so the order
-of submission holds), counted in ``pending`` and awaited under the configured
-durability here, the one place that waits for it.
+:meth:`append_delayed`, :meth:`append_half`, :meth:`append_copies`,
+:meth:`end_transaction` and :meth:`cancel_timer`: appended at once (after what this
+turn queued, so the order of submission holds), counted in ``pending`` and awaited
+under the configured durability here, the one place that waits for it.
 :meth:`submit_callback` is the same with a plain callback instead of a future (no
 future and no extra loop callback per message: MQTT QoS 1 / 2 publishes use it), and
 :meth:`submit_nowait` has nothing to call back (QoS 0).
@@ -244,6 +244,14 @@ class Publisher:
         return await self._append_now(
             0, lambda: self.store.end_transaction(position, commit, wait=False),
             lambda result: result.control_end)
+
+    async def cancel_timer(self, position: int) -> bool:
+        """Cancel the pending timer (delayed message) at ``position``; whether there was
+        one; returns once the cancellation may be relied on."""
+        store = self.store
+        return await self._append_now(
+            0, lambda: store.cancel_timer(position, wait=False),
+            lambda cancelled: store.log_end if cancelled else 0)
 
     def submit_delayed(self, message: Message, lmqs: Sequence[str], due_ms: int,
                        done: Done) -> None:

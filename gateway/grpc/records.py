@@ -46,7 +46,6 @@ __all__ = [
     "readable_topic",
     "store_host",
     "to_store",
-    "writable_topic",
 ]
 
 #: RocketMQ's sysFlag bit of a compressed body.
@@ -112,15 +111,6 @@ def _topic(call: Call, name: str) -> TopicConfig:
         raise StatusError(Code.ILLEGAL_TOPIC, str(exc)) from None
     if config is None:
         raise StatusError(Code.TOPIC_NOT_FOUND, f"topic {name} not found")
-    return config
-
-
-def writable_topic(call: Call, name: str) -> TopicConfig:
-    """The topic a message may be sent to (created when allowed), after the ACL."""
-    config = _topic(call, name)
-    if not config.perm & Perm.WRITE:
-        raise StatusError(Code.FORBIDDEN, f"the topic {name} is not writable")
-    call.check_publish(name)
     return config
 
 

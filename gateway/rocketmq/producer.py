@@ -29,7 +29,8 @@ doors (remoting, gRPC, the JSON API, the Aliyun MQ HTTP API, RIP-17), on
    as the store raises them.
 
 End of a transaction (:meth:`ProducerService.end_transaction`) is here too: the ACL on
-the half's topic, the producer group check, the idempotent end and its typed outcomes.
+the half's topic, the producer group check, the idempotent end and its typed outcomes;
+and the recall of a pending delayed message (:meth:`ProducerService.recall`).
 
 Each door maps :class:`ProducerError` subclasses once to its own codes. Event-loop
 thread only.
@@ -55,7 +56,7 @@ from lmq.rocketmq import (
 )
 
 if TYPE_CHECKING:
-    from broker_core import AppendResult, EndResult, Message, MessageStore
+    from broker_core import AppendResult, EndResult, Message, MessageStore, Record
     from gateway.auth.authenticator import Authenticator, Principal
     from gateway.publisher import Done, Publisher
     from gateway.rocketmq.topics import TopicRegistry
@@ -68,6 +69,7 @@ __all__ = [
     "Forbidden",
     "IllegalMessage",
     "InvalidTopic",
+    "NotPending",
     "NotWritable",
     "ProducerError",
     "ProducerService",
@@ -124,6 +126,10 @@ class IllegalMessage(ProducerError):
 
 class BadQueue(ProducerError):
     """A queue id at or above the topic's write queue count."""
+
+
+class NotPending(ProducerError):
+    """No pending delayed message to recall there."""
 
 
 class TransactionNotFound(ProducerError):
@@ -237,12 +243,15 @@ class ProducerService:
         config = self._writable.get(name)
         if config is None:
             config = self._writable_topic(name)
+        self._check_publish(principal, client_id, name)
+        return config
+
+    def _check_publish(self, principal: Principal | None, client_id: str, topic: str) -> None:
         auth = self.authenticator
         if auth is not None and principal is not None and not auth.can_publish(
-            principal, client_id, name
+            principal, client_id, topic
         ):
-            raise Forbidden(f"no permission to send to topic {name}")
-        return config
+            raise Forbidden(f"no permission to send to topic {topic}")
 
     def _writable_topic(self, name: str) -> TopicConfig:
         if not name:
@@ -329,6 +338,25 @@ class ProducerService:
         duplicate), all or none."""
         return await self.publisher.append_copies(items)
 
+    async def recall(
+        self, position: int, topic: str, principal: Principal | None, client_id: str = ""
+    ) -> Record:
+        """Cancel the pending delayed message stored at ``position`` (its first position
+        if the timer was relocated) of ``topic``, durable before this returns; its
+        record. :class:`NotPending` when there is no such message (delivered, recalled,
+        never sent, or of another topic)."""
+        self._check_publish(principal, client_id, topic)
+        store = self.store
+        pending = store.pending_timer(position)
+        record = store.record_at(pending.position) if pending is not None else None
+        if pending is None or record is None or pending.topic != topic:
+            raise NotPending(
+                f"no delayed message of topic {topic!r} is pending under that handle"
+                " (delivered, recalled, or never sent)")
+        if not await self.publisher.cancel_timer(position):
+            raise NotPending("the delayed message was delivered meanwhile")
+        return record
+
     # -- transactions -----------------------------------------------------------------
 
     async def end_transaction(
@@ -338,21 +366,25 @@ class ProducerService:
         principal: Principal | None,
         client_id: str = "",
         producer_group: str | None = None,
+        topic: str | None = None,
     ) -> EndResult:
         """Commit or roll back the half message at ``position``, once the control record
         may be acknowledged. The principal needs the publish right on the half's topic;
-        ``producer_group`` (when given) must be the half's. Ending is idempotent: the
+        ``producer_group`` (when given) must be the half's; ``topic`` (when given: the
+        topic the request names) must be the half's, and its ACL is checked even when
+        the half has ended. Ending is idempotent: the
         same end again is its ``ALREADY_*`` outcome (a rollback of a half the checks
         dead-lettered too); the other end is :class:`TransactionConflict`; no half there
         is :class:`TransactionNotFound`."""
         pending = self.store.pending_transaction(position)
+        if pending is None and topic is not None:
+            self._check_publish(principal, client_id, topic)
         if pending is not None:
-            topic = split_mqtt_topic(pending.topic)[0]
-            auth = self.authenticator
-            if auth is not None and principal is not None and not auth.can_publish(
-                principal, client_id, topic
-            ):
-                raise Forbidden(f"no permission to send to topic {topic}")
+            half_topic = split_mqtt_topic(pending.topic)[0]
+            if topic is not None and half_topic != topic:
+                raise TransactionNotFound(
+                    f"the transaction at {position} is not one of topic {topic!r}")
+            self._check_publish(principal, client_id, half_topic)
             if producer_group is not None and pending.group != producer_group:
                 raise WrongProducerGroup(
                     f"The producer group wrong: the half message at {position} belongs to"
