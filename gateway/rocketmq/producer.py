@@ -38,6 +38,7 @@ thread only.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import zlib
 from collections.abc import Sequence
@@ -322,8 +323,22 @@ class ProducerService:
         self, items: Sequence[tuple[Message, Sequence[str], int]]
     ) -> list[AppendResult]:
         """Delayed messages ``(message, lmqs, due_ms)``, all stored or none, dispatched at
-        their due times (one due now or earlier fires at once)."""
-        return await self.publisher.append_delayed(items)
+        their due times (one due now or earlier fires at once). One message goes with
+        this loop turn's other delayed messages (``Publisher.submit_delayed``)."""
+        if len(items) != 1:
+            return await self.publisher.append_delayed(items)
+        future: asyncio.Future[AppendResult] = self.publisher.loop.create_future()
+
+        def done(result: AppendResult | None, exc: BaseException | None) -> None:
+            if future.done():
+                return
+            if exc is not None or result is None:
+                future.set_exception(exc or RuntimeError("the delayed append failed"))
+            else:
+                future.set_result(result)
+
+        self.publisher.submit_delayed(*items[0], done)
+        return [await future]
 
     async def send_half(
         self, message: Message, lmqs: Sequence[str], producer_group: str

@@ -27,13 +27,11 @@ import base64
 import binascii
 import functools
 import hashlib
-import itertools
 import json
 import logging
 import math
 import time
 import uuid
-import zlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,11 +39,9 @@ from typing import TYPE_CHECKING, Any
 from broker_core import (
     AppendResult,
     DelayTooLong,
-    Durability,
     Message,
     MessageStore,
     MessageTooLarge,
-    Outcome,
     PoppedMessage,
     Protocol,
     Record,
@@ -59,7 +55,9 @@ from gateway.http.messages import Request, Response
 from gateway.http.mq_signature import SignatureRefused, authenticate_signed, is_signed
 from gateway.http.server import problem
 from gateway.http.v1.openapi import OPENAPI
+from gateway.rocketmq import producer as p
 from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopItem, Source
+from gateway.rocketmq.producer import ProducerError, ShardingKey
 from gateway.rocketmq.records import (
     PROPS,
     USER_PROPERTIES,
@@ -70,7 +68,15 @@ from gateway.token_bucket import TokenBucket
 from gateway.topic_space import MQTT_SHARE_PREFIX, amqp_queue_lmq, mqtt_lmq
 from gateway.user_properties import encode_user_properties
 from lmq.names import validate_topic_filter
-from lmq.rocketmq import HIDDEN_PROPERTIES, RESERVED_PROPERTIES, InvalidName, queue_lmq
+from lmq.rocketmq import (
+    HIDDEN_PROPERTIES,
+    MQTT_SECOND_TOPIC,
+    RESERVED_PROPERTIES,
+    InvalidName,
+    TopicConfig,
+    message_type_of,
+    queue_lmq,
+)
 from lmq.topic_space import amqp_to_mqtt
 from protocol.remoting.messages import decode_properties, encode_properties
 
@@ -91,7 +97,6 @@ DEFAULT_INVISIBLE_SECONDS = 30.0
 #: The property an idempotent publish's key goes to: RocketMQ's message id, which the
 #: store's key index holds (StoreConfig.key_index_properties), durable with the record.
 ID_PROPERTY = "UNIQ_KEY"
-_round_robin = itertools.count()
 
 
 class ApiError(Exception):
@@ -247,20 +252,17 @@ class JsonApi:
 
     # -- publish ------------------------------------------------------------------
 
-    def _topic(self, name: str) -> Any:
+    def _topic(self, request: Request, name: str) -> TopicConfig:
+        """The topic the caller may send to (the producer service's resolve)."""
+        principal = self.principal(request)
         try:
-            config = self.ctx.rocketmq_topics.ensure(name)
-        except InvalidName as exc:
-            raise ApiError(400, f"invalid topic name: {exc}") from None
-        if config is None:
-            raise ApiError(404, f"topic {name!r} does not exist (and is not created"
-                                " automatically)")
-        return config
+            return self.ctx.rocketmq.producer.resolve(name, principal, "http")
+        except ProducerError as exc:
+            raise producer_error(exc) from None
 
     async def publish(self, request: Request) -> Response:
         topic = request.params["topic"]
-        self.check_publish(request, topic)
-        config = self._topic(topic)
+        config = self._topic(request, topic)
         doc = _json_body(request)
         key = request.header("idempotency-key")
         if isinstance(doc, dict) and "messages" in doc:
@@ -408,20 +410,24 @@ class JsonApi:
         out["position"] = result.position
         return json_response(201, out)
 
-    async def _publish_one(self, topic: str, config: Any, entry: object, key: str | None,
-                           request: Request) -> dict[str, Any]:
+    async def _publish_one(self, topic: str, config: TopicConfig, entry: object,
+                           key: str | None, request: Request) -> dict[str, Any]:
         try:
             if not isinstance(entry, dict):
                 raise ApiError(400, "a message is a JSON object")
             if key is None and entry.get("idempotency_key") is not None:
                 key = str(entry["idempotency_key"])
-            message_id, message, queue_id, due_ms = self._message(topic, config, entry, key)
+            message_id, message, queue_id, lmqs, due_ms = self._message(
+                topic, config, entry, key)
+        except ProducerError as exc:
+            error = producer_error(exc)
+            return {"status": error.status, "detail": error.detail}
         except ApiError as exc:
             return {"status": exc.status, "detail": exc.detail}
         except ValueError as exc:
             return {"status": 400, "detail": str(exc)}
         if key is None:
-            return await self._store(topic, message_id, message, queue_id, due_ms)
+            return await self._store(topic, message_id, message, queue_id, lmqs, due_ms)
         flight_key = (topic, message_id)
         pending = self._inflight.get(flight_key)
         if pending is not None:  # the same key, concurrently: one store, the same answer
@@ -437,7 +443,7 @@ class JsonApi:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._inflight[flight_key] = future
         try:
-            result = await self._store(topic, message_id, message, queue_id, due_ms)
+            result = await self._store(topic, message_id, message, queue_id, lmqs, due_ms)
             future.set_result(result)
             return result
         except asyncio.CancelledError:
@@ -460,8 +466,8 @@ class JsonApi:
                         "position": record.position, "duplicate": True}
         return None
 
-    def _message(self, topic: str, config: Any, entry: dict[str, Any], key: str | None
-                 ) -> tuple[str, Message, int, int | None]:
+    def _message(self, topic: str, config: TopicConfig, entry: dict[str, Any],
+                 key: str | None) -> tuple[str, Message, int, list[str], int | None]:
         body = _body_of(entry)
         props: dict[str, str] = dict(_properties_of(entry))
         tag = entry.get("tag")
@@ -501,28 +507,26 @@ class JsonApi:
                 due_ms = None
             else:
                 props["__STARTDELIVERTIME"] = str(due_ms)
-        queues = max(1, config.write_queues)
-        queue_id = (zlib.crc32(props["__SHARDINGKEY"].encode()) % queues
-                    if "__SHARDINGKEY" in props else next(_round_robin) % queues)
+        producer = self.ctx.rocketmq.producer
+        producer.check_type(config, message_type_of(props))
+        queue_id = ShardingKey(props.get("__SHARDINGKEY", "")).select(config)
+        lmqs = producer.lmqs(topic, queue_id, props.get(MQTT_SECOND_TOPIC, ""))
         message = to_store_message(topic, body, encode_properties(props), props,
                                    origin="http", born_ms=now)
-        return message_id, message, queue_id, due_ms
+        return message_id, message, queue_id, lmqs, due_ms
 
     async def _store(self, topic: str, message_id: str, message: Message, queue_id: int,
+                     lmqs: list[str],
                      due_ms: int | None) -> dict[str, Any]:
-        ctx = self.ctx
-        lmqs = [queue_lmq(topic, queue_id), *ctx.topic_space.route_rocketmq(topic)]
+        producer = self.ctx.rocketmq.producer
         producer_group = _half_group(message)
         try:
             if producer_group is not None:
-                store = ctx.store
-                result = store.append_half(message, lmqs, producer_group, wait=False)
-                if store.config.durability == Durability.SYNC:
-                    await asyncio.wrap_future(store.acknowledged(result.end))
+                result = await producer.send_half(message, lmqs, producer_group)
             elif due_ms is None:
-                result = await ctx.publisher.submit(message, lmqs)
+                result = await producer.send(message, lmqs)
             else:
-                result = await self._submit_delayed(message, lmqs, due_ms)
+                [result] = await producer.send_delayed([(message, lmqs, due_ms)])
         except Exception as exc:
             error = _store_error(exc)
             return {"status": error.status, "detail": error.detail}
@@ -559,26 +563,20 @@ class JsonApi:
             raise ApiError(404, f"no action {action!r}: commit or rollback")
         if not raw.isdigit():
             raise ApiError(404, f"no transaction {raw!r}")
-        position = int(raw)
-        store = self.ctx.store
-        pending = store.pending_transaction(position)
-        if pending is not None:
-            self.check_publish(request, pending.topic)
-        else:
-            self.principal(request)
+        principal = self.principal(request)
         try:
-            result = store.end_transaction(position, action == "commit", wait=False)
-            if result.control_end and store.config.durability == Durability.SYNC:
-                await asyncio.wrap_future(store.acknowledged(result.control_end))
+            result = await self.ctx.rocketmq.producer.end_transaction(
+                int(raw), action == "commit", principal, "http")
+        except p.TransactionNotFound:
+            raise ApiError(404, f"no transaction {raw} (never, or its segment is gone)") \
+                from None
+        except p.TransactionConflict as exc:
+            raise ApiError(409, f"transaction {raw} already ended: {exc.outcome.value}") \
+                from None
+        except ProducerError as exc:
+            raise producer_error(exc) from None
         except StoreError as exc:
             raise ApiError(503, str(exc)) from None
-        if result.outcome == Outcome.UNKNOWN:
-            raise ApiError(404, f"no transaction {raw} (never, or its segment is gone)")
-        conflict = (action == "commit" and result.outcome in (
-            Outcome.ALREADY_ROLLED_BACK, Outcome.ALREADY_DEAD_LETTERED)) or (
-            action == "rollback" and result.outcome == Outcome.ALREADY_COMMITTED)
-        if conflict:
-            raise ApiError(409, f"transaction {raw} already ended: {result.outcome.value}")
         return json_response(200, {"transaction_id": raw, "outcome": result.outcome.value})
 
     # -- consume ------------------------------------------------------------------
@@ -1149,6 +1147,27 @@ def _properties_of(entry: Mapping[str, Any]) -> dict[str, str]:
     if bad:
         raise ValueError(f"property {bad[0]!r} is reserved or has a control character")
     return props
+
+
+#: The producer service's refusals as HTTP statuses.
+_PRODUCER_STATUS: dict[type[ProducerError], int] = {
+    p.InvalidTopic: 400,
+    p.SystemTopic: 403,
+    p.TopicNotFound: 404,
+    p.NotWritable: 403,
+    p.Forbidden: 403,
+    p.TypeMismatch: 400,
+    p.IllegalMessage: 400,
+    p.BadQueue: 400,
+    p.NotPending: 404,
+    p.TransactionNotFound: 404,
+    p.TransactionConflict: 409,
+}
+
+
+def producer_error(exc: ProducerError) -> ApiError:
+    """A refusal of the producer service as this API answers it."""
+    return ApiError(_PRODUCER_STATUS.get(type(exc), 400), str(exc))
 
 
 def _store_error(exc: BaseException) -> ApiError:
