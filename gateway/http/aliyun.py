@@ -48,8 +48,9 @@ from broker_core import DelayTooLong, MessageTooLarge, StorageFull
 from broker_core.clock import now_ms
 from broker_core.errors import UnknownReceipt
 from gateway.auth import Refusal
+from gateway.http.auth import HttpLogin
 from gateway.http.messages import Request, Response
-from gateway.http.mq_signature import SignatureRefused, authenticate_signed
+from gateway.http.mq_signature import SignatureRefused
 from gateway.rocketmq import producer as p
 from gateway.rocketmq import records as rmq_records
 from gateway.rocketmq.pop_receipts import pop_retry_topic, store_receipt
@@ -201,6 +202,8 @@ class AliyunHttpApi:
     def __init__(self, ctx: GatewayContext) -> None:
         self.ctx = ctx
         config = ctx.config
+        #: The HTTP logins (None in open mode).
+        self.login = None if ctx.authenticator is None else HttpLogin(ctx.authenticator)
         self.invisible_ms = config.aliyun_invisible_seconds * 1000
         self.codec = HandleCodec(self._handle_key(config.aliyun_handle_key))
         self.host_id = f"{config.bind}"
@@ -289,11 +292,10 @@ class AliyunHttpApi:
                                                      self.host_id), CONTENT_TYPE)
 
     def _authenticate(self, request: Request) -> Principal | None:
-        auth = self.ctx.authenticator
-        if auth is None:
+        if self.login is None:
             return None
         try:
-            result = authenticate_signed(auth, request)
+            result = self.login.signed(request)
         except SignatureRefused as exc:
             code = (ErrorCode.INVALID_ARGUMENT if exc.bad_request
                     else ErrorCode.ACCESS_DENIED if exc.denied

@@ -19,7 +19,6 @@ a message sent here is read by remoting, gRPC, MQTT, AMQP and Aliyun HTTP consum
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import secrets
@@ -29,6 +28,7 @@ from urllib.parse import parse_qsl
 from broker_core import Message, StoreError
 from broker_core.clock import now_ms
 from gateway.auth import Refusal
+from gateway.http.auth import HttpLogin, peer_host
 from gateway.http.messages import Request, Response
 from gateway.rocketmq import records as rmq_records
 from gateway.rocketmq.producer import (
@@ -65,6 +65,8 @@ class Rip17Api:
     def __init__(self, ctx: GatewayContext) -> None:
         self.ctx = ctx
         self._uniq = UniqKeyFactory("127.0.0.1", os.getpid(), secrets.randbits(32))
+        #: The HTTP logins (None in open mode): scrypt in a thread, a short cache.
+        self.login = None if ctx.authenticator is None else HttpLogin(ctx.authenticator)
 
     def routes(self, router: Router) -> None:
         router.add("POST", "/", self.handle)
@@ -119,12 +121,10 @@ class Rip17Api:
 
     async def _login(self, request: Request, username: str,
                      password: str) -> Principal | None:
-        auth = self.ctx.authenticator
-        if auth is None:
+        if self.login is None:
             return None
-        peer_host = request.peer.rpartition(":")[0].strip("[]") or None
-        result = await asyncio.to_thread(auth.authenticate, username or None,
-                                         password or None, peer_host=peer_host)
+        result = await self.login.password(username or None, password or None,
+                                           peer=peer_host(request))
         if isinstance(result, Refusal):
             raise ProtocolError(RetCode.HEADER_ERROR,
                                 "not authorised: Username and Passwd of a gateway user needed")

@@ -51,8 +51,9 @@ from broker_core import (
 )
 from broker_core.errors import UnknownReceipt
 from gateway.auth.authenticator import Principal, Refusal, RefusalReason
+from gateway.http.auth import HttpLogin, peer_host
 from gateway.http.messages import Request, Response
-from gateway.http.mq_signature import SignatureRefused, authenticate_signed, is_signed
+from gateway.http.mq_signature import SignatureRefused, is_signed
 from gateway.http.server import problem
 from gateway.http.v1.openapi import OPENAPI
 from gateway.rocketmq import producer as p
@@ -176,22 +177,32 @@ class JsonApi:
         self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
         #: MQTT topic filters this node added to the topic space for HTTP groups.
         self._mqtt_filters: set[str] = set()
+        #: The HTTP logins (None in open mode).
+        self.login = None if ctx.authenticator is None else HttpLogin(ctx.authenticator)
 
     # -- auth ---------------------------------------------------------------------
 
     def principal(self, request: Request) -> Principal | None:
-        """The caller, from HTTP Basic credentials or an Aliyun MQ signature
-        (``Authorization: MQ ak:sig``, `gateway/http/mq_signature.py`); None in open mode.
-        Raises 401."""
-        auth = self.ctx.authenticator
-        if auth is None:
+        """The caller, authenticated before the handler ran (:meth:`authenticate`, by
+        the route guard); None in open mode."""
+        if self.login is None:
             return None
         cached = request.context.get("principal")
         if isinstance(cached, Principal):
             return cached
+        raise ApiError(401, "authentication required", headers=_CHALLENGE)
+
+    async def authenticate(self, request: Request) -> Principal | None:
+        """The caller, from HTTP Basic credentials (scrypt in a thread, a verified login
+        reused a short while: :mod:`gateway.http.auth`) or an Aliyun MQ signature
+        (``Authorization: MQ ak:sig``); None in open mode. Raises 401 (429 when rate
+        limited)."""
+        login = self.login
+        if login is None:
+            return None
         if is_signed(request):
             try:
-                signed = authenticate_signed(auth, request)
+                signed = login.signed(request)
             except SignatureRefused as exc:
                 if exc.retry_after is not None:
                     wait = max(1, math.ceil(exc.retry_after))
@@ -209,8 +220,8 @@ class JsonApi:
                 username, _, password = base64.b64decode(header[6:]).decode().partition(":")
             except (ValueError, UnicodeDecodeError):
                 raise ApiError(401, "malformed Basic credentials", headers=_CHALLENGE) from None
-        result = auth.authenticate(username, password, client_id="http",
-                                   peer_host=request.peer.rpartition(":")[0].strip("[]"))
+        result = await login.password(username, password, client_id="http",
+                                      peer=peer_host(request))
         if isinstance(result, Refusal):
             if result.reason is RefusalReason.RATE_LIMITED:
                 wait = max(1, math.ceil(result.retry_after))
@@ -1183,9 +1194,13 @@ def _store_error(exc: BaseException) -> ApiError:
     return ApiError(500, f"{type(exc).__name__}: {exc}")
 
 
-def _guard(fn: Any) -> Any:
+def _guard(fn: Any, api: JsonApi | None = None) -> Any:
+    """``fn`` answering its ApiError as a problem document; with ``api``, after the
+    caller is authenticated."""
     async def handler(request: Request) -> Response:
         try:
+            if api is not None:
+                await api.authenticate(request)
             response: Response = await fn(request)
             return response
         except ApiError as exc:
@@ -1217,4 +1232,4 @@ def register_routes(router: Router, ctx: GatewayContext) -> None:
     from gateway.http.v1 import amqp_queues, transactions  # (they import this module)
 
     for method, pattern, fn in (*routes, *amqp_queues.routes(api), *transactions.routes(api)):
-        router.add(method, pattern, _guard(fn))
+        router.add(method, pattern, _guard(fn, None if fn == api.openapi else api))
