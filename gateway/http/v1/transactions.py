@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 from broker_core import PendingTransaction
 from gateway.http.aliyun import HalfPolls
 from gateway.http.messages import Request, Response
-from gateway.http.v1 import (
+from gateway.http.v1.documents import (
     MAX_RECEIVE,
     MAX_WAIT_SECONDS,
     ApiError,
-    _json_object,
+    json_object,
     json_response,
     number_option,
     with_body,
@@ -66,7 +66,7 @@ class TransactionPolls:
         if not group:
             raise ApiError(400, "a producer group is required")
         self.api.principal(request)
-        doc = _json_object(request)
+        doc = json_object(request)
         option = functools.partial(number_option, doc, request.query)
 
         count = int(option("max_messages", 16, 1, MAX_RECEIVE))
