@@ -19,7 +19,7 @@ the other way round. The wire format is :mod:`protocol.aliyun_http`.
   ``aliyun_invisible_seconds``; ``tag=A||B`` filters (messages of other tags are
   acked for the group, as RocketMQ's pop moves past them); ``trans=order`` pops in
   ``__SHARDINGKEY`` order (the store's FIFO pop); ``trans=pop`` hands out the due
-  check-backs of half messages of the topic (see :class:`HalfPolls`).
+  check-backs of half messages of the topic (see :class:`gateway.rocketmq.half_polls.HalfPolls`).
 - **Ack** (204, or 404 with per-handle ``<Errors>``): each handle acks its message;
   ``trans=commit|rollback`` ends half messages by their ``T`` handles.
 - **Auth**: with a users file, every request must carry a valid ``Authorization: MQ
@@ -31,17 +31,14 @@ the other way round. The wire format is :mod:`protocol.aliyun_http`.
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import hashlib
 import ipaddress
 import logging
 import os
 import secrets
-import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from broker_core import DelayTooLong, MessageTooLarge, StorageFull
@@ -53,6 +50,7 @@ from gateway.http.messages import Request, Response
 from gateway.http.mq_signature import SignatureRefused
 from gateway.rocketmq import producer as p
 from gateway.rocketmq import records as rmq_records
+from gateway.rocketmq.half_polls import HalfPolls
 from gateway.rocketmq.pop_receipts import pop_retry_topic, store_receipt
 from gateway.rocketmq.pop_service import PollingFull
 from gateway.rocketmq.producer import ProducerError, ShardingKey
@@ -64,7 +62,6 @@ from lmq.rocketmq import (
     MessageType,
     TopicConfig,
     message_type_of,
-    split_mqtt_topic,
 )
 from protocol.aliyun_http import (
     AckError,
@@ -97,12 +94,12 @@ from protocol.aliyun_http.signature import content_md5_matches
 from protocol.remoting.ids import UniqKeyFactory
 
 if TYPE_CHECKING:
-    from broker_core import PendingTransaction, Record
+    from broker_core import Record
     from gateway.auth import Principal
     from gateway.context import GatewayContext
     from gateway.http.routes import Router
 
-__all__ = ["AliyunHttpApi", "HalfPolls", "register_routes"]
+__all__ = ["AliyunHttpApi", "register_routes"]
 
 log = logging.getLogger("lmq.http.aliyun")
 
@@ -135,64 +132,6 @@ _PRODUCER_CODES: dict[type[ProducerError], ErrorCode] = {
 def wrap(ns: str, name: str) -> str:
     """The RocketMQ name of ``name`` in instance ``ns`` (RocketMQ 5's ``ns%name``)."""
     return f"{ns}%{name}" if ns else name
-
-
-@dataclass
-class HalfPolls:
-    """Half messages due a check, for ``trans=pop`` pollers of their topic.
-
-    The gateway's one check-back loop (:mod:`gateway.rocketmq.transaction_checks`)
-    offers each due half to the front ends in turn; :meth:`offer` takes it when an HTTP
-    producer polled the half's topic within :attr:`poll_memory_s` (the HTTP producer
-    has no connection to push to: it polls), queues it for the topic and wakes the
-    pollers. A half handed out and not ended is due again after the store's check
-    interval, and offered again then; the store counts every check and dead-letters
-    a half after ``txn_max_checks``, as for the other front ends. The queue is this
-    node's memory: a restart forgets what was queued and not yet polled, which the next
-    check hands out again.
-    """
-
-    poll_memory_s: float = 60.0
-    max_queued: int = 10_000
-    clock: Callable[[], float] = time.monotonic
-    _polled: dict[str, float] = field(default_factory=dict)
-    _queues: dict[str, collections.deque[PendingTransaction]] = field(default_factory=dict)
-    _events: dict[str, asyncio.Event] = field(default_factory=dict)
-
-    def polled(self, topic: str) -> None:
-        self._polled[topic] = self.clock()
-
-    def key(self, txn: PendingTransaction) -> str:
-        """Who polls for ``txn``: its topic (the JSON API keys by producer group)."""
-        return split_mqtt_topic(txn.topic)[0]
-
-    def offer(self, txn: PendingTransaction, _record: Record) -> bool:
-        topic = self.key(txn)
-        seen = self._polled.get(topic)
-        if seen is None or self.clock() - seen > self.poll_memory_s:
-            return False
-        queue = self._queues.setdefault(topic, collections.deque(maxlen=self.max_queued))
-        queue.append(txn)
-        event = self._events.get(topic)
-        if event is not None:
-            event.set()
-        return True
-
-    def take(self, topic: str, count: int) -> list[PendingTransaction]:
-        queue = self._queues.get(topic)
-        out: list[PendingTransaction] = []
-        while queue and len(out) < count:
-            out.append(queue.popleft())
-        return out
-
-    async def wait(self, topic: str, timeout_s: float) -> None:
-        event = self._events.setdefault(topic, asyncio.Event())
-        event.clear()
-        try:
-            async with asyncio.timeout(timeout_s):
-                await event.wait()
-        except TimeoutError:
-            pass
 
 
 class AliyunHttpApi:

@@ -22,7 +22,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker_core import PendingTransaction
-from gateway.http.aliyun import HalfPolls
 from gateway.http.messages import Request, Response
 from gateway.http.v1.documents import (
     MAX_RECEIVE,
@@ -33,6 +32,7 @@ from gateway.http.v1.documents import (
     number_option,
     with_body,
 )
+from gateway.rocketmq.half_polls import HalfPolls
 from gateway.rocketmq.records import rocketmq_properties
 from lmq.rocketmq import HIDDEN_PROPERTIES
 from protocol.remoting.messages import decode_properties
@@ -46,7 +46,7 @@ _SYSTEM = HIDDEN_PROPERTIES
 
 
 class GroupHalfPolls(HalfPolls):
-    """:class:`~gateway.http.aliyun.HalfPolls` keyed by the half's producer group."""
+    """:class:`~gateway.rocketmq.half_polls.HalfPolls` keyed by the half's producer group."""
 
     def key(self, txn: PendingTransaction) -> str:
         return txn.group
