@@ -35,6 +35,7 @@ import grpc.aio
 
 from gateway.frontend import FrontEnd
 from gateway.grpc import admin
+from gateway.grpc.auth import authenticate
 from gateway.grpc.call import CLIENT_ID, Call
 from gateway.grpc.clients import ClientRegistry
 from gateway.grpc.relay import RelayHandler
@@ -212,8 +213,6 @@ class GrpcFrontEnd(FrontEnd):
         else:
             call.peer_host = peer_host(peer)
         if self.ctx.authenticator is not None:
-            from gateway.grpc.auth import authenticate
-
             authenticate(self, call)
         return call
 
