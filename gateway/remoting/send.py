@@ -70,7 +70,7 @@ from gateway.remoting.messages import (
 from gateway.remoting.origins import COPY_PROPERTIES, copy_of, with_origin
 from gateway.remoting.replies import error, failure, response
 from gateway.remoting.transactions import committed_sys_flag, send_half
-from gateway.rocketmq.producer import ClientQueue, ProducerError, ProducerService
+from gateway.rocketmq.producer import ProducerError, ProducerService, client_queue
 from lmq.rocketmq import MQTT_SECOND_TOPIC, MessageType, TopicConfig, message_type_of
 from protocol.remoting.codes import RequestCode, ResponseCode, SysFlag
 from protocol.remoting.errors import MessageError
@@ -174,7 +174,7 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     topic = header.topic
     producer = front.producer
     config = producer.resolve(topic, ctx.principal, ctx.client_id)
-    queue_id = ClientQueue(header.queue_id).select(config)
+    queue_id = client_queue(config, header.queue_id)
     props = decode_properties(header.properties)
     if dedup.DEDUP_ID in props:  # a connector's copy from an MQTT or AMQP peer
         found = dedup.stored(ctx, topic, dedup.apply(topic, props))
@@ -367,7 +367,7 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
     front = ctx.front
     producer = front.producer
     config = producer.resolve(header.topic, ctx.principal, ctx.client_id)
-    queue_id = ClientQueue(header.queue_id).select(config)
+    queue_id = client_queue(config, header.queue_id)
     try:
         entries = decode_batch(cmd.body)
     except MessageError as exc:
