@@ -311,7 +311,9 @@ class AliyunHttpApi:
     async def _publish(self, request: Request, principal: Principal | None,
                        _rid: str) -> Response:
         producer = self.ctx.rocketmq.producer
-        topic = self._topic(request).name  # creates a namespaced topic when allowed
+        topic = wrap(request.arg("ns", "") or "", request.params["topic"])
+        if "%" in topic:  # RocketMQ 5's namespaces: created here when allowed
+            self._topic(request)
         config = producer.resolve(topic, principal)
         sent = parse_publish(request.body)
         props = decode_properties(sent.properties, strict=True)
