@@ -65,7 +65,7 @@ def _handle(call: Call, group: str, topic: str, text: str) -> Handle:
 
 
 def _check_live(call: Call, handle: Handle) -> None:
-    if handle.visible_at <= call.front.ctx.rocketmq.pop.clock():
+    if handle.visible_at <= call.services.pop.clock():
         raise StatusError(Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
 
 
@@ -80,7 +80,7 @@ async def ack_message(
     if len(request.entries) > MAX_ACK_ENTRIES:
         raise StatusError(Code.PAYLOAD_TOO_LARGE,
                           f"{len(request.entries)} entries; at most {MAX_ACK_ENTRIES}")
-    pop = call.front.ctx.rocketmq.pop
+    pop = call.services.pop
     entries = []
     codes = set()
     for entry in request.entries:
@@ -112,7 +112,7 @@ async def change_invisible_duration(
     if not 0 <= invisible <= MAX_INVISIBLE_MS:
         raise StatusError(Code.ILLEGAL_INVISIBLE_TIME,
                           f"the invisibleTime must be 0 to {MAX_INVISIBLE_MS} ms")
-    pop = call.front.ctx.rocketmq.pop
+    pop = call.services.pop
     try:
         handle = _handle(call, group, topic, request.receipt_handle)
         _check_live(call, handle)
@@ -132,11 +132,11 @@ async def forward_message_to_dead_letter_queue(
     group, topic = request.group.name, request.topic.name
     group_config(call, group)
     readable_topic(call, topic, group)
-    services = call.front.ctx.rocketmq
+    services = call.services
     try:
         handle = _handle(call, group, topic, request.receipt_handle)
         _check_live(call, handle)
-        stored = call.front.store.read_at(queue_lmq(handle.topic, handle.queue_id),
+        stored = call.services.store.read_at(queue_lmq(handle.topic, handle.queue_id),
                                           handle.offset)
         if stored is None:
             raise StatusError(Code.MESSAGE_NOT_FOUND, "the message is no longer stored")

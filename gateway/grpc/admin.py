@@ -46,14 +46,13 @@ def release_message_group(call: Call, request: dict[str, Any]) -> dict[str, Any]
     assert isinstance(group, str) and isinstance(topic, str) and isinstance(mgroup, str)
     group_config(call, group)
     config = readable_topic(call, topic, group)
-    front = call.front
-    store = front.store
+    store = call.services.store
     dlq = dlq_topic(group)
     for queue_id in range(max(config.read_queues, config.write_queues)):
         lmq = queue_lmq(topic, queue_id)
         if store.lmq(lmq) is None:
             continue
-        front.topics.ensure(dlq)
+        call.services.topics.ensure(dlq)
         offset = store.release_message_group(group, lmq, mgroup, queue_lmq(dlq, 0))
         if offset is not None:
             return {"code": int(Code.OK), "message": "released", "queue_id": queue_id,

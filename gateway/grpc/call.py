@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from gateway.connection import Connection
     from gateway.grpc.frontend import GrpcFrontEnd
+    from gateway.rocketmq.services import RocketMQServices
 
 #: The metadata keys RocketMQ's v2 clients send (lower case, as gRPC delivers them).
 CLIENT_ID = "x-mq-client-id"
@@ -59,6 +60,12 @@ class Call:
     #: The unified-port connection a relayed call came through (None on the dedicated
     #: ports): its local address is the one the client connected to.
     connection: Connection | None = None
+
+    @property
+    def services(self) -> RocketMQServices:
+        """The gateway's RocketMQ services (producer, pop, registries, store, publisher,
+        topic space): what RPC code uses, not the front end's copies."""
+        return self.front.ctx.rocketmq
 
     # -- time -------------------------------------------------------------------------
 

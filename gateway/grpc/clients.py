@@ -114,7 +114,7 @@ def group_name(call: Call, resource: definition_pb2.Resource) -> str:
     """The group of a request, created if allowed; StatusError otherwise."""
     name = resource.name
     try:
-        config = call.front.groups.ensure(name)
+        config = call.services.groups.ensure(name)
     except InvalidName as exc:
         raise StatusError(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
     if config is None:

@@ -64,7 +64,7 @@ def _queue(call: Call, queue: pb.MessageQueue, group: str | None) -> tuple[str, 
 
 
 async def _wait_append(call: Call, lmq: str, timeout_s: float) -> None:
-    store = call.front.store
+    store = call.services.store
     event = asyncio.Event()
     loop = call.front.loop
 
@@ -94,7 +94,7 @@ async def pull_message(
         raise StatusError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
     batch = min(request.batch_size, MAX_BATCH)
     accept = tag_filter(request.filter_expression)
-    store = call.front.store
+    store = call.services.store
     poll_ms = min(max(0, duration_ms(request.long_polling_timeout)), MAX_POLL_MS)
     remaining = call.time_remaining()
     if remaining is not None:
@@ -131,7 +131,7 @@ async def update_offset(
     _topic, _qid, lmq = _queue(call, request.message_queue, request.group.name)
     if request.offset < 0:
         raise StatusError(Code.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
-    store = call.front.store
+    store = call.services.store
     if store.lmq(lmq) is None:
         raise StatusError(Code.BAD_REQUEST, f"the queue {lmq} does not exist")
     store.commit_offset(request.group.name, lmq, request.offset)
@@ -142,7 +142,7 @@ async def get_offset(
     call: Call, request: service_pb2.GetOffsetRequest
 ) -> service_pb2.GetOffsetResponse:
     _topic, _qid, lmq = _queue(call, request.message_queue, request.group.name)
-    offset = committed_offset(call.front.store, request.group.name, lmq)
+    offset = committed_offset(call.services.store, request.group.name, lmq)
     if offset is None:
         raise StatusError(Code.OFFSET_NOT_FOUND,
                           "the group has no committed offset on the queue")
@@ -153,7 +153,7 @@ async def query_offset(
     call: Call, request: service_pb2.QueryOffsetRequest
 ) -> service_pb2.QueryOffsetResponse:
     _topic, _qid, lmq = _queue(call, request.message_queue, None)
-    store = call.front.store
+    store = call.services.store
     info = store.lmq(lmq)
     policy = request.query_offset_policy
     if policy == pb.BEGINNING:

@@ -130,7 +130,7 @@ async def _pop_until_stopping(
     """The pop's result, or an empty one when the gateway starts shutting down while it
     waits (long polls end then). A pop that completed while this call was being
     cancelled gives its messages back."""
-    pop = call.front.ctx.rocketmq.pop
+    pop = call.services.pop
     task = asyncio.ensure_future(popping)
     stopper = asyncio.ensure_future(call.front.stopping.wait())
     try:
@@ -155,7 +155,7 @@ async def receive_message(
     call: Call, request: service_pb2.ReceiveMessageRequest
 ) -> AsyncIterator[service_pb2.ReceiveMessageResponse]:
     front = call.front
-    pop = front.ctx.rocketmq.pop
+    pop = call.services.pop
     poll_ms = _poll_ms(call, request)
     group = request.group.name
     topic = request.message_queue.topic.name

@@ -106,7 +106,7 @@ def _topic(call: Call, name: str) -> TopicConfig:
     if is_system_topic(name):
         raise StatusError(Code.ILLEGAL_TOPIC, "cannot access system topic")
     try:
-        config = call.front.topics.ensure(name)
+        config = call.services.topics.ensure(name)
     except InvalidName as exc:
         raise StatusError(Code.ILLEGAL_TOPIC, str(exc)) from None
     if config is None:
@@ -129,12 +129,12 @@ def group_config(call: Call, name: str) -> GroupConfig:
         raise StatusError(Code.ILLEGAL_CONSUMER_GROUP, "The specified group is blank.")
     try:
         validate_group(name)
-        config = call.front.groups.ensure(name)
+        config = call.services.groups.ensure(name)
     except InvalidName as exc:
         raise StatusError(Code.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
     if config is None:
         raise StatusError(Code.CONSUMER_GROUP_NOT_FOUND, f"group {name} not found")
-    call.front.ctx.rocketmq.pop.adopt(name)
+    call.services.pop.adopt(name)
     return config
 
 

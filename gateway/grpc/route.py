@@ -53,7 +53,7 @@ def topic_config(call: Call, resource: definition_pb2.Resource) -> TopicConfig:
     if not name:
         raise StatusError(Code.ILLEGAL_TOPIC, "the topic name is empty")
     try:
-        config = call.front.topics.ensure(name)
+        config = call.services.topics.ensure(name)
     except InvalidName as exc:
         raise StatusError(Code.ILLEGAL_TOPIC, str(exc)) from None
     if config is None:
@@ -128,7 +128,7 @@ async def query_assignment(
     config = topic_config(call, request.topic)
     name = group_name(call, request.group)
     call.check_subscribe(config.name, name)
-    group = call.front.groups.get(name)
+    group = call.services.groups.get(name)
     broker = definition_pb2.Broker(
         name=BROKER_NAME, id=0, endpoints=broker_endpoints(call, request.endpoints))
     readable = [q for q in message_queues(config, request.topic, broker)

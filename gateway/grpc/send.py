@@ -13,7 +13,7 @@ topic joined with the message's ``mqttSecondTopic`` user property, like a remoti
 (:mod:`gateway.rocketmq.records`).
 
 This module converts: the topic, type, queue, routing and append are the producer
-service's (:mod:`gateway.rocketmq.producer`, ``front.producer``), whose refusals
+service's (:mod:`gateway.rocketmq.producer`, ``call.services.producer``), whose refusals
 :func:`failure` answers with the proxy's codes.
 
 Checks, with the proxy's codes: the topic (ILLEGAL_TOPIC, TOPIC_NOT_FOUND, FORBIDDEN for
@@ -165,7 +165,7 @@ async def _send(
         if msg.topic.name != topic:
             raise StatusError(Code.MESSAGE_CORRUPTED, "topic in message is not same")
     front = call.front
-    producer = front.producer
+    producer = call.services.producer
     config = producer.resolve(topic, call.principal, call.client_id)
     # the producer's address: the relayed connection's on the unified port
     born = call.connection.peer if call.connection is not None else parse_peer(call.peer)
@@ -225,7 +225,7 @@ async def _send_half(
     EndTransaction commits it, :mod:`gateway.grpc.transactions`), answered once durable.
     Its producer group is the topic (v2 sends name none; the proxy does the same); the
     transaction id names the half record."""
-    result = await call.front.producer.send_half(message, lmqs, one.topic)
+    result = await call.services.producer.send_half(message, lmqs, one.topic)
     return service_pb2.SendMessageResponse(
         status=ok(),
         entries=[service_pb2.SendResultEntry(
@@ -242,7 +242,7 @@ async def _send_delayed(
     now = now_ms()  # a message of the batch without a delivery time: due now
     delayed = [(msg, lmqs, now if one.delivery_ms is None else one.delivery_ms)
                for (msg, lmqs), one in zip(items, incoming, strict=True)]
-    results = await call.front.producer.send_delayed(delayed)
+    results = await call.services.producer.send_delayed(delayed)
     return service_pb2.SendMessageResponse(
         status=ok(),
         entries=[

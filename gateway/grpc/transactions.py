@@ -71,7 +71,7 @@ async def end_transaction(
         raise StatusError(Code.BAD_REQUEST, "the transaction resolution must be COMMIT or ROLLBACK")
     position = _transaction_position(request.transaction_id)
     try:
-        result = await call.front.producer.end_transaction(
+        result = await call.services.producer.end_transaction(
             position, request.resolution == pb.COMMIT, call.principal, call.client_id,
             topic=topic)
     except ProducerError as exc:
@@ -127,7 +127,7 @@ async def recall_message(
     if not digits.isdigit():
         raise StatusError(Code.ILLEGAL_MESSAGE_ID, f"not a recall handle: {handle!r}")
     try:
-        record = await call.front.producer.recall(
+        record = await call.services.producer.recall(
             int(digits), request.topic.name, call.principal, call.client_id)
     except ProducerError as exc:
         raise failure(exc) from None

@@ -46,8 +46,8 @@ def heart_beat(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     front = ctx.front
     for group in consumers:
         try:
-            if front.groups.ensure(group) is not None:
-                front.topics.ensure(retry_topic(group))
+            if ctx.services.groups.ensure(group) is not None:
+                ctx.services.topics.ensure(retry_topic(group))
         except InvalidName as exc:
             raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
     language = getattr(cmd, "language", "JAVA")

@@ -57,7 +57,7 @@ def stored(ctx: RequestContext, topic: str, message_id: str) -> tuple[int, int, 
     window_ms = int(front.ctx.config.remoting_dedup_window * 1000)
     since = now_ms() - window_ms
     prefix = f"rmq:{topic}:"
-    for record in front.store.find_by_key(topic, message_id, 4, since):
+    for record in ctx.services.store.find_by_key(topic, message_id, 4, since):
         if record.topic.split("/")[0] != topic:
             continue
         if decode_properties(rocketmq_properties(record)).get(ID_PROPERTY) != message_id:

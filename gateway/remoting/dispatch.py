@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from gateway.auth import Principal
     from gateway.connection import Connection
     from gateway.remoting.frontend import RemotingFrontEnd
+    from gateway.rocketmq.services import RocketMQServices
     from protocol.remoting import RemotingCommand
 
 __all__ = [
@@ -87,8 +88,11 @@ class RequestContext(Protocol):
     """What a handler knows of the connection a request came on (implemented by
     :class:`gateway.remoting.handler.RemotingHandler`). Event-loop thread only."""
 
-    #: The front end: registries, consumer and lock managers, the store, metrics.
+    #: The front end's own state: consumer and lock managers, pull waiters, metrics.
     front: RemotingFrontEnd
+    #: The gateway's RocketMQ services (producer, pop, schedule, registries, store,
+    #: publisher, topic space): what request code uses, not the front end's copies.
+    services: RocketMQServices
     #: The gateway connection (``conn.peer_host``, ``conn.log_fields()``, ``spawn``).
     conn: Connection
     #: Who sent the request: the access key's user when signatures are checked, else

@@ -69,8 +69,6 @@ class RemotingFrontEnd(FrontEnd):
         #: the other RocketMQ front ends).
         self.topics = ctx.rocketmq_topics
         self.groups = ctx.rocketmq_groups
-        #: Every send and end of transaction (gateway.rocketmq.producer).
-        self.producer = ctx.rocketmq.producer
         self.max_body = ctx.store.config.max_message_bytes
         #: Suspended pulls by LMQ (one store listener per LMQ waited on).
         self.waiters = PullWaiters(self)

@@ -60,6 +60,7 @@ class RemotingHandler(ConnectionHandler):
     def __init__(self, front: RemotingFrontEnd, conn: Connection) -> None:
         super().__init__(conn)
         self.front = front
+        self.services = front.ctx.rocketmq
         self.decoder = FrameDecoder(front.max_frame)
         self.principal: Principal = ANONYMOUS_PRINCIPAL
         self.client_id = ""

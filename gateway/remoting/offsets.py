@@ -45,7 +45,7 @@ def _queue(cmd: RemotingCommand) -> str:
 def query_consumer_offset(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     group = get_str(cmd, "consumerGroup")
     lmq = _queue(cmd)
-    offset = committed_offset(ctx.front.store, group, lmq)
+    offset = committed_offset(ctx.services.store, group, lmq)
     if offset is not None:
         return response(fields={"offset": offset})
     return error(ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
@@ -66,7 +66,7 @@ def commit(ctx: RequestContext, group: str, topic: str, queue_id: int, offset: i
     if offset < 0:
         return False
     lmq = queue_lmq(topic, queue_id)
-    store = ctx.front.store
+    store = ctx.services.store
     if store.lmq(lmq) is None:
         return False
     store.commit_offset(group, lmq, offset)
@@ -74,17 +74,17 @@ def commit(ctx: RequestContext, group: str, topic: str, queue_id: int, offset: i
 
 
 def get_max_offset(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-    info = ctx.front.store.lmq(_queue(cmd))
+    info = ctx.services.store.lmq(_queue(cmd))
     return response(fields={"offset": 0 if info is None else info.max_offset})
 
 
 def get_min_offset(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-    info = ctx.front.store.lmq(_queue(cmd))
+    info = ctx.services.store.lmq(_queue(cmd))
     return response(fields={"offset": 0 if info is None else info.min_offset})
 
 
 def get_earliest_msg_storetime(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-    store = ctx.front.store
+    store = ctx.services.store
     lmq = _queue(cmd)
     info = store.lmq(lmq)
     stamp = -1
@@ -100,4 +100,4 @@ def get_earliest_msg_storetime(ctx: RequestContext, cmd: RemotingCommand) -> Rem
 def search_offset_by_timestamp(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     lmq = _queue(cmd)
     timestamp = get_int(cmd, "timestamp")
-    return response(fields={"offset": offset_at_time(ctx.front.store, lmq, timestamp)})
+    return response(fields={"offset": offset_at_time(ctx.services.store, lmq, timestamp)})

@@ -123,7 +123,7 @@ def query_origins(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         queues = decode_queue_list(cmd.body)
     except BodyError as exc:
         raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
-    marks = ctx.front.store.origin_high_water(header.origin_cluster, queues, header.topic)
+    marks = ctx.services.store.origin_high_water(header.origin_cluster, queues, header.topic)
     return response(body=OriginsReply(ctx.front.cluster_id, marks).encode())
 
 
@@ -133,7 +133,7 @@ async def advance_origin(ctx: RequestContext, cmd: RemotingCommand) -> RemotingC
     check_publish(front, ctx, header.topic)
     if header.origin_offset < 0:
         raise RequestError(ResponseCode.INVALID_PARAMETER, "originOffset must not be negative")
-    store = front.store
+    store = ctx.services.store
     try:
         mark, end = store.advance_origin(
             header.origin_cluster, header.origin_queue, header.topic, header.origin_offset,
@@ -153,10 +153,10 @@ def translate_offsets(ctx: RequestContext, cmd: RemotingCommand) -> RemotingComm
         committed = decode_committed(cmd.body)
     except BodyError as exc:
         raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
-    config = front.topics.get(header.topic)
+    config = ctx.services.topics.get(header.topic)
     if config is None:
         raise RequestError(ResponseCode.TOPIC_NOT_EXIST, f"no topic {header.topic}")
-    store = front.store
+    store = ctx.services.store
     out: list[TranslatedOffset] = []
     for queue_id in range(max(config.read_queues, config.write_queues)):
         lmq = queue_lmq(header.topic, queue_id)

@@ -78,7 +78,7 @@ def register(table: DispatchTable) -> None:
 
 def _topic(ctx: RequestContext, topic: str) -> TopicConfig:
     try:
-        config = ctx.front.topics.ensure(topic)
+        config = ctx.services.topics.ensure(topic)
     except InvalidName as exc:
         raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
     if config is None:
@@ -89,14 +89,14 @@ def _topic(ctx: RequestContext, topic: str) -> TopicConfig:
 
 def _group(ctx: RequestContext, group: str) -> RocketMQServices:
     try:
-        config = ctx.front.groups.ensure(group)
+        config = ctx.services.groups.ensure(group)
     except InvalidName as exc:
         raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
     if config is None:
         raise RequestError(
             ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
             f"subscription group [{group}] does not exist")
-    found = ctx.front.ctx.rocketmq
+    found = ctx.services
     found.pop.adopt(group)
     return found
 

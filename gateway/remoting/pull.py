@@ -88,7 +88,7 @@ class PullRequest:
         self.max_bytes = max(1, min(get_int(cmd, "maxMsgBytes", MAX_PULL_BYTES), MAX_PULL_BYTES))
         sys_flag = get_int(cmd, "sysFlag", 0)
         try:
-            group = front.groups.ensure(self.group)
+            group = ctx.services.groups.ensure(self.group)
         except InvalidName as exc:
             raise RequestError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, str(exc)) from None
         if group is None:
@@ -99,8 +99,8 @@ class PullRequest:
             raise RequestError(
                 ResponseCode.NO_PERMISSION, f"subscription group [{self.group}] cannot consume")
         try:
-            config = front.topics.get(self.topic) or (
-                front.topics.ensure(self.topic) if self.topic.startswith("%") else None)
+            config = ctx.services.topics.get(self.topic) or (
+                ctx.services.topics.ensure(self.topic) if self.topic.startswith("%") else None)
         except InvalidName:
             config = None
         if config is None:

@@ -78,7 +78,7 @@ def query_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     end = get_int(cmd, "endTimestamp", 0) or None
     unique = get_bool(cmd, "_UNIQUE_KEY_QUERY")
     ctx.front.check_subscribe(ctx, topic, "-")
-    store = ctx.front.store
+    store = ctx.services.store
     records = store.find_by_key(topic, key, max_num * 2 if unique else max_num, begin, end)
     host = _store_host(ctx)
     out = bytearray()
@@ -112,7 +112,7 @@ def query_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
 
 def view_message_by_id(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     position = get_int(cmd, "offset")
-    record = ctx.front.store.record_at(position)
+    record = ctx.services.store.record_at(position)
     if record is None:
         return error(ResponseCode.SYSTEM_ERROR,
                      f"can not find message by the offset, {position}")

@@ -84,7 +84,7 @@ def route_json(config: TopicConfig, address: str, standard: bool) -> bytes:
 def get_routeinfo_by_topic(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     topic = get_str(cmd, "topic")
     try:
-        config = ctx.front.topics.ensure(topic)
+        config = ctx.services.topics.ensure(topic)
     except InvalidName:
         config = None
     if config is None:

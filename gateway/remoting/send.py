@@ -9,7 +9,7 @@ covering fsync in sync mode), with ``msgId`` = the offsetMsgId of the record's l
 position, ``queueId`` and ``queueOffset`` = the message's offset in the queue's LMQ.
 
 This module converts: the topic, type, queue, routing and append are the producer
-service's (:mod:`gateway.rocketmq.producer`, ``front.producer``), whose refusals
+service's (:mod:`gateway.rocketmq.producer`, ``ctx.services.producer``), whose refusals
 :func:`gateway.remoting.replies.failure` answers with RocketMQ's codes.
 
 Checks, in RocketMQ's order and with its codes:
@@ -165,14 +165,14 @@ def check_type(config: TopicConfig, kind: MessageType) -> None:
 def writable_topic(ctx: RequestContext, topic: str) -> TopicConfig:
     """The topic's configuration if the request's principal may send to it (creating
     it when allowed): the producer service's :meth:`resolve`."""
-    return ctx.front.producer.resolve(topic, ctx.principal, ctx.client_id)
+    return ctx.services.producer.resolve(topic, ctx.principal, ctx.client_id)
 
 
 def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
     header = SendHeader(cmd)
     front = ctx.front
     topic = header.topic
-    producer = front.producer
+    producer = ctx.services.producer
     config = producer.resolve(topic, ctx.principal, ctx.client_id)
     queue_id = client_queue(config, header.queue_id)
     props = decode_properties(header.properties)
@@ -242,7 +242,7 @@ def _send_copy(
         origin=header.producer_group, born_ms=header.born_ms, sys_flag=header.sys_flag,
         flag=header.flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
     message = replace(message, properties=with_origin(message.properties, copy))
-    lmqs = front.producer.lmqs(header.topic, queue_id, props.get(MQTT_SECOND_TOPIC, ""))
+    lmqs = ctx.services.producer.lmqs(header.topic, queue_id, props.get(MQTT_SECOND_TOPIC, ""))
     ctx.spawn(_reply_later(ctx, cmd, _store_copies(ctx, [(message, lmqs)], queue_id)),
               "remoting-send-copy")
     return None
@@ -258,7 +258,7 @@ async def _store_copies(
     ``deduplicated`` ones were dropped before, by gateway.remoting.dedup)."""
     front = ctx.front
     try:
-        results = await front.producer.send_copies(items)
+        results = await ctx.services.producer.send_copies(items)
         stored = [r for r in results if r is not None]
     except Exception as exc:
         log.info("remoting copy refused: %s", exc, extra=ctx.conn.log_fields())
@@ -283,7 +283,7 @@ def _copies_reply(
 
 
 def _due(ctx: RequestContext, props: dict[str, str], now: int) -> int | None:
-    store = ctx.front.store
+    store = ctx.services.store
     try:
         return due_time(props, now, store.delay_level_due, store.config.max_timer_delay_ms)
     except DelayError as exc:
@@ -335,7 +335,7 @@ async def _send_now(
     ctx: RequestContext, message: Message, lmqs: list[str], queue_id: int
 ) -> RemotingCommand:
     try:
-        result = await ctx.front.producer.send(message, lmqs)
+        result = await ctx.services.producer.send(message, lmqs)
     except Exception as exc:
         return failure(exc)
     ctx.front.sent += 1
@@ -350,7 +350,7 @@ async def _send_delayed(
     timer firing is armed at the earliest due time."""
     front = ctx.front
     try:
-        results = await front.producer.send_delayed(items)
+        results = await ctx.services.producer.send_delayed(items)
     except Exception as exc:
         log.info("remoting delayed send refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
@@ -365,7 +365,7 @@ async def _send_delayed(
 async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     header = SendHeader(cmd)
     front = ctx.front
-    producer = front.producer
+    producer = ctx.services.producer
     config = producer.resolve(header.topic, ctx.principal, ctx.client_id)
     queue_id = client_queue(config, header.queue_id)
     try:
@@ -479,7 +479,7 @@ async def _send_deduplicated(
 ) -> RemotingCommand:
     """A batch some of whose copies are stored already (gateway.remoting.dedup): the
     others in one append; the answer names all ``count`` in the batch's order."""
-    producer = ctx.front.producer
+    producer = ctx.services.producer
     ids: list[str] = []
     offset = first_offset  # the first message's: stored before (index 0) or now
     if items:

@@ -93,7 +93,7 @@ async def send_half(
 ) -> RemotingCommand:
     """Store a half message and answer the send once it is durable."""
     try:
-        result = await ctx.front.producer.send_half(message, lmqs, group)
+        result = await ctx.services.producer.send_half(message, lmqs, group)
     except Exception as exc:
         log.info("remoting transactional send refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
@@ -120,7 +120,7 @@ async def end_transaction(ctx: RequestContext, cmd: RemotingCommand) -> Remoting
         # nothing at all; a response keeps a two-way caller from waiting its timeout)
         return response(remark="the transaction stays pending; it will be checked back")
     try:
-        result = await ctx.front.producer.end_transaction(
+        result = await ctx.services.producer.end_transaction(
             position, resolution == COMMIT_TYPE, ctx.principal, ctx.client_id, group)
     except TransactionNotFound as exc:
         raise RequestError(

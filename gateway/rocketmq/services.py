@@ -59,6 +59,8 @@ class RocketMQServices:
     ) -> None:
         submit = publisher.submit
         self.store = store
+        self.publisher = publisher
+        self.topic_space = topic_space
         #: Every send and end of transaction of every RocketMQ door.
         self.producer = ProducerService(store, publisher, topics, topic_space, authenticator)
         self.topics = topics
