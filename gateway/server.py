@@ -44,7 +44,7 @@ from gateway.publisher import Publisher
 from gateway.rocketmq.groups import GroupRegistry
 from gateway.rocketmq.services import RocketMQServices
 from gateway.rocketmq.topics import TopicRegistry
-from gateway.security import make_authenticator, make_tls_context
+from gateway.security import Security, make_authenticator, make_tls_context
 from gateway.sniff import Sniffer
 from gateway.state import ServerState
 from gateway.tasks import TaskOwner
@@ -141,7 +141,7 @@ class Gateway:
         propagates."""
         cfg = self.config
         loop = asyncio.get_running_loop()
-        authenticator = make_authenticator(cfg)
+        security = Security(cfg, make_authenticator(cfg))
         self._tls_context = make_tls_context(cfg) if cfg.tls_cert else None
         log.info("opening store", extra={"data_dir": str(cfg.data_dir)})
         store = await asyncio.to_thread(MessageStore.open, cfg.data_dir, cfg.store)
@@ -159,7 +159,7 @@ class Gateway:
             rocketmq_groups=rmq_groups,
             rocketmq=RocketMQServices(store, loop, publisher.submit, rmq_topics, rmq_groups),
             metrics=self.metrics, loop=loop,
-            authenticator=authenticator, state=self.state, introspection=self)
+            security=security, state=self.state, introspection=self)
         recovery = store.recovery
         log.info("store open", extra={"recovery": recovery.summary() if recovery else "-"})
         # MQTT $delayed and AMQP x-delayed-message appends arm the one timer firing.
@@ -181,6 +181,7 @@ class Gateway:
             await self.stop()
             raise
         self.spawn(housekeeping_loop(store, self.topic_space), "housekeeping")
+        self.spawn(security.watch(self._authentication_on), "users-file-watch")
         if cfg.connector is not None:  # the message connector's rules (docs/connector.md)
             from gateway.connector.runner import EmbeddedConnector
 
@@ -216,6 +217,28 @@ class Gateway:
             "listener started",
             extra={"listener": bl.name, "address": bl.address, "protocols": ",".join(bl.protocols)},
         )
+
+    def _authentication_on(self) -> None:
+        """A users file appeared in open mode: every connection open now was admitted
+        without a login, so each front end closes its own the protocol's way (their
+        clients reconnect and log in); connections not yet assigned a protocol close."""
+        by_protocol: dict[str, list[Connection]] = {}
+        log.warning(
+            "authentication on: closing the connections admitted without a login",
+            extra={"connections": len(self.connections)},
+        )
+        for conn in list(self.connections.values()):
+            if conn.handler is None or conn.protocol not in self.front_ends:
+                conn.close("authentication on")
+            else:
+                by_protocol.setdefault(conn.protocol, []).append(conn)
+        for name, front_end in self.front_ends.items():
+            try:
+                front_end.authentication_on(by_protocol.get(name, []))
+            except Exception:
+                log.exception("authentication on: front end failed", extra={"protocol": name})
+                for conn in by_protocol.get(name, []):
+                    conn.abort("authentication on")
 
     def request_stop(self) -> None:
         """Ask :meth:`wait_stopped` to return (signal handlers call this)."""

@@ -381,14 +381,15 @@ class AmqpHandler(ConnectionHandler):
 
     # -- end ---------------------------------------------------------------------------
 
-    def goodbye(self) -> None:
-        """Shutdown: connection.close 320, then close once CloseOk comes (or soon)."""
+    def goodbye(self, reason: str = "shutdown") -> None:
+        """Shutdown (or authentication turning on, ``reason``): connection.close 320,
+        then close once CloseOk comes (or soon)."""
         self.write(self.proto.close(
             320, "CONNECTION_FORCED - broker forced connection closure with reason "
-            "'shutdown'"))
+            f"'{reason}'"))
         self._release_all()
         self.flush()
-        self.front.loop.call_later(1.0, self._close, "shutdown")
+        self.front.loop.call_later(1.0, self._close, reason)
 
     def _release_all(self) -> None:
         channels, self.channels = self.channels, {}

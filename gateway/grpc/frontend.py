@@ -19,6 +19,10 @@ Shutdown: the first ``goodbye`` (or ``stop``) stops the server with a grace peri
 calls finish (long polls and Telemetry streams end early on :attr:`stopping`), then
 cancels the rest; relayed connections close with their internal ones.
 
+Authentication turning on (a users file appears in open mode): every new call is
+authenticated; long polls and Telemetry streams served without a login end early
+(:attr:`logins_required`), relayed connections are closed.
+
 Event-loop thread only (grpc.aio runs the servicer on the gateway's loop).
 """
 
@@ -99,6 +103,8 @@ class GrpcFrontEnd(FrontEnd):
         self.relayed: dict[int, Connection] = {}
         #: Set by the first goodbye or stop: long polls and Telemetry streams end.
         self.stopping = asyncio.Event()
+        #: Set when authentication turns on: those of calls served without a login end.
+        self.logins_required = asyncio.Event()
         self._stop_task: asyncio.Task[None] | None = None
         self.grace = cfg.shutdown_timeout / 2
         #: Calls by (RPC, status code), copied into the labelled counter at scrape time.
@@ -178,6 +184,14 @@ class GrpcFrontEnd(FrontEnd):
         # connection closes when its internal connection does.
         self._begin_stop()
 
+    def authentication_on(self, conns: list[Connection]) -> None:
+        # Calls are authenticated one by one: from now on every new call is. Long polls
+        # and Telemetry streams served in open mode end (Call.must_end), on the
+        # dedicated ports too; relayed connections (the unified ports) close.
+        self.logins_required.set()
+        for conn in conns:
+            conn.close("authentication on")
+
     def _begin_stop(self) -> asyncio.Task[None]:
         if self._stop_task is None:
             self.stopping.set()
@@ -213,6 +227,8 @@ class GrpcFrontEnd(FrontEnd):
             from gateway.grpc.auth import authenticate
 
             authenticate(self, call)
+        else:
+            call.unauthenticated = True
         return call
 
     def _relayed_conn(self, peer: str) -> Connection | None:

@@ -92,6 +92,16 @@ class HttpFrontEnd(FrontEnd):
             return
         conn.close("shutdown")
 
+    def authentication_on(self, conns: list[Connection]) -> None:
+        """Every request is authenticated when it comes, so only what outlives one is
+        closed: idle keep-alive connections and event streams; a request being
+        answered finishes, and the next one on its connection is checked."""
+        for conn in conns:
+            handler = conn.handler
+            if isinstance(handler, HttpConnection) and handler.busy and not handler.streaming:
+                continue
+            conn.close("authentication on")
+
     async def health(self, request: Request) -> Response:
         status, body = await self.ctx.introspection.health()
         text = json.dumps(body, default=str) + "\n"

@@ -156,6 +156,14 @@ class MqttFrontEnd(FrontEnd):
         else:
             conn.close("shutdown")
 
+    def authentication_on(self, conns: list[Connection]) -> None:
+        for conn in conns:
+            handler = self.handlers.get(conn.id)
+            if handler is not None:
+                handler.logins_required()
+            else:
+                conn.close("authentication on")
+
     async def stop(self) -> None:
         for session in self.sessions.values():
             session.cancel_timers()
