@@ -176,6 +176,10 @@ class GatewayConfig:
     #: A RocketMQ producer sending to (or a route query for) an unknown topic creates
     #: it, with ``rocketmq_default_queue_nums`` queues.
     rocketmq_auto_create_topics: bool = True
+    #: Auto-created topics are NORMAL (RocketMQ 5's strict default: a delayed, FIFO or
+    #: transactional send to them is refused) instead of MIXED (every message type, as
+    #: RocketMQ's ``enableMixedMessageType``). Explicitly created topics keep their type.
+    rocketmq_strict_message_type: bool = False
     #: A consumer group heartbeating, pulling or committing for the first time creates it.
     rocketmq_auto_create_groups: bool = True
     #: Queues of an auto-created RocketMQ topic (RocketMQ's defaultTopicQueueNums).
@@ -453,6 +457,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "remoting_max_frame": _int(1024, REMOTING_FRAME_LIMIT),
     "rocketmq_auto_create_topics": _bool,
     "rocketmq_auto_create_groups": _bool,
+    "rocketmq_strict_message_type": _bool,
     "rocketmq_default_queue_nums": _int(1, 1024),
     "rocketmq_lock_expiry": _seconds,
     "cluster_id": _cluster_id,

@@ -49,6 +49,7 @@ from gateway.sniff import Sniffer
 from gateway.state import ServerState
 from gateway.tasks import TaskOwner
 from gateway.topic_space import TopicSpace
+from lmq.rocketmq import MessageType
 
 log = logging.getLogger(__name__)
 
@@ -409,6 +410,8 @@ def _rocketmq_registries(
     """The RocketMQ topic and group registries, loaded from the store (a worker thread:
     loading may create the queue LMQs an index rebuild forgot)."""
     topics = TopicRegistry(
-        store, cfg.rocketmq_auto_create_topics, cfg.rocketmq_default_queue_nums
+        store, cfg.rocketmq_auto_create_topics, cfg.rocketmq_default_queue_nums,
+        auto_type=MessageType.NORMAL if cfg.rocketmq_strict_message_type
+        else MessageType.MIXED,
     )
     return topics, GroupRegistry(store, cfg.rocketmq_auto_create_groups)

@@ -44,6 +44,7 @@ __all__ = [
     "LMQ_PREFIX",
     "MAX_GROUP_LENGTH",
     "MAX_TOPIC_LENGTH",
+    "MESSAGE_TYPES",
     "MQTT_SECOND_TOPIC",
     "NAME_PATTERN",
     "RETRY_PREFIX",
@@ -105,12 +106,24 @@ class InvalidName(ValueError):
 
 
 class MessageType(enum.Enum):
-    """A topic's message type, as RocketMQ 5 checks it on send (``TopicMessageType``)."""
+    """A topic's message type, as RocketMQ 5 checks it on send (``TopicMessageType``).
+
+    A message has one of the first four; a topic has one of all five. ``MIXED``
+    (RocketMQ's broker option ``enableMixedMessageType``) accepts every message type:
+    the type of auto-created topics unless the gateway runs in the strict mode
+    (``rocketmq_strict_message_type``, RocketMQ 5's default: auto-created topics are
+    NORMAL)."""
 
     NORMAL = "NORMAL"
     FIFO = "FIFO"
     DELAY = "DELAY"
     TRANSACTION = "TRANSACTION"
+    MIXED = "MIXED"
+
+
+#: The types a message can have (every one but MIXED), in RocketMQ's order.
+MESSAGE_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY,
+                 MessageType.TRANSACTION)
 
 
 class Perm(enum.IntFlag):
@@ -209,6 +222,18 @@ class TopicConfig:
                 raise ValueError(f"{label} queue count must be 1-1024, not {value}")
         if self.perm & ~0x7:
             raise ValueError(f"perm must be a combination of 1, 2 and 4, not {self.perm}")
+
+    def accepts(self, kind: MessageType) -> bool:
+        """Whether a message of type ``kind`` may be sent to this topic: its own type,
+        or any type on a MIXED topic (RocketMQ's ``TopicMessageType`` check)."""
+        return kind is self.message_type or self.message_type is MessageType.MIXED
+
+    @property
+    def accepted_types(self) -> tuple[MessageType, ...]:
+        """The message types this topic accepts (what a route reply lists)."""
+        if self.message_type is MessageType.MIXED:
+            return MESSAGE_TYPES
+        return (self.message_type,)
 
     @property
     def queue_count(self) -> int:

@@ -163,7 +163,7 @@ async def receive_message(
     group_cfg = group_config(call, group)
     topic_cfg = readable_topic(call, topic, group)
     # A group consuming in order, on a FIFO topic: each message group in order
-    fifo = group_cfg.consume_message_orderly and topic_cfg.message_type == MessageType.FIFO
+    fifo = group_cfg.consume_message_orderly and topic_cfg.accepts(MessageType.FIFO)
     if request.batch_size <= 0:
         raise StatusError(Code.BAD_REQUEST, "the batch size must be positive")
     batch = min(request.batch_size, MAX_BATCH)

@@ -7,7 +7,8 @@ topic's ``perm``, so queue 0 is always both (the Node client uses only queue 0).
 queue names one broker, :data:`BROKER_NAME` id 0, whose endpoints are
 ``advertised_address`` when configured, else the endpoints the client says it used
 (``QueryRouteRequest.endpoints``: the access point it was given), else the address its
-connection reached. ``accept_message_types`` is the topic's message type.
+connection reached. ``accept_message_types`` lists the types the topic accepts: its
+type, or all four for a MIXED topic (the clients refuse to send a type not listed).
 
 Unknown topics are created when ``rocketmq_auto_create_topics`` is on (as remoting's
 route queries do), else TOPIC_NOT_FOUND.
@@ -100,7 +101,7 @@ def _permission(perm: int, readable: bool, writable: bool) -> int:
 def message_queues(
     config: TopicConfig, topic: definition_pb2.Resource, broker: definition_pb2.Broker
 ) -> list[definition_pb2.MessageQueue]:
-    accepted = [MESSAGE_TYPES[config.message_type]]
+    accepted = [MESSAGE_TYPES[kind] for kind in config.accepted_types]
     return [
         definition_pb2.MessageQueue(
             topic=topic, id=i, broker=broker, accept_message_types=accepted,

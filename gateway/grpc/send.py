@@ -15,14 +15,14 @@ topic joined with the message's ``mqttSecondTopic`` user property, like a remoti
 Checks, with the proxy's codes: the topic (ILLEGAL_TOPIC, TOPIC_NOT_FOUND, FORBIDDEN for
 a topic not writable or the ACL), each message (:func:`protocol.grpc.messages.decode_message`:
 body size, properties, tag, keys, id, group), and the message type against the topic's
-(MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
+(MESSAGE_PROPERTY_CONFLICT_WITH_TYPE; a MIXED topic accepts every type).
 
 TRANSACTION messages (one per request) are stored as the store's half messages
 (``MessageStore.append_half``), delivered only when EndTransaction (or a check-back's
 answer) commits them; the entry's ``transaction_id`` is ``lmq-tx:<log position>``
 (:mod:`gateway.grpc.transactions`).
 
-DELAY messages (a delivery timestamp, on a topic of type DELAY) are stored once, now,
+DELAY messages (a delivery timestamp, on a topic of type DELAY or MIXED) are stored once, now,
 as the store's durable timers (``MessageStore.append_delayed_batch``) and dispatched to
 the queue's LMQ (and the MQTT/AMQP routes) at the delivery time, to the millisecond; a
 time past ``StoreConfig.max_timer_delay_ms`` is ILLEGAL_DELIVERY_TIME. Their entries
@@ -46,6 +46,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core import DelayTooLong, Durability, MessageTooLarge, StorageFull, StoreError
+from broker_core.clock import now_ms
 from gateway.grpc.records import RESERVED, parse_peer, to_store, writable_topic
 from lmq.rocketmq import MQTT_SECOND_TOPIC, MessageType, queue_lmq
 from protocol.grpc import Code, StatusError, ok
@@ -146,9 +147,9 @@ async def send_message(
                        peer_host=peer_host)
         for msg in messages
     ]
-    for index, one in enumerate(incoming):
-        kind = effective_type(one)
-        if kind != config.message_type:
+    kinds = [effective_type(one) for one in incoming]
+    for index, kind in enumerate(kinds):
+        if not config.accepts(kind):
             raise StatusError(
                 Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                 f"message {index}: the message type {kind.value} does not match the type"
@@ -172,10 +173,10 @@ async def send_message(
         (to_store(one, born_host=born),
          [lmq_of(one), *route(topic, one.properties.get(MQTT_SECOND_TOPIC, ""))])
         for one in incoming]
-    if config.message_type == MessageType.DELAY:
-        return await _send_delayed(call, incoming, items)
-    if config.message_type == MessageType.TRANSACTION:
+    if MessageType.TRANSACTION in kinds:
         return await _send_half(call, incoming[0], *items[0])
+    if MessageType.DELAY in kinds:
+        return await _send_delayed(call, incoming, items)
     try:
         if len(items) == 1:
             results = [await front.publisher.submit(*items[0])]
@@ -235,7 +236,8 @@ async def _send_delayed(
     none), answered once durable; the gateway's timer firing is armed at the earliest."""
     front = call.front
     store = front.store
-    delayed = [(msg, lmqs, one.delivery_ms or 0)
+    now = now_ms()  # a message of the batch without a delivery time: due now
+    delayed = [(msg, lmqs, now if one.delivery_ms is None else one.delivery_ms)
                for (msg, lmqs), one in zip(items, incoming, strict=True)]
     try:
         results = store.append_delayed_batch(delayed, wait=False)

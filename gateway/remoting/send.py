@@ -17,7 +17,7 @@ Checks, in RocketMQ's order and with its codes:
 - the message type, as RocketMQ 5 checks it (``TopicMessageType.parseFromMessageProperty``):
   ``TRAN_MSG`` or a prepared sysFlag = TRANSACTION, ``DELAY``/``TIMER_*`` (or Aliyun's
   ``__STARTDELIVERTIME``) = DELAY, ``__SHARDINGKEY`` = FIFO, else NORMAL; a type other
-  than the topic's is MESSAGE_ILLEGAL;
+  than the topic's is MESSAGE_ILLEGAL (a MIXED topic accepts every type);
 - the body size (``store.max_message_bytes``): MESSAGE_ILLEGAL.
 
 DELAY sends (:mod:`gateway.remoting.delayed` reads when they are due: ``DELAY`` level,
@@ -181,7 +181,7 @@ def message_type(props: dict[str, str], sys_flag: int) -> MessageType:
 
 
 def check_type(config: TopicConfig, kind: MessageType) -> None:
-    if kind != config.message_type:
+    if not config.accepts(kind):
         raise RequestError(
             ResponseCode.MESSAGE_ILLEGAL,
             f"the message type {kind.value} does not match the type"

@@ -75,7 +75,10 @@ async def test_query_route_on_both_ports(gw: GatewayProcess) -> None:
             queues = route.message_queues
             assert [q.id for q in queues] == list(range(8))
             assert {q.permission for q in queues} == {definition_pb2.READ_WRITE}
-            assert all(list(q.accept_message_types) == [definition_pb2.NORMAL] for q in queues)
+            # auto-created: MIXED, every message type listed
+            assert all(list(q.accept_message_types) == [
+                definition_pb2.NORMAL, definition_pb2.FIFO, definition_pb2.DELAY,
+                definition_pb2.TRANSACTION] for q in queues)
             broker = queues[0].broker
             assert broker.name == "lmq-gateway" and broker.id == 0
             assert broker.endpoints == endpoints(port)  # the access point the client used
@@ -126,6 +129,23 @@ async def test_route_without_auto_create(tmp_path: Path) -> None:
         async with channel(port) as ch:
             route = await query_route(stub(ch), "Unknown", port)
             assert route.status.code == Code.TOPIC_NOT_FOUND
+    finally:
+        process.stop()
+
+
+async def test_strict_message_type(tmp_path: Path) -> None:
+    """rocketmq_strict_message_type: auto-created topics are NORMAL (RocketMQ 5's
+    default), the route lists NORMAL only and a FIFO send is refused."""
+    config = tmp_path / "lmq.toml"
+    config.write_text("rocketmq_strict_message_type = true\n")
+    process = GatewayProcess(tmp_path / "data", "--config", str(config)).start()
+    try:
+        port = process.ports["grpc"]
+        async with channel(port) as ch:
+            route = await query_route(stub(ch), "Strict", port)
+            assert route.status.code == Code.OK
+            assert {tuple(q.accept_message_types) for q in route.message_queues} == {
+                (definition_pb2.NORMAL,)}
     finally:
         process.stop()
 
