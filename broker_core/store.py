@@ -24,7 +24,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 
 from broker_core import cleanup, recovery
@@ -48,6 +48,7 @@ from broker_core.reads import Reader
 from broker_core.receipts import decode_receipt, encode_receipt
 from broker_core.record import Message, Record, RecordType, peek_size
 from broker_core.recovery import RecoveryReport
+from broker_core.replication import Replica
 from broker_core.results import AppendResult, LmqInfo, PullResult, StoredMessage
 from broker_core.tail_cache import TailCache
 from broker_core.timers import CANCELLED, PendingTimer, Timers, delay_level_ms
@@ -119,6 +120,12 @@ class MessageStore:
         #: What opening found and repaired (set by :meth:`open`).
         self.recovery: RecoveryReport | None = None
         self.pop_consumer = PopConsumer(self.state, self, self.append, self.locks, config)
+        #: A broker group's replication of this store (broker_core.replication); its
+        #: fence makes a slave refuse writes. Built by :meth:`open`.
+        self.replica: Replica | None = None
+        #: Set by a master in sync replication: a future done once replicas hold an
+        #: append ending at the position given (gateway.replication); see acknowledged.
+        self.ack_gate: Callable[[int], Future[int]] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -131,6 +138,11 @@ class MessageStore:
         store = cls(Path(data_dir), config or StoreConfig())
         try:
             store.recovery = recovery.recover(store._parts())
+        except BaseException:
+            store._close_files()
+            raise
+        try:
+            store.replica = Replica(store._parts(), store.data_dir)
         except BaseException:
             store._close_files()
             raise
@@ -225,7 +237,7 @@ class MessageStore:
             self.locks.check_open()
             results, touched = self.dispatcher.write_locked(items)
         self.listeners.notify_metas(touched)
-        if wait and results and cfg.durability == Durability.SYNC:
+        if wait and results and self.waits_for_ack:
             self.acknowledged(results[-1].end).result()
         return results
 
@@ -256,7 +268,7 @@ class MessageStore:
             kept = [item for item, k in zip(items, keep, strict=True) if k]
             results, touched = self.dispatcher.write_locked(kept) if kept else ([], [])
         self.listeners.notify_metas(touched)
-        if wait and results and cfg.durability == Durability.SYNC:
+        if wait and results and self.waits_for_ack:
             self.acknowledged(results[-1].end).result()
         stored = iter(results)
         return [next(stored) if k else None for k in keep]
@@ -278,7 +290,7 @@ class MessageStore:
                 [(Message(topic=topic, body=body), ())], RecordType.ORIGIN_ADVANCE
             )
         end = results[0].end
-        if wait and self.config.durability == Durability.SYNC:
+        if wait and self.waits_for_ack:
             self.acknowledged(end).result()
         return offset, end
 
@@ -300,13 +312,43 @@ class MessageStore:
         found = self.origins.translate(cluster, queue, meta.id, committed)
         return None if found is None else max(found, meta.min_offset)
 
+    @property
+    def waits_for_ack(self) -> bool:
+        """Whether an append must wait for :meth:`acknowledged` before it is acknowledged
+        (sync durability, or a master in sync replication); otherwise it may be
+        acknowledged once the append returned."""
+        return self.config.durability == Durability.SYNC or self.ack_gate is not None
+
     def acknowledged(self, position: int) -> Future[int]:
         """A future done once an append ending at ``position`` may be acknowledged under
         the configured durability (immediately in async mode, after the covering fsync in
-        sync mode)."""
+        sync mode) and, on a master in sync replication, once the in-sync replicas hold
+        it (:attr:`ack_gate`; it fails with :class:`NotMaster` when this member stops
+        being the master first)."""
         if self.flusher is None:
             raise StoreClosed("the store is not open for writing")
-        return self.flusher.request(position)
+        local = self.flusher.request(position)
+        gate = self.ack_gate
+        if gate is None:
+            return local
+        both: Future[int] = Future()
+        remote = gate(position)
+
+        def settle(_: Future[int]) -> None:
+            # runs on the flusher's thread and the gate's: the first to settle wins
+            try:
+                for part in (local, remote):
+                    if part.done() and part.exception() is not None:
+                        both.set_exception(part.exception())  # type: ignore[arg-type]
+                        return
+                if local.done() and remote.done():
+                    both.set_result(position)
+            except InvalidStateError:
+                pass
+
+        local.add_done_callback(settle)
+        remote.add_done_callback(settle)
+        return both
 
     def create_lmq(self, name: str) -> LmqInfo:
         """Make sure an LMQ exists (e.g. on subscribe) and return its info. An empty LMQ
@@ -346,7 +388,7 @@ class MessageStore:
         with self.locks.append:
             self.locks.check_open()
             results = self.timers.append_locked(items, now_ms())
-        if wait and results and cfg.durability == Durability.SYNC:
+        if wait and results and self.waits_for_ack:
             self.acknowledged(results[-1].end).result()
         return results
 
@@ -375,7 +417,7 @@ class MessageStore:
             self.locks.check_open()
             changed = self.timers.change_locked(position, due_ms, now_ms())
             end = self.log.end
-        if changed is not None and wait and self.config.durability == Durability.SYNC:
+        if changed is not None and wait and self.waits_for_ack:
             self.acknowledged(end).result()
         return changed is not None
 
@@ -400,6 +442,8 @@ class MessageStore:
         the append lock released between pages; at most ``max_count`` if given. The
         gateway's housekeeping calls it (at :meth:`next_timer_due`). Returns how many
         fired; listeners of the LMQs are notified."""
+        if self.log.fence is not None:
+            return 0  # a slave: its master fires, and the fire records come replicated
         fired = 0
         page = self.config.timer_page
         at = now_ms() if now is None else now
@@ -435,7 +479,7 @@ class MessageStore:
         with self.locks.append:
             self.locks.check_open()
             result = self.txn_writer.write_half_locked(message, lmqs, producer_group)
-        if wait and cfg.durability == Durability.SYNC:
+        if wait and self.waits_for_ack:
             self.acknowledged(result.end).result()
         return result
 
@@ -462,7 +506,7 @@ class MessageStore:
                 outcome = Outcome.COMMITTED if commit else Outcome.ROLLED_BACK
                 result = EndResult(outcome, written[0][0].end)
         self.listeners.notify_metas(touched)
-        if wait and self.config.durability == Durability.SYNC:
+        if wait and self.waits_for_ack:
             self.acknowledged(result.control_end).result()
         return result
 
