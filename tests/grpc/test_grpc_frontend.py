@@ -430,5 +430,20 @@ def test_grpc_port_in_use_is_a_clean_start_failure(tmp_path: Path) -> None:
         process = GatewayProcess(tmp_path / "data", "--grpc-port", str(port))
         with pytest.raises(RuntimeError, match="gateway exited") as failed:
             process.start()
-    assert f"cannot bind 127.0.0.1:{port}" in str(failed.value)
-    assert "Traceback" not in str(failed.value)
+    out = str(failed.value)
+    # one line naming the port and the flag that changes it, no gRPC C-core log line
+    assert f"Error: cannot start: grpc listener: cannot bind 127.0.0.1:{port}" in out
+    assert "choose another port with --grpc-port PORT" in out
+    assert "Traceback" not in out and "chttp2" not in out and "E0000" not in out
+
+def test_mqtt_port_in_use_names_its_flag(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = GatewayProcess(tmp_path / "data", "--mqtt-port", str(port))
+        with pytest.raises(RuntimeError, match="gateway exited") as failed:
+            process.start()
+    out = str(failed.value)
+    assert f"mqtt listener: cannot bind 127.0.0.1:{port} (address already in use)" in out
+    assert "--mqtt-port PORT" in out and "Traceback" not in out
