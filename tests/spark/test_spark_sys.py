@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.spark]
 
 def test_sys_left_out_unless_included(spark_session, tmp_path):
     with MessageStore.open(tmp_path / "data") as store:
-        for i in range(3):
+        for _ in range(3):
             store.append(
                 Message(
                     topic="sensors/kitchen/temp",
