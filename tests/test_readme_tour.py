@@ -14,8 +14,9 @@ waits, bounded, for the gateway's ``authentication on`` log line, as the README 
 to expect it within a second.
 
 Not run: the ``lmq analyze fanout`` line (Spark). Starting a JVM and the job took
-2 min 57 s on the tour's data at load 16 (about 15 s idle), too much for every CI run;
-tests/spark/test_spark_sys.py and tests/cli/test_analyze_cli.py run the job itself.
+2 min 57 s on the tour's data at load 16 on the 2-core development machine, too much
+for every CI run; tests/spark/test_spark_sys.py and tests/cli/test_analyze_cli.py run
+the job itself.
 """
 
 from __future__ import annotations
