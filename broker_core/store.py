@@ -93,8 +93,9 @@ class MessageStore:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(self._lock_fd)
-                raise StoreError(
+                raise StoreError(  # a gateway (or a writing lmq command) holds it
                     f"data directory {data_dir} is in use by another process"
+                    " (stop the gateway first)"
                 ) from None
         self.log = CommitLog(data_dir / "commitlog", config.segment_bytes, read_only)
         self.index = ConsumeQueueIndex(data_dir / "index", read_only)

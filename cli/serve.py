@@ -100,7 +100,8 @@ _FLAGS = {
 )
 @click.option(
     "--unified-port", callback=_checked("unified_port"),
-    help="Unified MQTT/AMQP/HTTP port; 0 disables, auto picks a free one. [default: 8080]",
+    help="Unified port: MQTT, AMQP, HTTP, RocketMQ remoting and gRPC, told apart by"
+    " their first bytes; 0 disables, auto picks a free one. [default: 8080]",
 )
 @click.option(
     "--max-connections", type=int, callback=_checked("max_connections"),
@@ -176,7 +177,9 @@ _FLAGS = {
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), help="[default: text]")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), help="[default: info]")
 def serve(config_file: Path | None, **flags: Any) -> None:
-    """Run the MQTT / AMQP gateway until SIGINT or SIGTERM."""
+    """Run the gateway until SIGINT or SIGTERM: MQTT 3.1, 3.1.1 and 5.0, AMQP 0-9-1,
+    RocketMQ remoting and RocketMQ 5 gRPC, and HTTP (the JSON API, the Aliyun MQ HTTP
+    API, RIP-17), each on its own port and all on the unified port."""
     try:
         config = load_config(config_file, {_FLAGS[k]: v for k, v in flags.items()})
     except ConfigError as exc:

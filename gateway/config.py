@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import os
 import tomllib
 import typing
 from collections.abc import Callable, Mapping
@@ -44,6 +45,24 @@ CLIENT_CERT_MODES = ("none", "optional", "required")
 
 class ConfigError(ValueError):
     """A configuration problem; ``str()`` is a one-line message naming the key."""
+
+
+class BindError(OSError):
+    """A listener cannot bind its port (in use, or not allowed); ``str()`` is one line
+    naming the listener, the address and the option (flag) that changes the port."""
+
+    def __init__(self, listener: str, host: str, port: int, reason: str | OSError) -> None:
+        if isinstance(reason, OSError):
+            reason = os.strerror(reason.errno) if reason.errno else str(reason)
+        reason = reason.lower()
+        flag = "--" + listener.replace("_", "-") + "-port"
+        super().__init__(
+            f"{listener} listener: cannot bind {host}:{port} ({reason}); choose another port"
+            f" with {flag} PORT ({listener}_port in a config file; auto picks a free one,"
+            " 0 disables the listener)"
+        )
+        self.listener = listener
+        self.port = port
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,11 +66,10 @@ class Security:
     def __init__(self, cfg: GatewayConfig, authenticator: Authenticator | None) -> None:
         self.config = cfg
         self.authenticator = authenticator
-        #: Open mode: the authenticator that watches for the file (not yet in use).
+        #: Open mode: the authenticator that watches for the file (not yet in use; the
+        #: watch reads the file, so one that appeared since make_authenticator counts).
         self._pending = (
-            None
-            if authenticator is not None
-            else Authenticator.from_users_file(users_path(cfg), missing_ok=True)
+            None if authenticator is not None else Authenticator(users_file=users_path(cfg))
         )
 
     async def watch(self, authentication_on: Callable[[], None]) -> None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_core import MessageStore, StoreError
-from gateway.config import GatewayConfig
+from gateway.config import BindError, GatewayConfig
 from gateway.connection import Connection, GatewayProtocol, ListenerSpec, format_address
 from gateway.context import GatewayContext
 from gateway.frontend import FrontEnd
@@ -193,16 +193,19 @@ class Gateway:
     async def _listen(
         self, loop: asyncio.AbstractEventLoop, listener: ListenerSpec, port: int
     ) -> None:
-        server = await loop.create_server(
-            functools.partial(
-                GatewayProtocol, self.state, listener, self.front_ends, self.sniffers,
-                self.refusals),
-            self.config.bind,
-            port,
-            reuse_address=True,
-            backlog=1024,
-            ssl=self._tls_context if listener.tls else None,
-        )
+        try:
+            server = await loop.create_server(
+                functools.partial(
+                    GatewayProtocol, self.state, listener, self.front_ends, self.sniffers,
+                    self.refusals),
+                self.config.bind,
+                port,
+                reuse_address=True,
+                backlog=1024,
+                ssl=self._tls_context if listener.tls else None,
+            )
+        except OSError as exc:
+            raise BindError(listener.name, self.config.bind, port, exc) from None
         self._servers.append(server)
         if listener.protocol is not None:
             protocols: tuple[str, ...] = (listener.protocol,)

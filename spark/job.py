@@ -52,6 +52,9 @@ class JobConfig:
     #: Also write the per-record table (the largest output by far).
     write_records: bool = True
     charts: bool = True
+    #: Count the gateway's own ``$SYS/...`` statistics as a device's messages; by default
+    #: they are left out (device analytics are about the devices).
+    include_sys: bool = False
 
 
 @dataclass
@@ -181,7 +184,10 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
             "task(s); computing figures"
         )
         records = scan.records
+        if not config.include_sys:
+            records = records.where(~_is_sys(records))
         summary = _summarise(records, report, segments, log_bytes, config)
+        summary["include_sys"] = config.include_sys
         progress(
             f"read {summary['messages']:,} messages from {summary['devices']:,} devices "
             f"to {summary['lmqs']:,} LMQs"
@@ -202,6 +208,11 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
     summary_md.write_text(render_markdown(summary))
     progress(f"summary written to {summary_md}")
     return JobResult(summary, summary_json, summary_md, charts)
+
+
+def _is_sys(records):
+    """The gateway's own statistics: topic ``$SYS`` or ``$SYS/...``."""
+    return (records.topic == "$SYS") | records.topic.startswith("$SYS/")
 
 
 def _summarise(records, report, segments, log_bytes, config: JobConfig) -> dict:
@@ -418,6 +429,8 @@ def render_markdown(summary: dict) -> str:
         f" / {_fmt(fan['p90'])} / {_fmt(fan['p99'])} / {_fmt(fan['max'])} |",
         f"| held records (delayed and half messages) | {_fmt(log['held_records'])} |",
         f"| control records (not messages) | {_fmt(log['control_records'])} |",
+        f"| the gateway's own $SYS statistics | "
+        f"{'included' if summary.get('include_sys') else 'left out (--include-sys)'} |",
         f"| corrupt bytes skipped | {_fmt(log['skipped_bytes'])} |",
         f"| torn tail bytes (last segment) | {_fmt(log['tail_bytes'])} |",
         "",
@@ -502,6 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split-mb", type=int, default=DEFAULT_SPLIT_BYTES >> 20)
     parser.add_argument("--no-records", action="store_true", help="skip the per-record table")
     parser.add_argument("--no-charts", action="store_true")
+    parser.add_argument("--include-sys", action="store_true",
+                        help="count the gateway's $SYS statistics too")
     return parser
 
 
@@ -523,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         tables_dir=args.tables,
         write_records=not args.no_records,
         charts=not args.no_charts,
+        include_sys=args.include_sys,
     )
     try:
         result = run(session, config, progress=lambda m: print(m, file=sys.stderr))

@@ -29,14 +29,15 @@ Event-loop thread only (grpc.aio runs the servicer on the gateway's loop).
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
 
+from gateway.config import BindError
 from gateway.frontend import FrontEnd
 from gateway.grpc import admin
 from gateway.grpc.call import CLIENT_ID, Call
@@ -250,9 +251,16 @@ def _bind(
     server: grpc.aio.Server, name: str, host: str, port: int,
     credentials: grpc.ServerCredentials | None,
 ) -> int:
-    """Bind ``host:port`` (0 = any free port); the port bound. A port in use is an
-    OSError like the gateway's other listeners' (grpcio raises RuntimeError)."""
+    """Bind ``host:port`` (0 = any free port); the port bound. A port in use is a
+    BindError like the gateway's other listeners' (grpcio raises RuntimeError, after a
+    log line of its C core: a port seen in use first is refused without asking it)."""
     address = _address(host, port)
+    if port:
+        try:
+            with socket.create_server((host.strip("[]"), port), reuse_port=False) as probe:
+                probe.close()
+        except OSError as exc:
+            raise BindError(name, host, port, exc) from None
     try:
         if credentials is None:
             bound = server.add_insecure_port(address)
@@ -261,7 +269,7 @@ def _bind(
     except RuntimeError:
         bound = 0
     if not bound:
-        raise OSError(errno.EADDRINUSE, f"gRPC listener {name}: cannot bind {address}")
+        raise BindError(name, host, port, "address in use or not available")
     return bound
 
 

@@ -30,6 +30,7 @@ from urllib.parse import parse_qsl
 from broker_core import Durability, Message, StoreError
 from broker_core.clock import now_ms
 from gateway.auth import Refusal
+from gateway.http import landing
 from gateway.http.messages import Request, Response
 from gateway.rocketmq import records as rmq_records
 from lmq.rocketmq import InvalidName, queue_lmq
@@ -67,6 +68,8 @@ class Rip17Api:
         router.add("GET", "/", self.handle)
 
     async def handle(self, request: Request) -> Response:
+        if landing.wants_page(request):  # a browser, not a RIP-17 client
+            return landing.page()
         try:
             code, message = await self._handle(request)
         except ProtocolError as exc:

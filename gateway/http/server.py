@@ -74,7 +74,7 @@ def problem(status: int, detail: str, *, title: str | None = None,
         "type": "about:blank", "title": title or reason(status) or "Error",
         "status": status, "detail": detail, **extra,
     }
-    return Response.of(status, json.dumps(doc).encode(), PROBLEM_JSON, headers)
+    return Response.of(status, (json.dumps(doc) + "\n").encode(), PROBLEM_JSON, headers)
 
 
 class HttpLimits:

@@ -422,7 +422,7 @@ def test_fanout_summary_of_real_mqtt_traffic(env, tmp_path):
     result = CliRunner().invoke(
         lmq,
         ["analyze", "fanout", "--data-dir", str(data), "--out", str(out),
-         "--master", "local[2]", "--top", str(TOP)],
+         "--master", "local[2]", "--top", str(TOP), "--include-sys"],
         obj=env,
     )  # fmt: skip
     assert result.exit_code == 0, result.output

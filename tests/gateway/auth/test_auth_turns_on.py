@@ -203,3 +203,42 @@ def _publish(port: int, basic: tuple[str, str] | None) -> int:
         return conn.getresponse().status
     finally:
         conn.close()
+
+
+def test_allow_anonymous_and_a_malformed_file(tmp_path: Path) -> None:
+    """With --allow-anonymous, anonymous clients stay welcome after the switch but get
+    the @anonymous rules only; a malformed file first changes nothing (logged)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    gw = GatewayProcess(data, "--allow-anonymous").start()
+    try:
+        port = gw.mqtt_port
+        (data / "users.json").write_text("{not json")
+        _wait_for(gw, "users file not reloaded")
+        assert mqtt_login(port, "nobody", "x") == 0  # still open
+        (data / "users.json").unlink()
+        lmq("users", "add", "alice", "--password", "wonderland", "--data-dir", str(data))
+        lmq("users", "acl", "add", "@anonymous", "--subscribe", "public/#", "--data-dir", str(data))
+        _wait_for(gw, "anonymous=allowed")
+        anonymous = Paho5(port, "anon-after")  # anonymous is still let in...
+        (public,) = _subscribe(anonymous, "public/news")
+        (private,) = _subscribe(anonymous, "private/x")
+        anonymous.close()
+        assert (public, private) == (1, ReasonCode.NOT_AUTHORIZED)  # ...with @anonymous's rules
+        assert mqtt_login(port, "nobody", "x") == ReasonCode.BAD_USER_NAME_OR_PASSWORD
+    finally:
+        gw.stop()
+
+
+def _subscribe(client: Paho5, topic: str) -> list[int]:
+    granted: queue.Queue[Any] = queue.Queue()
+    client.client.on_subscribe = lambda c, u, mid, codes, props=None: granted.put(codes)
+    client.client.subscribe(topic, qos=1)
+    return [int(code.value) for code in granted.get(timeout=BOUND)]
+
+
+def _wait_for(gw: GatewayProcess, text: str) -> None:
+    deadline = time.monotonic() + SWITCH
+    while not any(text in line for line in gw.output):
+        assert time.monotonic() < deadline, f"no {text!r} in:\n" + "".join(gw.output)
+        time.sleep(0.05)
