@@ -158,7 +158,8 @@ class Gateway:
             config=cfg, store=store, publisher=publisher,
             topic_space=self.topic_space, rocketmq_topics=rmq_topics,
             rocketmq_groups=rmq_groups,
-            rocketmq=RocketMQServices(store, loop, publisher.submit, rmq_topics, rmq_groups),
+            rocketmq=RocketMQServices(store, loop, publisher, rmq_topics, rmq_groups,
+                                      self.topic_space, authenticator),
             metrics=self.metrics, loop=loop,
             security=security, state=self.state, introspection=self)
         recovery = store.recovery

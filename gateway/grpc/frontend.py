@@ -85,6 +85,8 @@ class GrpcFrontEnd(FrontEnd):
         self.publisher = ctx.publisher
         #: The gateway's RocketMQ topics and groups (shared with remoting).
         self.topics = ctx.rocketmq_topics
+        #: Every send, end of transaction and recall (gateway.rocketmq.producer).
+        self.producer = ctx.rocketmq.producer
         self.groups = ctx.rocketmq_groups
         #: Largest message body a producer may send (the store's limit).
         self.max_body = ctx.store.config.max_message_bytes

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, cast
 from gateway.auth import ANONYMOUS_PRINCIPAL, Principal
 from gateway.frontend import ConnectionHandler
 from gateway.remoting.dispatch import RequestError
-from gateway.remoting.replies import encode_send_ok, error
+from gateway.remoting.replies import encode_send_ok, error, failure
+from gateway.rocketmq.producer import ProducerError
 from protocol.remoting import FrameDecoder, RemotingCommand
 from protocol.remoting.codes import ResponseCode
 from protocol.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG
@@ -213,6 +214,8 @@ class RemotingHandler(ConnectionHandler):
     def _failed(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
         if isinstance(exc, RequestError):
             return error(exc.code, exc.remark)
+        if isinstance(exc, ProducerError):
+            return failure(exc)
         if isinstance(exc, (HeaderError, RemotingError)):
             return error(ResponseCode.INVALID_PARAMETER, str(exc))
         log.exception(
