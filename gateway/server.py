@@ -65,6 +65,9 @@ LISTENERS: tuple[ListenerSpec, ...] = (
     ListenerSpec("amqps", "amqp", tls=True),
     ListenerSpec("unified_tls", None, tls=True),
     ListenerSpec("remoting_tls", "remoting", tls=True),
+    # RocketMQ 5 gRPC's own ports (the unified ports serve it too)
+    ListenerSpec("grpc", "grpc"),
+    ListenerSpec("grpc_tls", "grpc", tls=True),
 )
 
 

@@ -293,28 +293,10 @@ class ServerConnection:
             else:
                 metadata.append((name.decode("ascii"), value.decode("latin-1")))
         if not content_type.startswith(b"application/grpc"):
-            self._h2.send_response(
-                stream_id,
-                (
-                    (b":status", b"415"),
-                    (b"content-type", b"application/grpc"),
-                    (b"grpc-status", b"%d" % UNKNOWN),
-                    (b"grpc-message", b"content-type must be application/grpc"),
-                ),
-                end_stream=True,
-            )
+            self._not_grpc(stream_id, b"415", UNKNOWN, b"content-type must be application/grpc")
             return
         if method != b"POST":
-            self._h2.send_response(
-                stream_id,
-                (
-                    (b":status", b"405"),
-                    (b"content-type", b"application/grpc"),
-                    (b"grpc-status", b"%d" % UNIMPLEMENTED),
-                    (b"grpc-message", b"gRPC calls are POST requests"),
-                ),
-                end_stream=True,
-            )
+            self._not_grpc(stream_id, b"405", UNIMPLEMENTED, b"gRPC calls are POST requests")
             return
         st = self._streams[stream_id] = _Stream(self.max_message)
         if bad_timeout:
@@ -323,6 +305,16 @@ class ServerConnection:
         self._events.append(CallStarted(stream_id, path.decode("latin-1"), metadata, timeout))
         if end:
             self._input_ended(stream_id)
+
+    def _not_grpc(self, stream_id: int, http_status: bytes, code: int, message: bytes) -> None:
+        """Answer a request that is not a gRPC call (no call event)."""
+        headers = (
+            (b":status", http_status),
+            (b"content-type", b"application/grpc"),
+            (b"grpc-status", b"%d" % code),
+            (b"grpc-message", message),
+        )
+        self._h2.send_response(stream_id, headers, end_stream=True)
 
     def _data(self, stream_id: int, data: bytes, end: bool) -> None:
         st = self._streams.get(stream_id)
