@@ -1,7 +1,8 @@
 """The gRPC door's transport against a real ``lmq serve`` with grpcio's client, on the
 dedicated port and the unified port: unknown methods, keep-alive pings on a long-lived
 stream, a deadline ending a stream server-side, and a receive larger than the
-flow-control windows streamed whole. (Sizes, bad protobuf, TLS, shutdown:
+flow-control windows streamed whole, a client's cancel ending the call on the server.
+(Sizes, bad protobuf, TLS, shutdown:
 test_grpc_frontend.py and test_grpc_security.py; the sans-IO layer's bad input:
 tests/protocol/grpc/test_grpc_server.py.)"""
 
@@ -9,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
 import pytest
 from rocketmq.grpc_protocol import service_pb2
 
+from gateway.config import AUTO
 from protocol.grpc import Code
 from tests.gateway.gateway_process import GatewayProcess
+from tests.gateway.remoting.remoting_support import port_of, running_gateway
 from tests.grpc.grpc_core_support import BOUND, channel, metadata, stub
 from tests.grpc.grpc_msg_support import Grpc, message, parts, receive, send
 from tests.grpc.test_grpc_frontend import Telemetry, _gauge, producer_settings
@@ -89,3 +93,31 @@ async def test_receive_larger_than_the_windows_arrives_whole(tmp_path: Path) -> 
     finally:
         await g.close()
         gw.stop()
+
+
+async def test_client_cancel_ends_the_call_on_the_server(tmp_path: Path) -> None:
+    async with running_gateway(tmp_path / "data", grpc_port=AUTO) as gw:
+        g = Grpc(port_of(gw, "grpc"))
+        front = gw.front_ends["grpc"]
+        try:
+            await send(g, message("cancel", b"first"))
+            parts(await receive(g, "g-cancel", "cancel"))  # the topic's one message
+            calls: list[Any] = []
+            waiting = asyncio.create_task(
+                receive(g, "g-cancel", "cancel", poll=15, timeout=20, call=calls)
+            )
+            async with asyncio.timeout(BOUND):  # the gateway holds the long poll
+                while front.receives.get(g.client_id) != 1:
+                    await asyncio.sleep(0.02)
+            calls[0].cancel()  # RST_STREAM CANCEL
+            with pytest.raises((asyncio.CancelledError, grpc.aio.AioRpcError)):
+                await waiting
+            async with asyncio.timeout(BOUND):  # the call's task ended: slot and stream
+                while front.receives or front.open_streams:
+                    await asyncio.sleep(0.02)
+            # the cancelled poll took nothing: the next message goes to the next receive
+            await send(g, message("cancel", b"after"))
+            got, _, status = parts(await receive(g, "g-cancel", "cancel"))
+            assert status.code == Code.OK and [m.body for m in got] == [b"after"]
+        finally:
+            await g.close()
