@@ -78,11 +78,26 @@ CONNECTION_WINDOW = 16 * 1024 * 1024
 #: Largest request header list accepted (SETTINGS_MAX_HEADER_LIST_SIZE), gRPC's default.
 MAX_HEADER_LIST = 16 * 1024
 
-_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
-#: Request headers that are the transport's, not the call's metadata.
-_RESERVED = frozenset(
-    (b"te", b"content-type", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding")
-)
+_TIMEOUT_UNITS = {
+    ord(u): f
+    for u, f in (("H", 3600.0), ("M", 60.0), ("S", 1.0), ("m", 1e-3), ("u", 1e-6), ("n", 1e-9))
+}
+#: Request headers that are the transport's, not the call's metadata: what each is.
+_SKIP, _PATH, _METHOD, _CONTENT_TYPE, _TIMEOUT = range(5)
+_SPECIAL = {
+    b":path": _PATH,
+    b":method": _METHOD,
+    b"content-type": _CONTENT_TYPE,
+    b"grpc-timeout": _TIMEOUT,
+    b":scheme": _SKIP,
+    b":authority": _SKIP,
+    b"te": _SKIP,
+    b"grpc-encoding": _SKIP,
+    b"grpc-accept-encoding": _SKIP,
+}
+#: Metadata names decoded (they repeat on every call); bounded.
+_NAMES: dict[bytes, str] = {}
+_NAMES_MAX = 1024
 _RESPONSE_HEADERS = ((b":status", b"200"), (b"content-type", b"application/grpc"))
 
 
@@ -139,11 +154,18 @@ class _Stream:
 
 def parse_timeout(value: bytes) -> float:
     """``grpc-timeout``: 1-8 ASCII digits and a unit (H M S m u n), in seconds."""
-    digits, unit = value[:-1], value[-1:]
-    scale = _TIMEOUT_UNITS.get(unit)
+    scale = _TIMEOUT_UNITS.get(value[-1]) if value else None
+    digits = value[:-1]
     if scale is None or not 1 <= len(digits) <= 8 or not digits.isdigit():
         raise ValueError(f"malformed grpc-timeout {value!r}")
     return int(digits) * scale
+
+
+def _metadata_name(name: bytes) -> str:
+    key = name.decode("latin-1")
+    if len(_NAMES) < _NAMES_MAX:
+        _NAMES[name] = key
+    return key
 
 
 def encode_message(text: str) -> bytes:
@@ -270,28 +292,30 @@ class ServerConnection:
         method = path = content_type = b""
         timeout: float | None = None
         metadata: list[tuple[str, str | bytes]] = []
-        bad_timeout = ""
+        bad = ""
+        special = _SPECIAL.get
         for name, value in headers:
-            if name[0] == 0x3A:  # ":"
-                if name == b":path":
-                    path = value
-                elif name == b":method":
-                    method = value
-            elif name in _RESERVED:
-                if name == b"content-type":
-                    content_type = value
-                elif name == b"grpc-timeout":
+            kind = special(name)
+            if kind is None:
+                key = _NAMES.get(name) or _metadata_name(name)
+                if key[-4:] == "-bin":
                     try:
-                        timeout = parse_timeout(value)
-                    except ValueError as exc:
-                        bad_timeout = str(exc)
-            elif name.endswith(b"-bin"):
+                        metadata.append((key, _unb64(value)))
+                    except (binascii.Error, ValueError):
+                        bad = f"metadata {key} is not base64"
+                elif key[0] != ":":
+                    metadata.append((key, value.decode("latin-1")))
+            elif kind == _PATH:
+                path = value
+            elif kind == _METHOD:
+                method = value
+            elif kind == _CONTENT_TYPE:
+                content_type = value
+            elif kind == _TIMEOUT:
                 try:
-                    metadata.append((name.decode("ascii"), _unb64(value)))
-                except (binascii.Error, ValueError):
-                    bad_timeout = f"metadata {name.decode('ascii', 'replace')} is not base64"
-            else:
-                metadata.append((name.decode("ascii"), value.decode("latin-1")))
+                    timeout = parse_timeout(value)
+                except ValueError as exc:
+                    bad = str(exc)
         if not content_type.startswith(b"application/grpc"):
             self._not_grpc(stream_id, b"415", UNKNOWN, b"content-type must be application/grpc")
             return
@@ -299,8 +323,8 @@ class ServerConnection:
             self._not_grpc(stream_id, b"405", UNIMPLEMENTED, b"gRPC calls are POST requests")
             return
         st = self._streams[stream_id] = _Stream(self.max_message)
-        if bad_timeout:
-            self._refuse(stream_id, st, INTERNAL, bad_timeout)
+        if bad:
+            self._refuse(stream_id, st, INTERNAL, bad)
             return
         self._events.append(CallStarted(stream_id, path.decode("latin-1"), metadata, timeout))
         if end:
