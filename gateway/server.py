@@ -176,7 +176,10 @@ class Gateway:
                     self.front_ends[spec.name] = front_end
                     for name, host, bound in front_end.bound_listeners():
                         self._listed(BoundListener(name, (spec.name,), host, bound))
+            served = {spec.name for spec in self.specs}
             for listener in LISTENERS:
+                if listener.protocol is not None and listener.protocol not in served:
+                    continue  # a gateway built without the protocol has no port for it
                 port = cfg.port(listener.name)
                 if port is not None:
                     await self._listen(loop, listener, port)
