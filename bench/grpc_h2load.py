@@ -29,13 +29,17 @@ from bench.peers import free_port
 from bench.report import machine
 
 PATH = "/apache.rocketmq.v2.MessagingService/Heartbeat"
-HEADERS = ("content-type:application/grpc", "te:trailers", "x-mq-client-id:h2load",
-           "x-mq-language:PYTHON", "x-mq-protocol:v2")
+HEADERS = (
+    "content-type:application/grpc",
+    "te:trailers",
+    "x-mq-client-id:h2load",
+    "x-mq-language:PYTHON",
+    "x-mq-protocol:v2",
+)
 
 
 def _h2load(port: int, body: Path, calls: int, connections: int, streams: int) -> str:
-    cmd = ["h2load", "-n", str(calls), "-c", str(connections), "-m", str(streams),
-           "-d", str(body)]
+    cmd = ["h2load", "-n", str(calls), "-c", str(connections), "-m", str(streams), "-d", str(body)]
     for header in HEADERS:
         cmd += ["-H", header]
     cmd.append(f"http://127.0.0.1:{port}{PATH}")
@@ -55,17 +59,36 @@ def main() -> None:
     if shutil.which("h2load") is None:
         sys.exit("h2load not found: apt-get install nghttp2-client")
     mach = machine()
-    print(f"machine: {mach['host']}, {mach['cpus']} cpus ({mach['cpu_model']}), "
-          f"load {os.getloadavg()[0]:.1f}, python {mach['python']}")
+    print(
+        f"machine: {mach['host']}, {mach['cpus']} cpus ({mach['cpu_model']}), "
+        f"load {os.getloadavg()[0]:.1f}, python {mach['python']}"
+    )
     port = free_port()
     request = svc.HeartbeatRequest(client_type=pb.PRODUCER).SerializeToString()
     with tempfile.TemporaryDirectory(prefix="lmq-h2load-") as tmp:
         body = Path(tmp) / "heartbeat.bin"
         body.write_bytes(b"\x00" + len(request).to_bytes(4, "big") + request)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.serve", "--data-dir", f"{tmp}/data", "--mqtt-port",
-             "0", "--amqp-port", "0", "--unified-port", "0", "--grpc-port", str(port),
-             "--durability", "async", "--log-level", "warning"])
+            [
+                sys.executable,
+                "-m",
+                "cli.serve",
+                "--data-dir",
+                f"{tmp}/data",
+                "--mqtt-port",
+                "0",
+                "--amqp-port",
+                "0",
+                "--unified-port",
+                "0",
+                "--grpc-port",
+                str(port),
+                "--durability",
+                "async",
+                "--log-level",
+                "warning",
+            ]
+        )
         try:
             deadline = time.monotonic() + 30
             while True:
@@ -83,9 +106,11 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    print(f"heartbeat calls/s {args.calls / elapsed:,.0f}  gateway CPU "
-          f"{100 * cpu / elapsed:.0f} %  CPU per call {1e6 * cpu / args.calls:.1f} us  "
-          f"(load {os.getloadavg()[0]:.1f})")
+    print(
+        f"heartbeat calls/s {args.calls / elapsed:,.0f}  gateway CPU "
+        f"{100 * cpu / elapsed:.0f} %  CPU per call {1e6 * cpu / args.calls:.1f} us  "
+        f"(load {os.getloadavg()[0]:.1f})"
+    )
 
 
 if __name__ == "__main__":
