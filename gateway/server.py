@@ -66,6 +66,9 @@ LISTENERS: tuple[ListenerSpec, ...] = (
     ListenerSpec("amqps", "amqp", tls=True),
     ListenerSpec("unified_tls", None, tls=True),
     ListenerSpec("remoting_tls", "remoting", tls=True),
+    # RocketMQ 5 gRPC's own ports (the unified ports serve it too)
+    ListenerSpec("grpc", "grpc"),
+    ListenerSpec("grpc_tls", "grpc", tls=True),
 )
 
 
@@ -159,7 +162,7 @@ class Gateway:
             topic_space=self.topic_space, rocketmq_topics=rmq_topics,
             rocketmq_groups=rmq_groups,
             rocketmq=RocketMQServices(store, loop, publisher, rmq_topics, rmq_groups,
-                                      self.topic_space, authenticator),
+                                      self.topic_space, security),
             metrics=self.metrics, loop=loop,
             security=security, state=self.state, introspection=self)
         recovery = store.recovery
@@ -175,7 +178,10 @@ class Gateway:
                     self.front_ends[spec.name] = front_end
                     for name, host, bound in front_end.bound_listeners():
                         self._listed(BoundListener(name, (spec.name,), host, bound))
+            served = {spec.name for spec in self.specs}
             for listener in LISTENERS:
+                if listener.protocol is not None and listener.protocol not in served:
+                    continue  # a gateway built without the protocol has no port for it
                 port = cfg.port(listener.name)
                 if port is not None:
                     await self._listen(loop, listener, port)

@@ -18,10 +18,9 @@ from gateway.auth import ANONYMOUS_PRINCIPAL, Principal
 from protocol.grpc import Code, StatusError
 
 if TYPE_CHECKING:
-    import grpc.aio
-
     from gateway.connection import Connection
     from gateway.grpc.frontend import GrpcFrontEnd
+    from gateway.grpc.server import ServerCall
 
 #: The metadata keys RocketMQ's v2 clients send (lower case, as gRPC delivers them).
 CLIENT_ID = "x-mq-client-id"
@@ -42,14 +41,13 @@ class Call:
     front: GrpcFrontEnd
     #: The RPC's name as in the service (``SendMessage``); labels metrics and logs.
     rpc: str
-    #: grpc.aio's context of the call (peer, cancellation, deadline).
-    context: grpc.aio.ServicerContext[Any, Any]
+    #: The door's per-call object (stream, metadata, cancellation, deadline).
+    context: ServerCall
     #: The request metadata, keys lower case; a repeated key keeps its last value.
     metadata: dict[str, str] = field(default_factory=dict)
     #: ``x-mq-client-id`` ("" when the client sent none).
     client_id: str = ""
-    #: The peer as gRPC names it (``ipv4:127.0.0.1:53422``; the unified port's hand-off
-    #: makes it the internal listener's, see ``peer_host``).
+    #: The client's address (``127.0.0.1:53422``).
     peer: str = ""
     #: The client's address (host only), for logs, rate limits and ACLs.
     peer_host: str | None = None
@@ -59,8 +57,8 @@ class Call:
     unauthenticated: bool = False
     #: ``loop.time()`` by which the client gives up (None = no deadline).
     deadline: float | None = None
-    #: The unified-port connection a relayed call came through (None on the dedicated
-    #: ports): its local address is the one the client connected to.
+    #: The gateway connection the call came on (None only for calls made without one):
+    #: its local address is the one the client connected to.
     connection: Connection | None = None
 
     # -- time -------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def test_serve_prints_ports_answers_health_and_stops_on_sigterm(tmp_path):
     try:
         lines = lines_until_ready(proc)
         listening = dict(line.split(" ")[1:] for line in lines if line.startswith("listening "))
-        # amqp disabled by port 0; grpc is bound by grpcio itself and listed all the same
+        # amqp disabled by port 0; grpc is a listener of the gateway like the others
         assert set(listening) == {"mqtt", "unified", "grpc"}
         assert all(address.startswith("127.0.0.1:") for address in listening.values())
         url = f"http://{listening['unified']}/health"
