@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core import DelayTooLong, Durability, MessageTooLarge, StorageFull, StoreError
+from broker_core import DelayTooLong, MessageTooLarge, StorageFull, StoreError
 from gateway.grpc.records import RESERVED, parse_peer, to_store, writable_topic
 from lmq.rocketmq import MQTT_SECOND_TOPIC, MessageType, queue_lmq
 from protocol.grpc import Code, StatusError, ok
@@ -183,7 +183,7 @@ async def send_message(
             # One append for the whole request: all of it is stored, or none.
             store = front.store
             results = store.append_batch(items, wait=False)
-            if store.config.durability == Durability.SYNC:
+            if store.waits_for_ack:
                 await asyncio.wrap_future(store.acknowledged(results[-1].end))
     except Exception as exc:
         log.info("gRPC send refused: %s", exc, extra=call.log_fields())
@@ -215,7 +215,7 @@ async def _send_half(
     store = call.front.store
     try:
         result = store.append_half(message, lmqs, one.topic, wait=False)
-        if store.config.durability == Durability.SYNC:
+        if store.waits_for_ack:
             await asyncio.wrap_future(store.acknowledged(result.end))
     except Exception as exc:
         log.info("gRPC transactional send refused: %s", exc, extra=call.log_fields())
@@ -239,7 +239,7 @@ async def _send_delayed(
                for (msg, lmqs), one in zip(items, incoming, strict=True)]
     try:
         results = store.append_delayed_batch(delayed, wait=False)
-        if store.config.durability == Durability.SYNC:
+        if store.waits_for_ack:
             await asyncio.wrap_future(store.acknowledged(results[-1].end))
     except Exception as exc:
         log.info("gRPC delayed send refused: %s", exc, extra=call.log_fields())

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core import Durability, Outcome
+from broker_core import Outcome
 from gateway.grpc.records import encode_record, gateway_store_host
 from gateway.grpc.send import RECALL_PREFIX, TRANSACTION_PREFIX
 from lmq.rocketmq import parse_queue_lmq, split_mqtt_topic
@@ -89,7 +89,7 @@ async def end_transaction(
             Code.INVALID_TRANSACTION_ID,
             f"no transaction {request.transaction_id!r} (never sent, or its log segment"
             " is gone)")
-    if store.config.durability == Durability.SYNC and result.control_end:
+    if store.waits_for_ack and result.control_end:
         await asyncio.wrap_future(store.acknowledged(result.control_end))
     if result.outcome not in _ENDED_OK[commit]:
         raise StatusError(
@@ -156,7 +156,7 @@ async def recall_message(
             " handle (delivered, recalled, or never sent)")
     if not store.cancel_timer(position, wait=False):
         raise StatusError(Code.NOT_FOUND, "the delayed message was delivered meanwhile")
-    if store.config.durability == Durability.SYNC:
+    if store.waits_for_ack:
         await asyncio.wrap_future(store.acknowledged(store.log_end))
     message_id = record.properties.get("UNIQ_KEY", b"").decode()
     return service_pb2.RecallMessageResponse(status=ok(), message_id=message_id)

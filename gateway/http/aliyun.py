@@ -46,7 +46,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker_core import DelayTooLong, Durability, MessageTooLarge, Outcome, StorageFull
+from broker_core import DelayTooLong, MessageTooLarge, Outcome, StorageFull
 from broker_core.clock import now_ms
 from broker_core.errors import UnknownReceipt
 from gateway.auth import Refusal
@@ -368,7 +368,7 @@ class AliyunHttpApi:
         lmqs = [queue_lmq(topic, queue_id),
                 *self.ctx.topic_space.route_rocketmq(topic, rmq.get(MQTT_SECOND_TOPIC, ""))]
         store = self.ctx.store
-        sync = store.config.durability == Durability.SYNC
+        sync = store.waits_for_ack
         handle = ""
         if TRANS_CHECK_TIME in props:
             check_s = self._number(props[TRANS_CHECK_TIME], TRANS_CHECK_TIME)
@@ -515,7 +515,7 @@ class AliyunHttpApi:
                 problem = self._ack_one(handle, topic, group)
             if problem is not None:
                 errors.append(AckError(problem[0].code, problem[1], text))
-        if ended_at and store.config.durability == Durability.SYNC:
+        if ended_at and store.waits_for_ack:
             await asyncio.wrap_future(store.acknowledged(ended_at))
         if errors:
             return Response.of(404, render_ack_errors(errors), CONTENT_TYPE)

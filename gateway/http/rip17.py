@@ -27,7 +27,7 @@ import secrets
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
-from broker_core import Durability, Message, StoreError
+from broker_core import Message, StoreError
 from broker_core.clock import now_ms
 from gateway.auth import Refusal
 from gateway.http.messages import Request, Response
@@ -119,7 +119,7 @@ class Rip17Api:
                 await self.ctx.publisher.submit(*items[0])
             else:
                 results = store.append_batch(items, wait=False)
-                if store.config.durability == Durability.SYNC:
+                if store.waits_for_ack:
                     await asyncio.wrap_future(store.acknowledged(results[-1].end))
         except StoreError as exc:
             raise ProtocolError(RetCode.SEND_ERROR, f"send failed: {exc}") from None

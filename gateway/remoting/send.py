@@ -57,7 +57,6 @@ from typing import TYPE_CHECKING
 from broker_core import (
     AppendResult,
     DelayTooLong,
-    Durability,
     MessageTooLarge,
     StorageFull,
     StoreError,
@@ -331,7 +330,7 @@ async def _store_copies(
     try:
         results = store.append_copies(items, wait=False)
         stored = [r for r in results if r is not None]
-        if stored and store.config.durability == Durability.SYNC:
+        if stored and store.waits_for_ack:
             await asyncio.wrap_future(store.acknowledged(stored[-1].end))
     except Exception as exc:
         log.info("remoting copy refused: %s", exc, extra=ctx.conn.log_fields())
@@ -423,7 +422,7 @@ async def _send_delayed(
     store = front.store
     try:
         results = store.append_delayed_batch(items, wait=False)
-        if store.config.durability == Durability.SYNC:
+        if store.waits_for_ack:
             await asyncio.wrap_future(store.acknowledged(results[-1].end))
     except Exception as exc:
         log.info("remoting delayed send refused: %s", exc, extra=ctx.conn.log_fields())
@@ -536,7 +535,7 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
     try:
         # One append for the whole batch: all of it is stored, or (an exception) none.
         results = store.append_batch(items, wait=False)
-        if store.config.durability == Durability.SYNC:
+        if store.waits_for_ack:
             await asyncio.wrap_future(store.acknowledged(results[-1].end))
     except Exception as exc:
         log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())
@@ -568,7 +567,7 @@ async def _send_deduplicated(
                 ctx.front.ctx.rocketmq.timers.arm(min(d for d in dues if d is not None))
             else:
                 results = store.append_batch(items, wait=False)
-            if store.config.durability == Durability.SYNC:
+            if store.waits_for_ack:
                 await asyncio.wrap_future(store.acknowledged(results[-1].end))
         except Exception as exc:
             log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())

@@ -46,7 +46,7 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
-from broker_core import Durability, Outcome
+from broker_core import Outcome
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
 from gateway.remoting.fields import get_bool, get_int, get_str
 from gateway.remoting.messages import encode_record
@@ -102,7 +102,7 @@ async def send_half(
     store = ctx.front.store
     try:
         result = store.append_half(message, lmqs, group, wait=False)
-        if store.config.durability == Durability.SYNC:
+        if store.waits_for_ack:
             await asyncio.wrap_future(store.acknowledged(result.end))
     except Exception as exc:
         log.info("remoting transactional send refused: %s", exc, extra=ctx.conn.log_fields())
@@ -147,7 +147,7 @@ async def end_transaction(ctx: RequestContext, cmd: RemotingCommand) -> Remoting
             ResponseCode.SYSTEM_ERROR,
             f"Find prepared transaction message failed: no half message at commitLogOffset"
             f" {position} (never sent, or its log segment is gone)")
-    if store.config.durability == Durability.SYNC and result.control_end:
+    if store.waits_for_ack and result.control_end:
         await asyncio.wrap_future(store.acknowledged(result.control_end))
     if result.outcome not in _ENDED_OK[commit]:
         raise RequestError(

@@ -17,7 +17,9 @@ All integers big-endian; strings are ``u16 length, UTF-8``. Payloads:
   history (``u32 n``, then ``n`` x ``epoch u64, start u64``). The frame's epoch is the
   newest the slave knows.
 - ``WELCOME`` (master -> slave): where the slave cuts its log (u64), the master's log
-  start and end (u64 each). The frame's epoch is the session's from here on.
+  start and end (u64 each), the master's client addresses (a string,
+  ``name=host:port`` comma-separated: where the slave sends clients it refuses). The
+  frame's epoch is the session's from here on.
 - ``DATA`` (master -> slave): position (u64), the epoch that wrote these records (u64),
   the master's log end (u64), then whole records, their bytes as in the master's log.
   No records: a heartbeat.
@@ -77,6 +79,7 @@ class Welcome:
     truncate_to: int
     log_start: int
     log_end: int
+    clients: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +121,8 @@ def _payload(message: Message) -> tuple[Kind, bytes]:
         body += [_U64X2.pack(e.epoch, e.start) for e in message.history]
         return Kind.HELLO, b"".join(body)
     if isinstance(message, Welcome):
-        return Kind.WELCOME, _U64X3.pack(message.truncate_to, message.log_start, message.log_end)
+        fixed = _U64X3.pack(message.truncate_to, message.log_start, message.log_end)
+        return Kind.WELCOME, fixed + _s16(message.clients)
     if isinstance(message, Data):
         return Kind.DATA, _U64X3.pack(
             message.position, message.data_epoch, message.master_end
@@ -181,7 +185,7 @@ def _decode(kind: Kind, payload: bytes) -> Message:
         history = [EpochEntry(r.u64(), r.u64()) for _ in range(n)]
         message = Hello(group, member, end, history)
     elif kind == Kind.WELCOME:
-        message = Welcome(r.u64(), r.u64(), r.u64())
+        message = Welcome(r.u64(), r.u64(), r.u64(), r.s16())
     elif kind == Kind.DATA:
         position, data_epoch, master_end = r.u64(), r.u64(), r.u64()
         message = Data(position, data_epoch, master_end, payload[r.pos :])

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 from broker_core import (
     AppendResult,
     DelayTooLong,
-    Durability,
     Message,
     MessageStore,
     MessageTooLarge,
@@ -518,7 +517,7 @@ class JsonApi:
             if producer_group is not None:
                 store = ctx.store
                 result = store.append_half(message, lmqs, producer_group, wait=False)
-                if store.config.durability == Durability.SYNC:
+                if store.waits_for_ack:
                     await asyncio.wrap_future(store.acknowledged(result.end))
             elif due_ms is None:
                 result = await ctx.publisher.submit(message, lmqs)
@@ -569,7 +568,7 @@ class JsonApi:
             self.principal(request)
         try:
             result = store.end_transaction(position, action == "commit", wait=False)
-            if result.control_end and store.config.durability == Durability.SYNC:
+            if result.control_end and store.waits_for_ack:
                 await asyncio.wrap_future(store.acknowledged(result.control_end))
         except StoreError as exc:
             raise ApiError(503, str(exc)) from None

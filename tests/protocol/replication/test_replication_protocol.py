@@ -25,7 +25,7 @@ from protocol.replication.epochs import end_of_epoch
 
 MESSAGES = [
     Hello("g", "b-1", 1234, [EpochEntry(1, 0), EpochEntry(3, 900)]),
-    Welcome(1000, 0, 5000),
+    Welcome(1000, 0, 5000, "mqtt=127.0.0.1:1883"),
     Data(1000, 3, 5000, b"\x00" * 100),
     Data(5000, 3, 5000, b""),
     Ack(5000),
