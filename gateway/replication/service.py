@@ -21,6 +21,7 @@ from typing import Any
 from broker_core import MessageStore
 from broker_core.errors import NotMaster
 from gateway.config import GatewayConfig
+from gateway.connection import format_address
 from gateway.replication.insync import InSync
 from gateway.replication.master import SlaveSession
 from gateway.replication.slave import Follower
@@ -95,6 +96,13 @@ class ReplicationService:
         host, port = self._server.sockets[0].getsockname()[:2]
         return host, port
 
+    def replication_address(self) -> str:
+        """``host:port`` other members reach this one's replication listener at (the
+        advertised host when set)."""
+        host, port = self.address or ("", 0)
+        advertised = self.cfg.advertised_address.rpartition(":")[0]
+        return format_address((advertised or host, port))
+
     def _wake_threadsafe(self) -> None:
         self.loop.call_soon_threadsafe(self.wake.set)
 
@@ -167,7 +175,12 @@ class ReplicationService:
         if self._follower is not None:
             self._follower.cancel()
         self._follower_obj = Follower(
-            self.store, self.group, self.member, master_address, self._on_master
+            self.store,
+            self.group,
+            self.member,
+            master_address,
+            self._on_master,
+            lambda: self.epoch,
         )
         self._follower = self._tasks.spawn(self._follower_obj.run(), "replication-follower")
 

@@ -41,6 +41,7 @@ class Follower:
         member: str,
         master_address: Callable[[], str | None],
         on_master: Callable[[int, str], None],
+        min_epoch: Callable[[], int] = lambda: 0,
     ) -> None:
         self.store = store
         self.group = group
@@ -48,6 +49,12 @@ class Follower:
         self.master_address = master_address
         #: Called with (epoch, the master's client addresses) after each WELCOME.
         self.on_master = on_master
+        #: The newest epoch this member knows of (the controller's): an older master is
+        #: refused.
+        self.min_epoch = min_epoch
+        #: The newest epoch this member knows of (the controller's): an older master is
+        #: refused.
+        self.min_epoch = min_epoch
         self.connected = False
         self.master_end = 0
 
@@ -88,11 +95,10 @@ class Follower:
                 raise StoreError(f"the master refused: {welcome.reason}")
             if not isinstance(welcome, Welcome):
                 raise FrameError(f"expected WELCOME, got {type(welcome).__name__}")
-            if epoch < replica.epoch:
+            newest = max(replica.epoch, self.min_epoch())
+            if epoch < newest:
                 self._refuse(
-                    writer,
-                    replica.epoch,
-                    f"master of epoch {epoch}, older than this log's {replica.epoch}",
+                    writer, newest, f"master of epoch {epoch}, older than the newest known {newest}"
                 )
                 return
             if welcome.truncate_to < store.log_end:
