@@ -246,6 +246,7 @@ class Controller:
                     await self._demote(f"lost its lease ({exc or type(exc).__name__})")
                     return
                 await self.etcd.failed()
+                await asyncio.sleep(0.05)  # a refused connection fails at once
                 continue
             try:
                 async with asyncio.timeout(max(0.0, min(interval, deadline - time.monotonic()))):
