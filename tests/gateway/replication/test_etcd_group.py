@@ -117,3 +117,34 @@ def test_master_cut_off_from_etcd_stops_before_another_is_elected(
             b.stop()
         a.stop()
         relay.close()
+
+
+def test_master_and_etcd_leader_killed_together_while_a_slave_joins(tmp_path: Path) -> None:
+    """apache/rocketmq#7689 and #5663: a three-member etcd; under sync load a slave
+    joins the in-sync set, and the moment the master reports it in the set the master
+    and the etcd Raft leader are killed together. The joining slave is elected by the two
+    etcd members left, and every message the master acknowledged is in its log."""
+    cluster = Etcd(tmp_path / "etcd", size=3).start()
+    a = _auto(tmp_path / "a", cluster.endpoints, "a").start()
+    b = None
+    try:
+        wait_for("a elected", lambda: _role(a) == "master")
+        pub = Publisher(a.ports["mqtt"]).start()
+        wait_for("load", lambda: len(pub.acked) >= 100)
+        b = _auto(tmp_path / "b", cluster.endpoints, "b").start()
+        wait_for("b joins the set", lambda: a.says("in-sync set of broker-a: b"), timeout=60)
+        leader = cluster.leader()
+        a.kill()
+        cluster.kill(leader)
+        acked = pub.stop()
+        wait_for("b elected", lambda: _role(b) == "master", timeout=60)
+        on_b = set(bodies_in_log(b.data_dir))
+        assert [m for m in acked if m not in on_b] == []
+        after = Publisher(b.ports["mqtt"], prefix="after").start()
+        wait_for("load on b", lambda: len(after.acked) >= 20)
+        after.stop()
+    finally:
+        if b is not None:
+            b.stop()
+        a.stop()
+        cluster.stop()
