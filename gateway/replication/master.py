@@ -8,6 +8,10 @@ position beyond this master's log or behind the slave's last one, a HELLO of ano
 group or from a newer epoch is refused: a REFUSE frame, one WARNING log line naming the
 peer and the reason, the connection closed; nothing in the store changes.
 
+Consumer state (offsets, pop and FIFO state, front-end metadata) goes beside the log
+in STATE frames: a snapshot when the slave joins, then every change the store's tap
+queued, in write order, ahead of the next chunk of records.
+
 New records are noticed by the ack gate's wake-up (sync mode: at once) and otherwise by
 a short poll of the log end (``POLL_S``) while the slave is caught up.
 """
@@ -16,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from typing import TYPE_CHECKING
 
 from broker_core import MessageStore
+from broker_core.consumer_state import PUT, StateOp
 from protocol.replication import (
     Ack,
     Data,
@@ -29,6 +35,7 @@ from protocol.replication import (
     Hello,
     Message,
     Refuse,
+    State,
     Welcome,
     divergence,
     encode,
@@ -46,6 +53,8 @@ POLL_S = 0.005
 #: Heartbeat (an empty DATA) when nothing was sent for this long.
 HEARTBEAT_S = 1.0
 HELLO_TIMEOUT_S = 10.0
+#: Consumer-state changes per STATE frame (a batch is never split).
+STATE_CHUNK = 4096
 
 
 class Refused(Exception):
@@ -71,6 +80,8 @@ class SlaveSession:
         self.acked = 0
         #: master_end sent with each chunk, by the chunk's end (for "caught up").
         self._sent_ends: dict[int, int] = {}
+        #: Consumer-state changes to ship (see ReplicationService.state_queues).
+        self.state_queue: deque[list[StateOp]] = deque()
 
     async def run(self) -> None:
         decoder = FrameDecoder()
@@ -98,6 +109,7 @@ class SlaveSession:
         except (ConnectionError, asyncio.IncompleteReadError):
             log.info("replication: slave %s (%s) disconnected", self.member or "?", self.peer)
         finally:
+            self.service.state_queues.pop(id(self), None)
             if sender is not None:
                 sender.cancel()
             if self.member:
@@ -147,6 +159,16 @@ class SlaveSession:
             encode(self.epoch, Welcome(cut, self.store.log_start, end, service.client_addresses()))
         )
         await self.writer.drain()
+        # the consumer state: changes from now on are queued, then the snapshot goes
+        # first (a change queued meanwhile is applied after it again: the same result)
+        service.state_queues[id(self)] = self.state_queue
+        snapshot = await asyncio.to_thread(replica.state_snapshot)
+        first = True
+        for i in range(0, max(len(snapshot), 1), STATE_CHUNK):
+            ops = [(PUT, k, v) for k, v in snapshot[i : i + STATE_CHUNK]]
+            self.writer.write(encode(self.epoch, State(first, ops)))
+            first = False
+            await self.writer.drain()
         log.info(
             "replication: slave %s (%s) joined at %d (its log ended at %d)",
             self.member,
@@ -177,6 +199,13 @@ class SlaveSession:
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
         while True:
+            while self.state_queue:  # consumer state first: it is small and ordered
+                ops: list[StateOp] = []
+                while self.state_queue and len(ops) < STATE_CHUNK:
+                    ops += self.state_queue.popleft()
+                self.writer.write(encode(self.epoch, State(False, ops)))
+                await self.writer.drain()
+                idle_since = loop.time()
             end = self.store.log_end
             if self.position < end:
                 epoch, data = await asyncio.to_thread(replica.chunk, self.position, CHUNK_BYTES)

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from broker_core import MessageStore
+from broker_core.consumer_state import StateOp
 from broker_core.errors import NotMaster
 from gateway.config import GatewayConfig
 from gateway.connection import format_address
@@ -66,6 +68,9 @@ class ReplicationService:
         #: The master's client addresses as a slave last heard them (``master_clients``).
         self._master_clients = ""
         self.sessions: set[asyncio.Task[None]] = set()
+        #: Per slave session, the consumer-state changes still to ship (appended by
+        #: the store's tap on any thread, taken by the session on the loop).
+        self.state_queues: dict[int, deque[list[StateOp]]] = {}
         self._server: asyncio.Server | None = None
         self._follower: asyncio.Task[None] | None = None
         self._follower_obj: Follower | None = None
@@ -153,6 +158,7 @@ class ReplicationService:
         self.insync.reset(members)
         self.store.ack_gate = self.insync.wait if self.sync else None
         await asyncio.to_thread(replica.become_master, epoch)
+        await asyncio.to_thread(replica.ship_state, self._on_state)
         self.epoch = epoch
         self.role = "master"
         log.info("replication: master of group %s, epoch %d", self.group, epoch)
@@ -183,6 +189,12 @@ class ReplicationService:
             lambda: self.epoch,
         )
         self._follower = self._tasks.spawn(self._follower_obj.run(), "replication-follower")
+
+    def _on_state(self, ops: list[StateOp]) -> None:
+        """The store's tap (any thread, in write order): queue for every session."""
+        for queue in list(self.state_queues.values()):
+            queue.append(ops)
+        self._wake_threadsafe()
 
     def _on_master(self, epoch: int, clients: str) -> None:
         self.epoch = max(self.epoch, epoch)

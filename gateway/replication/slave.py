@@ -1,6 +1,7 @@
 """A slave's side of the replication port (docs/replication.md): connect to the master,
 say HELLO with this log's end and epoch history, cut the log where the WELCOME says,
-then apply each DATA chunk at the same position and acknowledge it. Every frame must
+then apply each DATA chunk at the same position and acknowledge it, and each STATE
+frame's consumer-state changes (not acknowledged: shipped asynchronously). Every frame must
 carry the session's epoch (the WELCOME's); a master of an epoch older than this log's
 is refused. On any error the connection is closed, one log line says why, and the slave
 connects again after a short pause (the master may have moved: :meth:`Follower.run`
@@ -22,6 +23,7 @@ from protocol.replication import (
     FrameError,
     Hello,
     Refuse,
+    State,
     Welcome,
     encode,
 )
@@ -119,6 +121,9 @@ class Follower:
                     return
                 if isinstance(message, Refuse):
                     raise StoreError(f"the master refused: {message.reason}")
+                if isinstance(message, State):
+                    await asyncio.to_thread(replica.apply_state, message.ops, message.wipe)
+                    continue
                 if not isinstance(message, Data):
                     raise FrameError(f"expected DATA, got {type(message).__name__}")
                 self.master_end = message.master_end

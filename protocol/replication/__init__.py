@@ -19,6 +19,7 @@ from .frames import (
     Kind,
     Message,
     Refuse,
+    State,
     Welcome,
     encode,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "Kind",
     "Message",
     "Refuse",
+    "State",
     "Welcome",
     "check_history",
     "divergence",

@@ -26,6 +26,10 @@ All integers big-endian; strings are ``u16 length, UTF-8``. Payloads:
 - ``ACK`` (slave -> master): the slave's log end (u64), every record before it written
   (and, in sync durability, fsynced) and dispatched.
 - ``REFUSE`` (either way): why (a string); the sender closes the connection.
+- ``STATE`` (master -> slave): consumer-state changes shipped beside the log: a flag
+  byte (1: the first chunk of a snapshot, remove every key first), ``u32 n``, then ``n``
+  x (``u8`` kind 0 put / 1 delete / 2 delete range, ``u32`` length + key, ``u32``
+  length + value or range end).
 
 A frame that fails any check (magic, version, kind, length, CRC, payload layout) is a
 :class:`FrameError`: the stream is not trusted past it and the connection is closed.
@@ -60,6 +64,7 @@ class Kind(enum.IntEnum):
     DATA = 3
     ACK = 4
     REFUSE = 5
+    STATE = 6
 
 
 class FrameError(ValueError):
@@ -100,7 +105,13 @@ class Refuse:
     reason: str
 
 
-Message = Hello | Welcome | Data | Ack | Refuse
+@dataclass(frozen=True, slots=True)
+class State:
+    wipe: bool
+    ops: list[tuple[int, bytes, bytes]]
+
+
+Message = Hello | Welcome | Data | Ack | Refuse | State
 
 
 def _s16(text: str) -> bytes:
@@ -129,6 +140,11 @@ def _payload(message: Message) -> tuple[Kind, bytes]:
         ) + message.records
     if isinstance(message, Ack):
         return Kind.ACK, _U64.pack(message.position)
+    if isinstance(message, State):
+        parts = [bytes((int(message.wipe),)), _U32.pack(len(message.ops))]
+        for kind, key, value in message.ops:
+            parts += [bytes((kind,)), _U32.pack(len(key)), key, _U32.pack(len(value)), value]
+        return Kind.STATE, b"".join(parts)
     return Kind.REFUSE, _s16(message.reason)
 
 
@@ -192,6 +208,18 @@ def _decode(kind: Kind, payload: bytes) -> Message:
         r.pos = len(payload)
     elif kind == Kind.ACK:
         message = Ack(r.u64())
+    elif kind == Kind.STATE:
+        flag, n = r.take(1)[0], r.u32()
+        if flag > 1:
+            raise FrameError(f"STATE: unknown flag {flag}")
+        ops = []
+        for _ in range(n):
+            op = r.take(1)[0]
+            if op > 2:
+                raise FrameError(f"STATE: unknown change kind {op}")
+            key = r.take(r.u32())
+            ops.append((op, key, r.take(r.u32())))
+        message = State(bool(flag), ops)
     else:
         message = Refuse(r.s16())
     r.done()

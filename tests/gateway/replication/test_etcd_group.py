@@ -45,6 +45,8 @@ def _role(member: Member) -> str:
 
 
 def _when(member: Member, text: str) -> datetime:
+    """When ``member`` logged ``text`` (by its own log line's time stamp)."""
+    wait_for(f"{text!r} in the log", lambda: member.says(text))
     line = next(x for x in member.output if text in x)
     return datetime.fromisoformat(line.split()[0].replace("Z", "+00:00"))
 

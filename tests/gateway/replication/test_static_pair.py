@@ -7,11 +7,15 @@ clients of a slave are sent to the master."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from broker_core import MessageStore
 from protocol.mqtt import Connect, MQTTVersion, ReasonCode
+from protocol.remoting.codes import RequestCode
+from tests.gateway.remoting.remoting_support import Client
 from tests.gateway.mqtt_clients import RawClient
 
 from .group_support import Member, Publisher, bodies_in_log, log_bytes, wait_for
@@ -19,15 +23,66 @@ from .group_support import Member, Publisher, bodies_in_log, log_bytes, wait_for
 pytestmark = pytest.mark.slow
 
 
+Q = {"topic": "off", "queueId": 1}
+
+
+async def _commit_offset(port: int, offset: int) -> None:
+    client = await Client.connect(port)
+    try:
+        await client.ok(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "off"})
+        for i in range(offset + 1):
+            await client.ok(
+                RequestCode.SEND_MESSAGE_V2,
+                {"a": "PG", "b": "off", "e": 1, "f": 0, "g": 0, "h": 0},
+                body=b"%d" % i,
+            )
+        await client.ok(
+            RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "commitOffset": offset, **Q}
+        )
+    finally:
+        await client.close()
+
+
+async def _query_offset(port: int) -> int:
+    client = await Client.connect(port)
+    try:
+        got = await client.ok(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "G", **Q})
+        return int(got.ext_fields["offset"])
+    finally:
+        await client.close()
+
+
+def _stored_offset(data_dir: Path) -> int | None:
+    store = MessageStore.open_read_only(data_dir)
+    try:
+        return next((o for _, group, o in store.offsets() if group == "G"), None)
+    finally:
+        store.close()
+
+
 def _caught_up(slave: Member, master: Member) -> bool:
     return slave.replication()["log_end"] == master.replication()["log_end"]
 
 
 def test_sync_pair_kill9_promote_and_rejoin(tmp_path: Path) -> None:
-    a = Member(tmp_path / "a", "--replication-role", "master", "--replication-ack", "sync")
+    a = Member(
+        tmp_path / "a",
+        "--replication-role",
+        "master",
+        "--replication-ack",
+        "sync",
+        "--remoting-port",
+        "auto",
+    )
     a.start()
     b = Member(
-        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
+        tmp_path / "b",
+        "--replication-role",
+        "slave",
+        "--remoting-port",
+        "auto",
+        "--replication-master",
+        a.replication_address,
     )
     try:
         b.start()
@@ -44,6 +99,10 @@ def test_sync_pair_kill9_promote_and_rejoin(tmp_path: Path) -> None:
         raw3 = RawClient(b.ports["mqtt"])
         raw3.send(Connect(client_id="c3", protocol_version=MQTTVersion.V3_1_1))
         assert raw3.recv().reason_code == 3  # 3.1.1: server unavailable, next address
+        # a RocketMQ consumer group's offset, committed on the master (consumer state,
+        # shipped beside the log)
+        asyncio.run(_commit_offset(a.ports["remoting"], 4))
+        wait_for("the offset on b", lambda: _stored_offset(b.data_dir) == 4)
         # load on the master, killed -9 in the middle of it
         pub = Publisher(a.ports["mqtt"]).start()
         wait_for("acknowledged load", lambda: len(pub.acked) >= 300)
@@ -57,6 +116,7 @@ def test_sync_pair_kill9_promote_and_rejoin(tmp_path: Path) -> None:
         b.promote()
         wait_for("b is master", lambda: b.replication()["role"] == "master")
         assert b.replication()["epoch"] == 2
+        assert asyncio.run(_query_offset(b.ports["remoting"])) == 4
         pub2 = Publisher(b.ports["mqtt"], prefix="after").start()
         wait_for("load on b", lambda: len(pub2.acked) >= 50)
         after = pub2.stop()

@@ -17,6 +17,7 @@ from protocol.replication import (
     FrameError,
     Hello,
     Refuse,
+    State,
     Welcome,
     divergence,
     encode,
@@ -30,6 +31,8 @@ MESSAGES = [
     Data(5000, 3, 5000, b""),
     Ack(5000),
     Refuse("a reason ü"),
+    State(True, [(0, b"Okey", b"\x00" * 8), (1, b"Pgone", b""), (2, b"O", b"P")]),
+    State(False, []),
 ]
 
 
