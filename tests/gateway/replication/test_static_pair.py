@@ -15,8 +15,8 @@ import pytest
 from broker_core import MessageStore
 from protocol.mqtt import Connect, MQTTVersion, ReasonCode
 from protocol.remoting.codes import RequestCode
-from tests.gateway.remoting.remoting_support import Client
 from tests.gateway.mqtt_clients import RawClient
+from tests.gateway.remoting.remoting_support import Client
 
 from .group_support import Member, Publisher, bodies_in_log, log_bytes, wait_for
 
