@@ -42,7 +42,10 @@ class Member(GatewayProcess):
             return json.loads(exc.read())
 
     def replication(self) -> dict[str, Any]:
-        return self.health()["replication"]
+        health = self.health()
+        if "replication" not in health:
+            raise AssertionError(f"no replication status in /health: {health}")
+        return health["replication"]
 
     def pause(self) -> None:
         assert self.proc is not None
@@ -61,11 +64,18 @@ class Member(GatewayProcess):
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = WAIT_S) -> None:
-    """Until ``check()`` holds (a bound on waiting, not a timed assertion)."""
+    """Until ``check()`` holds (a bound on waiting, not a timed assertion). A check that
+    raises (a member answering between two states) counts as not yet."""
     deadline = time.monotonic() + timeout
-    while not check():
+    last: Exception | None = None
+    while True:
+        try:
+            if check():
+                return
+        except (KeyError, OSError, AssertionError) as exc:
+            last = exc
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what} (last error: {last!r})")
         time.sleep(0.05)
 
 
