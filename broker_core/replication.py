@@ -15,6 +15,12 @@ serves to its slaves, and a slave's apply and truncation.
   its stored position equal to where it lands), writes them at the same positions, and
   dispatches them with recovery's replay (``broker_core.recovery.replay_records``):
   the same keys a replay after a crash makes, so every derived index is the master's.
+- **Consumer state** (offsets, pop and FIFO state, front-end metadata: everything of
+  ``state/``, which the log cannot rebuild) is shipped beside the log: a master's
+  :class:`~broker_core.consumer_state.ConsumerState` hands every written batch's
+  changes to a tap (:meth:`Replica.ship_state`); a slave applies them
+  (:meth:`Replica.apply_state`), after a snapshot when it joins. The fence covers the
+  state too: a slave's own paths write none of it.
 - **Truncate** (:meth:`Replica.truncate`): a returning member cuts its log where the
   master's history says they part; the index is rebuilt from the log when it had
   dispatched past the cut.
@@ -26,11 +32,13 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 from broker_core import recovery
 from broker_core.commit_log import fsync_dir
+from broker_core.consumer_state import StateOp
 from broker_core.errors import CorruptRecord, InsufficientData, NotMaster, StoreError
 from broker_core.parts import StoreParts
 from broker_core.record import decode_record, peek_size
@@ -102,8 +110,11 @@ class Replica:
     def fence(self, reason: str, master: str = "") -> None:
         """Refuse the store's own writes from now on (a slave; a master that lost its
         lease). Takes the append lock, so no write is half way when it returns."""
-        with self._parts.locks.append:
-            self._parts.log.fence = NotMaster(reason, master)
+        with self._parts.locks.pop, self._parts.locks.append:
+            fence = NotMaster(reason, master)
+            self._parts.log.fence = fence
+            self._parts.state.fence = fence
+            self._parts.state.tap = None
 
     def become_master(self, epoch: int) -> None:
         """Write as the master of ``epoch`` from the log's end: the entry is saved (with
@@ -118,7 +129,22 @@ class Replica:
                 self.epochs.append(Epoch(epoch, parts.log.end))
                 save_epochs(self.data_dir, self.epochs)
             parts.log.fence = None
+            parts.state.fence = None
         log.info("replication: master of epoch %d from position %d", epoch, parts.log.end)
+
+    def ship_state(self, tap: Callable[[list[StateOp]], None] | None) -> None:
+        """A master: call ``tap`` with every change of the consumer state, in write order
+        (None: stop)."""
+        with self._parts.locks.pop, self._parts.locks.append:
+            self._parts.state.tap = tap
+
+    def state_snapshot(self) -> list[tuple[bytes, bytes]]:
+        return self._parts.state.snapshot()
+
+    def apply_state(self, ops: list[StateOp], wipe: bool) -> None:
+        """A slave: apply consumer-state changes its master shipped (``wipe``: the first
+        chunk of a snapshot, every key removed first)."""
+        self._parts.state.apply_replicated(ops, wipe)
 
     # -- serving -------------------------------------------------------------------------
 

@@ -777,7 +777,9 @@ class MessageStore:
         self.update_meta({key: None})
 
     def update_meta(self, changes: dict[str, bytes | None]) -> None:
-        """Put (value) or delete (None) several metadata keys in one atomic write."""
+        """Put (value) or delete (None) several metadata keys in one atomic write. Also
+        on a slave of a broker group (front ends keep keys they generate at start): its
+        master's metadata replaces them as the replicated state arrives."""
         if self.read_only or self.locks.closed:
             raise StoreError("the store is closed or read-only")
         batch = self.state.new_batch()
@@ -786,7 +788,7 @@ class MessageStore:
                 batch.delete_meta(key)
             else:
                 batch.put_meta(key, value)
-        self.state.write(batch)
+        self.state.write(batch, replicated=self.log.fence is not None)
 
     # -- pop (see broker_core.pop) -----------------------------------------------------
 
@@ -834,6 +836,8 @@ class MessageStore:
         self.pop_consumer.set_memory_inflight(group, enabled)
 
     def revive(self, now: int | None = None) -> int:
+        if self.log.fence is not None:
+            return 0  # a slave: the master's pop state arrives replicated
         return self.pop_consumer.revive(now)
 
     def next_revive_at(self) -> int | None:

@@ -21,6 +21,7 @@ _GROUPS: dict[str, tuple[str, str]] = {
     "messages": ("cli.messages", "messages"),
     "transactions": ("cli.transactions", "transactions"),
     "connector": ("cli.connector", "connector"),
+    "replication": ("cli.replication", "replication"),
 }
 
 

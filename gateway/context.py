@@ -48,6 +48,15 @@ class Introspection(Protocol):
         """The store's statistics (also refreshes the ``lmq_store_*`` gauges)."""
         ...
 
+    def replication_role(self) -> str:
+        """``master``, ``slave`` or ``single`` (docs/replication.md)."""
+        ...
+
+    def replication_master(self, listener: str) -> str:
+        """``host:port`` of the group's master for clients of ``listener`` ("" when
+        unknown or not in a group)."""
+        ...
+
     def listener_address(self, name: str) -> tuple[str, int] | None:
         """``(host, port)`` the listener ``name`` (``unified``, ``remoting``...) is bound
         to, ``None`` when it is not listening (yet)."""

@@ -41,6 +41,7 @@ from gateway.frontends import FRONT_ENDS, FrontEndSpec, load_front_end
 from gateway.housekeeping import housekeeping_loop
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
+from gateway.replication.service import ReplicationService
 from gateway.rocketmq.groups import GroupRegistry
 from gateway.rocketmq.services import RocketMQServices
 from gateway.rocketmq.topics import TopicRegistry
@@ -106,6 +107,8 @@ class Gateway:
         self.started_at = time.monotonic()
         #: What front ends are given; built by :meth:`start` once the store is open.
         self._ctx: GatewayContext | None = None
+        #: The broker group membership (docs/replication.md); None: one node.
+        self.replication: ReplicationService | None = None
         self._tls_context: ssl.SSLContext | None = None
         self._servers: list[asyncio.Server] = []
         self._stop_requested = asyncio.Event()
@@ -170,6 +173,13 @@ class Gateway:
         # MQTT $delayed and AMQP x-delayed-message appends arm the one timer firing.
         publisher.on_delayed = ctx.rocketmq.timers.arm
         try:
+            if cfg.replication_role != "none":  # before any front end can write
+                self.replication = ReplicationService(cfg, store, self.tasks,
+                                                      self.client_addresses)
+                await self.replication.start()
+                bound_at = self.replication.address
+                if bound_at is not None:
+                    self._listed(BoundListener("replication", ("replication",), *bound_at))
             ctx.rocketmq.start()
             for spec in self.specs:
                 front_end = load_front_end(spec, ctx)
@@ -270,6 +280,8 @@ class Gateway:
         bound = self.config.shutdown_timeout
         if self._connector is not None:  # first: it may be a client of this gateway
             await self._connector.stop(bound)
+        if self.replication is not None:  # appends waiting for replicas fail now
+            await self.replication.stop()
         log.info("shutdown: stop accepting", extra={"connections": len(self.connections)})
         for server in self._servers:
             server.close()
@@ -328,6 +340,24 @@ class Gateway:
         bl = self.listener(name)
         return None if bl is None else (bl.host, bl.port)
 
+    def client_addresses(self) -> str:
+        """``name=host:port,...`` of the client listeners (the advertised host when
+        set): what a slave of this group tells the clients it refuses."""
+        host = self.config.advertised_address.rpartition(":")[0]
+        seen: dict[str, str] = {}
+        for bl in self.listeners:
+            if bl.name != "replication" and bl.name not in seen:
+                seen[bl.name] = format_address((host or bl.host, bl.port))
+        return ",".join(f"{k}={v}" for k, v in seen.items())
+
+    def replication_role(self) -> str:
+        """``master``, ``slave`` or ``single`` (no broker group)."""
+        return self.replication.role if self.replication is not None else "single"
+
+    def replication_master(self, listener: str) -> str:
+        """``host:port`` of the master for clients of ``listener`` ("" if unknown)."""
+        return self.replication.master_address(listener) if self.replication else ""
+
     def uptime(self) -> float:
         return time.monotonic() - self.started_at
 
@@ -358,6 +388,9 @@ class Gateway:
             "connections": {"total": len(self.connections), **by_protocol},
             "store": stats,
             "recovery": recovery.summary() if recovery is not None else None,
+            "replication": (
+                self.replication.status() if self.replication is not None else None
+            ),
         }
         return (200 if status == "ok" else 503), body
 

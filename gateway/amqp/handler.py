@@ -267,6 +267,13 @@ class AmqpHandler(ConnectionHandler):
         self.conn.spawn(check(), "amqp-auth")
 
     def _open(self, vhost: str) -> None:
+        intro = self.front.ctx.introspection
+        if intro.replication_role() == "slave":  # docs/replication.md "Clients follow"
+            master = intro.replication_master("amqp") or intro.replication_master("unified")
+            self.write(self.proto.deny_open(
+                "CONNECTION_FORCED - a slave of its broker group; the master is at"
+                f" {master or 'an unknown address'}", 320))
+            return
         auth = self.authenticator
         if auth is not None:
             allowed = auth.vhost_allowed(self.principal, vhost)

@@ -294,7 +294,10 @@ class HttpConnection(ConnectionHandler):
         match = self.router.match(request.method, request.path)
         label = "-"
         try:
-            if match is None:
+            early = self.router.before(request) if self.router.before is not None else None
+            if early is not None:
+                response = early
+            elif match is None:
                 response = problem(404, f"no resource at {request.path}")
             elif match.handler is None:
                 allowed = list(match.allowed)

@@ -349,6 +349,8 @@ class MqttFrontEnd(FrontEnd):
     # -- publishing from the gateway itself (wills, $SYS) ------------------------------
 
     def publish_internal(self, packet: Publish, origin: str) -> None:
+        if self.ctx.introspection.replication_role() == "slave":
+            return  # a slave writes nothing of its own ($SYS, wills: the master's)
         delayed: tuple[str, int] | None = None
         if packet.topic.startswith("$delayed/"):  # a will may be delayed, as in EMQX
             try:

@@ -17,13 +17,19 @@ All integers big-endian; strings are ``u16 length, UTF-8``. Payloads:
   history (``u32 n``, then ``n`` x ``epoch u64, start u64``). The frame's epoch is the
   newest the slave knows.
 - ``WELCOME`` (master -> slave): where the slave cuts its log (u64), the master's log
-  start and end (u64 each). The frame's epoch is the session's from here on.
+  start and end (u64 each), the master's client addresses (a string,
+  ``name=host:port`` comma-separated: where the slave sends clients it refuses). The
+  frame's epoch is the session's from here on.
 - ``DATA`` (master -> slave): position (u64), the epoch that wrote these records (u64),
   the master's log end (u64), then whole records, their bytes as in the master's log.
   No records: a heartbeat.
 - ``ACK`` (slave -> master): the slave's log end (u64), every record before it written
   (and, in sync durability, fsynced) and dispatched.
 - ``REFUSE`` (either way): why (a string); the sender closes the connection.
+- ``STATE`` (master -> slave): consumer-state changes shipped beside the log: a flag
+  byte (1: the first chunk of a snapshot, remove every key first), ``u32 n``, then ``n``
+  x (``u8`` kind 0 put / 1 delete / 2 delete range, ``u32`` length + key, ``u32``
+  length + value or range end).
 
 A frame that fails any check (magic, version, kind, length, CRC, payload layout) is a
 :class:`FrameError`: the stream is not trusted past it and the connection is closed.
@@ -58,6 +64,7 @@ class Kind(enum.IntEnum):
     DATA = 3
     ACK = 4
     REFUSE = 5
+    STATE = 6
 
 
 class FrameError(ValueError):
@@ -77,6 +84,7 @@ class Welcome:
     truncate_to: int
     log_start: int
     log_end: int
+    clients: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +105,13 @@ class Refuse:
     reason: str
 
 
-Message = Hello | Welcome | Data | Ack | Refuse
+@dataclass(frozen=True, slots=True)
+class State:
+    wipe: bool
+    ops: list[tuple[int, bytes, bytes]]
+
+
+Message = Hello | Welcome | Data | Ack | Refuse | State
 
 
 def _s16(text: str) -> bytes:
@@ -118,13 +132,19 @@ def _payload(message: Message) -> tuple[Kind, bytes]:
         body += [_U64X2.pack(e.epoch, e.start) for e in message.history]
         return Kind.HELLO, b"".join(body)
     if isinstance(message, Welcome):
-        return Kind.WELCOME, _U64X3.pack(message.truncate_to, message.log_start, message.log_end)
+        fixed = _U64X3.pack(message.truncate_to, message.log_start, message.log_end)
+        return Kind.WELCOME, fixed + _s16(message.clients)
     if isinstance(message, Data):
         return Kind.DATA, _U64X3.pack(
             message.position, message.data_epoch, message.master_end
         ) + message.records
     if isinstance(message, Ack):
         return Kind.ACK, _U64.pack(message.position)
+    if isinstance(message, State):
+        parts = [bytes((int(message.wipe),)), _U32.pack(len(message.ops))]
+        for kind, key, value in message.ops:
+            parts += [bytes((kind,)), _U32.pack(len(key)), key, _U32.pack(len(value)), value]
+        return Kind.STATE, b"".join(parts)
     return Kind.REFUSE, _s16(message.reason)
 
 
@@ -181,13 +201,25 @@ def _decode(kind: Kind, payload: bytes) -> Message:
         history = [EpochEntry(r.u64(), r.u64()) for _ in range(n)]
         message = Hello(group, member, end, history)
     elif kind == Kind.WELCOME:
-        message = Welcome(r.u64(), r.u64(), r.u64())
+        message = Welcome(r.u64(), r.u64(), r.u64(), r.s16())
     elif kind == Kind.DATA:
         position, data_epoch, master_end = r.u64(), r.u64(), r.u64()
         message = Data(position, data_epoch, master_end, payload[r.pos :])
         r.pos = len(payload)
     elif kind == Kind.ACK:
         message = Ack(r.u64())
+    elif kind == Kind.STATE:
+        flag, n = r.take(1)[0], r.u32()
+        if flag > 1:
+            raise FrameError(f"STATE: unknown flag {flag}")
+        ops = []
+        for _ in range(n):
+            op = r.take(1)[0]
+            if op > 2:
+                raise FrameError(f"STATE: unknown change kind {op}")
+            key = r.take(r.u32())
+            ops.append((op, key, r.take(r.u32())))
+        message = State(bool(flag), ops)
     else:
         message = Refuse(r.s16())
     r.done()

@@ -143,3 +143,44 @@ def test_returning_master_is_cut_to_the_new_epoch_start(tmp_path: Path) -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_consumer_state_ships_beside_the_log(tmp_path: Path) -> None:
+    """Offsets, pop state and metadata: a snapshot, then every change in write order;
+    a fenced slave writes none of its own."""
+    master = MessageStore.open(tmp_path / "m", SMALL)
+    slave = MessageStore.open(tmp_path / "s", SMALL)
+    try:
+        assert master.replica is not None and slave.replica is not None
+        master.replica.become_master(1)
+        slave.replica.fence("slave")
+        for i in range(10):
+            master.append(Message(topic="t", body=b"m%d" % i), ["q"])
+        master.commit_offset("g0", "q", 3)
+        master.put_meta("topic/t", b"config")
+        snapshot = master.replica.state_snapshot()
+        shipped: list = []
+        master.replica.ship_state(shipped.append)
+        master.commit_offsets("g1", {"q": 5})
+        popped = master.pop("pg", "q", 2, 60_000)
+        master.ack(popped[0].receipt)
+        master.delete_meta("topic/t")
+        master.put_meta("topic/u", b"other")
+        _copy_all(master, slave)
+        slave.replica.apply_state([(0, k, v) for k, v in snapshot], wipe=True)
+        for ops in shipped:
+            slave.replica.apply_state(ops, wipe=False)
+        assert master.replica.state_snapshot() == slave.replica.state_snapshot()
+        assert slave.get_offset("g1", "q") == 5 and slave.get_offset("g0", "q") == 3
+        assert slave.get_meta("topic/t") is None and slave.get_meta("topic/u") == b"other"
+        with pytest.raises(NotMaster):
+            slave.commit_offset("g2", "q", 1)
+        assert slave.revive() == 0
+        # promoted, the slave pops where the master left off: the unacked one comes back
+        # after its invisible time, the next fresh one is offset 2
+        slave.replica.become_master(2)
+        again = slave.pop("pg", "q", 1, 60_000)
+        assert [m.message.offset for m in again] == [2]
+    finally:
+        master.close()
+        slave.close()

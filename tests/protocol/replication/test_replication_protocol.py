@@ -17,6 +17,7 @@ from protocol.replication import (
     FrameError,
     Hello,
     Refuse,
+    State,
     Welcome,
     divergence,
     encode,
@@ -25,11 +26,13 @@ from protocol.replication.epochs import end_of_epoch
 
 MESSAGES = [
     Hello("g", "b-1", 1234, [EpochEntry(1, 0), EpochEntry(3, 900)]),
-    Welcome(1000, 0, 5000),
+    Welcome(1000, 0, 5000, "mqtt=127.0.0.1:1883"),
     Data(1000, 3, 5000, b"\x00" * 100),
     Data(5000, 3, 5000, b""),
     Ack(5000),
     Refuse("a reason ü"),
+    State(True, [(0, b"Okey", b"\x00" * 8), (1, b"Pgone", b""), (2, b"O", b"P")]),
+    State(False, []),
 ]
 
 
