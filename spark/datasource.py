@@ -99,9 +99,14 @@ class LmqDataSource(DataSource):
 class LmqReader(DataSourceReader):
     def __init__(self, options: dict, schema: StructType) -> None:
         options = {k.lower(): v for k, v in options.items()}
-        path = options.get("path")
+        # load(path) passes ``path``; SQL's CREATE TABLE keeps ``path`` as the table's
+        # location and does not hand it back: ``dataDir`` there
+        path = options.get("datadir") or options.get("path")
         if not path:
-            raise ValueError('format("lmq") needs a path: .load(data_dir) or OPTIONS (path ...)')
+            raise ValueError(
+                "format('lmq') needs the data directory: .load(data_dir), or the option "
+                "dataDir (SQL: USING lmq OPTIONS (dataDir '...'))"
+            )
         if not R.is_local(path):
             raise ValueError(
                 f"format('lmq') reads local paths (or file: URIs) only, not {path}; use "
