@@ -21,7 +21,7 @@ $(EXTRAS_STAMP): $(STAMP)
 
 # The compiled modules (setup.py's COMPILED, mypyc), built in place beside their sources,
 # and again whenever one of those sources changes (the tests refuse a stale one).
-COMPILED_SOURCES := $(shell sed -n 's/^ *"\([a-z_/]*\.py\)",$$/\1/p' setup.py)
+COMPILED_SOURCES := $(shell sed -n 's/^ *"\([a-z_/]*\.py\)",$$/\1/p; s/^ *"[a-z_.]*": "\([a-z_/]*\.c\)",$$/\1/p' setup.py)
 BUILT := $(VENV)/.built
 
 $(BUILT): $(STAMP) setup.py $(COMPILED_SOURCES)

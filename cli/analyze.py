@@ -78,7 +78,7 @@ def analyze() -> None:
 @click.option(
     "--include-sys",
     is_flag=True,
-    help="Count the gateway's own $SYS statistics as messages (left out by default).",
+    help="Count the gateway's own $SYS/... statistics messages too (left out by default).",
 )
 @click.pass_context
 def fanout(
