@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
-from typing import cast
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 from broker_core.clock import tag_hash
 from broker_core.commit_log import CommitLog, SegmentGone
@@ -25,8 +25,6 @@ from broker_core.consume_queue import ConsumeQueueIndex, IndexEntry
 from broker_core.errors import CorruptRecord, UnknownLmq
 from broker_core.lmq_table import LmqTable
 from broker_core.record import (
-    PlainMessage,
-    RawMessage,
     Record,
     decode_plain,
     decode_raw,
@@ -122,39 +120,8 @@ class Reader:
         other as a :class:`StoredMessage`, as do records found in the hot tail. Meant
         for backlogs, where each record is read once: the decoded-record cache is
         neither consulted nor filled. Corrupt records are handled as by :meth:`pull`."""
-        lmq_id, start, min_offset, max_offset, done = self._pull_start(
-            lmq, offset, max_count, max_bytes, True)
-        if done is not None:
-            return done
-        offsets, positions, sizes, bodies = self.index.spans(lmq_id, start, max_offset, max_count)
-        if not offsets:
-            return PullResult([], start, min_offset, max_offset)
-        next_offset = offsets[-1] + 1
-        raws = self.log.read_each(positions, sizes)
-        messages: list[StoredMessage | PlainMessage] = []
-        append = messages.append
-        budget = max_bytes
-        for i, raw in enumerate(raws):
-            if raw is None:  # its segment was removed by retention meanwhile
-                continue
-            body_size = bodies[i]
-            if messages and budget - body_size < 0:
-                next_offset = offsets[i]
-                break
-            position = positions[i]
-            try:
-                plain = decode_plain(raw, position, offsets[i])
-                if plain is None:
-                    record = decode_record(raw, position)
-            except CorruptRecord as exc:
-                self._corrupt(exc, position)
-                continue
-            budget -= body_size
-            append(plain if plain is not None else StoredMessage(lmq, offsets[i], record))
-        # PullResult.messages is declared as StoredMessage: pull_plain's callers know
-        # (by calling it) that plain messages may be among them.
-        return PullResult(cast(list[StoredMessage], messages), next_offset, min_offset,
-                          max_offset)
+        return self._pull_undecoded(
+            lmq, offset, max_count, max_bytes, decode_plain, self.log.read_each)
 
     def pull_raw(self, lmq: str, offset: int, max_count: int, max_bytes: int) -> PullResult:
         """:meth:`pull` (no tag filter) for a reader that re-encodes records into another
@@ -168,6 +135,18 @@ class Reader:
         are close together (an LMQ among a few busy ones, e.g. one queue of a topic of 8:
         one read of 8x the bytes costs less than a ``pread`` per record), else one
         ``pread`` each. Corrupt records are handled as by :meth:`pull`."""
+        return self._pull_undecoded(
+            lmq, offset, max_count, max_bytes, decode_raw, self._read_spans)
+
+    def _pull_undecoded(
+        self, lmq: str, offset: int, max_count: int, max_bytes: int,
+        decode: Callable[[bytes, int, int], Any],
+        read: Callable[[list[int], list[int]], list[bytes | None]],
+    ) -> PullResult:
+        """The one loop of :meth:`pull_plain` and :meth:`pull_raw`: the records ``read``
+        from the log, each ``decode``d (a plain or raw message; None: a record of
+        another kind, decoded in full as a :class:`StoredMessage`), within
+        ``max_bytes`` of bodies. Corrupt records are handled as by :meth:`pull`."""
         lmq_id, start, min_offset, max_offset, done = self._pull_start(
             lmq, offset, max_count, max_bytes, True)
         if done is not None:
@@ -176,8 +155,8 @@ class Reader:
         if not offsets:
             return PullResult([], start, min_offset, max_offset)
         next_offset = offsets[-1] + 1
-        raws = self._read_spans(positions, sizes)
-        messages: list[StoredMessage | RawMessage] = []
+        raws = read(positions, sizes)
+        messages: list[Any] = []
         append = messages.append
         budget = max_bytes
         for i, raw in enumerate(raws):
@@ -189,7 +168,7 @@ class Reader:
                 break
             position = positions[i]
             try:
-                plain = decode_raw(raw, position, offsets[i])
+                plain = decode(raw, position, offsets[i])
                 if plain is None:
                     record = decode_record(raw, position)
             except CorruptRecord as exc:
@@ -197,8 +176,8 @@ class Reader:
                 continue
             budget -= body_size
             append(plain if plain is not None else StoredMessage(lmq, offsets[i], record))
-        # PullResult.messages is declared as StoredMessage: pull_raw's callers know (by
-        # calling it) that raw messages may be among them.
+        # PullResult.messages is declared as StoredMessage: the callers of pull_plain and
+        # pull_raw know (by calling them) that plain or raw messages may be among them.
         return PullResult(cast(list[StoredMessage], messages), next_offset, min_offset,
                           max_offset)
 

@@ -33,6 +33,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from gateway.frontend import FrontEnd
+from gateway.grpc.auth import authenticate
 from gateway.grpc.call import CLIENT_ID, Call
 from gateway.grpc.clients import ClientRegistry
 from gateway.grpc.server import GrpcConnection, Method, ServerCall, methods
@@ -159,8 +160,6 @@ class GrpcFrontEnd(FrontEnd):
         call = Call(self, rpc, context, metadata, metadata.get(CLIENT_ID, ""), context.peer,
                     conn.peer_host, deadline=context.deadline, connection=conn)
         if self.ctx.authenticator is not None:
-            from gateway.grpc.auth import authenticate
-
             authenticate(self, call)
         else:
             call.unauthenticated = True

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from gateway.grpc.clients import group_name
+from gateway.grpc.telemetry import route_queried
 from lmq.rocketmq import InvalidName, MessageType, Perm
 from protocol.grpc import Code, StatusError, ok
 
@@ -121,8 +122,6 @@ async def query_route(
     broker = definition_pb2.Broker(
         name=BROKER_NAME, id=0, endpoints=broker_endpoints(call, request.endpoints))
     queues = message_queues(config, request.topic, broker)
-    from gateway.grpc.telemetry import route_queried
-
     route_queried(call)
     return service_pb2.QueryRouteResponse(status=ok(), message_queues=queues)
 

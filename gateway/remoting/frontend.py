@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.cluster_id import cluster_id
 from gateway.frontend import FrontEnd
+from gateway.remoting.clients import notify_consumer_ids_changed
 from gateway.remoting.consumers import ConsumerManager
 from gateway.remoting.dispatch import build_table
 from gateway.remoting.handler import RemotingHandler
 from gateway.remoting.locks import LockManager
 from gateway.remoting.pull import PullWaiters
+from gateway.remoting.security import authorize, check_subscribe
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -185,8 +187,6 @@ class RemotingFrontEnd(FrontEnd):
 
     def _group_changed(self, group: str, channels: list[Any]) -> None:
         """A group gained or lost a client: tell its clients to rebalance now."""
-        from gateway.remoting.clients import notify_consumer_ids_changed
-
         for channel in channels:
             if not channel.closed:
                 notify_consumer_ids_changed(channel, group)
@@ -217,14 +217,10 @@ class RemotingFrontEnd(FrontEnd):
         response (see :mod:`gateway.remoting.security`)."""
         if self.ctx.authenticator is None:
             return None
-        from gateway.remoting.security import authorize
-
         return authorize(self, handler, cmd)
 
     def check_subscribe(self, handler: RequestContext, topic: str, group: str) -> None:
         """Raise NO_PERMISSION unless the principal may consume ``topic`` as ``group``."""
         if self.ctx.authenticator is None:
             return
-        from gateway.remoting.security import check_subscribe
-
         check_subscribe(self, handler, topic, group)
