@@ -4,7 +4,14 @@ Front ends call :meth:`Publisher.submit` once per message; everything submitted 
 one turn of the event loop is appended with one ``append_batch`` (one log write, one
 RocksDB write) at the end of that turn. The returned future completes when the message
 may be acknowledged to its publisher: at once in async durability, after the covering
-fsync (group commit, on the store's flusher thread) in sync durability.
+fsync (group commit, on the store's flusher thread) in sync durability, and on a master
+in sync replication once the in-sync replicas hold it (``store.waits_for_ack``).
+The appends that must be one unit of their own (an all-or-nothing batch, delayed
+messages, a half message, copies, a transaction's end) are :meth:`append_batch`,
+:meth:`append_delayed`, :meth:`append_half`, :meth:`append_copies`,
+:meth:`end_transaction` and :meth:`cancel_timer`: appended at once (after what this
+turn queued, so the order of submission holds), counted in ``pending`` and awaited
+under the configured durability here, the one place that waits for it.
 :meth:`submit_callback` is the same with a plain callback instead of a future (no
 future and no extra loop callback per message: MQTT QoS 1 / 2 publishes use it), and
 :meth:`submit_nowait` has nothing to call back (QoS 0).
@@ -24,10 +31,11 @@ import asyncio
 import logging
 import shutil
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from broker_core import (
     AppendResult,
-    Durability,
+    EndResult,
     Message,
     MessageStore,
     MessageTooLarge,
@@ -38,6 +46,8 @@ log = logging.getLogger(__name__)
 
 #: Called with the append's result, or with None and the exception that failed it.
 Done = Callable[[AppendResult | None, BaseException | None], None]
+
+_T = TypeVar("_T")
 
 #: More unacknowledged messages than this and the store is "lagging".
 LAG_LIMIT = 50_000
@@ -53,7 +63,6 @@ class Publisher:
         # per item: a future, a Done callback, or None (nobody waits)
         self._futures: list[asyncio.Future[AppendResult] | Done | None] = []
         self._scheduled = False
-        self._sync = store.config.durability == Durability.SYNC
         self._max_body = store.config.max_message_bytes
         self.pending = 0
         self.appended = 0
@@ -153,6 +162,96 @@ class Publisher:
             self.loop.call_soon(self._flush)
         return True
 
+    # -- appends of their own ----------------------------------------------------------
+
+    async def _append_now(self, count: int, append: Callable[[], _T],
+                          end: Callable[[_T], int]) -> _T:
+        """Run ``append`` (a store append with ``wait=False``) now, after this turn's
+        queued messages; its ``count`` messages are pending until ``end(result)`` (the
+        log end to wait for; 0: nothing to wait for) is acknowledged."""
+        if self._items:
+            self._flush()
+        self.pending += count
+        self._update_caught_up()
+        try:
+            try:
+                result = append()
+            except Exception as exc:
+                if isinstance(exc, StorageFull):
+                    self.disk_full = True
+                    self._disk_checked = self.loop.time()
+                self.failed += count
+                raise
+            self.appended += count
+            if count:
+                self.disk_full = False
+            position = end(result)
+            if position and self.store.waits_for_ack:
+                await asyncio.wrap_future(self.store.acknowledged(position), loop=self.loop)
+            return result
+        finally:
+            self.pending -= count
+            self._update_caught_up()
+
+    async def append_batch(
+        self, items: Sequence[tuple[Message, Sequence[str]]]
+    ) -> list[AppendResult]:
+        """Append ``items`` as one unit (one log write: all stored, or none and the
+        exception); returns once they may be acknowledged."""
+        return await self._append_now(
+            len(items), lambda: self.store.append_batch(items, wait=False),
+            lambda results: results[-1].end if results else 0)
+
+    async def append_delayed(
+        self, items: Sequence[tuple[Message, Sequence[str], int]]
+    ) -> list[AppendResult]:
+        """Store delayed messages ``(message, lmqs, due_ms)`` as the store's timers, as one
+        unit; arms the gateway's timer firing (:attr:`on_delayed`) at the earliest due
+        time once appended; returns once they may be acknowledged."""
+        def append() -> list[AppendResult]:
+            results = self.store.append_delayed_batch(items, wait=False)
+            if self.on_delayed is not None and items:
+                self.on_delayed(min(due for _, _, due in items))
+            return results
+
+        return await self._append_now(
+            len(items), append, lambda results: results[-1].end if results else 0)
+
+    async def append_half(
+        self, message: Message, lmqs: Sequence[str], producer_group: str
+    ) -> AppendResult:
+        """Store a half message (delivered when its transaction commits); returns once
+        it may be acknowledged."""
+        return await self._append_now(
+            1, lambda: self.store.append_half(message, lmqs, producer_group, wait=False),
+            lambda result: result.end)
+
+    async def append_copies(
+        self, items: Sequence[tuple[Message, Sequence[str]]]
+    ) -> list[AppendResult | None]:
+        """The store's idempotent append of copies (None for a duplicate), as one unit."""
+        def end(results: list[AppendResult | None]) -> int:
+            stored = [r for r in results if r is not None]
+            return stored[-1].end if stored else 0
+
+        return await self._append_now(
+            len(items), lambda: self.store.append_copies(items, wait=False), end)
+
+    async def end_transaction(self, position: int, commit: bool) -> EndResult:
+        """Commit or roll back the half message at ``position``; returns once the
+        deciding control record may be acknowledged."""
+        return await self._append_now(
+            0, lambda: self.store.end_transaction(position, commit, wait=False),
+            lambda result: result.control_end)
+
+    async def cancel_timer(self, position: int) -> bool:
+        """Cancel the pending timer (delayed message) at ``position``; whether there was
+        one; returns once the cancellation may be relied on."""
+        store = self.store
+        return await self._append_now(
+            0, lambda: store.cancel_timer(position, wait=False),
+            lambda cancelled: store.log_end if cancelled else 0)
+
     def submit_delayed(self, message: Message, lmqs: Sequence[str], due_ms: int,
                        done: Done) -> None:
         """A delayed message: see :func:`submit_delayed`."""
@@ -184,7 +283,7 @@ class Publisher:
             return
         self.appended += len(items)
         self.disk_full = False
-        if not self._sync:
+        if not self.store.waits_for_ack:
             self.pending -= len(items)
             self._update_caught_up()
             for fut, result in zip(futures, results, strict=True):
@@ -267,7 +366,7 @@ def _flush_delayed(publisher: Publisher) -> None:
     publisher.appended += len(items)
     if publisher.on_delayed is not None:
         publisher.on_delayed(min(due for _, _, due in items))
-    if not publisher._sync:
+    if not store.waits_for_ack:
         settle_all(results, None)
         return
     durable = asyncio.wrap_future(store.acknowledged(results[-1].end), loop=publisher.loop)

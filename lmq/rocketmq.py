@@ -33,20 +33,26 @@ from __future__ import annotations
 import enum
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 __all__ = [
     "BROKER_NAME",
     "DEFAULT_QUEUE_NUMS",
+    "DELAY_PROPERTIES",
     "DLQ_PREFIX",
     "GROUP_META_PREFIX",
+    "HIDDEN_PROPERTIES",
     "LMQ_PREFIX",
     "MAX_GROUP_LENGTH",
     "MAX_TOPIC_LENGTH",
+    "MESSAGE_TYPES",
     "MQTT_SECOND_TOPIC",
     "NAME_PATTERN",
+    "RESERVED_PROPERTIES",
     "RETRY_PREFIX",
+    "SYSTEM_PROPERTIES",
     "TOPIC_META_PREFIX",
     "GroupConfig",
     "InvalidName",
@@ -57,6 +63,7 @@ __all__ = [
     "group_meta_key",
     "is_system_topic",
     "join_mqtt_topic",
+    "message_type_of",
     "parse_queue_lmq",
     "queue_lmq",
     "retry_topic",
@@ -100,17 +107,63 @@ _SYSTEM_TOPICS = frozenset(
 _SYSTEM_TOPIC_PREFIXES = ("rmq_sys_", "RMQ_SYS_")
 
 
+#: RocketMQ's own property names (``MessageConst.STRING_HASH_SET`` and the ones the
+#: clients set), and ``mqttSecondTopic``: they are not user properties and do not
+#: travel to MQTT or AMQP as such. The one definition every door and the connector use.
+SYSTEM_PROPERTIES = frozenset({
+    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC",
+    "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID",
+    "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
+    "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET",
+    "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
+    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
+    "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET",
+    "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
+    "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY",
+    "BORN_HOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
+    "CRC32", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "SHARDING_KEY", "__SHARDINGKEY", "TRACE_CONTEXT", "__STARTDELIVERTIME", "__transactionId__",
+    MQTT_SECOND_TOPIC,
+})  # fmt: skip
+#: The property names a producer may not set as user properties (gRPC's reserved
+#: keys, the HTTP APIs' ``properties``): the system properties and Aliyun's check
+#: count, but not ``mqttSecondTopic``, by which every RocketMQ producer addresses an
+#: MQTT subtopic (and consumers read what MQTT clients sent).
+RESERVED_PROPERTIES = (SYSTEM_PROPERTIES - {MQTT_SECOND_TOPIC}) | {"__TransCheckT"}
+#: What consumers are not shown as user properties (the HTTP APIs' documents): the
+#: system properties and Aliyun's check count.
+HIDDEN_PROPERTIES = SYSTEM_PROPERTIES | {"__TransCheckT"}
+
+#: The properties that make a message DELAY (RocketMQ's ``DELAY`` level, the timer
+#: properties, Aliyun's ``__STARTDELIVERTIME``).
+DELAY_PROPERTIES = (
+    "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME")
+_TYPE_PROPERTIES = frozenset(("TRAN_MSG", "__SHARDINGKEY", *DELAY_PROPERTIES))
+
+
 class InvalidName(ValueError):
     """A topic or group name RocketMQ would refuse."""
 
 
 class MessageType(enum.Enum):
-    """A topic's message type, as RocketMQ 5 checks it on send (``TopicMessageType``)."""
+    """A topic's message type, as RocketMQ 5 checks it on send (``TopicMessageType``).
+
+    A message has one of the first four; a topic has one of all five. ``MIXED``
+    (RocketMQ's broker option ``enableMixedMessageType``) accepts every message type:
+    the type of auto-created topics unless the gateway runs in the strict mode
+    (``rocketmq_strict_message_type``, RocketMQ 5's default: auto-created topics are
+    NORMAL)."""
 
     NORMAL = "NORMAL"
     FIFO = "FIFO"
     DELAY = "DELAY"
     TRANSACTION = "TRANSACTION"
+    MIXED = "MIXED"
+
+
+#: The types a message can have (every one but MIXED), in RocketMQ's order.
+MESSAGE_TYPES = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY,
+                 MessageType.TRANSACTION)
 
 
 class Perm(enum.IntFlag):
@@ -119,6 +172,24 @@ class Perm(enum.IntFlag):
     INHERIT = 1
     WRITE = 2
     READ = 4
+
+
+def message_type_of(props: Mapping[str, str], prepared: bool = False) -> MessageType:
+    """A message's type from its properties, as RocketMQ 5 types a send
+    (``TopicMessageType.parseFromMessageProperty``): ``TRAN_MSG`` (or ``prepared``, the
+    remoting sysFlag) = TRANSACTION, a delay property other than ``0`` = DELAY,
+    ``__SHARDINGKEY`` = FIFO, else NORMAL."""
+    if not prepared and props.keys().isdisjoint(_TYPE_PROPERTIES):
+        return MessageType.NORMAL  # the common case, one set operation
+    if prepared or props.get("TRAN_MSG", "").lower() == "true":
+        return MessageType.TRANSACTION
+    for name in DELAY_PROPERTIES:
+        value = props.get(name)
+        if value and value != "0":
+            return MessageType.DELAY
+    if props.get("__SHARDINGKEY"):
+        return MessageType.FIFO
+    return MessageType.NORMAL
 
 
 def validate_topic(name: str) -> str:
@@ -209,6 +280,18 @@ class TopicConfig:
                 raise ValueError(f"{label} queue count must be 1-1024, not {value}")
         if self.perm & ~0x7:
             raise ValueError(f"perm must be a combination of 1, 2 and 4, not {self.perm}")
+
+    def accepts(self, kind: MessageType) -> bool:
+        """Whether a message of type ``kind`` may be sent to this topic: its own type,
+        or any type on a MIXED topic (RocketMQ's ``TopicMessageType`` check)."""
+        return kind is self.message_type or self.message_type is MessageType.MIXED
+
+    @property
+    def accepted_types(self) -> tuple[MessageType, ...]:
+        """The message types this topic accepts (what a route reply lists)."""
+        if self.message_type is MessageType.MIXED:
+            return MESSAGE_TYPES
+        return (self.message_type,)
 
     @property
     def queue_count(self) -> int:

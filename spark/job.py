@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from spark import transforms as T
-from spark.reader import DEFAULT_SPLIT_BYTES, list_segments, read_commit_log
+from spark.reader import DEFAULT_SPLIT_BYTES, list_segments, parse_time, read_commit_log
 
 Progress = Callable[[str], None]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -52,6 +52,8 @@ class JobConfig:
     #: Also write the per-record table (the largest output by far).
     write_records: bool = True
     charts: bool = True
+    #: Count the gateway's own ``$SYS/...`` statistics messages as device traffic.
+    include_sys: bool = False
 
 
 @dataclass
@@ -68,20 +70,6 @@ class JobResult:
     @property
     def problems(self) -> list[dict]:
         return list(self.summary["log"]["problems"])
-
-
-def parse_time(text: str) -> datetime:
-    """ISO 8601 date or date-time (naive means UTC), or epoch milliseconds."""
-    text = text.strip()
-    if text.isdigit():
-        return _EPOCH + timedelta(milliseconds=int(text))
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(
-            f"not a time: {text!r} (use ISO 8601, e.g. 2024-05-01T12:00Z, or epoch ms)"
-        ) from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def quiet_pyspark_warnings() -> None:
@@ -169,6 +157,7 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
         split_bytes=config.split_bytes,
         mode=config.read_mode,
         segments=segments,
+        include_sys=config.include_sys,
     ).persist()
     try:
         progress(
@@ -180,8 +169,9 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
             f"scanned {sum(r['records'] for r in report):,} records in {len(report)} "
             "task(s); computing figures"
         )
-        records = scan.records
+        records = scan.records  # $SYS left out by the read unless include_sys
         summary = _summarise(records, report, segments, log_bytes, config)
+        summary["include_sys"] = config.include_sys
         progress(
             f"read {summary['messages']:,} messages from {summary['devices']:,} devices "
             f"to {summary['lmqs']:,} LMQs"
@@ -289,6 +279,7 @@ def _summarise(records, report, segments, log_bytes, config: JobConfig) -> dict:
             "held_records": sum(r["held_records"] for r in report),
             "control_records": sum(r["control_records"] for r in report),
             "filtered_records": sum(r["filtered_records"] for r in report),
+            "sys_records": sum(r["sys_records"] for r in report),
             "skipped_bytes": sum(r["skipped_bytes"] for r in report),
             "tail_bytes": sum(r["tail_bytes"] for r in report),
             "problems": problems,
@@ -418,6 +409,8 @@ def render_markdown(summary: dict) -> str:
         f" / {_fmt(fan['p90'])} / {_fmt(fan['p99'])} / {_fmt(fan['max'])} |",
         f"| held records (delayed and half messages) | {_fmt(log['held_records'])} |",
         f"| control records (not messages) | {_fmt(log['control_records'])} |",
+        f"| the gateway's own $SYS statistics | "
+        f"{'included' if summary.get('include_sys') else 'left out (--include-sys)'} |",
         f"| corrupt bytes skipped | {_fmt(log['skipped_bytes'])} |",
         f"| torn tail bytes (last segment) | {_fmt(log['tail_bytes'])} |",
         "",
@@ -502,6 +495,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split-mb", type=int, default=DEFAULT_SPLIT_BYTES >> 20)
     parser.add_argument("--no-records", action="store_true", help="skip the per-record table")
     parser.add_argument("--no-charts", action="store_true")
+    parser.add_argument(
+        "--include-sys", action="store_true", help="count the gateway's $SYS messages too"
+    )
     return parser
 
 
@@ -523,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         tables_dir=args.tables,
         write_records=not args.no_records,
         charts=not args.no_charts,
+        include_sys=args.include_sys,
     )
     try:
         result = run(session, config, progress=lambda m: print(m, file=sys.stderr))

@@ -39,7 +39,12 @@ from gateway.clients.remoting import (
     RemotingError,
     RequestTimeout,
 )
-from lmq.rocketmq import MQTT_SECOND_TOPIC, join_mqtt_topic, split_mqtt_topic
+from lmq.rocketmq import (
+    MQTT_SECOND_TOPIC,
+    SYSTEM_PROPERTIES,
+    join_mqtt_topic,
+    split_mqtt_topic,
+)
 from protocol.remoting import ResponseCode
 
 from .endpoints import (
@@ -57,25 +62,6 @@ from .endpoints import (
 from .heartbeat import HEARTBEAT_TAG
 from .rules import Cluster, Rule, start_millis
 from .tls import cluster_context, verify_failure
-
-#: RocketMQ's own properties (``gateway.rocketmq.records.SYSTEM_PROPERTIES``, which the
-#: connector may not import: it pulls in the store): the fields of CopyMessage carry the
-#: few that travel (TAGS, KEYS, UNIQ_KEY, mqttSecondTopic); the rest stay behind.
-SYSTEM_PROPERTIES = frozenset({
-    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC",
-    "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID",
-    "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
-    "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET",
-    "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
-    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
-    "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_DISPATCH",
-    "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
-    "TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES",
-    "TIMER_DEL_UNIQKEY", "BORN_HOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC",
-    "DLQ_ORIGIN_MESSAGE_ID", "CRC32", "TRANSACTION_CHECK_TIMES",
-    "CHECK_IMMUNITY_TIME_IN_SECONDS", "SHARDING_KEY", "__SHARDINGKEY", "TRACE_CONTEXT",
-    "__STARTDELIVERTIME", "__transactionId__", MQTT_SECOND_TOPIC,
-})  # fmt: skip
 
 #: Answers that mean "not now" (retry with back-off), not "never".
 _TRANSIENT = frozenset({

@@ -8,6 +8,7 @@ open mode) and raises :class:`~protocol.grpc.StatusError` to answer with a statu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ class Call:
     peer_host: str | None = None
     #: Who the call is served as (set by authentication; anonymous in open mode).
     principal: Principal = ANONYMOUS_PRINCIPAL
+    #: Served in open mode (no login): ends early when authentication turns on.
+    unauthenticated: bool = False
     #: ``loop.time()`` by which the client gives up (None = no deadline).
     deadline: float | None = None
     #: The gateway connection the call came on (None only for calls made without one):
@@ -59,6 +62,21 @@ class Call:
     connection: Connection | None = None
 
     # -- time -------------------------------------------------------------------------
+
+    async def must_end(self) -> None:
+        """Return when a long poll or a stream of this call must end early: the gateway
+        stops, or authentication turns on and this call was served without a login."""
+        front = self.front
+        if not self.unauthenticated:
+            await front.stopping.wait()
+            return
+        waits = [asyncio.ensure_future(front.stopping.wait()),
+                 asyncio.ensure_future(front.logins_required.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
 
     def time_remaining(self) -> float | None:
         """Seconds left before the client's deadline (None = no deadline), never < 0."""

@@ -19,6 +19,10 @@ Shutdown: the first ``goodbye`` sets :attr:`stopping` (long polls and Telemetry
 streams end early); each connection sends GOAWAY, lets its running calls finish for
 ``shutdown_timeout / 2`` (:attr:`grace`), ends the rest UNAVAILABLE and closes.
 
+Authentication turning on (a users file appears in open mode): every new call is
+authenticated; long polls and Telemetry streams served without a login end early
+(:attr:`logins_required`), and the door's connections close.
+
 Event-loop thread only.
 """
 
@@ -58,6 +62,8 @@ class GrpcFrontEnd(FrontEnd):
         self.publisher = ctx.publisher
         #: The gateway's RocketMQ topics and groups (shared with remoting).
         self.topics = ctx.rocketmq_topics
+        #: Every send, end of transaction and recall (gateway.rocketmq.producer).
+        self.producer = ctx.rocketmq.producer
         self.groups = ctx.rocketmq_groups
         #: Largest message body a producer may send (the store's limit).
         self.max_body = ctx.store.config.max_message_bytes
@@ -78,6 +84,8 @@ class GrpcFrontEnd(FrontEnd):
         self.bound: list[tuple[str, str, int]] = []
         #: Set by the first goodbye or stop: long polls and Telemetry streams end.
         self.stopping = asyncio.Event()
+        #: Set when authentication turns on: those of calls served without a login end.
+        self.logins_required = asyncio.Event()
         self.grace = cfg.shutdown_timeout / 2
         #: Calls by (RPC, status code), copied into the labelled counter at scrape time.
         self.call_counts: dict[tuple[str, int], int] = {}
@@ -128,6 +136,14 @@ class GrpcFrontEnd(FrontEnd):
         else:
             conn.close("shutdown")
 
+    def authentication_on(self, conns: list[Connection]) -> None:
+        # Calls are authenticated one by one: from now on every new call is. Long polls
+        # and Telemetry streams served in open mode end (Call.must_end), and the
+        # connections close (clients reconnect and log in).
+        self.logins_required.set()
+        for conn in conns:
+            conn.close("authentication on")
+
     async def stop(self) -> None:
         self.stopping.set()
         self.ctx.rocketmq.transactions.unregister(self.name)
@@ -146,6 +162,8 @@ class GrpcFrontEnd(FrontEnd):
             from gateway.grpc.auth import authenticate
 
             authenticate(self, call)
+        else:
+            call.unauthenticated = True
         return call
 
     def count(self, rpc: str, code: int) -> None:

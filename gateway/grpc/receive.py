@@ -127,12 +127,13 @@ def _poll_ms(call: Call, request: service_pb2.ReceiveMessageRequest) -> int:
 async def _pop_until_stopping(
     call: Call, group: str, popping: Coroutine[Any, Any, PopResult]
 ) -> PopResult:
-    """The pop's result, or an empty one when the gateway starts shutting down while it
-    waits (long polls end then). A pop that completed while this call was being
-    cancelled gives its messages back."""
+    """The pop's result, or an empty one when the call must end while it waits (the
+    gateway stops, or authentication turns on for an unauthenticated call:
+    :meth:`Call.must_end`). A pop that completed while this call was being cancelled
+    gives its messages back."""
     pop = call.front.ctx.rocketmq.pop
     task = asyncio.ensure_future(popping)
-    stopper = asyncio.ensure_future(call.front.stopping.wait())
+    stopper = asyncio.ensure_future(call.must_end())
     try:
         await asyncio.wait((task, stopper), return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
@@ -162,7 +163,7 @@ async def receive_message(
     group_cfg = group_config(call, group)
     topic_cfg = readable_topic(call, topic, group)
     # A group consuming in order, on a FIFO topic: each message group in order
-    fifo = group_cfg.consume_message_orderly and topic_cfg.message_type == MessageType.FIFO
+    fifo = group_cfg.consume_message_orderly and topic_cfg.accepts(MessageType.FIFO)
     if request.batch_size <= 0:
         raise StatusError(Code.BAD_REQUEST, "the batch size must be positive")
     batch = min(request.batch_size, MAX_BATCH)

@@ -12,7 +12,6 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from broker_core import Message, Record
 from gateway.rocketmq.records import (
-    SYSTEM_PROPERTIES,
     decode_properties,
     encode_properties,
     record_flags,
@@ -20,7 +19,7 @@ from gateway.rocketmq.records import (
     to_store_message,
 )
 from lmq.rocketmq import (
-    MQTT_SECOND_TOPIC,
+    RESERVED_PROPERTIES,
     GroupConfig,
     InvalidName,
     Perm,
@@ -47,17 +46,15 @@ __all__ = [
     "readable_topic",
     "store_host",
     "to_store",
-    "writable_topic",
 ]
 
 #: RocketMQ's sysFlag bit of a compressed body.
 COMPRESSED = 0x1
 
 #: The property names a gRPC message may not carry as user properties, and that are
-#: not shown to consumers as such: RocketMQ's system properties, but not
-#: ``mqttSecondTopic``, which gRPC producers set as a user property to address an MQTT
-#: subtopic (as remoting producers do) and consumers read on what MQTT clients sent.
-RESERVED = SYSTEM_PROPERTIES - {MQTT_SECOND_TOPIC}
+#: not shown to consumers as such (:data:`lmq.rocketmq.RESERVED_PROPERTIES`: not
+#: ``mqttSecondTopic``, by which producers address an MQTT subtopic).
+RESERVED = RESERVED_PROPERTIES
 
 
 def parse_peer(peer: str) -> str:
@@ -114,15 +111,6 @@ def _topic(call: Call, name: str) -> TopicConfig:
         raise StatusError(Code.ILLEGAL_TOPIC, str(exc)) from None
     if config is None:
         raise StatusError(Code.TOPIC_NOT_FOUND, f"topic {name} not found")
-    return config
-
-
-def writable_topic(call: Call, name: str) -> TopicConfig:
-    """The topic a message may be sent to (created when allowed), after the ACL."""
-    config = _topic(call, name)
-    if not config.perm & Perm.WRITE:
-        raise StatusError(Code.FORBIDDEN, f"the topic {name} is not writable")
-    call.check_publish(name)
     return config
 
 

@@ -7,7 +7,8 @@ topic's ``perm``, so queue 0 is always both (the Node client uses only queue 0).
 queue names one broker, :data:`BROKER_NAME` id 0, whose endpoints are
 ``advertised_address`` when configured, else the endpoints the client says it used
 (``QueryRouteRequest.endpoints``: the access point it was given), else the address its
-connection reached. ``accept_message_types`` is the topic's message type.
+connection reached. ``accept_message_types`` lists the types the topic accepts: its
+type, or all four for a MIXED topic (the clients refuse to send a type not listed).
 
 Unknown topics are created when ``rocketmq_auto_create_topics`` is on (as remoting's
 route queries do), else TOPIC_NOT_FOUND.
@@ -71,8 +72,12 @@ def _address(host: str, port: int) -> tuple[int, definition_pb2.Address]:
 def broker_endpoints(
     call: Call, requested: definition_pb2.Endpoints | None
 ) -> definition_pb2.Endpoints:
-    """Where clients reach the broker (see the module docstring)."""
+    """Where clients reach the broker (see the module docstring); on a slave of a broker
+    group, the master (docs/replication.md)."""
+    intro = call.front.ctx.introspection
     advertised = call.front.advertised_address
+    if intro.replication_role() == "slave":
+        advertised = intro.replication_master("grpc") or intro.replication_master("unified")
     if advertised:
         host, _, port = advertised.rpartition(":")
         scheme, address = _address(host.strip("[]"), int(port))
@@ -100,7 +105,7 @@ def _permission(perm: int, readable: bool, writable: bool) -> int:
 def message_queues(
     config: TopicConfig, topic: definition_pb2.Resource, broker: definition_pb2.Broker
 ) -> list[definition_pb2.MessageQueue]:
-    accepted = [MESSAGE_TYPES[config.message_type]]
+    accepted = [MESSAGE_TYPES[kind] for kind in config.accepted_types]
     return [
         definition_pb2.MessageQueue(
             topic=topic, id=i, broker=broker, accept_message_types=accepted,

@@ -12,17 +12,21 @@ else the one topic space routes its MQTT name to (MQTT subscribers, AMQP binding
 topic joined with the message's ``mqttSecondTopic`` user property, like a remoting send
 (:mod:`gateway.rocketmq.records`).
 
+This module converts: the topic, type, queue, routing and append are the producer
+service's (:mod:`gateway.rocketmq.producer`, ``front.producer``), whose refusals
+:func:`failure` answers with the proxy's codes.
+
 Checks, with the proxy's codes: the topic (ILLEGAL_TOPIC, TOPIC_NOT_FOUND, FORBIDDEN for
 a topic not writable or the ACL), each message (:func:`protocol.grpc.messages.decode_message`:
 body size, properties, tag, keys, id, group), and the message type against the topic's
-(MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
+(MESSAGE_PROPERTY_CONFLICT_WITH_TYPE; a MIXED topic accepts every type).
 
 TRANSACTION messages (one per request) are stored as the store's half messages
 (``MessageStore.append_half``), delivered only when EndTransaction (or a check-back's
 answer) commits them; the entry's ``transaction_id`` is ``lmq-tx:<log position>``
 (:mod:`gateway.grpc.transactions`).
 
-DELAY messages (a delivery timestamp, on a topic of type DELAY) are stored once, now,
+DELAY messages (a delivery timestamp, on a topic of type DELAY or MIXED) are stored once, now,
 as the store's durable timers (``MessageStore.append_delayed_batch``) and dispatched to
 the queue's LMQ (and the MQTT/AMQP routes) at the delivery time, to the millisecond; a
 time past ``StoreConfig.max_timer_delay_ms`` is ILLEGAL_DELIVERY_TIME. Their entries
@@ -36,18 +40,18 @@ configured durability (after the covering fsync in sync mode). Its entries are
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
-import zlib
 from typing import TYPE_CHECKING
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core import DelayTooLong, Durability, MessageTooLarge, StorageFull, StoreError
-from gateway.grpc.records import RESERVED, parse_peer, to_store, writable_topic
-from lmq.rocketmq import MQTT_SECOND_TOPIC, MessageType, queue_lmq
+from broker_core import DelayTooLong, MessageTooLarge, StorageFull, StoreError
+from broker_core.clock import now_ms
+from gateway.grpc.records import RESERVED, parse_peer, to_store
+from gateway.rocketmq import producer as p
+from gateway.rocketmq.producer import ROUND_ROBIN, ShardingKey
+from lmq.rocketmq import MQTT_SECOND_TOPIC, MessageType
 from protocol.grpc import Code, StatusError, ok
 from protocol.grpc.messages import Incoming, decode_message
 
@@ -66,7 +70,6 @@ _TYPES = {
     pb.DELAY: MessageType.DELAY,
     pb.TRANSACTION: MessageType.TRANSACTION,
 }
-_round_robin = itertools.count()
 
 
 def effective_type(incoming: Incoming) -> MessageType:
@@ -101,16 +104,30 @@ def effective_type(incoming: Incoming) -> MessageType:
     return kind
 
 
-def choose_queue(write_queues: int, group: str) -> int:
-    """A message group's queue (stable: CRC32 of the group), else round robin."""
-    if group:
-        return zlib.crc32(group.encode()) % write_queues
-    return next(_round_robin) % write_queues
+#: The producer service's refusals as the proxy answers them.
+_PRODUCER_CODES: dict[type[p.ProducerError], Code] = {
+    p.InvalidTopic: Code.ILLEGAL_TOPIC,
+    p.SystemTopic: Code.ILLEGAL_TOPIC,
+    p.TopicNotFound: Code.TOPIC_NOT_FOUND,
+    p.NotWritable: Code.FORBIDDEN,
+    p.Forbidden: Code.FORBIDDEN,
+    p.TypeMismatch: Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    p.IllegalMessage: Code.BAD_REQUEST,
+    p.BadQueue: Code.BAD_REQUEST,
+    p.NotPending: Code.NOT_FOUND,
+    p.TransactionNotFound: Code.INVALID_TRANSACTION_ID,
+    p.TransactionConflict: Code.PRECONDITION_FAILED,
+    p.WrongProducerGroup: Code.INVALID_TRANSACTION_ID,
+}
 
 
-def _failure(exc: BaseException) -> StatusError:
+def failure(exc: BaseException) -> StatusError:
+    """The status of a send (or an end of transaction, a recall) that failed with
+    ``exc``: a refusal of the producer service, or the store's error."""
     if isinstance(exc, StatusError):
         return exc
+    if isinstance(exc, p.ProducerError):
+        return StatusError(_PRODUCER_CODES.get(type(exc), Code.BAD_REQUEST), str(exc))
     if isinstance(exc, MessageTooLarge):
         return StatusError(Code.MESSAGE_BODY_TOO_LARGE, str(exc))
     if isinstance(exc, DelayTooLong):
@@ -125,6 +142,17 @@ def _failure(exc: BaseException) -> StatusError:
 async def send_message(
     call: Call, request: service_pb2.SendMessageRequest
 ) -> service_pb2.SendMessageResponse:
+    try:
+        return await _send(call, request)
+    except Exception as exc:
+        if not isinstance(exc, StatusError):
+            log.info("gRPC send refused: %s", exc, extra=call.log_fields())
+        raise failure(exc) from None
+
+
+async def _send(
+    call: Call, request: service_pb2.SendMessageRequest
+) -> service_pb2.SendMessageResponse:
     messages = request.messages
     if not messages:
         raise StatusError(Code.MESSAGE_CORRUPTED, "no message to send")
@@ -137,7 +165,8 @@ async def send_message(
         if msg.topic.name != topic:
             raise StatusError(Code.MESSAGE_CORRUPTED, "topic in message is not same")
     front = call.front
-    config = writable_topic(call, topic)
+    producer = front.producer
+    config = producer.resolve(topic, call.principal, call.client_id)
     # the producer's address: the relayed connection's on the unified port
     born = call.connection.peer if call.connection is not None else parse_peer(call.peer)
     peer_host = call.peer_host or born.rpartition(":")[0].strip("[]")
@@ -146,48 +175,32 @@ async def send_message(
                        peer_host=peer_host)
         for msg in messages
     ]
-    for index, one in enumerate(incoming):
-        kind = effective_type(one)
-        if kind != config.message_type:
-            raise StatusError(
-                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                f"message {index}: the message type {kind.value} does not match the type"
-                f" {config.message_type.value} of topic {topic}")
+    kinds = [effective_type(one) for one in incoming]
+    for index, kind in enumerate(kinds):
+        try:
+            producer.check_type(config, kind)
+        except p.TypeMismatch as exc:
+            raise p.TypeMismatch(f"message {index}: {exc}") from None
         if kind == MessageType.TRANSACTION and len(incoming) > 1:
             raise StatusError(
                 Code.UNSUPPORTED, "a transactional message is sent alone, not in a batch")
     # Ungrouped messages share one round-robin queue; each grouped one goes to its
     # group's queue (the same for every message of the group: its order is kept).
-    shared = queue_lmq(topic, choose_queue(config.write_queues, ""))
-
-    def lmq_of(one: Incoming) -> str:
-        if not one.message_group:
-            return shared
-        return queue_lmq(topic, choose_queue(config.write_queues, one.message_group))
-
+    shared = ROUND_ROBIN.select(config)
     # Each message also reaches the MQTT subscribers and AMQP queues of its MQTT name:
     # the topic joined with its mqttSecondTopic property, if any.
-    route = front.ctx.topic_space.route_rocketmq
     items: list[tuple[Message, list[str]]] = [
         (to_store(one, born_host=born),
-         [lmq_of(one), *route(topic, one.properties.get(MQTT_SECOND_TOPIC, ""))])
+         producer.lmqs(topic, ShardingKey(one.message_group).select(config)
+                       if one.message_group else shared,
+                       one.properties.get(MQTT_SECOND_TOPIC, "")))
         for one in incoming]
-    if config.message_type == MessageType.DELAY:
-        return await _send_delayed(call, incoming, items)
-    if config.message_type == MessageType.TRANSACTION:
+    if MessageType.TRANSACTION in kinds:
         return await _send_half(call, incoming[0], *items[0])
-    try:
-        if len(items) == 1:
-            results = [await front.publisher.submit(*items[0])]
-        else:
-            # One append for the whole request: all of it is stored, or none.
-            store = front.store
-            results = store.append_batch(items, wait=False)
-            if store.config.durability == Durability.SYNC:
-                await asyncio.wrap_future(store.acknowledged(results[-1].end))
-    except Exception as exc:
-        log.info("gRPC send refused: %s", exc, extra=call.log_fields())
-        raise _failure(exc) from None
+    if MessageType.DELAY in kinds:
+        return await _send_delayed(call, incoming, items)
+    # One append for the whole request: all of it is stored, or none.
+    results = await producer.send_batch(items)
     return service_pb2.SendMessageResponse(
         status=ok(),
         entries=[
@@ -212,14 +225,7 @@ async def _send_half(
     EndTransaction commits it, :mod:`gateway.grpc.transactions`), answered once durable.
     Its producer group is the topic (v2 sends name none; the proxy does the same); the
     transaction id names the half record."""
-    store = call.front.store
-    try:
-        result = store.append_half(message, lmqs, one.topic, wait=False)
-        if store.config.durability == Durability.SYNC:
-            await asyncio.wrap_future(store.acknowledged(result.end))
-    except Exception as exc:
-        log.info("gRPC transactional send refused: %s", exc, extra=call.log_fields())
-        raise _failure(exc) from None
+    result = await call.front.producer.send_half(message, lmqs, one.topic)
     return service_pb2.SendMessageResponse(
         status=ok(),
         entries=[service_pb2.SendResultEntry(
@@ -233,18 +239,10 @@ async def _send_delayed(
 ) -> service_pb2.SendMessageResponse:
     """Store DELAY messages as the store's timers (one append for the request: all or
     none), answered once durable; the gateway's timer firing is armed at the earliest."""
-    front = call.front
-    store = front.store
-    delayed = [(msg, lmqs, one.delivery_ms or 0)
+    now = now_ms()  # a message of the batch without a delivery time: due now
+    delayed = [(msg, lmqs, now if one.delivery_ms is None else one.delivery_ms)
                for (msg, lmqs), one in zip(items, incoming, strict=True)]
-    try:
-        results = store.append_delayed_batch(delayed, wait=False)
-        if store.config.durability == Durability.SYNC:
-            await asyncio.wrap_future(store.acknowledged(results[-1].end))
-    except Exception as exc:
-        log.info("gRPC delayed send refused: %s", exc, extra=call.log_fields())
-        raise _failure(exc) from None
-    front.ctx.rocketmq.timers.arm(min(due for _, _, due in delayed))
+    results = await call.front.producer.send_delayed(delayed)
     return service_pb2.SendMessageResponse(
         status=ok(),
         entries=[

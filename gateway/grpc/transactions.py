@@ -23,12 +23,13 @@ remoting producer of its group is connected): its gRPC transaction id works as w
 returned (``lmq:<log position>``, :mod:`gateway.grpc.send`): the store's
 ``cancel_timer``, durable before the answer; the message is then never delivered. A
 handle that is not ours is ILLEGAL_MESSAGE_ID; one whose message already fired, was
-recalled, or is of another topic is NOT_FOUND.
+recalled, or is of another topic is NOT_FOUND. EndTransaction and RecallMessage are the
+producer service's (:mod:`gateway.rocketmq.producer`); both need the publish right on
+the topic.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from typing import TYPE_CHECKING
@@ -36,9 +37,9 @@ from typing import TYPE_CHECKING
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core import Durability, Outcome
 from gateway.grpc.records import encode_record, gateway_store_host
-from gateway.grpc.send import RECALL_PREFIX, TRANSACTION_PREFIX
+from gateway.grpc.send import RECALL_PREFIX, TRANSACTION_PREFIX, failure
+from gateway.rocketmq.producer import ProducerError
 from lmq.rocketmq import parse_queue_lmq, split_mqtt_topic
 from protocol.grpc import Code, StatusError, ok
 
@@ -51,12 +52,6 @@ if TYPE_CHECKING:
 __all__ = ["check_sender", "end_transaction", "recall_message"]
 
 log = logging.getLogger("lmq.grpc")
-
-_ENDED_OK = {
-    True: (Outcome.COMMITTED, Outcome.ALREADY_COMMITTED),
-    False: (Outcome.ROLLED_BACK, Outcome.ALREADY_ROLLED_BACK),
-}
-
 
 def _transaction_position(transaction_id: str) -> int:
     digits = (transaction_id[len(TRANSACTION_PREFIX):]
@@ -75,26 +70,12 @@ async def end_transaction(
     if request.resolution not in (pb.COMMIT, pb.ROLLBACK):
         raise StatusError(Code.BAD_REQUEST, "the transaction resolution must be COMMIT or ROLLBACK")
     position = _transaction_position(request.transaction_id)
-    call.check_publish(topic)
-    store = call.front.store
-    pending = store.pending_transaction(position)
-    if pending is not None and split_mqtt_topic(pending.topic)[0] != topic:
-        raise StatusError(
-            Code.INVALID_TRANSACTION_ID,
-            f"transaction {request.transaction_id!r} is not one of topic {topic!r}")
-    commit = request.resolution == pb.COMMIT
-    result = store.end_transaction(position, commit, wait=False)
-    if result.outcome == Outcome.UNKNOWN:
-        raise StatusError(
-            Code.INVALID_TRANSACTION_ID,
-            f"no transaction {request.transaction_id!r} (never sent, or its log segment"
-            " is gone)")
-    if store.config.durability == Durability.SYNC and result.control_end:
-        await asyncio.wrap_future(store.acknowledged(result.control_end))
-    if result.outcome not in _ENDED_OK[commit]:
-        raise StatusError(
-            Code.PRECONDITION_FAILED,
-            f"transaction {request.transaction_id!r} already ended: {result.outcome.value}")
+    try:
+        result = await call.front.producer.end_transaction(
+            position, request.resolution == pb.COMMIT, call.principal, call.client_id,
+            topic=topic)
+    except ProducerError as exc:
+        raise failure(exc) from None
     log.debug("gRPC transaction ended", extra={
         **call.log_fields(), "position": position, "outcome": result.outcome.value,
         "source": pb.TransactionSource.Name(request.source)})
@@ -145,18 +126,10 @@ async def recall_message(
     digits = handle[len(RECALL_PREFIX):] if handle.startswith(RECALL_PREFIX) else ""
     if not digits.isdigit():
         raise StatusError(Code.ILLEGAL_MESSAGE_ID, f"not a recall handle: {handle!r}")
-    position = int(digits)
-    store = call.front.store
-    pending = store.pending_timer(position)  # found by the first position if relocated
-    record = store.record_at(pending.position) if pending is not None else None
-    if pending is None or record is None or pending.topic != request.topic.name:
-        raise StatusError(
-            Code.NOT_FOUND,
-            f"no delayed message of topic {request.topic.name!r} is pending under that"
-            " handle (delivered, recalled, or never sent)")
-    if not store.cancel_timer(position, wait=False):
-        raise StatusError(Code.NOT_FOUND, "the delayed message was delivered meanwhile")
-    if store.config.durability == Durability.SYNC:
-        await asyncio.wrap_future(store.acknowledged(store.log_end))
+    try:
+        record = await call.front.producer.recall(
+            int(digits), request.topic.name, call.principal, call.client_id)
+    except ProducerError as exc:
+        raise failure(exc) from None
     message_id = record.properties.get("UNIQ_KEY", b"").decode()
     return service_pb2.RecallMessageResponse(status=ok(), message_id=message_id)

@@ -19,7 +19,7 @@ the other way round. The wire format is :mod:`protocol.aliyun_http`.
   ``aliyun_invisible_seconds``; ``tag=A||B`` filters (messages of other tags are
   acked for the group, as RocketMQ's pop moves past them); ``trans=order`` pops in
   ``__SHARDINGKEY`` order (the store's FIFO pop); ``trans=pop`` hands out the due
-  check-backs of half messages of the topic (see :class:`HalfPolls`).
+  check-backs of half messages of the topic (see :class:`gateway.rocketmq.half_polls.HalfPolls`).
 - **Ack** (204, or 404 with per-handle ``<Errors>``): each handle acks its message;
   ``trans=commit|rollback`` ends half messages by their ``T`` handles.
 - **Auth**: with a users file, every request must carry a valid ``Authorization: MQ
@@ -31,32 +31,38 @@ the other way round. The wire format is :mod:`protocol.aliyun_http`.
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import hashlib
 import ipaddress
-import itertools
 import logging
 import os
 import secrets
-import time
 import uuid
-import zlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from broker_core import DelayTooLong, Durability, MessageTooLarge, Outcome, StorageFull
+from broker_core import DelayTooLong, MessageTooLarge, StorageFull
 from broker_core.clock import now_ms
 from broker_core.errors import UnknownReceipt
 from gateway.auth import Refusal
+from gateway.http.auth import HttpLogin, HttpLogins
 from gateway.http.messages import Request, Response
-from gateway.http.mq_signature import SignatureRefused, authenticate_signed
+from gateway.http.mq_signature import SignatureRefused
+from gateway.rocketmq import producer as p
 from gateway.rocketmq import records as rmq_records
+from gateway.rocketmq.half_polls import HalfPolls
 from gateway.rocketmq.pop_receipts import pop_retry_topic, store_receipt
 from gateway.rocketmq.pop_service import PollingFull
-from gateway.rocketmq.records import SYSTEM_PROPERTIES, rocketmq_properties, to_store_message
-from lmq.rocketmq import MQTT_SECOND_TOPIC, InvalidName, TopicConfig, queue_lmq, split_mqtt_topic
+from gateway.rocketmq.producer import ProducerError, ShardingKey
+from gateway.rocketmq.records import rocketmq_properties, to_store_message
+from lmq.rocketmq import (
+    MQTT_SECOND_TOPIC,
+    SYSTEM_PROPERTIES,
+    InvalidName,
+    MessageType,
+    TopicConfig,
+    message_type_of,
+)
 from protocol.aliyun_http import (
     AckError,
     ApiError,
@@ -88,12 +94,12 @@ from protocol.aliyun_http.signature import content_md5_matches
 from protocol.remoting.ids import UniqKeyFactory
 
 if TYPE_CHECKING:
-    from broker_core import PendingTransaction, Record
+    from broker_core import Record
     from gateway.auth import Principal
     from gateway.context import GatewayContext
     from gateway.http.routes import Router
 
-__all__ = ["AliyunHttpApi", "HalfPolls", "register_routes"]
+__all__ = ["AliyunHttpApi", "register_routes"]
 
 log = logging.getLogger("lmq.http.aliyun")
 
@@ -109,69 +115,23 @@ CHECK_SENDER = "aliyun-http"
 #: Properties of a stored message shown to an HTTP consumer besides its user properties.
 _SHOWN_SYSTEM = frozenset({KEYS, START_DELIVER_TIME, SHARDING_KEY})
 _ORIGIN = "aliyun-http"
+#: The producer service's refusals as the Aliyun API answers them.
+_PRODUCER_CODES: dict[type[ProducerError], ErrorCode] = {
+    p.InvalidTopic: ErrorCode.INVALID_ARGUMENT,
+    p.SystemTopic: ErrorCode.ACCESS_DENIED,
+    p.TopicNotFound: ErrorCode.TOPIC_NOT_EXIST,
+    p.NotWritable: ErrorCode.ACCESS_DENIED,
+    p.Forbidden: ErrorCode.ACCESS_DENIED,
+    p.TypeMismatch: ErrorCode.INVALID_ARGUMENT,
+    p.IllegalMessage: ErrorCode.INVALID_ARGUMENT,
+    p.TransactionNotFound: ErrorCode.MESSAGE_NOT_EXIST,
+    p.TransactionConflict: ErrorCode.MESSAGE_NOT_EXIST,
+}
 
 
 def wrap(ns: str, name: str) -> str:
     """The RocketMQ name of ``name`` in instance ``ns`` (RocketMQ 5's ``ns%name``)."""
     return f"{ns}%{name}" if ns else name
-
-
-@dataclass
-class HalfPolls:
-    """Half messages due a check, for ``trans=pop`` pollers of their topic.
-
-    The gateway's one check-back loop (:mod:`gateway.rocketmq.transaction_checks`)
-    offers each due half to the front ends in turn; :meth:`offer` takes it when an HTTP
-    producer polled the half's topic within :attr:`poll_memory_s` (the HTTP producer
-    has no connection to push to: it polls), queues it for the topic and wakes the
-    pollers. A half handed out and not ended is due again after the store's check
-    interval, and offered again then; the store counts every check and dead-letters
-    a half after ``txn_max_checks``, as for the other front ends. The queue is this
-    node's memory: a restart forgets what was queued and not yet polled, which the next
-    check hands out again.
-    """
-
-    poll_memory_s: float = 60.0
-    max_queued: int = 10_000
-    clock: Callable[[], float] = time.monotonic
-    _polled: dict[str, float] = field(default_factory=dict)
-    _queues: dict[str, collections.deque[PendingTransaction]] = field(default_factory=dict)
-    _events: dict[str, asyncio.Event] = field(default_factory=dict)
-
-    def polled(self, topic: str) -> None:
-        self._polled[topic] = self.clock()
-
-    def key(self, txn: PendingTransaction) -> str:
-        """Who polls for ``txn``: its topic (the JSON API keys by producer group)."""
-        return split_mqtt_topic(txn.topic)[0]
-
-    def offer(self, txn: PendingTransaction, _record: Record) -> bool:
-        topic = self.key(txn)
-        seen = self._polled.get(topic)
-        if seen is None or self.clock() - seen > self.poll_memory_s:
-            return False
-        queue = self._queues.setdefault(topic, collections.deque(maxlen=self.max_queued))
-        queue.append(txn)
-        event = self._events.get(topic)
-        if event is not None:
-            event.set()
-        return True
-
-    def take(self, topic: str, count: int) -> list[PendingTransaction]:
-        queue = self._queues.get(topic)
-        out: list[PendingTransaction] = []
-        while queue and len(out) < count:
-            out.append(queue.popleft())
-        return out
-
-    async def wait(self, topic: str, timeout_s: float) -> None:
-        event = self._events.setdefault(topic, asyncio.Event())
-        event.clear()
-        try:
-            async with asyncio.timeout(timeout_s):
-                await event.wait()
-        except TimeoutError:
-            pass
 
 
 class AliyunHttpApi:
@@ -181,6 +141,7 @@ class AliyunHttpApi:
     def __init__(self, ctx: GatewayContext) -> None:
         self.ctx = ctx
         config = ctx.config
+        self._logins = HttpLogins(ctx.security)
         self.invisible_ms = config.aliyun_invisible_seconds * 1000
         self.codec = HandleCodec(self._handle_key(config.aliyun_handle_key))
         self.host_id = f"{config.bind}"
@@ -192,12 +153,16 @@ class AliyunHttpApi:
         if ip in ("0.0.0.0", "::"):
             ip = "127.0.0.1"
         self._uniq = UniqKeyFactory(ip, os.getpid(), secrets.randbits(32))
-        self._round_robin = itertools.count()
         ctx.rocketmq.transactions.register(CHECK_SENDER, self.halves.offer)
         metrics = ctx.metrics
         self._requests = metrics.counter(
             "lmq_http_aliyun_requests_total", "Aliyun MQ HTTP API requests by call and status",
             ("call", "status"))
+
+    @property
+    def login(self) -> HttpLogin | None:
+        """The HTTP logins (None in open mode; on once a users file appears)."""
+        return self._logins.current()
 
     def _handle_key(self, configured: str) -> bytes:
         if configured:
@@ -249,6 +214,9 @@ class AliyunHttpApi:
             response = self._error(ErrorCode.INVALID_ARGUMENT, str(exc), request_id)
         except PollingFull as exc:
             response = self._error(ErrorCode.TOO_MANY_REQUESTS, str(exc), request_id)
+        except ProducerError as exc:
+            code = _PRODUCER_CODES.get(type(exc), ErrorCode.INVALID_ARGUMENT)
+            response = self._error(code, str(exc), request_id)
         except (MessageTooLarge, DelayTooLong) as exc:
             response = self._error(ErrorCode.INVALID_ARGUMENT, str(exc), request_id)
         except StorageFull as exc:
@@ -267,11 +235,10 @@ class AliyunHttpApi:
                                                      self.host_id), CONTENT_TYPE)
 
     def _authenticate(self, request: Request) -> Principal | None:
-        auth = self.ctx.authenticator
-        if auth is None:
+        if self.login is None:
             return None
         try:
-            result = authenticate_signed(auth, request)
+            result = self.login.signed(request)
         except SignatureRefused as exc:
             code = (ErrorCode.INVALID_ARGUMENT if exc.bad_request
                     else ErrorCode.ACCESS_DENIED if exc.denied
@@ -305,7 +272,8 @@ class AliyunHttpApi:
 
             validate_topic(name)
             queues = topics.default_queues
-            config = topics.create(TopicConfig(name, read_queues=queues, write_queues=queues))
+            config = topics.create(TopicConfig(name, read_queues=queues, write_queues=queues,
+                                               message_type=topics.auto_type))
         elif config is None:
             config = topics.ensure(name)
         if config is None:
@@ -346,9 +314,9 @@ class AliyunHttpApi:
 
     async def _publish(self, request: Request, principal: Principal | None,
                        _rid: str) -> Response:
-        config = self._topic(request)
-        topic = config.name
-        self._check_publish(principal, topic)
+        producer = self.ctx.rocketmq.producer
+        topic = self._topic(request).name  # creates a namespaced topic when allowed
+        config = producer.resolve(topic, principal)
         sent = parse_publish(request.body)
         props = decode_properties(sent.properties, strict=True)
         now = now_ms()
@@ -357,38 +325,29 @@ class AliyunHttpApi:
         rmq["UNIQ_KEY"] = message_id
         if sent.tag:
             rmq["TAGS"] = sent.tag
-        sharding = props.get(SHARDING_KEY, "")
-        if sharding:
-            queue_id = zlib.crc32(sharding.encode()) % config.write_queues
-        else:
-            queue_id = next(self._round_robin) % config.write_queues
+        kind = (MessageType.TRANSACTION if TRANS_CHECK_TIME in props
+                else message_type_of(props))
+        producer.check_type(config, kind)
+        queue_id = ShardingKey(props.get(SHARDING_KEY, "")).select(config)
         message = to_store_message(
             topic, sent.body.encode(), rmq_records.encode_properties(rmq), rmq,
             origin=_ORIGIN, born_ms=now, born_host=request.peer)
-        lmqs = [queue_lmq(topic, queue_id),
-                *self.ctx.topic_space.route_rocketmq(topic, rmq.get(MQTT_SECOND_TOPIC, ""))]
-        store = self.ctx.store
-        sync = store.config.durability == Durability.SYNC
+        lmqs = producer.lmqs(topic, queue_id, rmq.get(MQTT_SECOND_TOPIC, ""))
         handle = ""
         if TRANS_CHECK_TIME in props:
             check_s = self._number(props[TRANS_CHECK_TIME], TRANS_CHECK_TIME)
             message = dataclasses.replace(message, properties={
                 **(message.properties or {}),
                 "CHECK_IMMUNITY_TIME_IN_SECONDS": str(check_s).encode()})
-            result = store.append_half(message, lmqs, topic, wait=False)
-            if sync:
-                await asyncio.wrap_future(store.acknowledged(result.end))
-            first = now + max(check_s * 1000, store.config.txn_first_check_ms)
+            result = await producer.send_half(message, lmqs, topic)
+            first = now + max(check_s * 1000, self.ctx.store.config.txn_first_check_ms)
             handle = self.codec.encode(
                 Handle(HandleKind.TRANSACTION, topic, "", 0, result.position, first))
         elif START_DELIVER_TIME in props and (
                 due := self._number(props[START_DELIVER_TIME], START_DELIVER_TIME)) > now:
-            result = store.append_delayed(message, lmqs, due, wait=False)
-            if sync:
-                await asyncio.wrap_future(store.acknowledged(result.end))
-            self.ctx.rocketmq.timers.arm(due)
+            await producer.send_delayed([(message, lmqs, due)])
         else:
-            await self.ctx.publisher.submit(message, lmqs)
+            await producer.send(message, lmqs)
         return Response.of(201, render_published(message_id, body_md5(sent.body), handle),
                            CONTENT_TYPE)
 
@@ -495,28 +454,21 @@ class AliyunHttpApi:
         if trans not in ("", "commit", "rollback"):
             raise ApiError(ErrorCode.INVALID_ARGUMENT,
                            f"trans={trans!r}: use commit or rollback")
-        if trans:
-            self._check_publish(principal, topic)
-        else:
+        if not trans:
             self._check_subscribe(principal, topic, group)
         errors: list[AckError] = []
-        store = self.ctx.store
-        ended_at = 0
         for text in handles:
             try:
                 handle = self.codec.decode(text)
             except InvalidHandle as exc:
                 errors.append(AckError(ErrorCode.RECEIPT_HANDLE_ERROR.code, str(exc), text))
                 continue
-            if trans:
-                problem, end = self._end(handle, topic, trans == "commit")
-                ended_at = max(ended_at, end)
+            if trans:  # the producer service checks the publish ACL
+                problem = await self._end(handle, topic, trans == "commit", principal)
             else:
                 problem = self._ack_one(handle, topic, group)
             if problem is not None:
                 errors.append(AckError(problem[0].code, problem[1], text))
-        if ended_at and store.config.durability == Durability.SYNC:
-            await asyncio.wrap_future(store.acknowledged(ended_at))
         if errors:
             return Response.of(404, render_ack_errors(errors), CONTENT_TYPE)
         return Response(204)
@@ -536,21 +488,21 @@ class AliyunHttpApi:
                     " or its NextConsumeTime passed and it is delivered again)")
         return None
 
-    def _end(self, handle: Handle, topic: str,
-             commit: bool) -> tuple[tuple[ErrorCode, str] | None, int]:
+    async def _end(self, handle: Handle, topic: str, commit: bool,
+                   principal: Principal | None) -> tuple[ErrorCode, str] | None:
         if handle.kind != HandleKind.TRANSACTION or handle.topic != topic:
             return (ErrorCode.RECEIPT_HANDLE_ERROR,
-                    f"the receipt handle is not one of a half message of topic {topic}"), 0
-        result = self.ctx.store.end_transaction(handle.offset, commit, wait=False)
-        ok = ((Outcome.COMMITTED, Outcome.ALREADY_COMMITTED) if commit
-              else (Outcome.ROLLED_BACK, Outcome.ALREADY_ROLLED_BACK))
-        if result.outcome == Outcome.UNKNOWN:
+                    f"the receipt handle is not one of a half message of topic {topic}")
+        try:
+            await self.ctx.rocketmq.producer.end_transaction(
+                handle.offset, commit, principal, topic=topic)
+        except p.TransactionNotFound:
             return (ErrorCode.MESSAGE_NOT_EXIST,
-                    "no half message under this handle (its log segment is gone)"), 0
-        if result.outcome not in ok:
+                    "no half message under this handle (its log segment is gone)")
+        except p.TransactionConflict as exc:
             return (ErrorCode.MESSAGE_NOT_EXIST,
-                    f"the transaction already ended: {result.outcome.value}"), 0
-        return None, result.control_end or 0
+                    f"the transaction already ended: {exc.outcome.value}")
+        return None
 
 
 def register_routes(router: Router, ctx: GatewayContext) -> None:

@@ -19,20 +19,26 @@ a message sent here is read by remoting, gRPC, MQTT, AMQP and Aliyun HTTP consum
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
 import os
 import secrets
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
-from broker_core import Durability, Message, StoreError
+from broker_core import Message, StoreError
 from broker_core.clock import now_ms
 from gateway.auth import Refusal
+from gateway.http import landing
+from gateway.http.auth import HttpLogin, HttpLogins, peer_host
 from gateway.http.messages import Request, Response
 from gateway.rocketmq import records as rmq_records
-from lmq.rocketmq import InvalidName, queue_lmq
+from gateway.rocketmq.producer import (
+    ROUND_ROBIN,
+    Forbidden,
+    InvalidTopic,
+    ProducerError,
+)
+from lmq.rocketmq import MQTT_SECOND_TOPIC, InvalidName, message_type_of
 from protocol.remoting.ids import UniqKeyFactory
 from protocol.rip17 import (
     ProtocolError,
@@ -60,13 +66,20 @@ class Rip17Api:
     def __init__(self, ctx: GatewayContext) -> None:
         self.ctx = ctx
         self._uniq = UniqKeyFactory("127.0.0.1", os.getpid(), secrets.randbits(32))
-        self._round_robin = itertools.count()
+        self._logins = HttpLogins(ctx.security)
+
+    @property
+    def login(self) -> HttpLogin | None:
+        """The HTTP logins (None in open mode; on once a users file appears)."""
+        return self._logins.current()
 
     def routes(self, router: Router) -> None:
         router.add("POST", "/", self.handle)
         router.add("GET", "/", self.handle)
 
     async def handle(self, request: Request) -> Response:
+        if landing.wants_page(request):  # a browser, not a RIP-17 client
+            return landing.page()
         try:
             code, message = await self._handle(request)
         except ProtocolError as exc:
@@ -98,51 +111,45 @@ class Rip17Api:
             send = parse_send(form)
             props = {**send.extfields, "uniqueId": send.unique_id, "bizSeqNo": send.biz_seq_no}
             items = [self._message(send.topic, send.content, send.tag, send.biz_seq_no,
-                                   send.ttl, props, head.group, request.peer)]
+                                   send.ttl, props, head.group, request.peer, principal)]
         elif head.code == RequestCode.MSG_BATCH_SEND:
             items = [self._message(i.topic, i.content, i.tag, i.biz_seq_no, i.ttl,
                                    {"bizSeqNo": i.biz_seq_no} if i.biz_seq_no else {},
-                                   head.group, request.peer)
+                                   head.group, request.peer, principal)
                      for i in parse_batch(form)]
         else:
             raise ProtocolError(RetCode.REQUEST_CODE_INVALID,
                                 f"request code {head.code} is not served (101 and 102 are)")
-        auth = self.ctx.authenticator
-        if auth is not None and principal is not None:
-            for message, _ in items:
-                if not auth.can_publish(principal, head.group, message.topic):
-                    raise ProtocolError(RetCode.HEADER_ERROR,
-                                        f"no permission to send to {message.topic}")
-        store = self.ctx.store
         try:
-            if len(items) == 1:
-                await self.ctx.publisher.submit(*items[0])
-            else:
-                results = store.append_batch(items, wait=False)
-                if store.config.durability == Durability.SYNC:
-                    await asyncio.wrap_future(store.acknowledged(results[-1].end))
+            await self.ctx.rocketmq.producer.send_batch(items)  # all or none
         except StoreError as exc:
             raise ProtocolError(RetCode.SEND_ERROR, f"send failed: {exc}") from None
         return RetCode.SUCCESS, "success"
 
     async def _login(self, request: Request, username: str,
                      password: str) -> Principal | None:
-        auth = self.ctx.authenticator
-        if auth is None:
+        if self.login is None:
             return None
-        peer_host = request.peer.rpartition(":")[0].strip("[]") or None
-        result = await asyncio.to_thread(auth.authenticate, username or None,
-                                         password or None, peer_host=peer_host)
+        result = await self.login.password(username or None, password or None,
+                                           peer=peer_host(request))
         if isinstance(result, Refusal):
             raise ProtocolError(RetCode.HEADER_ERROR,
                                 "not authorised: Username and Passwd of a gateway user needed")
         return result
 
     def _message(self, topic: str, content: str, tag: str, key: str, ttl: int | None,
-                 user: dict[str, str], group: str, peer: str) -> tuple[Message, list[str]]:
-        config = self.ctx.rocketmq_topics.ensure(topic)
-        if config is None:
-            raise ProtocolError(RetCode.SEND_ERROR, f"topic {topic} does not exist")
+                 user: dict[str, str], group: str, peer: str,
+                 principal: Principal | None) -> tuple[Message, list[str]]:
+        producer = self.ctx.rocketmq.producer
+        try:
+            config = producer.resolve(topic, principal, group)
+            producer.check_type(config, message_type_of(user))
+        except Forbidden as exc:
+            raise ProtocolError(RetCode.HEADER_ERROR, str(exc)) from None
+        except InvalidTopic as exc:
+            raise ProtocolError(RetCode.BODY_ERROR, str(exc)) from None
+        except ProducerError as exc:
+            raise ProtocolError(RetCode.SEND_ERROR, str(exc)) from None
         now = now_ms()
         props = dict(user)
         props["UNIQ_KEY"] = self._uniq.next(now)
@@ -152,13 +159,11 @@ class Rip17Api:
             props["KEYS"] = key
         if ttl is not None:
             props["TTL"] = str(ttl)
-        queue_id = next(self._round_robin) % config.write_queues
+        queue_id = ROUND_ROBIN.select(config)
         message = rmq_records.to_store_message(
             config.name, content.encode(), rmq_records.encode_properties(props), props,
             origin=group, born_ms=now, born_host=peer)
-        lmqs = [queue_lmq(config.name, queue_id),
-                *self.ctx.topic_space.route_rocketmq(config.name)]
-        return message, lmqs
+        return message, producer.lmqs(config.name, queue_id, props.get(MQTT_SECOND_TOPIC, ""))
 
 
 def register_routes(router: Router, ctx: GatewayContext) -> None:

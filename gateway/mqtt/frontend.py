@@ -156,6 +156,14 @@ class MqttFrontEnd(FrontEnd):
         else:
             conn.close("shutdown")
 
+    def authentication_on(self, conns: list[Connection]) -> None:
+        for conn in conns:
+            handler = self.handlers.get(conn.id)
+            if handler is not None:
+                handler.logins_required()
+            else:
+                conn.close("authentication on")
+
     async def stop(self) -> None:
         for session in self.sessions.values():
             session.cancel_timers()
@@ -341,6 +349,8 @@ class MqttFrontEnd(FrontEnd):
     # -- publishing from the gateway itself (wills, $SYS) ------------------------------
 
     def publish_internal(self, packet: Publish, origin: str) -> None:
+        if self.ctx.introspection.replication_role() == "slave":
+            return  # a slave writes nothing of its own ($SYS, wills: the master's)
         delayed: tuple[str, int] | None = None
         if packet.topic.startswith("$delayed/"):  # a will may be delayed, as in EMQX
             try:

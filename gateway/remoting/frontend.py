@@ -27,13 +27,11 @@ from gateway.remoting.dispatch import build_table
 from gateway.remoting.handler import RemotingHandler
 from gateway.remoting.locks import LockManager
 from gateway.remoting.pull import PullWaiters
-from lmq.rocketmq import queue_lmq
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
     from gateway.context import GatewayContext
     from gateway.remoting.dispatch import RequestContext
-    from lmq.rocketmq import TopicConfig
     from protocol.remoting import RemotingCommand
 
 log = logging.getLogger(__name__)
@@ -69,13 +67,8 @@ class RemotingFrontEnd(FrontEnd):
         #: the other RocketMQ front ends).
         self.topics = ctx.rocketmq_topics
         self.groups = ctx.rocketmq_groups
-        #: Topics a send found writable, by name: the send path's one dict lookup.
-        #: Emptied whenever any topic is created, changed or deleted.
-        self.writable: dict[str, TopicConfig] = {}
-        #: Queue LMQ names by topic (``rmq:T:0``, ``rmq:T:1``...), built once per topic
-        #: rather than formatted per send. Emptied with ``writable``.
-        self._queue_lmqs: dict[str, list[str]] = {}
-        self.topics.add_listener(self._topics_changed)
+        #: Every send and end of transaction (gateway.rocketmq.producer).
+        self.producer = ctx.rocketmq.producer
         self.max_body = ctx.store.config.max_message_bytes
         #: Suspended pulls by LMQ (one store listener per LMQ waited on).
         self.waiters = PullWaiters(self)
@@ -175,6 +168,15 @@ class RemotingFrontEnd(FrontEnd):
         else:
             conn.close("shutdown")
 
+    def authentication_on(self, conns: list[Connection]) -> None:
+        # As goodbye, for these connections only: the clients reconnect and sign.
+        for conn in conns:
+            handler = self.handlers.get(conn.id)
+            if handler is not None:
+                handler.goodbye("authentication on")
+            else:
+                conn.close("authentication on")
+
     async def stop(self) -> None:
         for hook in self.table.on_stop:
             hook(self)
@@ -188,19 +190,6 @@ class RemotingFrontEnd(FrontEnd):
         for channel in channels:
             if not channel.closed:
                 notify_consumer_ids_changed(channel, group)
-
-    def _topics_changed(self, _name: str) -> None:
-        self.writable.clear()
-        self._queue_lmqs.clear()
-
-    def queue_lmq(self, topic: str, queue_id: int) -> str:
-        """``lmq.rocketmq.queue_lmq(topic, queue_id)``, remembered per topic."""
-        names = self._queue_lmqs.get(topic)
-        if names is None or queue_id >= len(names):
-            config = self.topics.get(topic)
-            count = max(queue_id + 1, config.write_queues if config else 0)
-            names = self._queue_lmqs[topic] = [queue_lmq(topic, q) for q in range(count)]
-        return names[queue_id]
 
     # -- back-pressure -----------------------------------------------------------------
 
@@ -231,14 +220,6 @@ class RemotingFrontEnd(FrontEnd):
         from gateway.remoting.security import authorize
 
         return authorize(self, handler, cmd)
-
-    def check_publish(self, handler: RequestContext, topic: str) -> None:
-        """Raise NO_PERMISSION unless the request's principal may send to ``topic``."""
-        if self.ctx.authenticator is None:
-            return
-        from gateway.remoting.security import check_publish
-
-        check_publish(self, handler, topic)
 
     def check_subscribe(self, handler: RequestContext, topic: str, group: str) -> None:
         """Raise NO_PERMISSION unless the principal may consume ``topic`` as ``group``."""

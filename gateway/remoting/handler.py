@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, cast
 from gateway.auth import ANONYMOUS_PRINCIPAL, Principal
 from gateway.frontend import ConnectionHandler
 from gateway.remoting.dispatch import RequestError
-from gateway.remoting.replies import encode_send_ok, error
+from gateway.remoting.replies import encode_send_ok, error, failure
+from gateway.rocketmq.producer import ProducerError
 from protocol.remoting import FrameDecoder, RemotingCommand
 from protocol.remoting.codes import ResponseCode
 from protocol.remoting.command import ONEWAY_FLAG, RESPONSE_FLAG
@@ -213,6 +214,8 @@ class RemotingHandler(ConnectionHandler):
     def _failed(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
         if isinstance(exc, RequestError):
             return error(exc.code, exc.remark)
+        if isinstance(exc, ProducerError):
+            return failure(exc)
         if isinstance(exc, (HeaderError, RemotingError)):
             return error(ResponseCode.INVALID_PARAMETER, str(exc))
         log.exception(
@@ -231,17 +234,18 @@ class RemotingHandler(ConnectionHandler):
             self._wake_all()
             self.conn.close(reason)
 
-    def goodbye(self) -> None:
-        """Graceful shutdown: answer suspended pulls now, let running requests (sends
-        waiting for the store) finish for a bounded time, then close."""
+    def goodbye(self, reason: str = "shutdown") -> None:
+        """Graceful shutdown (or authentication turning on, ``reason``): answer
+        suspended pulls now, let running requests (sends waiting for the store) finish
+        for a bounded time, then close."""
         self._wake_all()
         if not self._inflight:
-            self.close("shutdown")
+            self.close(reason)
             return
 
         async def wait_then_close() -> None:
             await asyncio.wait(set(self._inflight), timeout=GOODBYE_WAIT_S)
-            self.close("shutdown")
+            self.close(reason)
 
         self.front.ctx.spawn(wait_then_close(), f"remoting-goodbye-{self.conn.id}")
 

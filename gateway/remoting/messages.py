@@ -21,7 +21,6 @@ from gateway.rocketmq.records import (
     PROPS,
     RECONSUME,
     SYSFLAG,
-    SYSTEM_PROPERTIES,
     USER_PROPERTIES,
     decode_properties,
     encode_properties,
@@ -31,6 +30,7 @@ from gateway.rocketmq.records import (
     rocketmq_properties,
     to_store_message,
 )
+from lmq.rocketmq import SYSTEM_PROPERTIES
 
 __all__ = [
     "AMQP_ROUTING_KEY",

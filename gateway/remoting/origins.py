@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from broker_core import Durability
 from broker_core.origins import ORIGIN_PROPERTY, encode_origin
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
 from gateway.remoting.replies import response
+from gateway.remoting.security import check_publish
 from lmq.rocketmq import queue_lmq
 from protocol.remoting.codes import RequestCode, ResponseCode
 from protocol.remoting.errors import BodyError, HeaderError
@@ -117,7 +117,7 @@ def get_cluster_id(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand
 
 def query_origins(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     header = _header(QueryOriginsRequestHeader, cmd)
-    ctx.front.check_publish(ctx, header.topic)
+    check_publish(ctx.front, ctx, header.topic)
     try:
         queues = decode_queue_list(cmd.body)
     except BodyError as exc:
@@ -129,7 +129,7 @@ def query_origins(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
 async def advance_origin(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     header = _header(AdvanceOriginRequestHeader, cmd)
     front = ctx.front
-    front.check_publish(ctx, header.topic)
+    check_publish(front, ctx, header.topic)
     if header.origin_offset < 0:
         raise RequestError(ResponseCode.INVALID_PARAMETER, "originOffset must not be negative")
     store = front.store
@@ -139,7 +139,7 @@ async def advance_origin(ctx: RequestContext, cmd: RemotingCommand) -> RemotingC
             wait=False)
     except ValueError as exc:
         raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
-    if end is not None and store.config.durability == Durability.SYNC:
+    if end is not None and store.waits_for_ack:
         await asyncio.wrap_future(store.acknowledged(end))
     return response(fields={"highWater": mark})
 

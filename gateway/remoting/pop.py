@@ -176,7 +176,7 @@ async def pop_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingComm
     order = get_bool(cmd, "order")
     accept = _tag_filter(get_str(cmd, "expType", ""), get_str(cmd, "exp", "*"))
     config = _topic(ctx, topic)
-    if order and config.message_type is not MessageType.FIFO:
+    if order and not config.accepts(MessageType.FIFO):
         return error(ResponseCode.INVALID_PARAMETER,
                      f"orderly pop (order=true) is served on FIFO topics (order per message"
                      f" group, __SHARDINGKEY); topic {topic} is {config.message_type.value}:"

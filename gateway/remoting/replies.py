@@ -12,11 +12,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 
+from broker_core import DelayTooLong, MessageTooLarge, StorageFull, StoreError
+from gateway.rocketmq import producer as p
 from protocol.remoting import RemotingCommand
 from protocol.remoting.codes import ResponseCode
 from protocol.remoting.command import SERVER_VERSION
 
-__all__ = ["encode_send_ok", "error", "field_str", "request", "response"]
+__all__ = ["encode_send_ok", "error", "failure", "field_str", "request", "response"]
 
 
 def field_str(value: object) -> str:
@@ -46,6 +48,36 @@ def response(
 def error(code: int, remark: str, fields: Mapping[str, object] | None = None) -> RemotingCommand:
     """An error response: ``code`` (a ``ResponseCode``) with a human-readable remark."""
     return response(code, remark, fields)
+
+
+#: The producer service's refusals as remoting answers them (RocketMQ's codes).
+_PRODUCER_CODES: dict[type[p.ProducerError], int] = {
+    p.InvalidTopic: ResponseCode.SYSTEM_ERROR,
+    p.SystemTopic: ResponseCode.NO_PERMISSION,
+    p.TopicNotFound: ResponseCode.TOPIC_NOT_EXIST,
+    p.NotWritable: ResponseCode.NO_PERMISSION,
+    p.Forbidden: ResponseCode.NO_PERMISSION,
+    p.TypeMismatch: ResponseCode.MESSAGE_ILLEGAL,
+    p.IllegalMessage: ResponseCode.MESSAGE_ILLEGAL,
+    p.BadQueue: ResponseCode.SYSTEM_ERROR,
+    p.TransactionNotFound: ResponseCode.SYSTEM_ERROR,
+    p.TransactionConflict: ResponseCode.SYSTEM_ERROR,
+    p.WrongProducerGroup: ResponseCode.SYSTEM_ERROR,
+}
+
+
+def failure(exc: BaseException) -> RemotingCommand:
+    """The answer to a send or an end of transaction that failed with ``exc``: a
+    refusal of the producer service, or the store's error."""
+    if isinstance(exc, p.ProducerError):
+        return error(_PRODUCER_CODES.get(type(exc), ResponseCode.SYSTEM_ERROR), str(exc))
+    if isinstance(exc, (MessageTooLarge, DelayTooLong)):
+        return error(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+    if isinstance(exc, StorageFull):
+        return error(ResponseCode.SERVICE_NOT_AVAILABLE, f"the store is full: {exc}")
+    if isinstance(exc, StoreError):
+        return error(ResponseCode.SYSTEM_ERROR, f"the store refused the message: {exc}")
+    return error(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 def request(

@@ -8,6 +8,10 @@ when the store acknowledges the append under the configured durability (after th
 covering fsync in sync mode), with ``msgId`` = the offsetMsgId of the record's log
 position, ``queueId`` and ``queueOffset`` = the message's offset in the queue's LMQ.
 
+This module converts: the topic, type, queue, routing and append are the producer
+service's (:mod:`gateway.rocketmq.producer`, ``front.producer``), whose refusals
+:func:`gateway.remoting.replies.failure` answers with RocketMQ's codes.
+
 Checks, in RocketMQ's order and with its codes:
 
 - the topic: a valid name (SYSTEM_ERROR), not a system topic (NO_PERMISSION), existing
@@ -17,7 +21,7 @@ Checks, in RocketMQ's order and with its codes:
 - the message type, as RocketMQ 5 checks it (``TopicMessageType.parseFromMessageProperty``):
   ``TRAN_MSG`` or a prepared sysFlag = TRANSACTION, ``DELAY``/``TIMER_*`` (or Aliyun's
   ``__STARTDELIVERTIME``) = DELAY, ``__SHARDINGKEY`` = FIFO, else NORMAL; a type other
-  than the topic's is MESSAGE_ILLEGAL;
+  than the topic's is MESSAGE_ILLEGAL (a MIXED topic accepts every type);
 - the body size (``store.max_message_bytes``): MESSAGE_ILLEGAL.
 
 DELAY sends (:mod:`gateway.remoting.delayed` reads when they are due: ``DELAY`` level,
@@ -48,20 +52,11 @@ transactional messages is refused, as the broker refuses it.
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from broker_core import (
-    AppendResult,
-    DelayTooLong,
-    Durability,
-    MessageTooLarge,
-    StorageFull,
-    StoreError,
-)
+from broker_core import AppendResult
 from broker_core.clock import now_ms
 from gateway.remoting import dedup
 from gateway.remoting.delayed import DelayError, due_time
@@ -73,17 +68,10 @@ from gateway.remoting.messages import (
     to_store_message,
 )
 from gateway.remoting.origins import COPY_PROPERTIES, copy_of, with_origin
-from gateway.remoting.replies import error, response
+from gateway.remoting.replies import error, failure, response
 from gateway.remoting.transactions import committed_sys_flag, send_half
-from lmq.rocketmq import (
-    MQTT_SECOND_TOPIC,
-    InvalidName,
-    MessageType,
-    Perm,
-    TopicConfig,
-    is_system_topic,
-    queue_lmq,
-)
+from gateway.rocketmq.producer import ClientQueue, ProducerError, ProducerService
+from lmq.rocketmq import MQTT_SECOND_TOPIC, MessageType, TopicConfig, message_type_of
 from protocol.remoting.codes import RequestCode, ResponseCode, SysFlag
 from protocol.remoting.errors import MessageError
 from protocol.remoting.messages import decode_batch
@@ -103,15 +91,12 @@ V2_NAMES = {
     "reconsumeTimes": "j", "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m",
     "brokerName": "n",
 }
-_DELAY_PROPERTIES = (
-    "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME")
 # Plain ints: an IntFlag operator is a slow Python call, and these run per send.
 _TX_MASK = int(SysFlag.TRANSACTION_MASK)
 _TX_PREPARED = int(SysFlag.TRANSACTION_PREPARED)
 _INNER_BATCH = int(SysFlag.INNER_BATCH)
-_WRITE = int(Perm.WRITE)
-_TYPE_PROPERTIES = frozenset(("TRAN_MSG", "__SHARDINGKEY", *_DELAY_PROPERTIES))
-_round_robin = itertools.count()
+_TYPE_PROPERTIES = frozenset(("TRAN_MSG", "__SHARDINGKEY", "DELAY", "TIMER_DELIVER_MS",
+                              "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME"))
 _SEND_V1 = int(RequestCode.SEND_MESSAGE)
 _NORMAL = MessageType.NORMAL
 _FIFO = MessageType.FIFO
@@ -165,83 +150,31 @@ class SendHeader:
 
 
 def message_type(props: dict[str, str], sys_flag: int) -> MessageType:
-    if not sys_flag & _TX_MASK and props.keys().isdisjoint(_TYPE_PROPERTIES):
-        return MessageType.NORMAL  # the common case, one set operation
-    if props.get("TRAN_MSG", "").lower() == "true" or (
-        sys_flag & _TX_MASK == _TX_PREPARED
-    ):
-        return MessageType.TRANSACTION
-    for name in _DELAY_PROPERTIES:
-        value = props.get(name)
-        if value and value != "0":
-            return MessageType.DELAY
-    if props.get("__SHARDINGKEY"):
-        return MessageType.FIFO
-    return MessageType.NORMAL
+    """The message's type (:func:`lmq.rocketmq.message_type_of`; the prepared sysFlag
+    makes it TRANSACTION too)."""
+    return message_type_of(props, sys_flag & _TX_MASK == _TX_PREPARED)
 
 
 def check_type(config: TopicConfig, kind: MessageType) -> None:
-    if kind != config.message_type:
-        raise RequestError(
-            ResponseCode.MESSAGE_ILLEGAL,
-            f"the message type {kind.value} does not match the type"
-            f" {config.message_type.value} of topic {config.name}")
+    try:
+        ProducerService.check_type(config, kind)
+    except ProducerError as exc:
+        raise RequestError(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
 
 
 def writable_topic(ctx: RequestContext, topic: str) -> TopicConfig:
-    """The topic's configuration if it may be sent to (creating it when allowed)."""
-    front = ctx.front
-    config = front.writable.get(topic)
-    if config is not None:  # checked before, unchanged since (the registry says so)
-        if front.ctx.authenticator is not None:
-            front.check_publish(ctx, topic)
-        return config
-    if is_system_topic(topic):
-        raise RequestError(
-            ResponseCode.NO_PERMISSION,
-            f"the topic {topic} is a system topic; sending is forbidden")
-    try:
-        config = front.topics.ensure(topic)
-    except InvalidName as exc:
-        raise RequestError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
-    if config is None:
-        raise RequestError(
-            ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-    if not config.perm & _WRITE:
-        raise RequestError(
-            ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-    front.check_publish(ctx, topic)
-    front.writable[topic] = config
-    return config
-
-
-def choose_queue(config: TopicConfig, queue_id: int) -> int:
-    if queue_id < 0:
-        return next(_round_robin) % config.write_queues
-    if queue_id >= config.write_queues:
-        raise RequestError(
-            ResponseCode.SYSTEM_ERROR,
-            f"request queueId[{queue_id}] is illegal, topic {config.name} has"
-            f" {config.write_queues} write queues")
-    return queue_id
-
-
-def failure(exc: BaseException) -> RemotingCommand:
-    if isinstance(exc, (MessageTooLarge, DelayTooLong)):
-        return error(ResponseCode.MESSAGE_ILLEGAL, str(exc))
-    if isinstance(exc, StorageFull):
-        return error(ResponseCode.SERVICE_NOT_AVAILABLE, f"the store is full: {exc}")
-    if isinstance(exc, StoreError):
-        return error(ResponseCode.SYSTEM_ERROR, f"the store refused the message: {exc}")
-    return error(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+    """The topic's configuration if the request's principal may send to it (creating
+    it when allowed): the producer service's :meth:`resolve`."""
+    return ctx.front.producer.resolve(topic, ctx.principal, ctx.client_id)
 
 
 def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
     header = SendHeader(cmd)
     front = ctx.front
     topic = header.topic
-    config = writable_topic(ctx, topic)
-    queue_id = choose_queue(config, header.queue_id)
+    producer = front.producer
+    config = producer.resolve(topic, ctx.principal, ctx.client_id)
+    queue_id = ClientQueue(header.queue_id).select(config)
     props = decode_properties(header.properties)
     if dedup.DEDUP_ID in props:  # a connector's copy from an MQTT or AMQP peer
         found = dedup.stored(ctx, topic, dedup.apply(topic, props))
@@ -271,11 +204,9 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
         topic, body, header.properties, props,
         origin=header.producer_group, born_ms=header.born_ms, sys_flag=header.sys_flag,
         flag=header.flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
-    lmq = front.queue_lmq(topic, queue_id)
-    routes = front.topic_space.route_rocketmq(topic, props.get(MQTT_SECOND_TOPIC, ""))
-    lmqs = [lmq, *routes] if routes else (lmq,)
+    lmqs = producer.lmqs(topic, queue_id, props.get(MQTT_SECOND_TOPIC, ""))
     if kind is not _NORMAL and kind is not _FIFO:
-        return _special(ctx, cmd, header, kind, message, props, list(lmqs), queue_id)
+        return _special(ctx, cmd, header, kind, message, props, lmqs, queue_id)
 
     def done(result: AppendResult | None, exc: BaseException | None) -> None:
         if result is None:
@@ -284,8 +215,8 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
         front.sent += 1
         ctx.reply_send_ok(cmd, ctx.msg_id(result.position), queue_id, result.offsets[0])
 
-    front.publisher.submit_callback(message, lmqs, done)
-    if front.publisher.lagging:
+    producer.send_callback(message, lmqs, done)
+    if producer.lagging:
         front.throttle(ctx)
     return None
 
@@ -311,9 +242,8 @@ def _send_copy(
         origin=header.producer_group, born_ms=header.born_ms, sys_flag=header.sys_flag,
         flag=header.flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
     message = replace(message, properties=with_origin(message.properties, copy))
-    lmq = front.queue_lmq(header.topic, queue_id)
-    routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
-    ctx.spawn(_reply_later(ctx, cmd, _store_copies(ctx, [(message, [lmq, *routes])], queue_id)),
+    lmqs = front.producer.lmqs(header.topic, queue_id, props.get(MQTT_SECOND_TOPIC, ""))
+    ctx.spawn(_reply_later(ctx, cmd, _store_copies(ctx, [(message, lmqs)], queue_id)),
               "remoting-send-copy")
     return None
 
@@ -327,12 +257,9 @@ async def _store_copies(
     and ``lmqLoops`` count those dropped (module doc of gateway.remoting.origins; the
     ``deduplicated`` ones were dropped before, by gateway.remoting.dedup)."""
     front = ctx.front
-    store = front.store
     try:
-        results = store.append_copies(items, wait=False)
+        results = await front.producer.send_copies(items)
         stored = [r for r in results if r is not None]
-        if stored and store.config.durability == Durability.SYNC:
-            await asyncio.wrap_future(store.acknowledged(stored[-1].end))
     except Exception as exc:
         log.info("remoting copy refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
@@ -399,6 +326,8 @@ async def _reply_later(
         result = await work
     except RequestError as exc:
         result = error(exc.code, exc.remark)
+    except ProducerError as exc:
+        result = failure(exc)
     ctx.reply(cmd, result)
 
 
@@ -406,7 +335,7 @@ async def _send_now(
     ctx: RequestContext, message: Message, lmqs: list[str], queue_id: int
 ) -> RemotingCommand:
     try:
-        result = await ctx.front.publisher.submit(message, lmqs)
+        result = await ctx.front.producer.send(message, lmqs)
     except Exception as exc:
         return failure(exc)
     ctx.front.sent += 1
@@ -420,15 +349,11 @@ async def _send_delayed(
     """Store delayed messages in one append (all or none), answered once durable; the
     timer firing is armed at the earliest due time."""
     front = ctx.front
-    store = front.store
     try:
-        results = store.append_delayed_batch(items, wait=False)
-        if store.config.durability == Durability.SYNC:
-            await asyncio.wrap_future(store.acknowledged(results[-1].end))
+        results = await front.producer.send_delayed(items)
     except Exception as exc:
         log.info("remoting delayed send refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
-    front.ctx.rocketmq.timers.arm(min(due for _, _, due in items))
     front.sent += len(results)
     return response(fields={
         "msgId": ",".join(ctx.msg_id(r.position) for r in results),
@@ -440,17 +365,16 @@ async def _send_delayed(
 async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     header = SendHeader(cmd)
     front = ctx.front
-    config = writable_topic(ctx, header.topic)
-    queue_id = choose_queue(config, header.queue_id)
+    producer = front.producer
+    config = producer.resolve(header.topic, ctx.principal, ctx.client_id)
+    queue_id = ClientQueue(header.queue_id).select(config)
     try:
         entries = decode_batch(cmd.body)
     except MessageError as exc:
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
     if not entries:
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-    store = front.store
-    max_body = store.config.max_message_bytes
-    lmq = queue_lmq(header.topic, queue_id)
+    max_body = front.max_body
     items: list[tuple[Message, list[str]]] = []
     dues: list[int | None] = []
     #: batch index -> the msgId of a copy already stored (gateway.remoting.dedup)
@@ -514,8 +438,8 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
             flag=flag, reconsume_times=header.reconsume_times, born_host=ctx.conn.peer)
         if copy is not None:
             message = replace(message, properties=with_origin(message.properties, copy))
-        routes = front.topic_space.route_rocketmq(header.topic, props.get(MQTT_SECOND_TOPIC, ""))
-        items.append((message, [lmq, *routes]))
+        items.append(
+            (message, producer.lmqs(header.topic, queue_id, props.get(MQTT_SECOND_TOPIC, ""))))
     if copies or loops or copies_dropped:
         front.copies_looped += loops
         if not items:
@@ -535,12 +459,12 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
                   for (m, lmqs), due in zip(items, dues, strict=True)], queue_id)
     try:
         # One append for the whole batch: all of it is stored, or (an exception) none.
-        results = store.append_batch(items, wait=False)
-        if store.config.durability == Durability.SYNC:
-            await asyncio.wrap_future(store.acknowledged(results[-1].end))
+        results = await producer.send_batch(items)
     except Exception as exc:
         log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
+    if producer.lagging:
+        front.throttle(ctx)
     front.sent += len(results)
     return response(fields={
         "msgId": ",".join(ctx.msg_id(r.position) for r in results),
@@ -555,21 +479,18 @@ async def _send_deduplicated(
 ) -> RemotingCommand:
     """A batch some of whose copies are stored already (gateway.remoting.dedup): the
     others in one append; the answer names all ``count`` in the batch's order."""
-    store = ctx.front.store
+    producer = ctx.front.producer
     ids: list[str] = []
     offset = first_offset  # the first message's: stored before (index 0) or now
     if items:
         try:
             if any(due is not None for due in dues):
                 now = now_ms()
-                results = store.append_delayed_batch(
+                results = await producer.send_delayed(
                     [(m, lmqs, now if due is None else due)
-                     for (m, lmqs), due in zip(items, dues, strict=True)], wait=False)
-                ctx.front.ctx.rocketmq.timers.arm(min(d for d in dues if d is not None))
+                     for (m, lmqs), due in zip(items, dues, strict=True)])
             else:
-                results = store.append_batch(items, wait=False)
-            if store.config.durability == Durability.SYNC:
-                await asyncio.wrap_future(store.acknowledged(results[-1].end))
+                results = await producer.send_batch(items)
         except Exception as exc:
             log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())
             return failure(exc)

@@ -41,17 +41,16 @@ moves; here it is always the half's one position.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 from typing import TYPE_CHECKING
 
-from broker_core import Durability, Outcome
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
 from gateway.remoting.fields import get_bool, get_int, get_str
 from gateway.remoting.messages import encode_record
-from gateway.remoting.replies import request, response
+from gateway.remoting.replies import failure, request, response
 from gateway.remoting.stored import pack_host
+from gateway.rocketmq.producer import TransactionNotFound
 from lmq.rocketmq import BROKER_NAME, parse_queue_lmq, split_mqtt_topic
 from protocol.remoting.codes import RequestCode, ResponseCode, SysFlag
 
@@ -68,12 +67,6 @@ NOT_TYPE = 0
 COMMIT_TYPE = int(SysFlag.TRANSACTION_COMMIT)
 ROLLBACK_TYPE = int(SysFlag.TRANSACTION_ROLLBACK)
 _TX_MASK = int(SysFlag.TRANSACTION_MASK)
-
-_ENDED_OK = {
-    True: (Outcome.COMMITTED, Outcome.ALREADY_COMMITTED),
-    False: (Outcome.ROLLED_BACK, Outcome.ALREADY_ROLLED_BACK),
-}
-
 
 def register(table: DispatchTable) -> None:
     table.register(RequestCode.END_TRANSACTION, end_transaction)
@@ -99,15 +92,10 @@ async def send_half(
     uniq_key: str,
 ) -> RemotingCommand:
     """Store a half message and answer the send once it is durable."""
-    store = ctx.front.store
     try:
-        result = store.append_half(message, lmqs, group, wait=False)
-        if store.config.durability == Durability.SYNC:
-            await asyncio.wrap_future(store.acknowledged(result.end))
+        result = await ctx.front.producer.send_half(message, lmqs, group)
     except Exception as exc:
         log.info("remoting transactional send refused: %s", exc, extra=ctx.conn.log_fields())
-        from gateway.remoting.send import failure
-
         return failure(exc)
     ctx.front.sent += 1
     return response(fields={
@@ -131,29 +119,13 @@ async def end_transaction(ctx: RequestContext, cmd: RemotingCommand) -> Remoting
         # UNKNOWN: the half stays pending and is checked again (the broker answers
         # nothing at all; a response keeps a two-way caller from waiting its timeout)
         return response(remark="the transaction stays pending; it will be checked back")
-    store = ctx.front.store
-    pending = store.pending_transaction(position)
-    if pending is not None:
-        ctx.front.check_publish(ctx, split_mqtt_topic(pending.topic)[0])
-        if pending.group != group:
-            raise RequestError(
-                ResponseCode.SYSTEM_ERROR,
-                f"The producer group wrong: the half message at {position} belongs to"
-                f" producer group {pending.group!r}, not {group!r}")
-    commit = resolution == COMMIT_TYPE
-    result = store.end_transaction(position, commit, wait=False)
-    if result.outcome == Outcome.UNKNOWN:
+    try:
+        result = await ctx.front.producer.end_transaction(
+            position, resolution == COMMIT_TYPE, ctx.principal, ctx.client_id, group)
+    except TransactionNotFound as exc:
         raise RequestError(
-            ResponseCode.SYSTEM_ERROR,
-            f"Find prepared transaction message failed: no half message at commitLogOffset"
-            f" {position} (never sent, or its log segment is gone)")
-    if store.config.durability == Durability.SYNC and result.control_end:
-        await asyncio.wrap_future(store.acknowledged(result.control_end))
-    if result.outcome not in _ENDED_OK[commit]:
-        raise RequestError(
-            ResponseCode.SYSTEM_ERROR,
-            f"the transaction at commitLogOffset {position} already ended:"
-            f" {result.outcome.value}")
+            ResponseCode.SYSTEM_ERROR, f"Find prepared transaction message failed: {exc}"
+        ) from None
     log.debug("remoting transaction ended", extra={
         **ctx.conn.log_fields(), "position": position, "outcome": result.outcome.value,
         "from_check": from_check})

@@ -45,7 +45,7 @@ from collections.abc import Mapping
 
 from broker_core import Message, Protocol, Record
 from gateway.user_properties import decode_user_properties, encode_user_properties
-from lmq.rocketmq import MQTT_SECOND_TOPIC, join_mqtt_topic, split_mqtt_topic
+from lmq.rocketmq import MQTT_SECOND_TOPIC, SYSTEM_PROPERTIES, join_mqtt_topic, split_mqtt_topic
 from lmq.topic_space import amqp_to_mqtt
 from protocol.remoting.messages import (
     NAME_VALUE_SEPARATOR,
@@ -61,7 +61,6 @@ __all__ = [
     "PROPS",
     "RECONSUME",
     "SYSFLAG",
-    "SYSTEM_PROPERTIES",
     "USER_PROPERTIES",
     "decode_properties",
     "encode_properties",
@@ -86,23 +85,6 @@ AMQP_ROUTING_KEY = "amqp.routing_key"
 
 NAME_SEPARATOR = NAME_VALUE_SEPARATOR
 
-#: RocketMQ's own property names (``MessageConst.STRING_HASH_SET`` and the ones the
-#: clients set): they are not user properties and do not travel to MQTT or AMQP.
-SYSTEM_PROPERTIES = frozenset({
-    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC",
-    "REAL_QID", "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID",
-    "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
-    "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET",
-    "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
-    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
-    "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET",
-    "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
-    "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY",
-    "BORN_HOST", "BORN_TIMESTAMP", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
-    "CRC32", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
-    "SHARDING_KEY", "__SHARDINGKEY", "TRACE_CONTEXT", "__STARTDELIVERTIME", "__transactionId__",
-    MQTT_SECOND_TOPIC,
-})
 
 
 def to_store_message(

@@ -1,5 +1,7 @@
-"""The gateway's one set of RocketMQ consumption services, shared by every RocketMQ front
-end (remoting and gRPC): the persistent schedule, pop and send-back.
+"""The gateway's one set of RocketMQ services, shared by every RocketMQ front end
+(remoting, gRPC and the HTTP APIs): the producer (every send and end of transaction,
+:mod:`gateway.rocketmq.producer`), the persistent schedule, pop and send-back, the
+timers and the transaction check-backs.
 
 One instance per gateway, built by :class:`gateway.server.Gateway` with the topic and
 group registries and owned by the :class:`~gateway.context.GatewayContext`
@@ -19,10 +21,12 @@ Event-loop thread only.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from broker_core import MessageStore
 from gateway.rocketmq.groups import GroupRegistry
-from gateway.rocketmq.pop_service import PopService, Submit
+from gateway.rocketmq.pop_service import PopService
+from gateway.rocketmq.producer import ProducerService
 from gateway.rocketmq.schedule import SCHEDULE_TOPIC, ScheduleService
 from gateway.rocketmq.sendback import DEFAULT_MAX_RECONSUME_TIMES, SendBackService
 from gateway.rocketmq.timer_service import TimerFiring
@@ -30,22 +34,33 @@ from gateway.rocketmq.topics import TopicRegistry
 from gateway.rocketmq.transaction_checks import TransactionChecks
 from lmq.rocketmq import BROKER_NAME, TopicConfig
 
+if TYPE_CHECKING:
+    from gateway.publisher import Publisher
+    from gateway.security import Security
+    from gateway.topic_space import TopicSpace
+
 __all__ = ["RocketMQServices"]
 
 
 class RocketMQServices:
-    """``schedule``, ``pop``, ``sendback``, ``timers`` and ``transactions`` over one store, appender
-    (``Publisher.submit``) and the gateway's topic and group registries."""
+    """``producer``, ``schedule``, ``pop``, ``sendback``, ``timers`` and ``transactions``
+    over one store, publisher and topic space and the gateway's topic and group
+    registries."""
 
     def __init__(
         self,
         store: MessageStore,
         loop: asyncio.AbstractEventLoop,
-        submit: Submit,
+        publisher: Publisher,
         topics: TopicRegistry,
         groups: GroupRegistry,
+        topic_space: TopicSpace,
+        security: Security,
     ) -> None:
+        submit = publisher.submit
         self.store = store
+        #: Every send and end of transaction of every RocketMQ door.
+        self.producer = ProducerService(store, publisher, topics, topic_space, security)
         self.topics = topics
         self.groups = groups
         # the queues SCHEDULE_TOPIC_XXXX was registered with: as many levels as an

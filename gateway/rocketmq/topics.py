@@ -38,6 +38,7 @@ from lmq.rocketmq import (
     RETRY_PREFIX,
     TOPIC_META_PREFIX,
     InvalidName,
+    MessageType,
     TopicConfig,
     is_system_topic,
     queue_lmq,
@@ -73,17 +74,23 @@ class TopicRegistry:
     """RocketMQ topics on the store.
 
     ``auto_create``: :meth:`ensure` creates an unknown topic with ``default_queues``
-    read and write queues (RocketMQ's ``autoCreateTopicEnable``). Retry and dead-letter
+    read and write queues (RocketMQ's ``autoCreateTopicEnable``), of type
+    ``auto_type`` (MIXED by default: the producer that created it may send any message
+    type; NORMAL in the strict mode). Retry and dead-letter
     topics are created by :meth:`ensure` whatever ``auto_create`` says, with one queue,
     as RocketMQ's broker creates them itself on a consumer's first pull or send-back.
     """
 
-    def __init__(self, store: MessageStore, auto_create: bool, default_queues: int) -> None:
+    def __init__(
+        self, store: MessageStore, auto_create: bool, default_queues: int,
+        auto_type: MessageType = MessageType.MIXED,
+    ) -> None:
         if not 1 <= default_queues <= 1024:
             raise ValueError(f"default_queues must be 1-1024, not {default_queues}")
         self.store = store
         self.auto_create = auto_create
         self.default_queues = default_queues
+        self.auto_type = auto_type
         self._topics: dict[str, TopicConfig] = {}
         self._listeners: list[TopicListener] = []
         self._load()
@@ -167,19 +174,22 @@ class TopicRegistry:
         """The topic's configuration, creating the topic if it is missing and may be
         created: a retry or dead-letter topic always (one queue), any other valid,
         non-system name when ``auto_create`` is on (``default_queues`` queues). None
-        when the topic does not exist and may not be created. Raises
+        when the topic does not exist and may not be created. An auto-created topic is
+        of type ``auto_type``; a retry or dead-letter topic is NORMAL. Raises
         :class:`~lmq.rocketmq.InvalidName` for a name RocketMQ would refuse."""
         config = self._topics.get(name)
         if config is not None:
             return config
         validate_topic(name)
+        kind = MessageType.NORMAL
         if name.startswith((RETRY_PREFIX, DLQ_PREFIX)):
             queues = SPECIAL_TOPIC_QUEUES
         elif not self.auto_create or is_system_topic(name) or "%" in name:
             return None
         else:
-            queues = self.default_queues
-        return self.create(TopicConfig(name, read_queues=queues, write_queues=queues))
+            queues, kind = self.default_queues, self.auto_type
+        return self.create(
+            TopicConfig(name, read_queues=queues, write_queues=queues, message_type=kind))
 
     def delete(self, name: str) -> bool:
         """Delete the topic: its configuration, then its queue LMQs with their messages,

@@ -60,6 +60,25 @@ def test_create_show_change_delete(data_dir):
         assert list(s.lmqs("rmq:")) == [] and s.lmq("plain-lmq") is not None
 
 
+def test_mixed_topics(data_dir):
+    """``--type mixed`` makes a MIXED topic (every message type); auto-created topics
+    are MIXED unless the registry is strict (NORMAL), retry topics NORMAL."""
+    d = ("--data-dir", str(data_dir))
+    code, out = run("topics", "create", "any", "--type", "mixed", *d)
+    assert code == 0 and "perm rw, MIXED" in out
+    with MessageStore.open(data_dir) as s:
+        config = TopicRegistry(s, False, 8).get("any")
+        assert config is not None and config.message_type is MessageType.MIXED
+        assert all(config.accepts(kind) for kind in MessageType)
+        assert TopicRegistry(s, True, 8).ensure("auto").message_type is MessageType.MIXED
+        strict = TopicRegistry(s, True, 8, auto_type=MessageType.NORMAL)
+        normal = strict.ensure("strict")
+        assert normal.message_type is MessageType.NORMAL
+        assert not normal.accepts(MessageType.DELAY) and normal.accepts(MessageType.NORMAL)
+        assert normal.accepted_types == (MessageType.NORMAL,)
+        assert strict.ensure("%RETRY%g").message_type is MessageType.NORMAL
+
+
 def test_create_checks_its_options(data_dir):
     d = ("--data-dir", str(data_dir))
     code, out = run("topics", "create", "a:b", *d)

@@ -112,3 +112,12 @@ def test_serve_config_errors(tmp_path):
     result = CliRunner().invoke(serve, ["--mqtt-port", "99999"])
     assert result.exit_code == 2 and "--mqtt-port" in result.output
     assert "expected a port 0-65535" in result.output
+
+
+def test_help_names_every_protocol():
+    result = CliRunner().invoke(serve, ["--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for protocol in ("MQTT 3.1, 3.1.1 and 5.0", "AMQP 0-9-1", "RocketMQ remoting",
+                     "RocketMQ 5 gRPC", "HTTP (the JSON API, the Aliyun MQ HTTP API, RIP-17)"):
+        assert protocol in text, protocol

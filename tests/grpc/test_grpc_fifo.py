@@ -20,8 +20,8 @@ from broker_core import MessageStore
 from cli.main import main
 from gateway.auth import UsersDatabase
 from gateway.auth.acl import AclRule
-from gateway.grpc.send import choose_queue
 from gateway.rocketmq.groups import GroupRegistry
+from gateway.rocketmq.producer import ShardingKey
 from gateway.rocketmq.topics import TopicRegistry
 from lmq.rocketmq import GroupConfig, MessageType, TopicConfig, queue_lmq
 from protocol.grpc import Code
@@ -122,7 +122,8 @@ async def test_batch_send_puts_each_message_in_its_groups_queue(tmp_path: Path) 
     data = tmp_path / "data"
     prepare(data)
     groups = [f"order-{i}" for i in range(8)]
-    queues = {grp: choose_queue(QUEUES, grp) for grp in groups}
+    fifo = TopicConfig("fifo", QUEUES, QUEUES)
+    queues = {grp: ShardingKey(grp).select(fifo) for grp in groups}
     assert len(set(queues.values())) == QUEUES  # the groups span both queues
     async with grpc_gateway(data) as (_gw, g):
         batch = [message("fifo", f"{grp}:{n}".encode(), group=grp, kind=pb.FIFO)

@@ -75,7 +75,10 @@ async def test_query_route_on_both_ports(gw: GatewayProcess) -> None:
             queues = route.message_queues
             assert [q.id for q in queues] == list(range(8))
             assert {q.permission for q in queues} == {definition_pb2.READ_WRITE}
-            assert all(list(q.accept_message_types) == [definition_pb2.NORMAL] for q in queues)
+            # auto-created: MIXED, every message type listed
+            assert all(list(q.accept_message_types) == [
+                definition_pb2.NORMAL, definition_pb2.FIFO, definition_pb2.DELAY,
+                definition_pb2.TRANSACTION] for q in queues)
             broker = queues[0].broker
             assert broker.name == "lmq-gateway" and broker.id == 0
             assert broker.endpoints == endpoints(port)  # the access point the client used
@@ -126,6 +129,23 @@ async def test_route_without_auto_create(tmp_path: Path) -> None:
         async with channel(port) as ch:
             route = await query_route(stub(ch), "Unknown", port)
             assert route.status.code == Code.TOPIC_NOT_FOUND
+    finally:
+        process.stop()
+
+
+async def test_strict_message_type(tmp_path: Path) -> None:
+    """rocketmq_strict_message_type: auto-created topics are NORMAL (RocketMQ 5's
+    default), the route lists NORMAL only and a FIFO send is refused."""
+    config = tmp_path / "lmq.toml"
+    config.write_text("rocketmq_strict_message_type = true\n")
+    process = GatewayProcess(tmp_path / "data", "--config", str(config)).start()
+    try:
+        port = process.ports["grpc"]
+        async with channel(port) as ch:
+            route = await query_route(stub(ch), "Strict", port)
+            assert route.status.code == Code.OK
+            assert {tuple(q.accept_message_types) for q in route.message_queues} == {
+                (definition_pb2.NORMAL,)}
     finally:
         process.stop()
 
@@ -422,14 +442,19 @@ async def test_malformed_telemetry_command(gw: GatewayProcess) -> None:
     assert "Traceback" not in "".join(gw.output)
 
 
-def test_grpc_port_in_use_is_a_clean_start_failure(tmp_path: Path) -> None:
+@pytest.mark.parametrize("listener", ["grpc", "mqtt"])
+def test_port_in_use_is_a_clean_start_failure(tmp_path: Path, listener: str) -> None:
+    """grpcio's own listener (bound by grpcio) and one of the gateway's (asyncio)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        process = GatewayProcess(tmp_path / "data", "--grpc-port", str(port))
+        process = GatewayProcess(tmp_path / "data", f"--{listener}-port", str(port))
         with pytest.raises(RuntimeError, match="gateway exited") as failed:
             process.start()
-    # the gateway's own listener (as every port's): one line naming the address
-    assert f"('127.0.0.1', {port}): address already in use" in str(failed.value)
-    assert "Traceback" not in str(failed.value)
+    out = str(failed.value)
+    # one line naming the port and the flag that changes it, no gRPC C-core log line
+    assert (f"Error: cannot start: {listener} listener: cannot bind 127.0.0.1:{port}"
+            " (address already in use)") in out
+    assert f"choose another port with --{listener}-port PORT" in out
+    assert "Traceback" not in out and "chttp2" not in out and "E0000" not in out

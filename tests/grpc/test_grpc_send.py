@@ -95,6 +95,7 @@ async def test_send_checks(tmp_path: Path) -> None:
     create_topic(data, "delayed", "--type", "delay")
     create_topic(data, "tx", "--type", "transaction")
     create_topic(data, "readonly", "--perm", "r")
+    create_topic(data, "plain")  # NORMAL (auto-created topics are MIXED)
     config = tmp_path / "gw.toml"
     config.write_text("[store]\nmax_message_bytes = 1024\n")
     async with grpc_gateway(data, "--config", str(config)) as (_gw, g):
@@ -111,10 +112,11 @@ async def test_send_checks(tmp_path: Path) -> None:
             ([message("t1", b"x", props={"UNIQ_KEY": "forged"})],
              Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
             ([message("t1", b"x", kind=pb.FIFO)], Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-            ([message("t1", b"x", group="g", kind=pb.FIFO)],
+            ([message("plain", b"x", group="g", kind=pb.FIFO)],
              Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
             ([message("tx", b"x", kind=pb.TRANSACTION)] * 2, Code.UNSUPPORTED),  # alone only
-            ([message("t1", b"x", kind=pb.TRANSACTION)], Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+            ([message("plain", b"x", kind=pb.TRANSACTION)],
+             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
             # a delayed transactional message is refused (docs/storage.md, how they compose)
             ([message("tx", b"x", kind=pb.TRANSACTION,
                       delivery_timestamp=Timestamp(seconds=int(time.time()) + 60))],

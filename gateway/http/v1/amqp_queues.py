@@ -16,18 +16,18 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from gateway.http.messages import Request, Response
-from gateway.http.v1 import (
+from gateway.http.v1.documents import (
     MAX_BATCH,
     MAX_RECEIVE,
     MAX_WAIT_SECONDS,
     ApiError,
-    _json_body,
-    _json_object,
+    json_body,
+    json_object,
     json_response,
     number_option,
+    per_entry,
     with_body,
 )
-from gateway.http.v1 import _per_entry as per_entry
 from gateway.queue_consumers import Handle, QueueConsumeError, QueueConsumers, QueueDelivery
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class AmqpQueueApi:
         vhost, queue = request.params["vhost"], request.params["queue"]
         self._check_read(request, vhost, queue)
         consumers = self._consumers()
-        doc = _json_object(request)
+        doc = json_object(request)
         option = functools.partial(number_option, doc, request.query)
         max_invisible = consumers.max_invisible_ms / 1000
 
@@ -75,7 +75,7 @@ class AmqpQueueApi:
     def _handles(self, request: Request) -> tuple[str, str, dict[str, Any], list[object]]:
         vhost, queue = request.params["vhost"], request.params["queue"]
         self._check_read(request, vhost, queue)
-        doc = _json_body(request)
+        doc = json_body(request)
         handles = doc.get("receipt_handles") if isinstance(doc, dict) else None
         if not isinstance(handles, list) or not handles:
             raise ApiError(400, "'receipt_handles' must be a non-empty array")

@@ -22,18 +22,19 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from broker_core import PendingTransaction
-from gateway.http.aliyun import HalfPolls
 from gateway.http.messages import Request, Response
-from gateway.http.v1 import (
+from gateway.http.v1.documents import (
     MAX_RECEIVE,
     MAX_WAIT_SECONDS,
     ApiError,
-    _json_object,
+    json_object,
     json_response,
     number_option,
     with_body,
 )
-from gateway.rocketmq.records import SYSTEM_PROPERTIES, rocketmq_properties
+from gateway.rocketmq.half_polls import HalfPolls
+from gateway.rocketmq.records import rocketmq_properties
+from lmq.rocketmq import HIDDEN_PROPERTIES
 from protocol.remoting.messages import decode_properties
 
 if TYPE_CHECKING:
@@ -41,11 +42,11 @@ if TYPE_CHECKING:
 
 #: The name under which the check-back loop hands half messages to JSON API pollers.
 CHECK_SENDER = "http-json"
-_SYSTEM = SYSTEM_PROPERTIES | {"__TransCheckT", "TRAN_MSG", "PGROUP"}
+_SYSTEM = HIDDEN_PROPERTIES
 
 
 class GroupHalfPolls(HalfPolls):
-    """:class:`~gateway.http.aliyun.HalfPolls` keyed by the half's producer group."""
+    """:class:`~gateway.rocketmq.half_polls.HalfPolls` keyed by the half's producer group."""
 
     def key(self, txn: PendingTransaction) -> str:
         return txn.group
@@ -65,7 +66,7 @@ class TransactionPolls:
         if not group:
             raise ApiError(400, "a producer group is required")
         self.api.principal(request)
-        doc = _json_object(request)
+        doc = json_object(request)
         option = functools.partial(number_option, doc, request.query)
 
         count = int(option("max_messages", 16, 1, MAX_RECEIVE))

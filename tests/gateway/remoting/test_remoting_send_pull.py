@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_core import StoreConfig
+from lmq.rocketmq import MessageType, TopicConfig
 from protocol.remoting import RequestCode, ResponseCode
 
 from .remoting_support import Client, port_of, running_gateway
@@ -152,6 +153,7 @@ async def test_batch_is_atomic(tmp_path: Path) -> None:
     async with running_gateway(
         tmp_path / "data", store=StoreConfig(max_message_bytes=64 * 1024)
     ) as gw:
+        gw.ctx.rocketmq.topics.create(TopicConfig("batched"))  # NORMAL
         c = await Client.connect(port_of(gw))
         good = batch_body([(b"m1", properties(UNIQ_KEY="U1")), (b"m2", properties(UNIQ_KEY="U2")),
                            (b"m3", properties(UNIQ_KEY="U3", TAGS="T"))])
@@ -188,6 +190,11 @@ async def test_pull_commits_offset_and_message_type_checks(tmp_path: Path) -> No
         q = await c.ok(RequestCode.QUERY_CONSUMER_OFFSET,
                        {"consumerGroup": "CG", "topic": "co", "queueId": 0})
         assert q.ext_fields["offset"] == "2"
+        # "co" was auto-created MIXED: every type is accepted; NORMAL topics check it
+        assert gw.ctx.rocketmq.topics.get("co").message_type is MessageType.MIXED
+        await c.ok(RequestCode.SEND_MESSAGE_V2,
+                   send_fields("co", 0, properties(__SHARDINGKEY="k")), body=b"fifo")
+        gw.ctx.rocketmq.topics.create(TopicConfig("co"))  # now NORMAL
         for props, kind in ((properties(DELAY="3"), "DELAY"), (properties(TRAN_MSG="true"),
                             "TRANSACTION"), (properties(__SHARDINGKEY="k"), "FIFO")):
             refused = await c.call(RequestCode.SEND_MESSAGE_V2, send_fields("co", 0, props),

@@ -76,7 +76,8 @@ def test_ensure_auto_creates_only_when_allowed(store):
     assert off.ensure("%RETRY%g1") == TopicConfig("%RETRY%g1", 1, 1)
     assert off.ensure("%DLQ%g1") == TopicConfig("%DLQ%g1", 1, 1)
     on = TopicRegistry(store, auto_create=True, default_queues=4)
-    assert on.ensure("plain") == TopicConfig("plain", 4, 4)
+    # auto-created topics are MIXED (every message type), NORMAL in the strict mode
+    assert on.ensure("plain") == TopicConfig("plain", 4, 4, message_type=MessageType.MIXED)
     assert len(list(store.lmqs("rmq:plain:"))) == 4
     assert on.ensure("TBW102") is None and on.ensure("rmq_sys_x") is None
     assert on.ensure("a%b") is None  # % is for retry and DLQ topics only

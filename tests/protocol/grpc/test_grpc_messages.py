@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from gateway.rocketmq.records import SYSTEM_PROPERTIES
+from lmq.rocketmq import SYSTEM_PROPERTIES
 from protocol.grpc import Code, StatusError
 from protocol.grpc.messages import (
     Delivery,

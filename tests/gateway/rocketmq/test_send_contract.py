@@ -1,0 +1,362 @@
+"""The RocketMQ send contract (issue 28 §2): one set of cases, run against the producer
+service without sockets and against each RocketMQ door over real sockets (remoting's
+wire protocol, gRPC), on one in-process gateway with a users file and sync durability.
+
+A door is a converter: it may answer with its own codes, but not decide differently.
+Each door says how it spells each outcome (:attr:`Door.codes`); the cases say which
+outcome is due. A new door inherits the contract by adding a :class:`Door`.
+
+Cases: a system topic is refused; a read-only topic is refused; a message type the
+topic does not accept is refused (a MIXED auto-created topic accepts all); the publish
+ACL is applied to the topic's MQTT name ``T``; a message with ``mqttSecondTopic``
+reaches an MQTT subscriber of ``T/...``; a batch is stored all or none; the reply comes
+only once the store acknowledges the append under sync durability; an end of
+transaction commits once, is idempotent, refuses the other end and unknown ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2
+
+from broker_core import Durability, MessageTooLarge, StoreConfig
+from gateway.auth import UsersDatabase
+from gateway.auth.acl import AclRule
+from gateway.auth.authenticator import Principal
+from gateway.auth.passwords import hash_password
+from gateway.rocketmq import producer as p
+from gateway.rocketmq.records import encode_properties, to_store_message
+from gateway.server import Gateway
+from lmq.rocketmq import (
+    MQTT_SECOND_TOPIC,
+    MessageType,
+    Perm,
+    TopicConfig,
+    message_type_of,
+    queue_lmq,
+)
+from protocol.grpc import Code
+from protocol.remoting import RequestCode, ResponseCode
+
+from ...grpc.grpc_core_support import BOUND, channel, metadata, resource, stub
+from ..mqtt_clients import Paho
+from ..remoting.remoting_support import Client, port_of, running_gateway
+from ..remoting.rocketmq_messages import batch_body, properties
+from ..remoting.test_remoting_security import signed
+from ..remoting.test_remoting_send_pull import send_fields
+
+MAX_BODY = 1024
+AK, SK = "AK_app", "secret-app"
+
+
+@dataclass
+class Sent:
+    """What a door's send came to: ``code`` in the door's spelling."""
+
+    code: object
+    detail: str = ""
+    transaction: str = ""
+
+
+class Door:
+    name = ""
+    #: outcome -> this door's answer (a code, or the service's exception class)
+    codes: dict[str, object] = {}
+
+    def __init__(self, gw: Gateway) -> None:
+        self.gw = gw
+
+    async def open(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def send(self, topic: str, bodies: list[bytes], *, sharding: str = "",
+                   second: str = "", transaction: bool = False) -> Sent:
+        raise NotImplementedError
+
+    async def end(self, topic: str, transaction: str, commit: bool) -> Sent:
+        raise NotImplementedError
+
+
+class ServiceDoor(Door):
+    """The producer service itself, called as a door calls it: no socket."""
+
+    name = "service"
+    codes = {
+        "ok": None, "system": p.SystemTopic, "readonly": p.NotWritable,
+        "type": p.TypeMismatch, "acl": p.Forbidden, "too_large": MessageTooLarge,
+        "conflict": p.TransactionConflict, "unknown": p.TransactionNotFound,
+    }
+    principal = Principal("app", "access_key")
+
+    async def send(self, topic: str, bodies: list[bytes], *, sharding: str = "",
+                   second: str = "", transaction: bool = False) -> Sent:
+        producer = self.gw.ctx.rocketmq.producer
+        try:
+            config = producer.resolve(topic, self.principal, "contract")
+            items = []
+            for body in bodies:
+                props = {"UNIQ_KEY": uuid.uuid4().hex}
+                if sharding:
+                    props["__SHARDINGKEY"] = sharding
+                if second:
+                    props[MQTT_SECOND_TOPIC] = second
+                if transaction:
+                    props["TRAN_MSG"] = "true"
+                producer.check_type(config, message_type_of(props))
+                queue = p.ShardingKey(sharding).select(config)
+                message = to_store_message(topic, body, encode_properties(props), props,
+                                           origin="PG")
+                items.append((message, producer.lmqs(topic, queue, second)))
+            if transaction:
+                result = await producer.send_half(*items[0], "PG")
+                return Sent(None, transaction=str(result.position))
+            await producer.send_batch(items)
+        except (p.ProducerError, MessageTooLarge) as exc:
+            return Sent(type(exc), str(exc))
+        return Sent(None)
+
+    async def end(self, topic: str, transaction: str, commit: bool) -> Sent:
+        try:
+            await self.gw.ctx.rocketmq.producer.end_transaction(
+                int(transaction or 1 << 40), commit, self.principal, "contract", "PG")
+        except p.ProducerError as exc:
+            return Sent(type(exc), str(exc))
+        return Sent(None)
+
+
+class RemotingDoor(Door):
+    """RocketMQ's remoting protocol, signed as ali-ons signs (the unified port)."""
+
+    name = "remoting"
+    codes = {
+        "ok": ResponseCode.SUCCESS, "system": ResponseCode.NO_PERMISSION,
+        "readonly": ResponseCode.NO_PERMISSION, "type": ResponseCode.MESSAGE_ILLEGAL,
+        "acl": ResponseCode.NO_PERMISSION, "too_large": ResponseCode.MESSAGE_ILLEGAL,
+        "conflict": ResponseCode.SYSTEM_ERROR, "unknown": ResponseCode.SYSTEM_ERROR,
+    }
+
+    async def open(self) -> None:
+        self.client = await Client.connect(port_of(self.gw))
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def send(self, topic: str, bodies: list[bytes], *, sharding: str = "",
+                   second: str = "", transaction: bool = False) -> Sent:
+        extra: dict[str, str] = {}
+        if sharding:
+            extra["__SHARDINGKEY"] = sharding
+        if second:
+            extra[MQTT_SECOND_TOPIC] = second
+        if transaction:
+            extra["TRAN_MSG"] = "true"
+            extra["PGROUP"] = "PG"
+        if len(bodies) == 1:
+            props = properties(UNIQ_KEY=uuid.uuid4().hex, **extra)
+            fields = send_fields(topic, -1, props)
+            reply = await self.client.call(
+                RequestCode.SEND_MESSAGE_V2, signed(fields, bodies[0], AK, SK), bodies[0])
+        else:
+            body = batch_body([(b, properties(UNIQ_KEY=uuid.uuid4().hex, **extra))
+                               for b in bodies])
+            fields = send_fields(topic, -1, "") | {"m": True}
+            reply = await self.client.call(
+                RequestCode.SEND_BATCH_MESSAGE, signed(fields, body, AK, SK), body)
+        msg_id = reply.ext_fields.get("msgId", "")
+        return Sent(reply.code, reply.remark or "", transaction=msg_id)
+
+    async def end(self, topic: str, transaction: str, commit: bool) -> Sent:
+        # the half's log position: the last 16 hex digits of its offsetMsgId
+        position = int(transaction[-16:], 16) if transaction else 1 << 40
+        fields = {"producerGroup": "PG", "tranStateTableOffset": 0,
+                  "commitLogOffset": position, "commitOrRollback": 8 if commit else 12,
+                  "fromTransactionCheck": False, "msgId": "x", "transactionId": "x"}
+        reply = await self.client.call(
+            RequestCode.END_TRANSACTION, signed(fields, b"", AK, SK))
+        return Sent(reply.code, reply.remark or "")
+
+
+class GrpcDoor(Door):
+    """RocketMQ 5's gRPC protocol, signed as the official clients sign (the unified
+    port)."""
+
+    name = "grpc"
+    codes = {
+        "ok": Code.OK, "system": Code.ILLEGAL_TOPIC, "readonly": Code.FORBIDDEN,
+        "type": Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "acl": Code.FORBIDDEN,
+        "too_large": Code.MESSAGE_BODY_TOO_LARGE, "conflict": Code.PRECONDITION_FAILED,
+        "unknown": Code.INVALID_TRANSACTION_ID,
+    }
+
+    async def open(self) -> None:
+        self.channel = channel(port_of(self.gw))
+        self.stub = stub(self.channel)
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    def md(self) -> list[tuple[str, str]]:
+        return metadata("contract", ak=AK, sk=SK)
+
+    async def send(self, topic: str, bodies: list[bytes], *, sharding: str = "",
+                   second: str = "", transaction: bool = False) -> Sent:
+        messages = []
+        for body in bodies:
+            sysp = pb.SystemProperties(
+                message_id=uuid.uuid4().hex.upper(), body_encoding=pb.IDENTITY,
+                message_type=pb.TRANSACTION if transaction else
+                pb.FIFO if sharding else pb.NORMAL)
+            if sharding:
+                sysp.message_group = sharding
+            msg = pb.Message(topic=resource(topic), body=body, system_properties=sysp)
+            if second:
+                msg.user_properties[MQTT_SECOND_TOPIC] = second
+            messages.append(msg)
+        reply = await self.stub.SendMessage(
+            service_pb2.SendMessageRequest(messages=messages), metadata=self.md(),
+            timeout=BOUND)
+        tx = reply.entries[0].transaction_id if reply.entries else ""
+        return Sent(reply.status.code, reply.status.message, transaction=tx)
+
+    async def end(self, topic: str, transaction: str, commit: bool) -> Sent:
+        reply = await self.stub.EndTransaction(
+            service_pb2.EndTransactionRequest(
+                topic=resource(topic), message_id="x",
+                transaction_id=transaction or "lmq-tx:999999",
+                resolution=pb.COMMIT if commit else pb.ROLLBACK,
+                source=pb.SOURCE_CLIENT),
+            metadata=self.md(), timeout=BOUND)
+        return Sent(reply.status.code, reply.status.message)
+
+
+DOORS = [ServiceDoor, RemotingDoor, GrpcDoor]
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+    data = tmp_path / "data"
+    data.mkdir()
+    db = UsersDatabase()
+    db.add_user("app", hash_password("pw", n=16, r=1, p=1))
+    db.add_access_key("app", AK, SK)
+    for rule in ("deny secret", "deny secret/#", "both #"):
+        db.add_acl_rule("app", AclRule.parse(rule))
+    db.save(data / "users.json")
+    async with running_gateway(
+        data, store=StoreConfig(durability=Durability.SYNC, max_message_bytes=MAX_BODY),
+    ) as gw:
+        topics = gw.ctx.rocketmq.topics
+        topics.create(TopicConfig("plain", 2, 2))
+        topics.create(TopicConfig("fifo", 2, 2, message_type=MessageType.FIFO))
+        topics.create(TopicConfig("tx", 1, 1, message_type=MessageType.TRANSACTION))
+        topics.create(TopicConfig("readonly", 2, 2, perm=Perm.READ))
+        topics.create(TopicConfig("secret", 2, 2))
+        yield gw
+
+
+@pytest.fixture(params=DOORS, ids=lambda door: door.name)
+async def door(request: Any, gateway: Gateway) -> AsyncIterator[Door]:
+    one: Door = request.param(gateway)
+    await one.open()
+    try:
+        yield one
+    finally:
+        await one.close()
+
+
+def stored(gw: Gateway, topic: str) -> int:
+    """Messages in the topic's queues."""
+    config = gw.ctx.rocketmq.topics.get(topic)
+    assert config is not None
+    total = 0
+    for q in range(config.queue_count):
+        info = gw.ctx.store.lmq(queue_lmq(topic, q))
+        total += 0 if info is None else info.messages
+    return total
+
+
+#: (what is sent, the outcome due)
+CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("a plain send", {"topic": "plain"}, "ok"),
+    ("a system topic", {"topic": "TBW102"}, "system"),
+    ("a read-only topic", {"topic": "readonly"}, "readonly"),
+    ("a FIFO message to a NORMAL topic", {"topic": "plain", "sharding": "g"}, "type"),
+    ("a NORMAL message to a FIFO topic", {"topic": "fifo"}, "type"),
+    ("a FIFO message to a FIFO topic", {"topic": "fifo", "sharding": "g"}, "ok"),
+    ("a FIFO message to an auto-created (MIXED) topic", {"topic": "auto1", "sharding": "g"},
+     "ok"),
+    ("a topic the ACL denies", {"topic": "secret"}, "acl"),
+    ("a message over the size limit", {"topic": "plain", "body": b"x" * (MAX_BODY + 1)},
+     "too_large"),
+]
+
+
+async def test_send_checks(door: Door) -> None:
+    for what, case, outcome in CASES:
+        args = dict(case)
+        topic = args.pop("topic")
+        body = args.pop("body", b"body")
+        before = stored(door.gw, topic) if door.gw.ctx.rocketmq.topics.get(topic) else 0
+        sent = await door.send(topic, [body], **args)
+        assert sent.code == door.codes[outcome], (door.name, what, sent)
+        if outcome != "ok" and door.gw.ctx.rocketmq.topics.get(topic) is not None:
+            assert stored(door.gw, topic) == before, (door.name, what)
+
+
+async def test_batch_is_all_or_none(door: Door) -> None:
+    ok = await door.send("plain", [b"a", b"b", b"c"])
+    assert ok.code == door.codes["ok"], ok
+    assert stored(door.gw, "plain") == 3
+    bad = await door.send("plain", [b"d", b"x" * (MAX_BODY + 1), b"f"])
+    assert bad.code == door.codes["too_large"], bad
+    assert stored(door.gw, "plain") == 3
+
+
+async def test_reply_after_durable(door: Door) -> None:
+    store = door.gw.ctx.store
+    for _ in range(3):
+        sent = await door.send("plain", [b"durable"])
+        assert sent.code == door.codes["ok"]
+        # answered only once an fsync covers the append: nothing left to wait for
+        assert store.acknowledged(store.log_end).done()
+
+
+async def test_second_topic_reaches_mqtt(door: Door) -> None:
+    port = port_of(door.gw, "mqtt")
+    sub = await asyncio.to_thread(Paho, port, f"contract-{door.name}", username="app",
+                                  password="pw")
+    try:
+        await asyncio.to_thread(sub.subscribe, "plain/eu/+", 1)
+        sent = await door.send("plain", [b"to-mqtt"], second="/eu/7")
+        assert sent.code == door.codes["ok"], sent
+        got = await asyncio.to_thread(sub.get, BOUND)
+        assert (got.topic, got.payload) == ("plain/eu/7", b"to-mqtt")
+    finally:
+        await asyncio.to_thread(sub.close)
+
+
+async def test_end_transaction(door: Door) -> None:
+    half = await door.send("tx", [b"half"], transaction=True)
+    assert half.code == door.codes["ok"], half
+    assert stored(door.gw, "tx") == 0
+    committed = await door.end("tx", half.transaction, commit=True)
+    assert committed.code == door.codes["ok"], committed
+    assert stored(door.gw, "tx") == 1
+    again = await door.end("tx", half.transaction, commit=True)
+    assert again.code == door.codes["ok"], again  # idempotent: nothing delivered twice
+    assert stored(door.gw, "tx") == 1
+    other = await door.end("tx", half.transaction, commit=False)
+    assert other.code == door.codes["conflict"], other
+    unknown = await door.end("tx", "", commit=True)
+    assert unknown.code == door.codes["unknown"], unknown
