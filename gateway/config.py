@@ -87,9 +87,9 @@ class GatewayConfig:
     #: A dedicated RocketMQ remoting listener (no sniffing). Disabled by default: the
     #: unified port already serves remoting; 10911 (a broker's port) is the usual choice.
     remoting_port: Port = 0
-    #: RocketMQ 5's gRPC (``apache.rocketmq.v2``) on its own port, served by grpcio
-    #: directly (RocketMQ's grpcServerPort, 8081). The unified port serves gRPC too
-    #: (HTTP/2 connections are handed to the same server); 0 disables this one.
+    #: RocketMQ 5's gRPC (``apache.rocketmq.v2``) on its own port (RocketMQ's
+    #: grpcServerPort, 8081). The unified port serves gRPC too (the same door,
+    #: gateway.grpc.server); 0 disables this one.
     grpc_port: Port = 8081
     #: Open connections, all listeners together; more are closed at accept.
     max_connections: int = 10_000

@@ -290,13 +290,20 @@ class GrpcConnection(ConnectionHandler):
             yield parse(payload)
 
     async def _wait_room(self, call: ServerCall) -> None:
+        """Wait while the socket's buffer is full or more than :data:`STREAM_HIGH` of
+        the call's output waits for the client's windows."""
         h2 = self.h2
-        while self.calls.get(call.stream_id) is call and (
-            h2.queued(call.stream_id) > STREAM_HIGH or not self.conn.writable
-        ):
-            if self._room is None:
-                self._room = self.loop.create_future()
-            await self._room
+        conn = self.conn
+        while self.calls.get(call.stream_id) is call:
+            if not conn.writable and not conn.transport.is_closing():
+                await conn.drain()
+                self._schedule_flush()
+            elif conn.writable and h2.queued(call.stream_id) <= STREAM_HIGH:
+                return
+            else:  # closing (cancelled when lost), or waiting for a WINDOW_UPDATE
+                if self._room is None:
+                    self._room = self.loop.create_future()
+                await self._room
 
     def _failed(self, call: ServerCall) -> None:
         log.exception(

@@ -374,3 +374,15 @@ def test_random_frames_never_raise(frames: list[tuple[int, int, int, bytes]]) ->
     for e in events:
         if isinstance(e, g.MessageReceived):
             assert len(e.payload) <= 1 << 16
+
+
+def test_header_list_above_the_advertised_limit_is_goaway_enhance_your_calm() -> None:
+    p = Pair()
+    assert p.client.remote_settings[ngh2.Setting.MAX_HEADER_LIST_SIZE] == g.MAX_HEADER_LIST
+    p.client.send_request([*request_headers(), (b"x-big", b"v" * 20_000)], end_stream=True)
+    p.pump()
+    [terminated] = p.events
+    assert isinstance(terminated, g.ConnectionTerminated)
+    assert terminated.error_code == g.ENHANCE_YOUR_CALM
+    goaway = [e for e in p.client_events if isinstance(e, ngh2.GoAwayReceived)]
+    assert goaway and goaway[0].error_code == g.ENHANCE_YOUR_CALM
