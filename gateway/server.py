@@ -171,6 +171,9 @@ class Gateway:
             if cfg.replication_role != "none":  # before any front end can write
                 self.replication = ReplicationService(cfg, store, self.tasks,
                                                       self.client_addresses)
+                # a promoted member fires the replicated timers and revives popped messages
+                self.replication.on_master.append(ctx.rocketmq.timers.arm)
+                self.replication.on_master.append(ctx.rocketmq.pop.arm_revive)
                 await self.replication.start()
                 bound_at = self.replication.address
                 if bound_at is not None:

@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from broker_core import MessageStore
+from gateway.clients import Producer, PullConsumer, RemotingClient
 from protocol.mqtt import Connect, MQTTVersion, ReasonCode
 from protocol.remoting.codes import RequestCode
 from tests.gateway.mqtt_clients import RawClient
 from tests.gateway.remoting.remoting_support import Client
+from tests.grpc.test_grpc_send import create_topic
 
 from .group_support import Member, Publisher, bodies_in_log, log_bytes, wait_for
 
@@ -176,5 +178,49 @@ def test_sync_ack_waits_for_the_in_sync_slave(tmp_path: Path) -> None:
         assert log_bytes(a.data_dir) == log_bytes(b.data_dir)
     finally:
         b.resume()
+        b.stop()
+        a.stop()
+
+
+async def _send_delayed(port: int, body: bytes, seconds: int) -> int:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        result = await Producer(client, "PG_delay").send(
+            "dly", body, properties={"TIMER_DELAY_SEC": str(seconds)}, queue_id=0
+        )
+        return result.queue.queue_id
+
+
+async def _pull_all(port: int) -> list[bytes]:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        consumer = PullConsumer(client, "CG_delay")
+        out: list[bytes] = []
+        for mq in await consumer.queues("dly"):
+            result = await consumer.pull(mq, 0, max_nums=64)
+            out += [m.body for m in result.messages]
+        return out
+
+
+def test_delayed_message_fires_once_on_the_promoted_slave(tmp_path: Path) -> None:
+    """A delayed message stored on the master, the master killed before it is due: the
+    promoted slave fires it (its timer came with the log), exactly once."""
+    create_topic(tmp_path / "a", "dly", "--type", "delay", "--queues", "1")
+    a = Member(tmp_path / "a", "--replication-role", "master", "--replication-ack", "sync")
+    a.start()
+    b = Member(
+        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
+    )
+    try:
+        b.start()
+        wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
+        asyncio.run(_send_delayed(a.ports["unified"], b"later", 3))
+        wait_for("b caught up", lambda: _caught_up(b, a))
+        a.kill()
+        # (a slave's routes name the master, dead now: nothing to pull from b yet)
+        b.promote()
+        wait_for("b is master", lambda: b.replication()["role"] == "master")
+        wait_for("the fire", lambda: asyncio.run(_pull_all(b.ports["unified"])) != [])
+        assert asyncio.run(_pull_all(b.ports["unified"])) == [b"later"]
+        assert b.says("replication: master of group") and not b.says("firing timers failed")
+    finally:
         b.stop()
         a.stop()
