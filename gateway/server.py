@@ -171,9 +171,7 @@ class Gateway:
             if cfg.replication_role != "none":  # before any front end can write
                 self.replication = ReplicationService(cfg, store, self.tasks,
                                                       self.client_addresses)
-                # a promoted member fires the replicated timers and revives popped messages
-                self.replication.on_master.append(ctx.rocketmq.timers.arm)
-                self.replication.on_master.append(ctx.rocketmq.pop.arm_revive)
+                self.replication.on_master.append(functools.partial(_promoted, ctx))
                 await self.replication.start()
                 bound_at = self.replication.address
                 if bound_at is not None:
@@ -414,6 +412,18 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+def _promoted(ctx: GatewayContext) -> None:
+    """This member became its group's master: what it loaded at start or did not run as
+    a slave comes from the replicated state now (docs/replication.md): the RocketMQ topic
+    and group registries, pop groups, the timer firing and the pop revive."""
+    ctx.rocketmq_topics.reload()
+    ctx.rocketmq_groups.reload()
+    for name in ctx.rocketmq_groups.names():
+        ctx.rocketmq.pop.adopt(name)
+    ctx.rocketmq.timers.arm()
+    ctx.rocketmq.pop.arm_revive()
 
 
 def _rocketmq_registries(

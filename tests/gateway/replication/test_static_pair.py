@@ -202,7 +202,8 @@ async def _pull_all(port: int) -> list[bytes]:
 
 def test_delayed_message_fires_once_on_the_promoted_slave(tmp_path: Path) -> None:
     """A delayed message stored on the master, the master killed before it is due: the
-    promoted slave fires it (its timer came with the log), exactly once."""
+    promoted slave fires it (its timer came with the log), exactly once; the topic's
+    configuration came with the consumer state and is live on the promoted member."""
     create_topic(tmp_path / "a", "dly", "--type", "delay", "--queues", "1")
     a = Member(tmp_path / "a", "--replication-role", "master", "--replication-ack", "sync")
     a.start()
@@ -218,6 +219,9 @@ def test_delayed_message_fires_once_on_the_promoted_slave(tmp_path: Path) -> Non
         # (a slave's routes name the master, dead now: nothing to pull from b yet)
         b.promote()
         wait_for("b is master", lambda: b.replication()["role"] == "master")
+        # the topic's configuration (a delay topic of one queue) came replicated and the
+        # promoted member's registry has it: a delayed send is accepted
+        asyncio.run(_send_delayed(b.ports["unified"], b"on-b", 60))
         wait_for("the fire", lambda: asyncio.run(_pull_all(b.ports["unified"])) != [])
         assert asyncio.run(_pull_all(b.ports["unified"])) == [b"later"]
         assert b.says("replication: master of group") and not b.says("firing timers failed")
