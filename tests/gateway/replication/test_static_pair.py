@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from broker_core import MessageStore
-from gateway.clients import Producer, PullConsumer, RemotingClient
+from gateway.clients import Producer, PullConsumer, RemotingClient, TransactionProducer
+from gateway.clients.remoting import SendResult
 from protocol.mqtt import Connect, MQTTVersion, ReasonCode
 from protocol.remoting.codes import RequestCode
 from tests.gateway.mqtt_clients import RawClient
@@ -190,21 +191,39 @@ async def _send_delayed(port: int, body: bytes, seconds: int) -> int:
         return result.queue.queue_id
 
 
-async def _pull_all(port: int) -> list[bytes]:
+async def _send_halves(port: int) -> list[SendResult]:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        producer = TransactionProducer(client, "PG_tx")
+        return [await producer.send_half("rtx", body) for body in (b"commit-me", b"roll-back")]
+
+
+async def _end(port: int, halves: list[SendResult]) -> None:
+    """Commit the first, roll back the second, on the member at ``port`` (the ids name
+    log positions of the old master: the same positions on this one)."""
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        producer = TransactionProducer(client, "PG_tx")
+        await producer.end(halves[0], True)
+        await producer.end(halves[1], False)
+
+
+async def _pull_all(port: int, topic: str = "dly") -> list[bytes]:
     async with RemotingClient(f"127.0.0.1:{port}") as client:
         consumer = PullConsumer(client, "CG_delay")
         out: list[bytes] = []
-        for mq in await consumer.queues("dly"):
+        for mq in await consumer.queues(topic):
             result = await consumer.pull(mq, 0, max_nums=64)
             out += [m.body for m in result.messages]
         return out
 
 
-def test_delayed_message_fires_once_on_the_promoted_slave(tmp_path: Path) -> None:
+def test_delayed_and_half_messages_across_a_failover(tmp_path: Path) -> None:
     """A delayed message stored on the master, the master killed before it is due: the
     promoted slave fires it (its timer came with the log), exactly once; the topic's
-    configuration came with the consumer state and is live on the promoted member."""
+    configuration came with the consumer state and is live on the promoted member. Half
+    messages sent to the master are committed and rolled back on the promoted slave:
+    the commit delivered once, the rollback never."""
     create_topic(tmp_path / "a", "dly", "--type", "delay", "--queues", "1")
+    create_topic(tmp_path / "a", "rtx", "--type", "transaction", "--queues", "1")
     a = Member(tmp_path / "a", "--replication-role", "master", "--replication-ack", "sync")
     a.start()
     b = Member(
@@ -214,6 +233,7 @@ def test_delayed_message_fires_once_on_the_promoted_slave(tmp_path: Path) -> Non
         b.start()
         wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
         asyncio.run(_send_delayed(a.ports["unified"], b"later", 3))
+        halves = asyncio.run(_send_halves(a.ports["unified"]))
         wait_for("b caught up", lambda: _caught_up(b, a))
         a.kill()
         # (a slave's routes name the master, dead now: nothing to pull from b yet)
@@ -224,6 +244,13 @@ def test_delayed_message_fires_once_on_the_promoted_slave(tmp_path: Path) -> Non
         asyncio.run(_send_delayed(b.ports["unified"], b"on-b", 60))
         wait_for("the fire", lambda: asyncio.run(_pull_all(b.ports["unified"])) != [])
         assert asyncio.run(_pull_all(b.ports["unified"])) == [b"later"]
+        # the half messages stored on the old master are ended on the new one: the
+        # commit delivers once, the rollback never (apache/rocketmq#7709, #9804)
+        assert asyncio.run(_pull_all(b.ports["unified"], "rtx")) == []
+        asyncio.run(_end(b.ports["unified"], halves))
+        asyncio.run(_end(b.ports["unified"], halves))  # a repeated end changes nothing
+        wait_for("the commit", lambda: asyncio.run(_pull_all(b.ports["unified"], "rtx")) != [])
+        assert asyncio.run(_pull_all(b.ports["unified"], "rtx")) == [b"commit-me"]
         assert b.says("replication: master of group") and not b.says("firing timers failed")
     finally:
         b.stop()
