@@ -172,6 +172,7 @@ class Gateway:
                 self.replication = ReplicationService(cfg, store, self.tasks,
                                                       self.client_addresses)
                 self.replication.on_master.append(functools.partial(_promoted, ctx))
+                self.replication.on_master.append(self._front_ends_promoted)
                 await self.replication.start()
                 bound_at = self.replication.address
                 if bound_at is not None:
@@ -306,6 +307,13 @@ class Gateway:
     def listener_address(self, name: str) -> tuple[str, int] | None:
         bl = self.listener(name)
         return None if bl is None else (bl.host, bl.port)
+
+    def _front_ends_promoted(self) -> None:
+        for name, front_end in self.front_ends.items():
+            try:
+                front_end.promoted()
+            except Exception:
+                log.exception("reloading after a promotion failed", extra={"protocol": name})
 
     def client_addresses(self) -> str:
         """``name=host:port,...`` of the client listeners (the advertised host when

@@ -17,7 +17,7 @@ from gateway.clients import Producer, PullConsumer, RemotingClient, TransactionP
 from gateway.clients.remoting import SendResult
 from protocol.mqtt import Connect, MQTTVersion, ReasonCode
 from protocol.remoting.codes import RequestCode
-from tests.gateway.mqtt_clients import RawClient
+from tests.gateway.mqtt_clients import Paho, RawClient
 from tests.gateway.remoting.remoting_support import Client
 from tests.grpc.test_grpc_send import create_topic
 
@@ -63,6 +63,13 @@ def _stored_offset(data_dir: Path) -> int | None:
         store.close()
 
 
+def _drain(client: Paho, seen: set[bytes]) -> bool:
+    """Take what ``client`` received so far into ``seen``."""
+    while not client.messages.empty():
+        seen.add(client.messages.get().payload)
+    return True
+
+
 def _caught_up(slave: Member, master: Member) -> bool:
     return slave.replication()["log_end"] == master.replication()["log_end"]
 
@@ -106,6 +113,10 @@ def test_sync_pair_kill9_promote_and_rejoin(tmp_path: Path) -> None:
         # shipped beside the log)
         asyncio.run(_commit_offset(a.ports["remoting"], 4))
         wait_for("the offset on b", lambda: _stored_offset(b.data_dir) == 4)
+        # an MQTT persistent session on the master, offline while the load runs
+        keeper = Paho(a.ports["mqtt"], "keeper", clean=False)
+        keeper.subscribe("rep/#", qos=1)
+        keeper.disconnect()
         # load on the master, killed -9 in the middle of it
         pub = Publisher(a.ports["mqtt"]).start()
         wait_for("acknowledged load", lambda: len(pub.acked) >= 300)
@@ -123,6 +134,13 @@ def test_sync_pair_kill9_promote_and_rejoin(tmp_path: Path) -> None:
         pub2 = Publisher(b.ports["mqtt"], prefix="after").start()
         wait_for("load on b", lambda: len(pub2.acked) >= 50)
         after = pub2.stop()
+        # the persistent session resumes on the new master: nothing acknowledged skipped
+        keeper = Paho(b.ports["mqtt"], "keeper", clean=False)
+        assert keeper.session_present
+        seen: set[bytes] = set()
+        want = set(acked) | set(after)
+        wait_for("the session's backlog", lambda: _drain(keeper, seen) and want <= seen)
+        keeper.close()
         # the old master returns as a slave of b, and without its epoch history
         # (apache/rocketmq#9689): it counts as epoch 0, is cut to b's first epoch start
         # and copies b's log again; never served stale
