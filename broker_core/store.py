@@ -434,7 +434,9 @@ class MessageStore:
 
     def next_timer_due(self) -> int | None:
         """The earliest pending due time (epoch ms), or None: when to call
-        :meth:`fire_timers` next."""
+        :meth:`fire_timers` next. None on a slave of a broker group: its master fires."""
+        if self.log.fence is not None:
+            return None
         return self.timers.next_due()
 
     def fire_timers(self, now: int | None = None, max_count: int | None = None) -> int:
@@ -532,7 +534,10 @@ class MessageStore:
         this returns, so a restart does not reset the count): the caller asks a
         producer of ``txn.group`` about each. A half due after ``txn_max_checks``
         checks is not returned: it goes to ``txn_dead_letter_lmq`` (a log line and
-        ``stats()["transactions_dead_lettered"]``)."""
+        ``stats()["transactions_dead_lettered"]``). None on a slave of a broker group:
+        its master checks, and its CHECK records arrive replicated."""
+        if self.log.fence is not None:
+            return []
         cfg = self.config
         at = now_ms() if now is None else now
         with self.locks.append:
@@ -841,7 +846,10 @@ class MessageStore:
         return self.pop_consumer.revive(now)
 
     def next_revive_at(self) -> int | None:
-        """When the next popped message's invisible time runs out (ms), or None."""
+        """When the next popped message's invisible time runs out (ms), or None (also
+        on a slave of a broker group: its master revives)."""
+        if self.log.fence is not None:
+            return None
         return self.pop_consumer.next_revive_at()
 
     def count_retries(self, group: str, lmq: str) -> int:

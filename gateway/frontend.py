@@ -101,6 +101,11 @@ class FrontEnd:
         for conn in conns:
             conn.close("authentication on")
 
+    def promoted(self) -> None:
+        """This gateway, a slave of its broker group, became the master: the store's
+        metadata is the old master's (replicated, docs/replication.md); reload what was
+        loaded from it at start. A slave had no clients. The default does nothing."""
+
     async def stop(self) -> None:
         """Shutdown: every connection is closed; the store is still open. Persist what
         must survive a restart and stop background work."""

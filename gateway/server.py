@@ -176,6 +176,8 @@ class Gateway:
             if cfg.replication_role != "none":  # before any front end can write
                 self.replication = ReplicationService(cfg, store, self.tasks,
                                                       self.client_addresses)
+                self.replication.on_master.append(functools.partial(_promoted, ctx))
+                self.replication.on_master.append(self._front_ends_promoted)
                 await self.replication.start()
                 bound_at = self.replication.address
                 if bound_at is not None:
@@ -340,6 +342,13 @@ class Gateway:
         bl = self.listener(name)
         return None if bl is None else (bl.host, bl.port)
 
+    def _front_ends_promoted(self) -> None:
+        for name, front_end in self.front_ends.items():
+            try:
+                front_end.promoted()
+            except Exception:
+                log.exception("reloading after a promotion failed", extra={"protocol": name})
+
     def client_addresses(self) -> str:
         """``name=host:port,...`` of the client listeners (the advertised host when
         set): what a slave of this group tells the clients it refuses."""
@@ -445,6 +454,18 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+def _promoted(ctx: GatewayContext) -> None:
+    """This member became its group's master: what it loaded at start or did not run as
+    a slave comes from the replicated state now (docs/replication.md): the RocketMQ topic
+    and group registries, pop groups, the timer firing and the pop revive."""
+    ctx.rocketmq_topics.reload()
+    ctx.rocketmq_groups.reload()
+    for name in ctx.rocketmq_groups.names():
+        ctx.rocketmq.pop.adopt(name)
+    ctx.rocketmq.timers.arm()
+    ctx.rocketmq.pop.arm_revive()
 
 
 def _rocketmq_registries(

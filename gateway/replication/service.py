@@ -78,6 +78,9 @@ class ReplicationService:
         #: The controller's compare-and-swap of the in-sync set (None: static, applied
         #: at once). Returns the set now in force, or None if the swap failed.
         self.write_set: Callable[[frozenset[str]], Any] | None = None
+        #: Called (on the loop) each time this member becomes the master: what a slave
+        #: does not run (timer firing, pop revive) is armed from the replicated state.
+        self.on_master: list[Callable[[], None]] = []
         self.controller: Any = None
 
     @property
@@ -161,6 +164,8 @@ class ReplicationService:
         await asyncio.to_thread(replica.ship_state, self._on_state)
         self.epoch = epoch
         self.role = "master"
+        for hook in self.on_master:
+            hook()
         log.info("replication: master of group %s, epoch %d", self.group, epoch)
 
     async def become_slave(

@@ -16,6 +16,7 @@ import pytest
 from protocol.remoting.codes import RequestCode
 from protocol.replication import Ack, Data, EpochEntry, FrameDecoder, Hello, Refuse, encode
 from tests.gateway.remoting.remoting_support import Client
+from tests.grpc.grpc_core_support import channel, query_route, stub
 
 from .group_support import Member, log_bytes, wait_for
 
@@ -150,3 +151,13 @@ def test_bad_input_on_the_replication_port(pair) -> None:  # type: ignore[no-unt
     assert log_bytes(a.data_dir)[: len(before)] == before
     assert b.replication()["connected"] is True
     wait_for("b caught up", lambda: b.replication()["log_end"] == a.replication()["log_end"])
+
+
+async def test_grpc_route_names_the_master(pair) -> None:  # type: ignore[no-untyped-def]
+    a, b = pair
+    async with channel(b.ports["grpc"]) as ch:
+        route = await query_route(stub(ch), "g1", b.ports["grpc"])
+    broker = route.message_queues[0].broker
+    assert [(x.host, x.port) for x in broker.endpoints.addresses] == [
+        ("127.0.0.1", a.ports["grpc"])
+    ]

@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from broker_core import MessageStore
+from gateway.clients import Producer, PullConsumer, RemotingClient, TransactionProducer
+from gateway.clients.remoting import SendResult
 from protocol.mqtt import Connect, MQTTVersion, ReasonCode
 from protocol.remoting.codes import RequestCode
-from tests.gateway.mqtt_clients import RawClient
+from tests.gateway.mqtt_clients import Paho, RawClient
 from tests.gateway.remoting.remoting_support import Client
+from tests.grpc.test_grpc_send import create_topic
 
 from .group_support import Member, Publisher, bodies_in_log, log_bytes, wait_for
 
@@ -58,6 +61,13 @@ def _stored_offset(data_dir: Path) -> int | None:
         return next((o for _, group, o in store.offsets() if group == "G"), None)
     finally:
         store.close()
+
+
+def _drain(client: Paho, seen: set[bytes]) -> bool:
+    """Take what ``client`` received so far into ``seen``."""
+    while not client.messages.empty():
+        seen.add(client.messages.get().payload)
+    return True
 
 
 def _caught_up(slave: Member, master: Member) -> bool:
@@ -103,6 +113,10 @@ def test_sync_pair_kill9_promote_and_rejoin(tmp_path: Path) -> None:
         # shipped beside the log)
         asyncio.run(_commit_offset(a.ports["remoting"], 4))
         wait_for("the offset on b", lambda: _stored_offset(b.data_dir) == 4)
+        # an MQTT persistent session on the master, offline while the load runs
+        keeper = Paho(a.ports["mqtt"], "keeper", clean=False)
+        keeper.subscribe("rep/#", qos=1)
+        keeper.disconnect()
         # load on the master, killed -9 in the middle of it
         pub = Publisher(a.ports["mqtt"]).start()
         wait_for("acknowledged load", lambda: len(pub.acked) >= 300)
@@ -120,6 +134,13 @@ def test_sync_pair_kill9_promote_and_rejoin(tmp_path: Path) -> None:
         pub2 = Publisher(b.ports["mqtt"], prefix="after").start()
         wait_for("load on b", lambda: len(pub2.acked) >= 50)
         after = pub2.stop()
+        # the persistent session resumes on the new master: nothing acknowledged skipped
+        keeper = Paho(b.ports["mqtt"], "keeper", clean=False)
+        assert keeper.session_present
+        seen: set[bytes] = set()
+        want = set(acked) | set(after)
+        wait_for("the session's backlog", lambda: _drain(keeper, seen) and want <= seen)
+        keeper.close()
         # the old master returns as a slave of b, and without its epoch history
         # (apache/rocketmq#9689): it counts as epoch 0, is cut to b's first epoch start
         # and copies b's log again; never served stale
@@ -176,5 +197,79 @@ def test_sync_ack_waits_for_the_in_sync_slave(tmp_path: Path) -> None:
         assert log_bytes(a.data_dir) == log_bytes(b.data_dir)
     finally:
         b.resume()
+        b.stop()
+        a.stop()
+
+
+async def _send_delayed(port: int, body: bytes, seconds: int) -> int:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        result = await Producer(client, "PG_delay").send(
+            "dly", body, properties={"TIMER_DELAY_SEC": str(seconds)}, queue_id=0
+        )
+        return result.queue.queue_id
+
+
+async def _send_halves(port: int) -> list[SendResult]:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        producer = TransactionProducer(client, "PG_tx")
+        return [await producer.send_half("rtx", body) for body in (b"commit-me", b"roll-back")]
+
+
+async def _end(port: int, halves: list[SendResult]) -> None:
+    """Commit the first, roll back the second, on the member at ``port`` (the ids name
+    log positions of the old master: the same positions on this one)."""
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        producer = TransactionProducer(client, "PG_tx")
+        await producer.end(halves[0], True)
+        await producer.end(halves[1], False)
+
+
+async def _pull_all(port: int, topic: str = "dly") -> list[bytes]:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        consumer = PullConsumer(client, "CG_delay")
+        out: list[bytes] = []
+        for mq in await consumer.queues(topic):
+            result = await consumer.pull(mq, 0, max_nums=64)
+            out += [m.body for m in result.messages]
+        return out
+
+
+def test_delayed_and_half_messages_across_a_failover(tmp_path: Path) -> None:
+    """A delayed message stored on the master, the master killed before it is due: the
+    promoted slave fires it (its timer came with the log), exactly once; the topic's
+    configuration came with the consumer state and is live on the promoted member. Half
+    messages sent to the master are committed and rolled back on the promoted slave:
+    the commit delivered once, the rollback never."""
+    create_topic(tmp_path / "a", "dly", "--type", "delay", "--queues", "1")
+    create_topic(tmp_path / "a", "rtx", "--type", "transaction", "--queues", "1")
+    a = Member(tmp_path / "a", "--replication-role", "master", "--replication-ack", "sync")
+    a.start()
+    b = Member(
+        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
+    )
+    try:
+        b.start()
+        wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
+        asyncio.run(_send_delayed(a.ports["unified"], b"later", 3))
+        halves = asyncio.run(_send_halves(a.ports["unified"]))
+        wait_for("b caught up", lambda: _caught_up(b, a))
+        a.kill()
+        # (a slave's routes name the master, dead now: nothing to pull from b yet)
+        b.promote()
+        wait_for("b is master", lambda: b.replication()["role"] == "master")
+        # the topic's configuration (a delay topic of one queue) came replicated and the
+        # promoted member's registry has it: a delayed send is accepted
+        asyncio.run(_send_delayed(b.ports["unified"], b"on-b", 60))
+        wait_for("the fire", lambda: asyncio.run(_pull_all(b.ports["unified"])) != [])
+        assert asyncio.run(_pull_all(b.ports["unified"])) == [b"later"]
+        # the half messages stored on the old master are ended on the new one: the
+        # commit delivers once, the rollback never (apache/rocketmq#7709, #9804)
+        assert asyncio.run(_pull_all(b.ports["unified"], "rtx")) == []
+        asyncio.run(_end(b.ports["unified"], halves))
+        asyncio.run(_end(b.ports["unified"], halves))  # a repeated end changes nothing
+        wait_for("the commit", lambda: asyncio.run(_pull_all(b.ports["unified"], "rtx")) != [])
+        assert asyncio.run(_pull_all(b.ports["unified"], "rtx")) == [b"commit-me"]
+        assert b.says("replication: master of group") and not b.says("firing timers failed")
+    finally:
         b.stop()
         a.stop()
