@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import reduce
 from pathlib import Path
 
 from spark import transforms as T
@@ -54,6 +55,8 @@ class JobConfig:
     charts: bool = True
     #: Count the gateway's own ``$SYS/...`` statistics messages as device traffic.
     include_sys: bool = False
+    #: ``columnar`` or ``rows`` (record by record: the reference decoder, slower).
+    decoder: str = "columnar"
 
 
 @dataclass
@@ -140,7 +143,14 @@ def _rows(df) -> list[dict]:
 
 
 def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> JobResult:
-    """Run the job on ``session``; returns the summary and where it was written."""
+    """Run the job on ``session``; returns the summary and where it was written.
+
+    Stages: read (the ``lmq`` data source, decoded into Arrow batches, cached once);
+    the per-record table written from that (or the records cached, without it); every
+    other table computed from the records with DataFrame expressions and written; the
+    summary's lists read back from those tables (small), its totals and percentiles
+    from the records.
+    """
     session.conf.set("spark.sql.session.timeZone", "UTC")
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -158,7 +168,9 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
         mode=config.read_mode,
         segments=segments,
         include_sys=config.include_sys,
+        decoder=config.decoder,
     ).persist()
+    records = None
     try:
         progress(
             f"reading {len(segments)} segment(s), {log_bytes / 2**20:.1f} MiB "
@@ -167,16 +179,21 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
         report = _rows(scan.report)
         progress(
             f"scanned {sum(r['records'] for r in report):,} records in {len(report)} "
-            "task(s); computing figures"
+            + (
+                "task(s); writing the per-record table"
+                if config.write_records
+                else "task(s); caching the records"
+            )
         )
-        records = scan.records
-        summary = _summarise(records, report, segments, log_bytes, config)
+        records = _records(scan, config, tables)
+        scan.unpersist()
+        progress(f"computing figures and writing Parquet tables to {tables}")
+        summary = _summarise(records, report, segments, log_bytes, config, tables)
+        hist, minutes = _small_tables(session, tables)
         progress(
             f"read {summary['messages']:,} messages from {summary['devices']:,} devices "
             f"to {summary['lmqs']:,} LMQs"
         )
-        progress(f"writing Parquet tables to {tables}")
-        hist, minutes = _write_tables(records, summary, config, tables)
         summary["outputs"] = {"tables": tables}
         charts: list[Path] = []
         if config.charts:
@@ -185,6 +202,8 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
             summary["outputs"]["charts"] = [str(p) for p in charts]
     finally:
         scan.unpersist()
+        if records is not None and not config.write_records:
+            records.unpersist()
     summary_json = out / "summary.json"
     summary_md = out / "summary.md"
     summary_json.write_text(json.dumps(summary, indent=2) + "\n")
@@ -193,9 +212,35 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
     return JobResult(summary, summary_json, summary_md, charts)
 
 
-def _summarise(records, report, segments, log_bytes, config: JobConfig) -> dict:
+def _save(df, tables: str, name: str, *partition_by: str) -> None:
+    writer = df.write.mode("overwrite")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.parquet(f"{tables}/{name}")
+
+
+def _records(scan, config: JobConfig, tables: str):
+    """The records every figure is computed from, read from the log once: the
+    per-record table as written (Parquet: each figure reads only its columns), or
+    without it the records cached."""
+    from pyspark import StorageLevel
+
+    from spark.schema import RECORD_SCHEMA
+
+    if config.write_records:
+        _save(scan.records, tables, "records", "date")
+        session = scan.raw.sparkSession
+        return session.read.schema(RECORD_SCHEMA).parquet(f"{tables}/records")
+    records = scan.records.persist(StorageLevel.MEMORY_AND_DISK)
+    records.count()
+    return records
+
+
+def _summarise(records, report, segments, log_bytes, config: JobConfig, tables: str) -> dict:
+    """Compute and write every table but the per-record one; the summary of them."""
     from pyspark.sql import functions as F
 
+    session = records.sparkSession
     stats = T.fanout_stats(records, (0.5, 0.9, 0.99)).collect()[0]
     totals = records.agg(
         F.countDistinct("device").alias("devices"),
@@ -207,17 +252,43 @@ def _summarise(records, report, segments, log_bytes, config: JobConfig) -> dict:
     # local zone as naive datetimes
     first = _from_ms(totals["first_ms"])
     last = _from_ms(totals["last_ms"])
-    lmqs = records.select(F.explode("lmqs").alias("lmq")).distinct().count()
-    top_devices = _rows(T.top_devices(records, config.top))
-    top_topics = _rows(T.top_topics(records, config.top))
-    prefixes = {
-        str(d): _rows(T.top_n(T.topic_prefix_stats(records, d), config.top, key="prefix"))
-        for d in config.prefix_depths
-    }
+
+    def table(name: str):
+        return session.read.parquet(f"{tables}/{name}")
+
+    _save(T.device_stats(records), tables, "devices")
+    _save(T.topic_stats(records), tables, "topics")
+    prefix_frames = [T.topic_prefix_stats(records, d) for d in config.prefix_depths]
+    if prefix_frames:
+        _save(
+            reduce(lambda a, b: a.unionByName(b), prefix_frames), tables, "topic_prefixes", "depth"
+        )
+    _save(T.lmq_fan_in(records), tables, "lmq_fan_in")
+    _save(T.fanout_histogram(records), tables, "fanout_histogram")
+    _save(T.traffic_per_minute(records), tables, "traffic_per_minute", "date")
     changes: list[dict] = []
     if first is not None and last is not None and last > first:
         before, after = halves(first, last)
-        changes = _rows(T.fanout_change(records, before, after).limit(config.top))
+        _save(T.fanout_change(records, before, after), tables, "fanout_change")
+        changes = _rows(
+            table("fanout_change")
+            .orderBy(F.abs("change").desc(), F.col("device").asc())
+            .limit(config.top)
+        )
+
+    lmqs = table("lmq_fan_in").count()
+    top_devices = _rows(T.top_n(table("devices"), config.top, key="device"))
+    top_topics = _rows(T.top_n(table("topics"), config.top, key="topic"))
+    prefixes = {
+        str(d): _rows(
+            T.top_n(
+                table("topic_prefixes").where(F.col("depth") == d).drop("depth"),
+                config.top,
+                key="prefix",
+            )
+        )
+        for d in config.prefix_depths
+    }
 
     problems = [{"segment": r["segment"], **p} for r in report for p in r["problems"]]
     problems.sort(key=lambda p: p["position"])
@@ -287,36 +358,11 @@ def _summarise(records, report, segments, log_bytes, config: JobConfig) -> dict:
     }
 
 
-def _write_tables(records, summary: dict, config: JobConfig, tables: str):
-    """Write every table; returns the (small) histogram and per-minute rows."""
-    from functools import reduce
-
+def _small_tables(session, tables: str):
+    """The histogram and per-minute rows for the charts, read back from their tables."""
     from pyspark.sql import functions as F
 
-    def save(df, name: str, *partition_by: str) -> None:
-        writer = df.write.mode("overwrite")
-        if partition_by:
-            writer = writer.partitionBy(*partition_by)
-        writer.parquet(f"{tables}/{name}")
-
-    if config.write_records:
-        save(records, "records", "date")
-    save(T.device_stats(records), "devices")
-    save(T.topic_stats(records), "topics")
-    prefix_frames = [T.topic_prefix_stats(records, d) for d in config.prefix_depths]
-    if prefix_frames:
-        save(reduce(lambda a, b: a.unionByName(b), prefix_frames), "topic_prefixes", "depth")
-    save(T.lmq_fan_in(records), "lmq_fan_in")
-    hist = T.fanout_histogram(records)
-    save(hist, "fanout_histogram")
-    minutes = T.traffic_per_minute(records)
-    save(minutes, "traffic_per_minute", "date")
-    first, last = summary["window"]["first_store_time"], summary["window"]["last_store_time"]
-    if first is not None and last is not None and last > first:
-        before, after = halves(parse_time(first), parse_time(last))
-        save(T.fanout_change(records, before, after), "fanout_change")
     # small tables, collected as rows: pandas 3 is not supported by pyspark 4.3's toPandas
-    session = records.sparkSession
     hist_rows = session.read.parquet(f"{tables}/fanout_histogram").orderBy("lower").collect()
     minute_rows = [
         {"minute": _from_ms(r["minute_ms"]), **r.asDict()}

@@ -419,13 +419,12 @@ def _row_batch(schema, records: Iterable[Record]):
     return builder.flush() if len(builder) else None
 
 
-def rows_wanted() -> bool:
-    """``LMQ_SPARK_ROWS=1``: decode record by record (:func:`scan_range`), the reference
-    of the columnar decoder (:mod:`spark.columnar`), instead of a batch at a time."""
-    return os.environ.get("LMQ_SPARK_ROWS", "") not in ("", "0")
+#: Decoders: a batch at a time (:mod:`spark.columnar`), or record by record
+#: (:func:`scan_range`, the reference the columnar one is tested against).
+DECODERS = ("columnar", "rows")
 
 
-def scan_task(data, task: dict, flt: ReadFilter, schema) -> Iterator:
+def scan_task(data, task: dict, flt: ReadFilter, schema, decoder: str = "columnar") -> Iterator:
     report = RangeReport(task["segment"], task["base"], task["start"], task["end"])
     where = {
         "base": task["base"],
@@ -436,7 +435,9 @@ def scan_task(data, task: dict, flt: ReadFilter, schema) -> Iterator:
         "is_last": task["is_last"],
         "report": report,
     }
-    if rows_wanted():
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, not {decoder!r}")
+    if decoder == "rows":
         builder = _BatchBuilder(schema)
         # scan_range counts the control records and yields the rest
         for record in scan_range(data, segment=task["segment"], **where):
@@ -535,7 +536,7 @@ _KIND_NAMES = _KindNames()
 KIND_NAMES = ("message", "held", "dispatch")
 
 
-def _read_hadoop(flt: ReadFilter, tasks_by_name: dict[str, dict], schema):
+def _read_hadoop(flt: ReadFilter, tasks_by_name: dict[str, dict], schema, decoder: str):
     def run(batches):
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -549,7 +550,7 @@ def _read_hadoop(flt: ReadFilter, tasks_by_name: dict[str, dict], schema):
                 if task is None:  # a segment created after the listing
                     continue
                 data = contents[i].as_py() or b""
-                for raw in scan_task(data, task, flt, raw_schema):
+                for raw in scan_task(data, task, flt, raw_schema, decoder):
                     out = source_batch(raw, out_schema, held=True, report=True)
                     if out is not None:
                         yield out
@@ -644,6 +645,7 @@ def read_commit_log(
     mode: str = "auto",
     segments: list[SegmentFile] | None = None,
     include_sys: bool = False,
+    decoder: str = "columnar",
 ) -> CommitLogScan:
     """Plan and (lazily) read the commit log of ``data_dir``.
 
@@ -670,6 +672,7 @@ def read_commit_log(
             "report": "true",
             "sys": str(include_sys).lower(),
             "splitBytes": str(split_bytes),
+            "decoder": decoder,
         }
         if flt.since_ms is not None:
             options["since"] = str(flt.since_ms)
@@ -687,7 +690,7 @@ def read_commit_log(
             .select("path", "content")
         )
         schema = source_schema(report=True)
-        raw = files.mapInArrow(_read_hadoop(flt, by_name, schema), schema)
+        raw = files.mapInArrow(_read_hadoop(flt, by_name, schema, decoder), schema)
     else:
         raise ValueError(f"mode must be auto, local or hadoop, not {mode!r}")
     return CommitLogScan(raw=raw, segments=segments)
