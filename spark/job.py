@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import warnings
 from collections.abc import Callable
@@ -28,7 +29,18 @@ from functools import reduce
 from pathlib import Path
 
 from spark import transforms as T
-from spark.reader import DEFAULT_SPLIT_BYTES, list_segments, parse_time, read_commit_log
+from spark.reader import (
+    DEFAULT_SPLIT_BYTES,
+    ReadFilter,
+    dispatched,
+    is_local,
+    list_segments,
+    local_path,
+    parse_time,
+    read_and_write_records,
+    read_commit_log,
+    to_ms,
+)
 
 Progress = Callable[[str], None]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -159,34 +171,45 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
     progress(f"listing segments in {config.data_dir}")
     segments = list_segments(config.data_dir, session)
     log_bytes = sum(s.length for s in segments)
-    scan = read_commit_log(
-        session,
-        config.data_dir,
-        since=config.since,
-        until=config.until,
-        split_bytes=config.split_bytes,
-        mode=config.read_mode,
-        segments=segments,
-        include_sys=config.include_sys,
-        decoder=config.decoder,
-    ).persist()
+    direct = config.read_mode != "hadoop" and is_local(config.data_dir) and is_local(tables)
+    scan = None
+    if not direct:
+        scan = read_commit_log(
+            session,
+            config.data_dir,
+            since=config.since,
+            until=config.until,
+            split_bytes=config.split_bytes,
+            mode=config.read_mode,
+            segments=segments,
+            include_sys=config.include_sys,
+            decoder=config.decoder,
+        ).persist()
     records = None
+    records_dir = os.path.join(local_path(tables), "records")
+    if not config.write_records:
+        records_dir = str(out / "_records")
     try:
         progress(
             f"reading {len(segments)} segment(s), {log_bytes / 2**20:.1f} MiB "
             f"on {session.sparkContext.master}"
+            + (", writing the per-record table as read" if direct else "")
         )
-        report = _rows(scan.report)
-        progress(
-            f"scanned {sum(r['records'] for r in report):,} records in {len(report)} "
-            + (
-                "task(s); writing the per-record table"
-                if config.write_records
-                else "task(s); caching the records"
+        if direct:
+            report = _read_direct(session, segments, config, records_dir)
+            progress(
+                f"scanned {sum(r['records'] for r in report):,} records in {len(report)} task(s)"
             )
-        )
-        records = _records(scan, config, tables)
-        scan.unpersist()
+            records = _read_records(session, records_dir)
+        else:
+            assert scan is not None
+            report = _rows(scan.report)
+            progress(
+                f"scanned {sum(r['records'] for r in report):,} records in {len(report)} "
+                "task(s); writing the per-record table"
+            )
+            records = _records(scan, config, tables)
+            scan.unpersist()
         progress(f"computing figures and writing Parquet tables to {tables}")
         summary = _summarise(records, report, segments, log_bytes, config, tables)
         hist, minutes = _small_tables(session, tables)
@@ -201,9 +224,12 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
             charts = draw_charts(out / "charts", hist, summary["top_devices"], minutes)
             summary["outputs"]["charts"] = [str(p) for p in charts]
     finally:
-        scan.unpersist()
-        if records is not None and not config.write_records:
-            records.unpersist()
+        if scan is not None:
+            scan.unpersist()
+            if records is not None and not config.write_records:
+                records.unpersist()
+        if direct and not config.write_records:
+            shutil.rmtree(records_dir, ignore_errors=True)
     summary_json = out / "summary.json"
     summary_md = out / "summary.md"
     summary_json.write_text(json.dumps(summary, indent=2) + "\n")
@@ -217,6 +243,37 @@ def _save(df, tables: str, name: str, *partition_by: str) -> None:
     if partition_by:
         writer = writer.partitionBy(*partition_by)
     writer.parquet(f"{tables}/{name}")
+
+
+def _read_direct(session, segments, config: JobConfig, records_dir: str) -> list[dict]:
+    """The read pass that writes the per-record table as it decodes
+    (:func:`spark.reader.read_and_write_records`); the messages held and dispatched
+    later are joined and appended to it. Returns the report rows."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    shutil.rmtree(records_dir, ignore_errors=True)
+    os.makedirs(records_dir, exist_ok=True)
+    flt = ReadFilter(to_ms(config.since), to_ms(config.until), config.include_sys)
+    side = read_and_write_records(
+        session, segments, flt, config.split_bytes, config.decoder, records_dir
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        report = _rows(side.where(F.col("report").isNotNull()).select("report.*"))
+        later = dispatched(side)  # only held records and dispatches are left in side
+        if later.take(1):
+            later.write.mode("append").partitionBy("date").parquet(records_dir)
+    finally:
+        side.unpersist()
+    return report
+
+
+def _read_records(session, records_dir: str):
+    from spark.schema import RECORD_SCHEMA
+
+    if not any(Path(records_dir).rglob("*.parquet")):
+        return session.createDataFrame([], RECORD_SCHEMA)
+    return session.read.parquet(records_dir).select(*RECORD_SCHEMA.names)
 
 
 def _records(scan, config: JobConfig, tables: str):
