@@ -29,8 +29,9 @@ counted by the task that walks onto it):
    :func:`decode_record`, :func:`broker_core.record.find_record` and the row reader's
    damage accounting take over for that one step, then the walk resumes.
 
-``LMQ_SPARK_ROWS=1`` makes the reader use the row-at-a-time path
-(:func:`spark.reader.scan_range`) instead: the reference this module is tested against.
+The reader's ``decoder="rows"`` (the data source's option ``decoder``) uses the
+record-at-a-time path (:func:`spark.reader.scan_range`) instead: the reference this
+module is tested against.
 """
 
 from __future__ import annotations

@@ -36,6 +36,9 @@ Options (all strings, as Spark passes them):
     partition read, skipped as damaged, left as a torn tail.
 ``splitBytes``
     the byte range of one partition (default 16 MiB).
+``decoder``
+    ``columnar`` (default) or ``rows``: record by record with
+    :func:`broker_core.record.decode_record`, the reference (slower).
 
 Paths are local (or ``file:`` URIs) seen by every executor; for ``hdfs://`` and other
 Hadoop URIs use :func:`spark.reader.read_commit_log` with ``mode="hadoop"``.
@@ -123,6 +126,9 @@ class LmqReader(DataSourceReader):
         split = options.get("splitbytes")
         self.split_bytes = int(split) if split else R.DEFAULT_SPLIT_BYTES
         self.schema = schema
+        self.decoder = options.get("decoder") or "columnar"
+        if self.decoder not in R.DECODERS:
+            raise ValueError(f"option decoder must be one of {', '.join(R.DECODERS)}")
 
     def partitions(self) -> list[InputPartition]:
         tasks = R.plan_tasks(R.list_segments(self.path), self.split_bytes)
@@ -134,20 +140,20 @@ class LmqReader(DataSourceReader):
         task = partition.value
         raw_schema = R.arrow_raw_schema()
         out_schema = to_arrow_schema(self.schema, timezone="UTC")
-        for batch in _scan_file(task, self.filter, raw_schema):
+        for batch in _scan_file(task, self.filter, raw_schema, self.decoder):
             converted = R.source_batch(batch, out_schema, held=self.held, report=self.report)
             if converted is not None:
                 yield converted
 
 
-def _scan_file(task: dict, flt: R.ReadFilter, raw_schema) -> Iterator:
+def _scan_file(task: dict, flt: R.ReadFilter, raw_schema, decoder: str) -> Iterator:
     path = R.local_path(task["path"])
     with open(path, "rb") as fh:
         if os.fstat(fh.fileno()).st_size == 0:
-            yield from R.scan_task(b"", task, flt, raw_schema)
+            yield from R.scan_task(b"", task, flt, raw_schema, decoder)
             return
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            yield from R.scan_task(data, task, flt, raw_schema)
+            yield from R.scan_task(data, task, flt, raw_schema, decoder)
 
 
 def register(session) -> None:

@@ -419,13 +419,12 @@ def _row_batch(schema, records: Iterable[Record]):
     return builder.flush() if len(builder) else None
 
 
-def rows_wanted() -> bool:
-    """``LMQ_SPARK_ROWS=1``: decode record by record (:func:`scan_range`), the reference
-    of the columnar decoder (:mod:`spark.columnar`), instead of a batch at a time."""
-    return os.environ.get("LMQ_SPARK_ROWS", "") not in ("", "0")
+#: Decoders: a batch at a time (:mod:`spark.columnar`), or record by record
+#: (:func:`scan_range`, the reference the columnar one is tested against).
+DECODERS = ("columnar", "rows")
 
 
-def scan_task(data, task: dict, flt: ReadFilter, schema) -> Iterator:
+def scan_task(data, task: dict, flt: ReadFilter, schema, decoder: str = "columnar") -> Iterator:
     report = RangeReport(task["segment"], task["base"], task["start"], task["end"])
     where = {
         "base": task["base"],
@@ -436,7 +435,9 @@ def scan_task(data, task: dict, flt: ReadFilter, schema) -> Iterator:
         "is_last": task["is_last"],
         "report": report,
     }
-    if rows_wanted():
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, not {decoder!r}")
+    if decoder == "rows":
         builder = _BatchBuilder(schema)
         # scan_range counts the control records and yields the rest
         for record in scan_range(data, segment=task["segment"], **where):
@@ -535,7 +536,7 @@ _KIND_NAMES = _KindNames()
 KIND_NAMES = ("message", "held", "dispatch")
 
 
-def _read_hadoop(flt: ReadFilter, tasks_by_name: dict[str, dict], schema):
+def _read_hadoop(flt: ReadFilter, tasks_by_name: dict[str, dict], schema, decoder: str):
     def run(batches):
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -549,12 +550,91 @@ def _read_hadoop(flt: ReadFilter, tasks_by_name: dict[str, dict], schema):
                 if task is None:  # a segment created after the listing
                     continue
                 data = contents[i].as_py() or b""
-                for raw in scan_task(data, task, flt, raw_schema):
+                for raw in scan_task(data, task, flt, raw_schema, decoder):
                     out = source_batch(raw, out_schema, held=True, report=True)
                     if out is not None:
                         yield out
 
     return run
+
+
+def _write_records_task(task: dict, flt: ReadFilter, decoder: str, records_dir: str, schema):
+    """One read task of the fan-out job: the messages dispatched when stored go straight
+    from the Arrow batches to Parquet files under ``records_dir/date=<day>/`` (pyarrow,
+    in this worker); yields the rest (held records, dispatches, the report) as batches
+    of ``schema`` (the data source's rows with ``report``)."""
+    import mmap
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from spark.schema import RECORD_SCHEMA
+
+    raw_schema = arrow_raw_schema()
+    columns = [n for n in RECORD_SCHEMA.names if n != "date"]
+    name = f"part-{task['base']:020d}-{task['start']:012d}.parquet"
+    writers: dict[str, pq.ParquetWriter] = {}
+
+    def scan(data):
+        for raw in scan_task(data, task, flt, raw_schema, decoder):
+            batch = source_batch(raw, schema, held=True, report=True)
+            if batch is None:
+                continue
+            message = pc.equal(batch.column("kind"), KIND_NAMES[PLAIN])
+            rest = batch.filter(pc.invert(message))
+            if len(rest):
+                yield rest
+            plain = batch.filter(message)
+            if not len(plain):
+                continue
+            dates = plain.column("date")
+            for day in pc.unique(dates).to_pylist():
+                part = plain.filter(pc.equal(dates, pa.scalar(day, dates.type)))
+                table = pa.Table.from_batches([part]).select(columns)
+                key = day.isoformat()
+                if key not in writers:
+                    directory = os.path.join(records_dir, f"date={key}")
+                    os.makedirs(directory, exist_ok=True)
+                    writers[key] = pq.ParquetWriter(os.path.join(directory, name), table.schema)
+                writers[key].write_table(table)
+
+    try:
+        path = local_path(task["path"])
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                yield from scan(b"")
+            else:
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                    yield from scan(data)
+    finally:
+        for writer in writers.values():
+            writer.close()
+
+
+def read_and_write_records(
+    session, segments, flt: ReadFilter, split_bytes: int, decoder: str, records_dir: str
+):
+    """The fan-out job's read pass (local data and a local ``records_dir``): every task
+    decodes its byte range and writes its messages to ``records_dir`` (Parquet, by
+    ``date``) itself; returns the frame of what is left (held records, dispatches and
+    one report row per task: the data source's rows with ``report``), lazily."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark.schema import SEGMENT_TASK_SCHEMA, source_schema
+
+    schema = source_schema(report=True)
+    tasks = plan_tasks(segments, split_bytes)
+
+    def run(batches):
+        out_schema = to_arrow_schema(schema, timezone="UTC")
+        for batch in batches:
+            for task in batch.to_pylist():
+                yield from _write_records_task(task, flt, decoder, records_dir, out_schema)
+
+    rdd = session.sparkContext.parallelize(tasks, numSlices=max(1, len(tasks)))
+    frame = session.createDataFrame(rdd, SEGMENT_TASK_SCHEMA)
+    return frame.mapInArrow(run, schema)
 
 
 def dispatched(rows):
@@ -644,6 +724,7 @@ def read_commit_log(
     mode: str = "auto",
     segments: list[SegmentFile] | None = None,
     include_sys: bool = False,
+    decoder: str = "columnar",
 ) -> CommitLogScan:
     """Plan and (lazily) read the commit log of ``data_dir``.
 
@@ -670,6 +751,7 @@ def read_commit_log(
             "report": "true",
             "sys": str(include_sys).lower(),
             "splitBytes": str(split_bytes),
+            "decoder": decoder,
         }
         if flt.since_ms is not None:
             options["since"] = str(flt.since_ms)
@@ -687,7 +769,7 @@ def read_commit_log(
             .select("path", "content")
         )
         schema = source_schema(report=True)
-        raw = files.mapInArrow(_read_hadoop(flt, by_name, schema), schema)
+        raw = files.mapInArrow(_read_hadoop(flt, by_name, schema, decoder), schema)
     else:
         raise ValueError(f"mode must be auto, local or hadoop, not {mode!r}")
     return CommitLogScan(raw=raw, segments=segments)

@@ -1,7 +1,7 @@
 """The columnar decoder (spark/columnar.py) against the record-at-a-time reader.
 
 ``broker_core.record.decode_record`` is the definition of a record; the row reader
-(:func:`spark.reader.scan_range`, ``LMQ_SPARK_ROWS=1``) walks a log with it. Here the
+(:func:`spark.reader.scan_range`, ``decoder="rows"``) walks a log with it. Here the
 two readers read the same bytes, split into the same byte ranges, and must return the
 same rows and the same report: on every record kind, with the window and ``$SYS``
 filters, and on damaged bytes (Hypothesis: flipped bytes, cuts, junk, and records
@@ -122,14 +122,13 @@ def build(n: int) -> list[bytes]:
 
 
 def read(data_dir: str, split: int, flt: R.ReadFilter, rows: bool, monkeypatch):
-    monkeypatch.setenv("LMQ_SPARK_ROWS", "1" if rows else "")
     schema = R.arrow_raw_schema()
     batches, reports = [], []
     for values in R.plan_tasks(R.list_segments(data_dir), split):
         task = dict(zip(_TASK_FIELDS, values, strict=True))
         with open(task["path"], "rb") as fh:
             data = fh.read()
-        for batch in R.scan_task(data, task, flt, schema):
+        for batch in R.scan_task(data, task, flt, schema, "rows" if rows else "columnar"):
             if batch.column("report").null_count == len(batch):
                 batches.append(batch)
             else:
