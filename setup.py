@@ -22,11 +22,21 @@ COMPILED = [
     "protocol/mqtt/primitives.py",
 ]
 
+#: Written in C (no Python twin to compile): the record walk of the Spark reader
+#: (spark/_walk.c; spark/columnar.py falls back to the same walk in Python without it).
+C_EXTENSIONS = {
+    "spark._walk": "spark/_walk.c",
+}
+
 if os.environ.get("LMQ_NO_EXTENSIONS"):
     ext_modules = []
 else:
     from mypyc.build import mypycify
+    from setuptools import Extension
 
-    ext_modules = mypycify(COMPILED, opt_level="3")
+    ext_modules = mypycify(COMPILED, opt_level="3") + [
+        Extension(name, [source], extra_compile_args=["-O3"])
+        for name, source in C_EXTENSIONS.items()
+    ]
 
 setup(ext_modules=ext_modules)

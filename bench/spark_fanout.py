@@ -12,8 +12,11 @@
    batches (RocksDB index and all; store times are real time). ``--writer segments``
    writes segments directly with ``encode_record`` (faster; store times spread evenly
    over a simulated day).
-2. Times ``spark.job.run`` in local mode and prints records/s, the time of each stage
-   (from the job's progress messages) and the machine.
+2. Times reading the log's bytes from disk with plain Python (16 MiB reads; the page
+   cache as the job finds it): the limit the job's read stage is compared with.
+3. Times ``spark.job.run`` in local mode and prints records/s, the time of each stage
+   (from the job's progress messages), the machine and its load average before and
+   after. ``--rows`` decodes record by record (the reference decoder) instead of a batch at a time.
 """
 
 from __future__ import annotations
@@ -138,6 +141,16 @@ def _tick(done: int, total: int) -> None:
         print(f"  generated {done:,}/{total:,}", file=sys.stderr, flush=True)
 
 
+def read_bytes(log_dir: Path) -> float:
+    """Seconds to read every segment's bytes in 16 MiB chunks."""
+    t = time.perf_counter()
+    for path in sorted(log_dir.glob("*.log")):
+        with open(path, "rb", buffering=0) as fh:
+            while fh.read(16 << 20):
+                pass
+    return time.perf_counter() - t
+
+
 def machine() -> str:
     mem = ""
     try:
@@ -168,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="job output (default: a temporary directory)")
     p.add_argument("--no-records-table", action="store_true", help="skip the per-record Parquet")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--rows", action="store_true", help="the record-at-a-time decoder")
+    p.add_argument("--include-sys", action="store_true")
     args = p.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="lmq-bench-"))
@@ -186,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"generated in {gen:.1f} s ({args.records / gen:,.0f} records/s)")
         log_bytes = sum(f.stat().st_size for f in (data_dir / "commitlog").glob("*.log"))
         print(f"log: {log_bytes / 2**20:,.1f} MiB in {data_dir / 'commitlog'}")
+        disk_s = read_bytes(data_dir / "commitlog")
+        print(
+            f"reading the same bytes from disk (Python, one core): {disk_s:.1f} s "
+            f"({log_bytes / 2**20 / disk_s:,.0f} MiB/s)"
+        )
+        load_before = os.getloadavg()
 
         from spark.job import JobConfig, build_session, quiet_pyspark_warnings, run
 
@@ -203,7 +224,13 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             result = run(
                 session,
-                JobConfig(str(data_dir), str(out), write_records=not args.no_records_table),
+                JobConfig(
+                    str(data_dir),
+                    str(out),
+                    write_records=not args.no_records_table,
+                    include_sys=args.include_sys,
+                    decoder="rows" if args.rows else "columnar",
+                ),
                 progress=progress,
             )
             total = time.perf_counter() - t
@@ -213,6 +240,13 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(f"machine: {machine()}")
         print(f"master: {args.master}; Spark session start {session_s:.1f} s (not counted)")
+        print(
+            "load average (1, 5, 15 min) before "
+            + ", ".join(f"{x:.1f}" for x in load_before)
+            + "; after "
+            + ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        )
+        print(f"decoder: {'record at a time' if args.rows else 'columnar'}")
         print(
             f"records: {s['messages']:,}; devices {s['devices']:,}; LMQs {s['lmqs']:,}; "
             f"fan-out mean {s['fanout']['mean']:.2f}, p50 {s['fanout']['p50']:.0f}, "

@@ -37,7 +37,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_core.errors import CorruptRecord, InsufficientData, StorageFull, StoreError
+from broker_core.errors import (
+    CorruptRecord,
+    InsufficientData,
+    NotMaster,
+    StorageFull,
+    StoreError,
+)
 from broker_core.record import Record, decode_record, find_record, peek_size
 
 SEGMENT_SUFFIX = ".log"
@@ -119,6 +125,10 @@ class CommitLog:
         if not read_only:
             directory.mkdir(parents=True, exist_ok=True)
         self._segments: list[Segment] = []
+        #: Set on a member that is not its group's master (broker_core.replication): then
+        #: only the replication stream writes (``write(..., replicated=True)``), so no
+        #: path of the store can put a record of its own into a slave's log.
+        self.fence: NotMaster | None = None
         self._sync_lock = threading.Lock()
         #: The segment the last read_raw was in (any thread may replace it).
         self._last_read: Segment | None = None
@@ -206,10 +216,13 @@ class CommitLog:
             return
         self._segments.append(self._create(active.end))
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:
+    def write(self, data: bytes | bytearray | memoryview, *, replicated: bool = False) -> int:
         """Write ``data`` (whole records, already encoded for positions from ``end``) to
         the active segment and return the position it starts at. The caller checked with
-        :meth:`fits` and rolled when needed."""
+        :meth:`fits` and rolled when needed. Raises the :attr:`fence` (nothing written)
+        on a member that is not the master, unless ``replicated``."""
+        if self.fence is not None and not replicated:
+            raise self.fence
         seg = self._segments[-1]
         start = seg.end
         view = memoryview(data)

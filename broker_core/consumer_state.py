@@ -48,7 +48,8 @@ Keys and values (integers big-endian; ``s16`` = u16 length + UTF-8 bytes)::
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,13 +179,30 @@ class ConsumerState:
         self._failed = False
         self._write_opts = WriteOptions()
         self._write_opts.sync = sync
+        #: A broker group's master ships every change (gateway.replication): called with
+        #: each written batch's ops, in write order.
+        self.tap: Callable[[list[StateOp]], None] | None = None
+        #: On a slave, as CommitLog.fence: only replicated changes are written.
+        self.fence: Exception | None = None
+        self._tap_lock = threading.Lock()
 
     def close(self) -> None:
         self.db.close()
 
-    def write(self, batch: StateBatch) -> None:
+    def write(self, batch: StateBatch, *, replicated: bool = False) -> None:
         """Apply a batch; a full disk raises StorageFull and the next write reopens the
-        DB first (RocksDB refuses writes after a failed WAL write until reopened)."""
+        DB first (RocksDB refuses writes after a failed WAL write until reopened). On a
+        fenced slave only ``replicated`` batches are written."""
+        if self.fence is not None and not replicated:
+            raise self.fence
+        if batch.ops is not None and self.tap is not None:
+            with self._tap_lock:  # the ops are shipped in the order they are written
+                self._write(batch)
+                self.tap(batch.ops)
+            return
+        self._write(batch)
+
+    def _write(self, batch: StateBatch) -> None:
         if self._failed:
             try:
                 self.db.close()
@@ -337,82 +355,119 @@ class ConsumerState:
         yield from rocks.items(self.db, prefix, opts)
 
     def new_batch(self) -> StateBatch:
-        return StateBatch()
+        return StateBatch(record=self.tap is not None)
+
+    # -- a broker group (broker_core.replication) ----------------------------------------
+
+    def snapshot(self) -> list[tuple[bytes, bytes]]:
+        """Every key and value, for a slave that joins (a consistent point in time)."""
+        return list(rocks.items(self.db, b"", ReadOptions()))
+
+    def apply_replicated(self, ops: list[StateOp], wipe: bool) -> None:
+        """A slave: apply changes its master shipped (after removing every key, for the
+        first chunk of a snapshot)."""
+        batch = StateBatch()
+        if wipe:
+            batch._delete_range(b"\x00", b"\xff" * 8)
+        batch.apply(ops)
+        self.write(batch, replicated=True)
+
+
+#: A state change as shipped to a broker group's slaves: (PUT, key, value), (DELETE,
+#: key, b"") or (DELETE_RANGE, start, end).
+StateOp = tuple[int, bytes, bytes]
+PUT, DELETE, DELETE_RANGE = 0, 1, 2
 
 
 class StateBatch:
-    __slots__ = ("wb", "empty")
+    __slots__ = ("wb", "empty", "ops")
 
-    def __init__(self) -> None:
+    def __init__(self, record: bool = False) -> None:
         self.wb = WriteBatch(raw_mode=True)
         self.empty = True
+        #: The batch's changes in order, kept when a broker group ships them
+        #: (``ConsumerState.tap``); None otherwise.
+        self.ops: list[StateOp] | None = [] if record else None
+
+    def _put(self, key: bytes, value: bytes) -> None:
+        self.wb.put(key, value)
+        self.empty = False
+        if self.ops is not None:
+            self.ops.append((PUT, key, value))
+
+    def _delete(self, key: bytes) -> None:
+        self.wb.delete(key)
+        self.empty = False
+        if self.ops is not None:
+            self.ops.append((DELETE, key, b""))
+
+    def _delete_range(self, start: bytes, end: bytes) -> None:
+        self.wb.delete_range(start, end)
+        self.empty = False
+        if self.ops is not None:
+            self.ops.append((DELETE_RANGE, start, end))
+
+    def apply(self, ops: list[StateOp]) -> None:
+        """Add changes shipped from a master (``StateOp``)."""
+        for kind, key, value in ops:
+            if kind == PUT:
+                self._put(key, value)
+            elif kind == DELETE:
+                self._delete(key)
+            else:
+                self._delete_range(key, value)
 
     def set_offset(self, lmq: str, group: str, offset: int) -> None:
-        self.wb.put(offset_key(lmq, group), _U64.pack(offset))
-        self.empty = False
+        self._put(offset_key(lmq, group), _U64.pack(offset))
 
     def delete_offset(self, lmq: str, group: str) -> None:
-        self.wb.delete(offset_key(lmq, group))
-        self.empty = False
+        self._delete(offset_key(lmq, group))
 
     def put_inflight(self, key: InflightKey, deliveries: int, popped_ms: int) -> None:
-        self.wb.put(key.encode(), _INFLIGHT_VALUE.pack(deliveries, popped_ms))
-        self.empty = False
+        self._put(key.encode(), _INFLIGHT_VALUE.pack(deliveries, popped_ms))
 
     def delete_inflight(self, key: InflightKey) -> None:
-        self.wb.delete(key.encode())
-        self.empty = False
+        self._delete(key.encode())
 
     def put_retry(self, lmq: str, group: str, offset: int, deliveries: int) -> None:
-        self.wb.put(retry_prefix(lmq, group) + _U64.pack(offset), _DELIVERIES.pack(deliveries))
-        self.empty = False
+        self._put(retry_prefix(lmq, group) + _U64.pack(offset), _DELIVERIES.pack(deliveries))
 
     def delete_retry(self, lmq: str, group: str, offset: int) -> None:
-        self.wb.delete(retry_prefix(lmq, group) + _U64.pack(offset))
-        self.empty = False
+        self._delete(retry_prefix(lmq, group) + _U64.pack(offset))
 
     def put_fresh(self, prefix: bytes, first: int, count: int, popped_ms: int,
                   visible_at: int, bits: int) -> None:
         """``prefix`` = :func:`fresh_prefix` (lmq, group)."""
-        self.wb.put(prefix + _U64.pack(first),
-                    _FRESH_HEAD.pack(count, popped_ms, visible_at)
-                    + bits.to_bytes((count + 7) >> 3, "little"))
-        self.empty = False
+        self._put(prefix + _U64.pack(first),
+                  _FRESH_HEAD.pack(count, popped_ms, visible_at)
+                  + bits.to_bytes((count + 7) >> 3, "little"))
 
     def delete_fresh(self, prefix: bytes, first: int) -> None:
-        self.wb.delete(prefix + _U64.pack(first))
-        self.empty = False
+        self._delete(prefix + _U64.pack(first))
 
     def put_head(self, head: HeadRecord) -> None:
-        self.wb.put(head_prefix(head.lmq, head.group) + _U64.pack(head.offset),
-                    _s16(head.message_group) + _HEAD_VALUE.pack(
-                        head.deliveries, head.since_ms, head.ready_at, int(head.inflight)))
-        self.empty = False
+        self._put(head_prefix(head.lmq, head.group) + _U64.pack(head.offset),
+                  _s16(head.message_group) + _HEAD_VALUE.pack(
+                      head.deliveries, head.since_ms, head.ready_at, int(head.inflight)))
 
     def delete_head(self, lmq: str, group: str, offset: int) -> None:
-        self.wb.delete(head_prefix(lmq, group) + _U64.pack(offset))
-        self.empty = False
+        self._delete(head_prefix(lmq, group) + _U64.pack(offset))
 
     def put_parked(self, lmq: str, group: str, message_group: str, offset: int) -> None:
-        self.wb.put(parked_prefix(lmq, group, message_group) + _U64.pack(offset), b"")
-        self.empty = False
+        self._put(parked_prefix(lmq, group, message_group) + _U64.pack(offset), b"")
 
     def delete_parked(self, lmq: str, group: str, message_group: str, offset: int) -> None:
-        self.wb.delete(parked_prefix(lmq, group, message_group) + _U64.pack(offset))
-        self.empty = False
+        self._delete(parked_prefix(lmq, group, message_group) + _U64.pack(offset))
 
     def delete_lmq(self, lmq: str) -> None:
         """Every offset, retry, fresh and FIFO record of one LMQ (in-flight records are
         time-ordered: the caller deletes those one by one)."""
         for tag in (b"O", b"R", b"F", b"H", b"K"):
             prefix = tag + _s16(lmq)
-            self.wb.delete_range(prefix, _prefix_end(prefix))
-        self.empty = False
+            self._delete_range(prefix, _prefix_end(prefix))
 
     def put_meta(self, key: str, value: bytes) -> None:
-        self.wb.put(b"X" + key.encode(), value)
-        self.empty = False
+        self._put(b"X" + key.encode(), value)
 
     def delete_meta(self, key: str) -> None:
-        self.wb.delete(b"X" + key.encode())
-        self.empty = False
+        self._delete(b"X" + key.encode())

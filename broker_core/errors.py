@@ -48,6 +48,16 @@ class StoreClosed(StoreError):
     """The store was closed; no further operations are accepted."""
 
 
+class NotMaster(StoreError):
+    """This member of a broker group is not its master (a slave, or a master that lost
+    its lease): nothing is written; the client is told where the master is."""
+
+    def __init__(self, reason: str, master: str = "") -> None:
+        super().__init__(reason)
+        #: The master's client address when known ("" if not).
+        self.master = master
+
+
 class StorageFull(StoreError):
     """The disk refused a write (ENOSPC/EDQUOT). Nothing was acknowledged."""
 

@@ -311,6 +311,17 @@ def recover(parts: StoreParts) -> RecoveryReport:
     return report
 
 
+def replay_records(parts: StoreParts, records: list[Record], end: int) -> int:
+    """Dispatch ``records`` just written to the log (a slave's replicated chunk,
+    :mod:`broker_core.replication`) as recovery's replay does, and move the checkpoint to
+    ``end``; the caller holds the append lock. Returns the index entries made."""
+    replayer = _Replayer(parts, remove_state=True)
+    for record in records:
+        replayer.replay(record)
+    replayer.flush(end)
+    return replayer.entries
+
+
 def _skip_or_refuse(
     parts: StoreParts, report: RecoveryReport, stop: ScanStop, rebuilding: bool = False
 ) -> None:

@@ -24,7 +24,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 
 from broker_core import cleanup, recovery
@@ -48,6 +48,7 @@ from broker_core.reads import Reader
 from broker_core.receipts import decode_receipt, encode_receipt
 from broker_core.record import Message, Record, RecordType, peek_size
 from broker_core.recovery import RecoveryReport
+from broker_core.replication import Replica
 from broker_core.results import AppendResult, LmqInfo, PullResult, StoredMessage
 from broker_core.tail_cache import TailCache
 from broker_core.timers import CANCELLED, PendingTimer, Timers, delay_level_ms
@@ -92,8 +93,9 @@ class MessageStore:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(self._lock_fd)
-                raise StoreError(
+                raise StoreError(  # a gateway (or a writing lmq command) holds it
                     f"data directory {data_dir} is in use by another process"
+                    " (stop the gateway first)"
                 ) from None
         self.log = CommitLog(data_dir / "commitlog", config.segment_bytes, read_only)
         self.index = ConsumeQueueIndex(data_dir / "index", read_only)
@@ -119,6 +121,12 @@ class MessageStore:
         #: What opening found and repaired (set by :meth:`open`).
         self.recovery: RecoveryReport | None = None
         self.pop_consumer = PopConsumer(self.state, self, self.append, self.locks, config)
+        #: A broker group's replication of this store (broker_core.replication); its
+        #: fence makes a slave refuse writes. Built by :meth:`open`.
+        self.replica: Replica | None = None
+        #: Set by a master in sync replication: a future done once replicas hold an
+        #: append ending at the position given (gateway.replication); see acknowledged.
+        self.ack_gate: Callable[[int], Future[int]] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -131,6 +139,11 @@ class MessageStore:
         store = cls(Path(data_dir), config or StoreConfig())
         try:
             store.recovery = recovery.recover(store._parts())
+        except BaseException:
+            store._close_files()
+            raise
+        try:
+            store.replica = Replica(store._parts(), store.data_dir)
         except BaseException:
             store._close_files()
             raise
@@ -225,7 +238,7 @@ class MessageStore:
             self.locks.check_open()
             results, touched = self.dispatcher.write_locked(items)
         self.listeners.notify_metas(touched)
-        if wait and results and cfg.durability == Durability.SYNC:
+        if wait and results and self.waits_for_ack:
             self.acknowledged(results[-1].end).result()
         return results
 
@@ -256,7 +269,7 @@ class MessageStore:
             kept = [item for item, k in zip(items, keep, strict=True) if k]
             results, touched = self.dispatcher.write_locked(kept) if kept else ([], [])
         self.listeners.notify_metas(touched)
-        if wait and results and cfg.durability == Durability.SYNC:
+        if wait and results and self.waits_for_ack:
             self.acknowledged(results[-1].end).result()
         stored = iter(results)
         return [next(stored) if k else None for k in keep]
@@ -278,7 +291,7 @@ class MessageStore:
                 [(Message(topic=topic, body=body), ())], RecordType.ORIGIN_ADVANCE
             )
         end = results[0].end
-        if wait and self.config.durability == Durability.SYNC:
+        if wait and self.waits_for_ack:
             self.acknowledged(end).result()
         return offset, end
 
@@ -300,13 +313,43 @@ class MessageStore:
         found = self.origins.translate(cluster, queue, meta.id, committed)
         return None if found is None else max(found, meta.min_offset)
 
+    @property
+    def waits_for_ack(self) -> bool:
+        """Whether an append must wait for :meth:`acknowledged` before it is acknowledged
+        (sync durability, or a master in sync replication); otherwise it may be
+        acknowledged once the append returned."""
+        return self.config.durability == Durability.SYNC or self.ack_gate is not None
+
     def acknowledged(self, position: int) -> Future[int]:
         """A future done once an append ending at ``position`` may be acknowledged under
         the configured durability (immediately in async mode, after the covering fsync in
-        sync mode)."""
+        sync mode) and, on a master in sync replication, once the in-sync replicas hold
+        it (:attr:`ack_gate`; it fails with :class:`NotMaster` when this member stops
+        being the master first)."""
         if self.flusher is None:
             raise StoreClosed("the store is not open for writing")
-        return self.flusher.request(position)
+        local = self.flusher.request(position)
+        gate = self.ack_gate
+        if gate is None:
+            return local
+        both: Future[int] = Future()
+        remote = gate(position)
+
+        def settle(_: Future[int]) -> None:
+            # runs on the flusher's thread and the gate's: the first to settle wins
+            try:
+                for part in (local, remote):
+                    if part.done() and part.exception() is not None:
+                        both.set_exception(part.exception())  # type: ignore[arg-type]
+                        return
+                if local.done() and remote.done():
+                    both.set_result(position)
+            except InvalidStateError:
+                pass
+
+        local.add_done_callback(settle)
+        remote.add_done_callback(settle)
+        return both
 
     def create_lmq(self, name: str) -> LmqInfo:
         """Make sure an LMQ exists (e.g. on subscribe) and return its info. An empty LMQ
@@ -346,7 +389,7 @@ class MessageStore:
         with self.locks.append:
             self.locks.check_open()
             results = self.timers.append_locked(items, now_ms())
-        if wait and results and cfg.durability == Durability.SYNC:
+        if wait and results and self.waits_for_ack:
             self.acknowledged(results[-1].end).result()
         return results
 
@@ -375,7 +418,7 @@ class MessageStore:
             self.locks.check_open()
             changed = self.timers.change_locked(position, due_ms, now_ms())
             end = self.log.end
-        if changed is not None and wait and self.config.durability == Durability.SYNC:
+        if changed is not None and wait and self.waits_for_ack:
             self.acknowledged(end).result()
         return changed is not None
 
@@ -391,7 +434,9 @@ class MessageStore:
 
     def next_timer_due(self) -> int | None:
         """The earliest pending due time (epoch ms), or None: when to call
-        :meth:`fire_timers` next."""
+        :meth:`fire_timers` next. None on a slave of a broker group: its master fires."""
+        if self.log.fence is not None:
+            return None
         return self.timers.next_due()
 
     def fire_timers(self, now: int | None = None, max_count: int | None = None) -> int:
@@ -400,6 +445,8 @@ class MessageStore:
         the append lock released between pages; at most ``max_count`` if given. The
         gateway's housekeeping calls it (at :meth:`next_timer_due`). Returns how many
         fired; listeners of the LMQs are notified."""
+        if self.log.fence is not None:
+            return 0  # a slave: its master fires, and the fire records come replicated
         fired = 0
         page = self.config.timer_page
         at = now_ms() if now is None else now
@@ -435,7 +482,7 @@ class MessageStore:
         with self.locks.append:
             self.locks.check_open()
             result = self.txn_writer.write_half_locked(message, lmqs, producer_group)
-        if wait and cfg.durability == Durability.SYNC:
+        if wait and self.waits_for_ack:
             self.acknowledged(result.end).result()
         return result
 
@@ -462,7 +509,7 @@ class MessageStore:
                 outcome = Outcome.COMMITTED if commit else Outcome.ROLLED_BACK
                 result = EndResult(outcome, written[0][0].end)
         self.listeners.notify_metas(touched)
-        if wait and self.config.durability == Durability.SYNC:
+        if wait and self.waits_for_ack:
             self.acknowledged(result.control_end).result()
         return result
 
@@ -487,7 +534,10 @@ class MessageStore:
         this returns, so a restart does not reset the count): the caller asks a
         producer of ``txn.group`` about each. A half due after ``txn_max_checks``
         checks is not returned: it goes to ``txn_dead_letter_lmq`` (a log line and
-        ``stats()["transactions_dead_lettered"]``)."""
+        ``stats()["transactions_dead_lettered"]``). None on a slave of a broker group:
+        its master checks, and its CHECK records arrive replicated."""
+        if self.log.fence is not None:
+            return []
         cfg = self.config
         at = now_ms() if now is None else now
         with self.locks.append:
@@ -732,7 +782,9 @@ class MessageStore:
         self.update_meta({key: None})
 
     def update_meta(self, changes: dict[str, bytes | None]) -> None:
-        """Put (value) or delete (None) several metadata keys in one atomic write."""
+        """Put (value) or delete (None) several metadata keys in one atomic write. Also
+        on a slave of a broker group (front ends keep keys they generate at start): its
+        master's metadata replaces them as the replicated state arrives."""
         if self.read_only or self.locks.closed:
             raise StoreError("the store is closed or read-only")
         batch = self.state.new_batch()
@@ -741,7 +793,7 @@ class MessageStore:
                 batch.delete_meta(key)
             else:
                 batch.put_meta(key, value)
-        self.state.write(batch)
+        self.state.write(batch, replicated=self.log.fence is not None)
 
     # -- pop (see broker_core.pop) -----------------------------------------------------
 
@@ -789,10 +841,15 @@ class MessageStore:
         self.pop_consumer.set_memory_inflight(group, enabled)
 
     def revive(self, now: int | None = None) -> int:
+        if self.log.fence is not None:
+            return 0  # a slave: the master's pop state arrives replicated
         return self.pop_consumer.revive(now)
 
     def next_revive_at(self) -> int | None:
-        """When the next popped message's invisible time runs out (ms), or None."""
+        """When the next popped message's invisible time runs out (ms), or None (also
+        on a slave of a broker group: its master revives)."""
+        if self.log.fence is not None:
+            return None
         return self.pop_consumer.next_revive_at()
 
     def count_retries(self, group: str, lmq: str) -> int:

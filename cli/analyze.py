@@ -75,6 +75,11 @@ def analyze() -> None:
     help="Spark master URL: local[N], spark://host:7077, yarn, k8s://...",
 )
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--include-sys",
+    is_flag=True,
+    help="Count the gateway's own $SYS/... statistics messages too (left out by default).",
+)
 @click.pass_context
 def fanout(
     ctx: click.Context,
@@ -84,6 +89,7 @@ def fanout(
     until: str | None,
     master: str,
     top: int,
+    include_sys: bool,
 ) -> None:
     """Device fan-out: who publishes, to how many LMQs, on which topics, over time."""
     env = ctx.find_object(AnalyzeEnv) or AnalyzeEnv()
@@ -114,7 +120,9 @@ def fanout(
             raise AnalyzeError(str(exc)) from None
 
     quiet_pyspark_warnings()
-    config = JobConfig(data_dir, out_dir, since=since_t, until=until_t, top=top)
+    config = JobConfig(
+        data_dir, out_dir, since=since_t, until=until_t, top=top, include_sys=include_sys
+    )
 
     def progress(message: str) -> None:
         click.echo(f"[analyze] {message}", err=True)

@@ -86,8 +86,7 @@ def open_store(
             else MessageStore.open(data_dir, config)
         )
     except StoreError as exc:
-        hint = " (stop the gateway first)" if "in use" in str(exc) else ""
-        raise click.ClickException(f"{exc}{hint}") from None
+        raise click.ClickException(str(exc)) from None
     try:
         yield store
     except StoreError as exc:

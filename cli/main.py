@@ -21,6 +21,7 @@ _GROUPS: dict[str, tuple[str, str]] = {
     "messages": ("cli.messages", "messages"),
     "transactions": ("cli.transactions", "transactions"),
     "connector": ("cli.connector", "connector"),
+    "replication": ("cli.replication", "replication"),
 }
 
 
@@ -43,4 +44,5 @@ class _LazyGroup(click.Group):
 @click.group(cls=_LazyGroup)
 @click.version_option(package_name="lmq-gateway")
 def main() -> None:
-    """LMQ Gateway: MQTT and AMQP on a light-message-queue store."""
+    """LMQ Gateway: MQTT, AMQP, RocketMQ (remoting, gRPC) and HTTP on a light-message-queue
+    store."""

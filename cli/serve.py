@@ -73,6 +73,15 @@ _FLAGS = {
     "tls_client_cert": "tls_client_cert",
     "users_file": "users_file",
     "allow_anonymous": "allow_anonymous",
+    "replication_role": "replication_role",
+    "replication_group": "replication_group",
+    "replication_name": "replication_name",
+    "replication_port": "replication_port",
+    "replication_master": "replication_master",
+    "replication_ack": "replication_ack",
+    "replication_etcd": "replication_etcd",
+    "replication_lease": "replication_lease",
+    "replication_max_lag": "replication_max_lag",
 }
 
 
@@ -100,7 +109,8 @@ _FLAGS = {
 )
 @click.option(
     "--unified-port", callback=_checked("unified_port"),
-    help="Unified MQTT/AMQP/HTTP port; 0 disables, auto picks a free one. [default: 8080]",
+    help="Unified port: MQTT, AMQP, HTTP, RocketMQ remoting and gRPC, told apart by"
+    " their first bytes; 0 disables, auto picks a free one. [default: 8080]",
 )
 @click.option(
     "--max-connections", type=int, callback=_checked("max_connections"),
@@ -173,10 +183,44 @@ _FLAGS = {
     help="Let clients in without credentials (needed to bind a non-loopback address"
     " without a users file).",
 )
+@click.option(
+    "--replication-role", type=click.Choice(["none", "master", "slave", "auto"]),
+    help="A broker group (docs/replication.md): a static pair's master or slave, or auto"
+    " (etcd elects). [default: none, one node]",
+)
+@click.option("--replication-group", help="The broker group's name. [default: broker-a]")
+@click.option("--replication-name", help="This member's name. [default: its host:port]")
+@click.option(
+    "--replication-port", callback=_checked("replication_port"),
+    help="The replication listener (slaves connect here); auto picks a free one.",
+)
+@click.option(
+    "--replication-master", callback=_checked("replication_master"),
+    help="A static slave's master: host:port of its replication listener.",
+)
+@click.option(
+    "--replication-ack", type=click.Choice(["async", "sync"]),
+    help="sync: acknowledged once the in-sync replicas hold a record. [default: async]",
+)
+@click.option(
+    "--replication-etcd", callback=_checked("replication_etcd"),
+    help="etcd endpoints (host:port, comma-separated) for --replication-role auto.",
+)
+@click.option(
+    "--replication-lease", type=float, callback=_checked("replication_lease"),
+    help="Seconds of the master's lease in etcd. [default: 5]",
+)
+@click.option(
+    "--replication-max-lag", type=float, callback=_checked("replication_max_lag"),
+    help="Seconds a slave may lag (or be gone) before it leaves the in-sync set."
+    " [default: 15]",
+)
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), help="[default: text]")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), help="[default: info]")
 def serve(config_file: Path | None, **flags: Any) -> None:
-    """Run the MQTT / AMQP gateway until SIGINT or SIGTERM."""
+    """Run the gateway until SIGINT or SIGTERM: MQTT 3.1, 3.1.1 and 5.0, AMQP 0-9-1,
+    RocketMQ remoting and RocketMQ 5 gRPC, and HTTP (the JSON API, the Aliyun MQ HTTP
+    API, RIP-17), each on its own port and all on the unified port."""
     try:
         config = load_config(config_file, {_FLAGS[k]: v for k, v in flags.items()})
     except ConfigError as exc:
@@ -217,6 +261,14 @@ async def _run(config: GatewayConfig) -> None:
 
     for sig in signals:
         loop.add_signal_handler(sig, on_signal, sig)
+
+    def on_promote() -> None:  # `lmq replication promote` (a static pair)
+        if gateway.replication is None:
+            log.warning("promote: this gateway is not in a broker group")
+            return
+        gateway.spawn(_promote(gateway), "replication-promote")
+
+    loop.add_signal_handler(signal.SIGUSR2, on_promote)
     try:
         await gateway.start()
         if os.environ.get("LMQ_GC_TUNE", "1") != "0":
@@ -227,8 +279,18 @@ async def _run(config: GatewayConfig) -> None:
         await gateway.wait_stopped()
         await gateway.stop()
     finally:
-        for sig in signals:
+        for sig in (*signals, signal.SIGUSR2):
             loop.remove_signal_handler(sig)
+
+
+async def _promote(gateway: Gateway) -> None:
+    assert gateway.replication is not None
+    try:
+        epoch = await gateway.replication.promote()
+    except Exception as exc:
+        log.warning("promote refused: %s", exc)
+        return
+    log.info("promoted: master of epoch %d", epoch)
 
 
 if __name__ == "__main__":

@@ -63,5 +63,6 @@ def stats_cmd(data_dir: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(stats))
         return
+    width = max(map(len, stats), default=0)
     for key, value in stats.items():
-        click.echo(f"{key:22} {value}")
+        click.echo(f"{key:{width}}  {value}")

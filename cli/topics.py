@@ -11,6 +11,7 @@ import click
 
 from cli import rmq_topics
 from cli.context import Duration, data_dir_option, format_age, format_bytes, open_store
+from gateway.topic_space import mqtt_lmq
 
 
 @click.group()
@@ -83,13 +84,21 @@ def _info_dict(info) -> dict:  # type: ignore[no-untyped-def]
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
 def show(data_dir: Path, name: str, as_lmq: bool, as_json: bool) -> None:
     """Show RocketMQ topic NAME (configuration, each queue's offsets), or else the LMQ
-    NAME and the offsets committed on it."""
+    NAME and the offsets committed on it. An MQTT filter may be given as written
+    ('sensors/#' for the LMQ mqtt:sensors/#)."""
     with open_store(data_dir, read_only=True) as store:
         if not as_lmq and rmq_topics.show_topic(store, name, as_json):
             return
         info = store.lmq(name)
+        if info is None and store.lmq(mqtt_lmq(name)) is not None:
+            name = mqtt_lmq(name)  # an MQTT filter as users write it: 'sensors/#'
+            info = store.lmq(name)
         if info is None:
-            raise click.ClickException(f"no LMQ named {name!r} (and no RocketMQ topic)")
+            raise click.ClickException(
+                f"no LMQ named {name!r} or {mqtt_lmq(name)!r} (and no RocketMQ topic); LMQs"
+                " are named mqtt:<filter>, amqp:<vhost>:<queue>, rmq:<topic>:<queue>"
+                " (lmq topics list shows them)"
+            )
         if as_json:
             data = _info_dict(info)
             data["consumers"] = [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -71,11 +72,21 @@ def reading(path: Path) -> UsersDatabase:
         raise click.ClickException(str(exc)) from None
 
 
-def _new_password(password: str | None, no_password: bool) -> str | None:
+password_stdin_option = click.option(
+    "--password-stdin",
+    is_flag=True,
+    help="Read the password from the first line of standard input (for scripts:"
+    " printf '%s\\n' \"$PW\" | lmq users add NAME --password-stdin).",
+)
+
+
+def _new_password(password: str | None, no_password: bool, from_stdin: bool) -> str | None:
+    if sum((password is not None, no_password, from_stdin)) > 1:
+        raise click.UsageError("--password, --password-stdin and --no-password exclude each other")
     if no_password:
-        if password is not None:
-            raise click.UsageError("--password and --no-password exclude each other")
         return None
+    if from_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
     if password is None:
         password = click.prompt(
             "Password", hide_input=True, confirmation_prompt=True, show_default=False
@@ -141,6 +152,7 @@ def users() -> None:
 @users_file_options
 @click.argument("name")
 @click.option("--password", help="The password (prompted for, hidden, when not given).")
+@password_stdin_option
 @click.option("--no-password", is_flag=True, help="Certificate login only.")
 @click.option("--tag", "tags", multiple=True, help="A tag, e.g. administrator (repeatable).")
 @click.option(
@@ -151,6 +163,7 @@ def add(
     path: Path,
     name: str,
     password: str | None,
+    password_stdin: bool,
     no_password: bool,
     tags: tuple[str, ...],
     subjects: tuple[str, ...],
@@ -161,7 +174,7 @@ def add(
     """Add user NAME (optionally with a RocketMQ access key)."""
     if name in reading(path).users:  # before prompting; checked again under the lock
         raise click.ClickException(f"user {name!r} already exists")
-    password_hash = _new_password(password, no_password)
+    password_hash = _new_password(password, no_password, password_stdin)
     pair = _access_key_pair(access_key, secret_key, generate, required=False)
     with editing(path) as db:
         db.add_user(name, password_hash, tags, subjects)
@@ -186,12 +199,15 @@ def delete(path: Path, name: str) -> None:
 @users_file_options
 @click.argument("name")
 @click.option("--password", help="The new password (prompted for, hidden, when not given).")
+@password_stdin_option
 @click.option("--no-password", is_flag=True, help="Remove the password (certificate only).")
-def passwd(path: Path, name: str, password: str | None, no_password: bool) -> None:
+def passwd(
+    path: Path, name: str, password: str | None, password_stdin: bool, no_password: bool
+) -> None:
     """Change the password of user NAME."""
     if name not in reading(path).users:
         raise click.ClickException(f"no user {name!r}")
-    password_hash = _new_password(password, no_password)
+    password_hash = _new_password(password, no_password, password_stdin)
     with editing(path) as db:
         db.set_password(name, password_hash)
     click.echo(f"password of {name} {'removed' if no_password else 'changed'}")

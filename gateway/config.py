@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import os
 import tomllib
 import typing
 from collections.abc import Callable, Mapping
@@ -31,6 +32,9 @@ LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 TLS_LISTENERS = ("mqtts", "amqps", "unified_tls", "remoting_tls", "grpc_tls")
 PROXY_PROTOCOL_MODES = ("off", "v1", "v2", "any")
+#: docs/replication.md: one node; a static pair's master or slave; etcd decides.
+REPLICATION_ROLES = ("none", "master", "slave", "auto")
+REPLICATION_ACKS = ("async", "sync")
 #: Listener names ``proxy_protocol_listeners`` may list (gateway.server.LISTENERS).
 LISTENER_NAMES = (
     "mqtt", "amqp", "unified", "remoting", "mqtts", "amqps", "unified_tls", "remoting_tls",
@@ -44,6 +48,24 @@ CLIENT_CERT_MODES = ("none", "optional", "required")
 
 class ConfigError(ValueError):
     """A configuration problem; ``str()`` is a one-line message naming the key."""
+
+
+class BindError(OSError):
+    """A listener cannot bind its port (in use, or not allowed); ``str()`` is one line
+    naming the listener, the address and the option (flag) that changes the port."""
+
+    def __init__(self, listener: str, host: str, port: int, reason: str | OSError) -> None:
+        if isinstance(reason, OSError):
+            reason = os.strerror(reason.errno) if reason.errno else str(reason)
+        reason = reason.lower()
+        flag = "--" + listener.replace("_", "-") + "-port"
+        super().__init__(
+            f"{listener} listener: cannot bind {host}:{port} ({reason}); choose another port"
+            f" with {flag} PORT ({listener}_port in a config file; auto picks a free one,"
+            " 0 disables the listener)"
+        )
+        self.listener = listener
+        self.port = port
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +87,9 @@ class GatewayConfig:
     #: A dedicated RocketMQ remoting listener (no sniffing). Disabled by default: the
     #: unified port already serves remoting; 10911 (a broker's port) is the usual choice.
     remoting_port: Port = 0
-    #: RocketMQ 5's gRPC (``apache.rocketmq.v2``) on its own port, served by grpcio
-    #: directly (RocketMQ's grpcServerPort, 8081). The unified port serves gRPC too
-    #: (HTTP/2 connections are handed to the same server); 0 disables this one.
+    #: RocketMQ 5's gRPC (``apache.rocketmq.v2``) on its own port (RocketMQ's
+    #: grpcServerPort, 8081). The unified port serves gRPC too (the same door,
+    #: gateway.grpc.server); 0 disables this one.
     grpc_port: Port = 8081
     #: Open connections, all listeners together; more are closed at accept.
     max_connections: int = 10_000
@@ -221,6 +243,28 @@ class GatewayConfig:
     #: The storage engine's options (the ``[store]`` table).
     store: StoreConfig = field(default_factory=StoreConfig)
 
+    # -- a broker group (docs/replication.md) --
+    #: "none": one node (the default, unchanged); "master" / "slave": a static pair
+    #: (``lmq replication promote`` moves the master); "auto": etcd elects.
+    replication_role: str = "none"
+    #: The broker group: members of one group replicate one log.
+    replication_group: str = "broker-a"
+    #: This member's name in the group ("" = the replication listener's host:port).
+    replication_name: str = ""
+    #: The replication listener (slaves connect here); "auto" picks a free port.
+    replication_port: Port = 0
+    #: A static slave's master: host:port of its replication listener.
+    replication_master: str = ""
+    #: "async": acknowledged on the master's own durability; "sync": once every member
+    #: of the in-sync set holds the record.
+    replication_ack: str = "async"
+    #: etcd client endpoints (host:port) for role "auto".
+    replication_etcd: tuple[str, ...] = ()
+    #: The master key's lease in etcd; a master that cannot renew it stops acknowledging.
+    replication_lease: float = 5.0
+    #: A slave behind the master this long (or disconnected) leaves the in-sync set.
+    replication_max_lag: float = 15.0
+
     #: The message connector's rules run inside the gateway (the ``[connector]`` table:
     #: ``rules = "FILE"`` or the rules inline, docs/connector.md); None: no connector.
     connector: Rules | None = None
@@ -236,6 +280,15 @@ class GatewayConfig:
                 f"proxy_protocol_listeners: {tls[0]}: PROXY headers are read on plain"
                 " listeners only (terminate TLS at the load balancer)"
             )
+        if self.replication_role != "none" and self.port("replication") is None:
+            raise ConfigError(
+                f"replication_role {self.replication_role} needs replication_port (slaves"
+                " connect there, and a slave serves there once promoted)"
+            )
+        if self.replication_role == "slave" and not self.replication_master:
+            raise ConfigError("replication_role slave needs replication_master (host:port)")
+        if self.replication_role == "auto" and not self.replication_etcd:
+            raise ConfigError("replication_role auto needs replication_etcd (endpoints)")
         if self.write_buffer_max < self.max_packet_size + self.write_buffer_high:
             raise ConfigError(
                 "write_buffer_max must be at least max_packet_size + write_buffer_high"
@@ -472,6 +525,15 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "log_format": _choice(*LOG_FORMATS),
     "log_level": _choice(*LOG_LEVELS),
     "connector": _connector,
+    "replication_role": _choice(*REPLICATION_ROLES),
+    "replication_group": _nonempty,
+    "replication_name": _str,
+    "replication_port": _port,
+    "replication_master": _host_port,
+    "replication_ack": _choice(*REPLICATION_ACKS),
+    "replication_etcd": _list_of(_host_port),
+    "replication_lease": _seconds,
+    "replication_max_lag": _seconds,
 }
 
 

@@ -5,9 +5,12 @@ built configuration, :class:`~gateway.state.ServerState` the shared connection t
 the front ends the protocols).
 
 Every field is set and final: a front end never sees a half-started gateway, and no
-field is ``None`` for "not yet". ``authenticator`` is ``None`` only in open mode (no
-users file; see :mod:`gateway.security`), a value the front ends act on by skipping
-authentication, not a missing one.
+field is ``None`` for "not yet". The one value that changes is ``authenticator`` (read
+from ``security``): ``None`` only in open mode (no users file; see
+:mod:`gateway.security`), a value the front ends act on by skipping authentication, not
+a missing one; it becomes an authenticator, once, when a users file appears while the
+gateway runs (:meth:`gateway.frontend.FrontEnd.authentication_on`). So read it when a
+login or a check happens, never keep it beyond a connection.
 
 Also here: :func:`loop_callback`, the one hand-off from a store thread to the event
 loop (store listeners run on the appending thread).
@@ -29,6 +32,7 @@ from gateway.publisher import Publisher
 from gateway.rocketmq.groups import GroupRegistry
 from gateway.rocketmq.services import RocketMQServices
 from gateway.rocketmq.topics import TopicRegistry
+from gateway.security import Security
 from gateway.state import ServerState
 from gateway.topic_space import TopicSpace
 
@@ -42,6 +46,15 @@ class Introspection(Protocol):
 
     def store_stats(self) -> Awaitable[dict[str, Any]]:
         """The store's statistics (also refreshes the ``lmq_store_*`` gauges)."""
+        ...
+
+    def replication_role(self) -> str:
+        """``master``, ``slave`` or ``single`` (docs/replication.md)."""
+        ...
+
+    def replication_master(self, listener: str) -> str:
+        """``host:port`` of the group's master for clients of ``listener`` ("" when
+        unknown or not in a group)."""
         ...
 
     def listener_address(self, name: str) -> tuple[str, int] | None:
@@ -70,12 +83,17 @@ class GatewayContext:
     metrics: Registry
     #: The event loop everything but the store's threads runs on.
     loop: asyncio.AbstractEventLoop
-    #: Logins and permissions; ``None`` = open mode (no users file).
-    authenticator: Authenticator | None
+    #: Logins and permissions now (:attr:`authenticator`) and the users file's watch.
+    security: Security
     #: The shared connection table and the gateway's tasks.
     state: ServerState
     #: The gateway's own health document.
     introspection: Introspection
+
+    @property
+    def authenticator(self) -> Authenticator | None:
+        """Logins and permissions; ``None`` = open mode (no users file yet)."""
+        return self.security.authenticator
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
         """Run ``coro`` as a gateway-owned task (cancelled at shutdown)."""

@@ -24,6 +24,12 @@ How a front end plugs in
    them to close, aborts the rest, then calls ``await front_end.stop()`` while the store
    is still open, and finally closes the store.
 
+5. Authentication turning on: when a users file appears while the gateway runs in
+   open mode, ``ctx.authenticator`` becomes an authenticator and the gateway calls
+   ``front_end.authentication_on(conns)`` once with the front end's open connections,
+   all admitted without a login: it closes them the protocol's way (docs/security.md,
+   "Adding the first user to a running gateway").
+
 Metrics: ``self.ctx.metrics.counter(...)`` / ``.gauge(...)`` (see
 :mod:`gateway.metrics`). Shared state (sessions, retained messages) lives on the front
 end object; per-connection state on its handler. Back-pressure from the store:
@@ -86,6 +92,19 @@ class FrontEnd:
         the peer close). The gateway aborts it if it is still open after
         ``shutdown_timeout``. The default just closes the socket."""
         conn.close("shutdown")
+
+    def authentication_on(self, conns: list[Connection]) -> None:
+        """A users file appeared: ``conns`` (this front end's open connections) were
+        admitted without a login. Close each the protocol's way, so that its client
+        reconnects and logs in; from now on ``ctx.authenticator`` checks every login.
+        The default closes the sockets."""
+        for conn in conns:
+            conn.close("authentication on")
+
+    def promoted(self) -> None:
+        """This gateway, a slave of its broker group, became the master: the store's
+        metadata is the old master's (replicated, docs/replication.md); reload what was
+        loaded from it at start. A slave had no clients. The default does nothing."""
 
     async def stop(self) -> None:
         """Shutdown: every connection is closed; the store is still open. Persist what

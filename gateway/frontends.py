@@ -69,8 +69,8 @@ FRONT_ENDS: tuple[FrontEndSpec, ...] = (
     FrontEndSpec("http", "gateway.http", sniff_http),
     # RocketMQ remoting (RIP-55): the unified ports and its own remoting_port.
     FrontEndSpec("remoting", "gateway.remoting", sniff_remoting),
-    # RocketMQ 5 gRPC (issue 16): recognised by the HTTP/2 preface and relayed byte for
-    # byte to the gRPC server (gateway.grpc.relay); should the front end not be
+    # RocketMQ 5 gRPC (issue 16): recognised by the HTTP/2 preface and served by the
+    # gRPC door (gateway.grpc.server) like the dedicated gRPC ports; should it not be
     # available, such a connection gets GOAWAY and is closed.
     FrontEndSpec(
         "grpc", "gateway.grpc", sniff_h2, refusal=h2_goaway(b"gRPC is not served here")

@@ -37,7 +37,11 @@ def _in_use(store: MessageStore, topic_space: TopicSpace, name: str) -> bool:
 
 
 def run_once(store: MessageStore, topic_space: TopicSpace) -> None:
-    """One pass of retention and idle-LMQ removal (blocking: run it in a thread)."""
+    """One pass of retention and idle-LMQ removal (blocking: run it in a thread).
+    Nothing on a slave of a broker group: its log is its master's, cut and cleaned
+    there (docs/replication.md)."""
+    if store.replica is not None and store.replica.fenced is not None:
+        return
     report = store.apply_retention()
     if report.segments_removed:
         log.info(

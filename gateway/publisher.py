@@ -4,7 +4,8 @@ Front ends call :meth:`Publisher.submit` once per message; everything submitted 
 one turn of the event loop is appended with one ``append_batch`` (one log write, one
 RocksDB write) at the end of that turn. The returned future completes when the message
 may be acknowledged to its publisher: at once in async durability, after the covering
-fsync (group commit, on the store's flusher thread) in sync durability.
+fsync (group commit, on the store's flusher thread) in sync durability, and on a master
+in sync replication once the in-sync replicas hold it (``store.waits_for_ack``).
 The appends that must be one unit of their own (an all-or-nothing batch, delayed
 messages, a half message, copies, a transaction's end) are :meth:`append_batch`,
 :meth:`append_delayed`, :meth:`append_half`, :meth:`append_copies`,
@@ -34,7 +35,6 @@ from typing import TypeVar
 
 from broker_core import (
     AppendResult,
-    Durability,
     EndResult,
     Message,
     MessageStore,
@@ -63,7 +63,6 @@ class Publisher:
         # per item: a future, a Done callback, or None (nobody waits)
         self._futures: list[asyncio.Future[AppendResult] | Done | None] = []
         self._scheduled = False
-        self._sync = store.config.durability == Durability.SYNC
         self._max_body = store.config.max_message_bytes
         self.pending = 0
         self.appended = 0
@@ -187,7 +186,7 @@ class Publisher:
             if count:
                 self.disk_full = False
             position = end(result)
-            if self._sync and position:
+            if position and self.store.waits_for_ack:
                 await asyncio.wrap_future(self.store.acknowledged(position), loop=self.loop)
             return result
         finally:
@@ -284,7 +283,7 @@ class Publisher:
             return
         self.appended += len(items)
         self.disk_full = False
-        if not self._sync:
+        if not self.store.waits_for_ack:
             self.pending -= len(items)
             self._update_caught_up()
             for fut, result in zip(futures, results, strict=True):
@@ -367,7 +366,7 @@ def _flush_delayed(publisher: Publisher) -> None:
     publisher.appended += len(items)
     if publisher.on_delayed is not None:
         publisher.on_delayed(min(due for _, _, due in items))
-    if not publisher._sync:
+    if not store.waits_for_ack:
         settle_all(results, None)
         return
     durable = asyncio.wrap_future(store.acknowledged(results[-1].end), loop=publisher.loop)

@@ -1,25 +1,41 @@
-"""Startup security: who may log in, and the TLS context of the TLS listeners.
+"""Security: who may log in, and the TLS context of the TLS listeners.
 
 - :func:`make_authenticator`: the users file (``<data_dir>/users.json`` unless
   ``users_file`` says otherwise). With no users file the gateway is open, which it
   allows only on a loopback bind unless ``allow_anonymous`` (docs/security.md); it then
   returns ``None`` and the front ends skip authentication altogether (no thread hop per
   CONNECT). With a users file every login is checked.
+- :class:`Security`: the authenticator *now* (``GatewayContext.authenticator`` reads
+  it) and the watch of the users file (:meth:`Security.watch`, every
+  :data:`WATCH_INTERVAL_S`): in open mode, the file appearing turns authentication on
+  (every door checks logins from then on, the front ends close the connections let in
+  without one); in authenticated mode, a changed file is loaded (and logged) even when
+  nobody logs in.
 - :func:`make_tls_context`: Python's ``ssl`` module, TLS 1.2 at least; client
   certificates per ``tls_client_cert``.
 
-Both raise :class:`~gateway.config.ConfigError` with a one-line message.
+``make_authenticator`` and ``make_tls_context`` raise
+:class:`~gateway.config.ConfigError` with a one-line message.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 
 from gateway.auth import Authenticator
 from gateway.auth.authenticator import ExposureError, resolve_allow_anonymous
 from gateway.auth.users import UsersFileError
 from gateway.config import ConfigError, GatewayConfig
+
+log = logging.getLogger(__name__)
+
+#: How often :meth:`Security.watch` looks at the users file (one ``stat`` when it is
+#: unchanged): the bound on how long a new or changed file takes to apply.
+WATCH_INTERVAL_S = 1.0
 
 
 def users_path(cfg: GatewayConfig) -> Path:
@@ -40,6 +56,44 @@ def make_authenticator(cfg: GatewayConfig) -> Authenticator | None:
         return None  # open mode
     auth.allow_anonymous = allow
     return auth
+
+
+class Security:
+    """The gateway's authenticator as it is now: ``None`` in open mode until a users
+    file appears, then an :class:`Authenticator` for good (deleting the file never
+    opens the gateway again). Event-loop thread only (the file is read in a thread)."""
+
+    def __init__(self, cfg: GatewayConfig, authenticator: Authenticator | None) -> None:
+        self.config = cfg
+        self.authenticator = authenticator
+        #: Open mode: the authenticator that watches for the file (not yet in use; the
+        #: watch reads the file, so one that appeared since make_authenticator counts).
+        self._pending = (
+            None if authenticator is not None else Authenticator(users_file=users_path(cfg))
+        )
+
+    async def watch(self, authentication_on: Callable[[], None]) -> None:
+        """Every :data:`WATCH_INTERVAL_S`: read the users file if it changed. When the
+        first valid one appears in open mode, install it (anonymous clients are then
+        allowed only with ``allow_anonymous``, as at startup), log it and call
+        ``authentication_on`` (the gateway closes the connections admitted without a
+        login). A malformed file is logged once and changes nothing."""
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            auth = self.authenticator or self._pending
+            assert auth is not None
+            await asyncio.to_thread(auth.refresh)
+            if self.authenticator is None and auth.authentication_configured:
+                auth.allow_anonymous = self.config.allow_anonymous
+                self.authenticator, self._pending = auth, None
+                log.warning(
+                    "authentication on: users file loaded, every login is checked from now on",
+                    extra={
+                        "path": str(auth.users_file),
+                        "anonymous": "allowed" if auth.allow_anonymous else "refused",
+                    },
+                )
+                authentication_on()
 
 
 def make_tls_context(cfg: GatewayConfig) -> ssl.SSLContext:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_core import MessageStore, StoreError
-from gateway.config import GatewayConfig
+from gateway.config import BindError, GatewayConfig
 from gateway.connection import Connection, GatewayProtocol, ListenerSpec, format_address
 from gateway.context import GatewayContext
 from gateway.frontend import FrontEnd
@@ -41,10 +41,11 @@ from gateway.frontends import FRONT_ENDS, FrontEndSpec, load_front_end
 from gateway.housekeeping import housekeeping_loop
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
+from gateway.replication.service import ReplicationService
 from gateway.rocketmq.groups import GroupRegistry
 from gateway.rocketmq.services import RocketMQServices
 from gateway.rocketmq.topics import TopicRegistry
-from gateway.security import make_authenticator, make_tls_context
+from gateway.security import Security, make_authenticator, make_tls_context
 from gateway.sniff import Sniffer
 from gateway.state import ServerState
 from gateway.tasks import TaskOwner
@@ -66,6 +67,9 @@ LISTENERS: tuple[ListenerSpec, ...] = (
     ListenerSpec("amqps", "amqp", tls=True),
     ListenerSpec("unified_tls", None, tls=True),
     ListenerSpec("remoting_tls", "remoting", tls=True),
+    # RocketMQ 5 gRPC's own ports (the unified ports serve it too)
+    ListenerSpec("grpc", "grpc"),
+    ListenerSpec("grpc_tls", "grpc", tls=True),
 )
 
 
@@ -103,6 +107,8 @@ class Gateway:
         self.started_at = time.monotonic()
         #: What front ends are given; built by :meth:`start` once the store is open.
         self._ctx: GatewayContext | None = None
+        #: The broker group membership (docs/replication.md); None: one node.
+        self.replication: ReplicationService | None = None
         self._tls_context: ssl.SSLContext | None = None
         self._servers: list[asyncio.Server] = []
         self._stop_requested = asyncio.Event()
@@ -142,7 +148,7 @@ class Gateway:
         propagates."""
         cfg = self.config
         loop = asyncio.get_running_loop()
-        authenticator = make_authenticator(cfg)
+        security = Security(cfg, make_authenticator(cfg))
         self._tls_context = make_tls_context(cfg) if cfg.tls_cert else None
         log.info("opening store", extra={"data_dir": str(cfg.data_dir)})
         store = await asyncio.to_thread(MessageStore.open, cfg.data_dir, cfg.store)
@@ -159,14 +165,23 @@ class Gateway:
             topic_space=self.topic_space, rocketmq_topics=rmq_topics,
             rocketmq_groups=rmq_groups,
             rocketmq=RocketMQServices(store, loop, publisher, rmq_topics, rmq_groups,
-                                      self.topic_space, authenticator),
+                                      self.topic_space, security),
             metrics=self.metrics, loop=loop,
-            authenticator=authenticator, state=self.state, introspection=self)
+            security=security, state=self.state, introspection=self)
         recovery = store.recovery
         log.info("store open", extra={"recovery": recovery.summary() if recovery else "-"})
         # MQTT $delayed and AMQP x-delayed-message appends arm the one timer firing.
         publisher.on_delayed = ctx.rocketmq.timers.arm
         try:
+            if cfg.replication_role != "none":  # before any front end can write
+                self.replication = ReplicationService(cfg, store, self.tasks,
+                                                      self.client_addresses)
+                self.replication.on_master.append(functools.partial(_promoted, ctx))
+                self.replication.on_master.append(self._front_ends_promoted)
+                await self.replication.start()
+                bound_at = self.replication.address
+                if bound_at is not None:
+                    self._listed(BoundListener("replication", ("replication",), *bound_at))
             ctx.rocketmq.start()
             for spec in self.specs:
                 front_end = load_front_end(spec, ctx)
@@ -175,7 +190,10 @@ class Gateway:
                     self.front_ends[spec.name] = front_end
                     for name, host, bound in front_end.bound_listeners():
                         self._listed(BoundListener(name, (spec.name,), host, bound))
+            served = {spec.name for spec in self.specs}
             for listener in LISTENERS:
+                if listener.protocol is not None and listener.protocol not in served:
+                    continue  # a gateway built without the protocol has no port for it
                 port = cfg.port(listener.name)
                 if port is not None:
                     await self._listen(loop, listener, port)
@@ -183,6 +201,7 @@ class Gateway:
             await self.stop()
             raise
         self.spawn(housekeeping_loop(store, self.topic_space), "housekeeping")
+        self.spawn(security.watch(self._authentication_on), "users-file-watch")
         if cfg.connector is not None:  # the message connector's rules (docs/connector.md)
             from gateway.connector.runner import EmbeddedConnector
 
@@ -193,16 +212,19 @@ class Gateway:
     async def _listen(
         self, loop: asyncio.AbstractEventLoop, listener: ListenerSpec, port: int
     ) -> None:
-        server = await loop.create_server(
-            functools.partial(
-                GatewayProtocol, self.state, listener, self.front_ends, self.sniffers,
-                self.refusals),
-            self.config.bind,
-            port,
-            reuse_address=True,
-            backlog=1024,
-            ssl=self._tls_context if listener.tls else None,
-        )
+        try:
+            server = await loop.create_server(
+                functools.partial(
+                    GatewayProtocol, self.state, listener, self.front_ends, self.sniffers,
+                    self.refusals),
+                self.config.bind,
+                port,
+                reuse_address=True,
+                backlog=1024,
+                ssl=self._tls_context if listener.tls else None,
+            )
+        except OSError as exc:
+            raise BindError(listener.name, self.config.bind, port, exc) from None
         self._servers.append(server)
         if listener.protocol is not None:
             protocols: tuple[str, ...] = (listener.protocol,)
@@ -218,6 +240,28 @@ class Gateway:
             "listener started",
             extra={"listener": bl.name, "address": bl.address, "protocols": ",".join(bl.protocols)},
         )
+
+    def _authentication_on(self) -> None:
+        """A users file appeared in open mode: every connection open now was admitted
+        without a login, so each front end closes its own the protocol's way (their
+        clients reconnect and log in); connections not yet assigned a protocol close."""
+        by_protocol: dict[str, list[Connection]] = {}
+        log.warning(
+            "authentication on: closing the connections admitted without a login",
+            extra={"connections": len(self.connections)},
+        )
+        for conn in list(self.connections.values()):
+            if conn.handler is None or conn.protocol not in self.front_ends:
+                conn.close("authentication on")
+            else:
+                by_protocol.setdefault(conn.protocol, []).append(conn)
+        for name, front_end in self.front_ends.items():
+            try:
+                front_end.authentication_on(by_protocol.get(name, []))
+            except Exception:
+                log.exception("authentication on: front end failed", extra={"protocol": name})
+                for conn in by_protocol.get(name, []):
+                    conn.abort("authentication on")
 
     def request_stop(self) -> None:
         """Ask :meth:`wait_stopped` to return (signal handlers call this)."""
@@ -238,6 +282,8 @@ class Gateway:
         bound = self.config.shutdown_timeout
         if self._connector is not None:  # first: it may be a client of this gateway
             await self._connector.stop(bound)
+        if self.replication is not None:  # appends waiting for replicas fail now
+            await self.replication.stop()
         log.info("shutdown: stop accepting", extra={"connections": len(self.connections)})
         for server in self._servers:
             server.close()
@@ -296,6 +342,31 @@ class Gateway:
         bl = self.listener(name)
         return None if bl is None else (bl.host, bl.port)
 
+    def _front_ends_promoted(self) -> None:
+        for name, front_end in self.front_ends.items():
+            try:
+                front_end.promoted()
+            except Exception:
+                log.exception("reloading after a promotion failed", extra={"protocol": name})
+
+    def client_addresses(self) -> str:
+        """``name=host:port,...`` of the client listeners (the advertised host when
+        set): what a slave of this group tells the clients it refuses."""
+        host = self.config.advertised_address.rpartition(":")[0]
+        seen: dict[str, str] = {}
+        for bl in self.listeners:
+            if bl.name != "replication" and bl.name not in seen:
+                seen[bl.name] = format_address((host or bl.host, bl.port))
+        return ",".join(f"{k}={v}" for k, v in seen.items())
+
+    def replication_role(self) -> str:
+        """``master``, ``slave`` or ``single`` (no broker group)."""
+        return self.replication.role if self.replication is not None else "single"
+
+    def replication_master(self, listener: str) -> str:
+        """``host:port`` of the master for clients of ``listener`` ("" if unknown)."""
+        return self.replication.master_address(listener) if self.replication else ""
+
     def uptime(self) -> float:
         return time.monotonic() - self.started_at
 
@@ -326,6 +397,9 @@ class Gateway:
             "connections": {"total": len(self.connections), **by_protocol},
             "store": stats,
             "recovery": recovery.summary() if recovery is not None else None,
+            "replication": (
+                self.replication.status() if self.replication is not None else None
+            ),
         }
         return (200 if status == "ok" else 503), body
 
@@ -380,6 +454,18 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+def _promoted(ctx: GatewayContext) -> None:
+    """This member became its group's master: what it loaded at start or did not run as
+    a slave comes from the replicated state now (docs/replication.md): the RocketMQ topic
+    and group registries, pop groups, the timer firing and the pop revive."""
+    ctx.rocketmq_topics.reload()
+    ctx.rocketmq_groups.reload()
+    for name in ctx.rocketmq_groups.names():
+        ctx.rocketmq.pop.adopt(name)
+    ctx.rocketmq.timers.arm()
+    ctx.rocketmq.pop.arm_revive()
 
 
 def _rocketmq_registries(

@@ -19,15 +19,28 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import reduce
 from pathlib import Path
 
 from spark import transforms as T
-from spark.reader import DEFAULT_SPLIT_BYTES, list_segments, read_commit_log
+from spark.reader import (
+    DEFAULT_SPLIT_BYTES,
+    ReadFilter,
+    dispatched,
+    is_local,
+    list_segments,
+    local_path,
+    parse_time,
+    read_and_write_records,
+    read_commit_log,
+    to_ms,
+)
 
 Progress = Callable[[str], None]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -52,6 +65,10 @@ class JobConfig:
     #: Also write the per-record table (the largest output by far).
     write_records: bool = True
     charts: bool = True
+    #: Count the gateway's own ``$SYS/...`` statistics messages as device traffic.
+    include_sys: bool = False
+    #: ``columnar`` or ``rows`` (record by record: the reference decoder, slower).
+    decoder: str = "columnar"
 
 
 @dataclass
@@ -68,20 +85,6 @@ class JobResult:
     @property
     def problems(self) -> list[dict]:
         return list(self.summary["log"]["problems"])
-
-
-def parse_time(text: str) -> datetime:
-    """ISO 8601 date or date-time (naive means UTC), or epoch milliseconds."""
-    text = text.strip()
-    if text.isdigit():
-        return _EPOCH + timedelta(milliseconds=int(text))
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(
-            f"not a time: {text!r} (use ISO 8601, e.g. 2024-05-01T12:00Z, or epoch ms)"
-        ) from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def quiet_pyspark_warnings() -> None:
@@ -152,7 +155,14 @@ def _rows(df) -> list[dict]:
 
 
 def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> JobResult:
-    """Run the job on ``session``; returns the summary and where it was written."""
+    """Run the job on ``session``; returns the summary and where it was written.
+
+    Stages: read (the ``lmq`` data source, decoded into Arrow batches, cached once);
+    the per-record table written from that (or the records cached, without it); every
+    other table computed from the records with DataFrame expressions and written; the
+    summary's lists read back from those tables (small), its totals and percentiles
+    from the records.
+    """
     session.conf.set("spark.sql.session.timeZone", "UTC")
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -161,33 +171,53 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
     progress(f"listing segments in {config.data_dir}")
     segments = list_segments(config.data_dir, session)
     log_bytes = sum(s.length for s in segments)
-    scan = read_commit_log(
-        session,
-        config.data_dir,
-        since=config.since,
-        until=config.until,
-        split_bytes=config.split_bytes,
-        mode=config.read_mode,
-        segments=segments,
-    ).persist()
+    direct = config.read_mode != "hadoop" and is_local(config.data_dir) and is_local(tables)
+    scan = None
+    if not direct:
+        scan = read_commit_log(
+            session,
+            config.data_dir,
+            since=config.since,
+            until=config.until,
+            split_bytes=config.split_bytes,
+            mode=config.read_mode,
+            segments=segments,
+            include_sys=config.include_sys,
+            decoder=config.decoder,
+        ).persist()
+    records = None
+    records_dir = os.path.join(local_path(tables), "records")
+    if not config.write_records:
+        records_dir = str(out / "_records")
     try:
         progress(
             f"reading {len(segments)} segment(s), {log_bytes / 2**20:.1f} MiB "
             f"on {session.sparkContext.master}"
+            + (", writing the per-record table as read" if direct else "")
         )
-        report = _rows(scan.report)
-        progress(
-            f"scanned {sum(r['records'] for r in report):,} records in {len(report)} "
-            "task(s); computing figures"
-        )
-        records = scan.records
-        summary = _summarise(records, report, segments, log_bytes, config)
+        if direct:
+            report = _read_direct(session, segments, config, records_dir)
+            progress(
+                f"scanned {sum(r['records'] for r in report):,} records in {len(report)} task(s)"
+            )
+            records = _read_records(session, records_dir)
+        else:
+            assert scan is not None
+            report = _rows(scan.report)
+            progress(
+                f"scanned {sum(r['records'] for r in report):,} records in {len(report)} "
+                "task(s); writing the per-record table"
+            )
+            records = _records(scan, config, tables)
+            scan.unpersist()
+        progress(f"computing figures and writing Parquet tables to {tables}")
+        summary = _summarise(records, report, segments, log_bytes, config, tables)
+        summary["include_sys"] = config.include_sys
+        hist, minutes = _small_tables(session, tables)
         progress(
             f"read {summary['messages']:,} messages from {summary['devices']:,} devices "
             f"to {summary['lmqs']:,} LMQs"
         )
-        progress(f"writing Parquet tables to {tables}")
-        hist, minutes = _write_tables(records, summary, config, tables)
         summary["outputs"] = {"tables": tables}
         charts: list[Path] = []
         if config.charts:
@@ -195,7 +225,12 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
             charts = draw_charts(out / "charts", hist, summary["top_devices"], minutes)
             summary["outputs"]["charts"] = [str(p) for p in charts]
     finally:
-        scan.unpersist()
+        if scan is not None:
+            scan.unpersist()
+            if records is not None and not config.write_records:
+                records.unpersist()
+        if direct and not config.write_records:
+            shutil.rmtree(records_dir, ignore_errors=True)
     summary_json = out / "summary.json"
     summary_md = out / "summary.md"
     summary_json.write_text(json.dumps(summary, indent=2) + "\n")
@@ -204,9 +239,66 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
     return JobResult(summary, summary_json, summary_md, charts)
 
 
-def _summarise(records, report, segments, log_bytes, config: JobConfig) -> dict:
+def _save(df, tables: str, name: str, *partition_by: str) -> None:
+    writer = df.write.mode("overwrite")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.parquet(f"{tables}/{name}")
+
+
+def _read_direct(session, segments, config: JobConfig, records_dir: str) -> list[dict]:
+    """The read pass that writes the per-record table as it decodes
+    (:func:`spark.reader.read_and_write_records`); the messages held and dispatched
+    later are joined and appended to it. Returns the report rows."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
+    shutil.rmtree(records_dir, ignore_errors=True)
+    os.makedirs(records_dir, exist_ok=True)
+    flt = ReadFilter(to_ms(config.since), to_ms(config.until), config.include_sys)
+    side = read_and_write_records(
+        session, segments, flt, config.split_bytes, config.decoder, records_dir
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        report = _rows(side.where(F.col("report").isNotNull()).select("report.*"))
+        later = dispatched(side)  # only held records and dispatches are left in side
+        if later.take(1):
+            later.write.mode("append").partitionBy("date").parquet(records_dir)
+    finally:
+        side.unpersist()
+    return report
+
+
+def _read_records(session, records_dir: str):
+    from spark.schema import RECORD_SCHEMA
+
+    if not any(Path(records_dir).rglob("*.parquet")):
+        return session.createDataFrame([], RECORD_SCHEMA)
+    return session.read.parquet(records_dir).select(*RECORD_SCHEMA.names)
+
+
+def _records(scan, config: JobConfig, tables: str):
+    """The records every figure is computed from, read from the log once: the
+    per-record table as written (Parquet: each figure reads only its columns), or
+    without it the records cached."""
+    from pyspark import StorageLevel
+
+    from spark.schema import RECORD_SCHEMA
+
+    if config.write_records:
+        _save(scan.records, tables, "records", "date")
+        session = scan.raw.sparkSession
+        return session.read.schema(RECORD_SCHEMA).parquet(f"{tables}/records")
+    records = scan.records.persist(StorageLevel.MEMORY_AND_DISK)
+    records.count()
+    return records
+
+
+def _summarise(records, report, segments, log_bytes, config: JobConfig, tables: str) -> dict:
+    """Compute and write every table but the per-record one; the summary of them."""
+    from pyspark.sql import functions as F
+
+    session = records.sparkSession
     stats = T.fanout_stats(records, (0.5, 0.9, 0.99)).collect()[0]
     totals = records.agg(
         F.countDistinct("device").alias("devices"),
@@ -218,17 +310,43 @@ def _summarise(records, report, segments, log_bytes, config: JobConfig) -> dict:
     # local zone as naive datetimes
     first = _from_ms(totals["first_ms"])
     last = _from_ms(totals["last_ms"])
-    lmqs = records.select(F.explode("lmqs").alias("lmq")).distinct().count()
-    top_devices = _rows(T.top_devices(records, config.top))
-    top_topics = _rows(T.top_topics(records, config.top))
-    prefixes = {
-        str(d): _rows(T.top_n(T.topic_prefix_stats(records, d), config.top, key="prefix"))
-        for d in config.prefix_depths
-    }
+
+    def table(name: str):
+        return session.read.parquet(f"{tables}/{name}")
+
+    _save(T.device_stats(records), tables, "devices")
+    _save(T.topic_stats(records), tables, "topics")
+    prefix_frames = [T.topic_prefix_stats(records, d) for d in config.prefix_depths]
+    if prefix_frames:
+        _save(
+            reduce(lambda a, b: a.unionByName(b), prefix_frames), tables, "topic_prefixes", "depth"
+        )
+    _save(T.lmq_fan_in(records), tables, "lmq_fan_in")
+    _save(T.fanout_histogram(records), tables, "fanout_histogram")
+    _save(T.traffic_per_minute(records), tables, "traffic_per_minute", "date")
     changes: list[dict] = []
     if first is not None and last is not None and last > first:
         before, after = halves(first, last)
-        changes = _rows(T.fanout_change(records, before, after).limit(config.top))
+        _save(T.fanout_change(records, before, after), tables, "fanout_change")
+        changes = _rows(
+            table("fanout_change")
+            .orderBy(F.abs("change").desc(), F.col("device").asc())
+            .limit(config.top)
+        )
+
+    lmqs = table("lmq_fan_in").count()
+    top_devices = _rows(T.top_n(table("devices"), config.top, key="device"))
+    top_topics = _rows(T.top_n(table("topics"), config.top, key="topic"))
+    prefixes = {
+        str(d): _rows(
+            T.top_n(
+                table("topic_prefixes").where(F.col("depth") == d).drop("depth"),
+                config.top,
+                key="prefix",
+            )
+        )
+        for d in config.prefix_depths
+    }
 
     problems = [{"segment": r["segment"], **p} for r in report for p in r["problems"]]
     problems.sort(key=lambda p: p["position"])
@@ -289,6 +407,7 @@ def _summarise(records, report, segments, log_bytes, config: JobConfig) -> dict:
             "held_records": sum(r["held_records"] for r in report),
             "control_records": sum(r["control_records"] for r in report),
             "filtered_records": sum(r["filtered_records"] for r in report),
+            "sys_records": sum(r["sys_records"] for r in report),
             "skipped_bytes": sum(r["skipped_bytes"] for r in report),
             "tail_bytes": sum(r["tail_bytes"] for r in report),
             "problems": problems,
@@ -297,36 +416,11 @@ def _summarise(records, report, segments, log_bytes, config: JobConfig) -> dict:
     }
 
 
-def _write_tables(records, summary: dict, config: JobConfig, tables: str):
-    """Write every table; returns the (small) histogram and per-minute rows."""
-    from functools import reduce
-
+def _small_tables(session, tables: str):
+    """The histogram and per-minute rows for the charts, read back from their tables."""
     from pyspark.sql import functions as F
 
-    def save(df, name: str, *partition_by: str) -> None:
-        writer = df.write.mode("overwrite")
-        if partition_by:
-            writer = writer.partitionBy(*partition_by)
-        writer.parquet(f"{tables}/{name}")
-
-    if config.write_records:
-        save(records, "records", "date")
-    save(T.device_stats(records), "devices")
-    save(T.topic_stats(records), "topics")
-    prefix_frames = [T.topic_prefix_stats(records, d) for d in config.prefix_depths]
-    if prefix_frames:
-        save(reduce(lambda a, b: a.unionByName(b), prefix_frames), "topic_prefixes", "depth")
-    save(T.lmq_fan_in(records), "lmq_fan_in")
-    hist = T.fanout_histogram(records)
-    save(hist, "fanout_histogram")
-    minutes = T.traffic_per_minute(records)
-    save(minutes, "traffic_per_minute", "date")
-    first, last = summary["window"]["first_store_time"], summary["window"]["last_store_time"]
-    if first is not None and last is not None and last > first:
-        before, after = halves(parse_time(first), parse_time(last))
-        save(T.fanout_change(records, before, after), "fanout_change")
     # small tables, collected as rows: pandas 3 is not supported by pyspark 4.3's toPandas
-    session = records.sparkSession
     hist_rows = session.read.parquet(f"{tables}/fanout_histogram").orderBy("lower").collect()
     minute_rows = [
         {"minute": _from_ms(r["minute_ms"]), **r.asDict()}
@@ -418,6 +512,8 @@ def render_markdown(summary: dict) -> str:
         f" / {_fmt(fan['p90'])} / {_fmt(fan['p99'])} / {_fmt(fan['max'])} |",
         f"| held records (delayed and half messages) | {_fmt(log['held_records'])} |",
         f"| control records (not messages) | {_fmt(log['control_records'])} |",
+        f"| the gateway's own $SYS statistics | "
+        f"{'included' if summary.get('include_sys') else 'left out (--include-sys)'} |",
         f"| corrupt bytes skipped | {_fmt(log['skipped_bytes'])} |",
         f"| torn tail bytes (last segment) | {_fmt(log['tail_bytes'])} |",
         "",
@@ -502,6 +598,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split-mb", type=int, default=DEFAULT_SPLIT_BYTES >> 20)
     parser.add_argument("--no-records", action="store_true", help="skip the per-record table")
     parser.add_argument("--no-charts", action="store_true")
+    parser.add_argument(
+        "--include-sys", action="store_true", help="count the gateway's $SYS messages too"
+    )
     return parser
 
 
@@ -523,6 +622,7 @@ def main(argv: list[str] | None = None) -> int:
         tables_dir=args.tables,
         write_records=not args.no_records,
         charts=not args.no_charts,
+        include_sys=args.include_sys,
     )
     try:
         result = run(session, config, progress=lambda m: print(m, file=sys.stderr))

@@ -52,12 +52,11 @@ records, not emitted.
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -69,6 +68,7 @@ from broker_core.transactions import CONTROL, Action
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SEGMENT_NAME = re.compile(r"^(\d{20})\.log$")
 DEFAULT_SPLIT_BYTES = 16 * 1024 * 1024
 #: Rows per Arrow batch handed back to the JVM.
@@ -91,9 +91,10 @@ def classify(record: Record) -> tuple[int, int] | None:
         return (HELD if record.delayed else PLAIN), record.position
     if rtype is RecordType.TXN_HALF:
         return HELD, record.position
-    if rtype is RecordType.TIMER_FIRE:
+    # a body too short for its kind (never written by the store) is not a dispatch
+    if rtype is RecordType.TIMER_FIRE and len(record.body) >= FIRE_BODY.size:
         return DISPATCH, FIRE_BODY.unpack_from(record.body)[0]
-    if rtype is RecordType.TXN_CONTROL:
+    if rtype is RecordType.TXN_CONTROL and len(record.body) >= CONTROL.size:
         half, _size, _body, _thash, action = CONTROL.unpack_from(record.body)
         return (DISPATCH, half) if action in _DISPATCHING else None
     return None
@@ -119,7 +120,7 @@ def is_local(uri: str) -> bool:
     return scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt")
 
 
-def _local_path(uri: str) -> str:
+def local_path(uri: str) -> str:
     parsed = urlparse(uri)
     return parsed.path if parsed.scheme == "file" else uri
 
@@ -141,7 +142,7 @@ def list_segments(data_dir: str, session=None) -> list[SegmentFile]:
     directory does not exist.
     """
     if is_local(data_dir):
-        root = _local_path(data_dir)
+        root = local_path(data_dir)
         if not os.path.isdir(root):
             raise FileNotFoundError(f"no such directory: {root}")
         log_dir = os.path.join(root, "commitlog")
@@ -215,6 +216,7 @@ class RangeReport:
     held_records: int = 0
     control_records: int = 0
     filtered_records: int = 0
+    sys_records: int = 0
     record_bytes: int = 0
     skipped_bytes: int = 0
     tail_bytes: int = 0
@@ -235,6 +237,7 @@ class RangeReport:
             "held_records": self.held_records,
             "control_records": self.control_records,
             "filtered_records": self.filtered_records,
+            "sys_records": self.sys_records,
             "record_bytes": self.record_bytes,
             "skipped_bytes": self.skipped_bytes,
             "tail_bytes": self.tail_bytes,
@@ -313,9 +316,18 @@ def _reason(exc: Exception) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class _Filter:
+class ReadFilter:
+    """Which records a read returns: ``since_ms <= store time < until_ms`` (None: no
+    bound), and the gateway's own ``$SYS`` messages only if ``include_sys``."""
+
     since_ms: int | None
     until_ms: int | None
+    include_sys: bool = True
+
+
+def is_sys_topic(topic: str) -> bool:
+    """A topic of the gateway's own statistics (``$SYS/...``, gateway/mqtt/frontend.py)."""
+    return topic == "$SYS" or topic.startswith("$SYS/")
 
 
 #: RAW_SCHEMA's columns before ``report``.
@@ -372,44 +384,86 @@ def _report_batch(schema, report: RangeReport):
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _scan_task(data, task: dict, flt: _Filter, schema) -> Iterator:
-    report = RangeReport(task["segment"], task["base"], task["start"], task["end"])
-    builder = _BatchBuilder(schema)
+def keep_row(record: Record, report: RangeReport, flt: ReadFilter) -> bool:
+    """Whether the reader emits ``record`` (a message, held record or dispatch in the
+    window, not ``$SYS`` unless asked for), counting it in ``report`` either way."""
     since, until = flt.since_ms, flt.until_ms
-    for record in scan_range(
-        data,
-        segment=task["segment"],
-        base=task["base"],
-        start=task["start"],
-        end=task["end"],
-        limit=task["limit"],
-        expected_bytes=task["expected_bytes"],
-        is_last=task["is_last"],
-        report=report,
+    classified = classify(record)
+    if classified is None:
+        report.control_records += 1
+        return False
+    kind = classified[0]
+    # the window is on the dispatch time: a held record is kept unless its store
+    # time is past the window (its dispatch can only come later)
+    if (since is not None and kind != HELD and record.store_ms < since) or (
+        until is not None and record.store_ms >= until
     ):
+        report.filtered_records += 1
+        return False
+    if not flt.include_sys and kind != DISPATCH and is_sys_topic(record.topic):
+        report.sys_records += 1
+        return False
+    if kind == HELD:
+        report.held_records += 1
+    else:
+        report.records += 1
+    return True
+
+
+def _row_batch(schema, records: Iterable[Record]):
+    builder = _BatchBuilder(schema)
+    for record in records:
         classified = classify(record)
-        assert classified is not None  # scan_range yields only what classify names
-        kind, position = classified
-        # the window is on the dispatch time: a held record is kept unless its store
-        # time is past the window (its dispatch can only come later)
-        if (since is not None and kind != HELD and record.store_ms < since) or (
-            until is not None and record.store_ms >= until
-        ):
-            report.filtered_records += 1
-            continue
-        if kind == HELD:
-            report.held_records += 1
-        else:
-            report.records += 1
-        builder.add(record, kind, position)
-        if len(builder) >= BATCH_ROWS:
+        assert classified is not None  # only what keep_row kept
+        builder.add(record, *classified)
+    return builder.flush() if len(builder) else None
+
+
+#: Decoders: a batch at a time (:mod:`spark.columnar`), or record by record
+#: (:func:`scan_range`, the reference the columnar one is tested against).
+DECODERS = ("columnar", "rows")
+
+
+def scan_task(data, task: dict, flt: ReadFilter, schema, decoder: str = "columnar") -> Iterator:
+    report = RangeReport(task["segment"], task["base"], task["start"], task["end"])
+    where = {
+        "base": task["base"],
+        "start": task["start"],
+        "end": task["end"],
+        "limit": task["limit"],
+        "expected_bytes": task["expected_bytes"],
+        "is_last": task["is_last"],
+        "report": report,
+    }
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, not {decoder!r}")
+    if decoder == "rows":
+        builder = _BatchBuilder(schema)
+        # scan_range counts the control records and yields the rest
+        for record in scan_range(data, segment=task["segment"], **where):
+            if not keep_row(record, report, flt):
+                continue
+            classified = classify(record)
+            assert classified is not None
+            builder.add(record, *classified)
+            if len(builder) >= BATCH_ROWS:
+                yield builder.flush()
+        if len(builder):
             yield builder.flush()
-    if len(builder):
-        yield builder.flush()
+    else:
+        from spark.columnar import scan_columns
+
+        yield from scan_columns(
+            data,
+            **where,
+            flt=flt,
+            schema=schema,
+            row_batch=lambda records: _row_batch(schema, records),
+        )
     yield _report_batch(schema, report)
 
 
-def _arrow_raw_schema():
+def arrow_raw_schema():
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from spark.schema import RAW_SCHEMA
@@ -417,25 +471,77 @@ def _arrow_raw_schema():
     return to_arrow_schema(RAW_SCHEMA)
 
 
-def _read_local(flt: _Filter):
+def source_batch(batch, schema, *, held: bool, report: bool):
+    """A batch of the data source's rows (``schema``: SOURCE_SCHEMA, with ``report`` if
+    ``report``) from a batch of RAW_SCHEMA rows, or None if nothing of it is wanted:
+    the derived columns computed by Arrow, vectorised (times and dates in UTC)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    reports = batch.column("report")
+    if reports.null_count < len(reports):  # a report row (scan_task yields it alone)
+        if not report:
+            return None
+        arrays = [pa.nulls(len(batch), schema.field(i).type) for i in range(len(schema) - 2)]
+        arrays.append(pa.array(["report"] * len(batch), schema.field(len(schema) - 2).type))
+        arrays.append(reports.cast(schema.field(len(schema) - 1).type))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    if not held:
+        batch = batch.filter(pc.equal(batch.column("kind"), PLAIN))
+    n = len(batch)
+    if n == 0:
+        return None
+    store_ms = batch.column("store_ms")
+    field = schema.field
+    ts = field("store_time").type
+
+    def time_of(ms):
+        return pc.cast(pc.multiply(ms, 1000), ts)
+
+    days = np.floor_divide(store_ms.to_numpy(zero_copy_only=False), 86_400_000)
+    lmqs = batch.column("lmqs")
+    arrays = [
+        batch.column("position"),
+        time_of(store_ms),
+        time_of(batch.column("born_ms")),
+        pa.array(days.astype(np.int32)).cast(field("date").type),
+        batch.column("device"),
+        batch.column("protocol"),
+        batch.column("topic"),
+        pc.split_pattern(batch.column("topic"), "/").cast(field("topic_levels").type),
+        batch.column("payload_size"),
+        batch.column("qos"),
+        batch.column("retained"),
+        pc.list_value_length(lmqs).cast(pa.int32()),
+        lmqs.cast(field("lmqs").type),
+        _KIND_NAMES.take(batch.column("kind")),
+    ]
+    if report:
+        arrays.append(pa.nulls(n, field("report").type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+class _KindNames:
+    """RAW_SCHEMA's kind numbers as the data source's names (an Arrow array, lazily)."""
+
+    def take(self, kinds):
+        import pyarrow as pa
+
+        return pa.array(list(KIND_NAMES), pa.string()).take(kinds)
+
+
+_KIND_NAMES = _KindNames()
+#: The data source's ``kind`` of PLAIN, HELD and DISPATCH rows.
+KIND_NAMES = ("message", "held", "dispatch")
+
+
+def _read_hadoop(flt: ReadFilter, tasks_by_name: dict[str, dict], schema, decoder: str):
     def run(batches):
-        schema = _arrow_raw_schema()
-        for batch in batches:
-            for task in batch.to_pylist():
-                path = _local_path(task["path"])
-                with open(path, "rb") as fh:
-                    if os.fstat(fh.fileno()).st_size == 0:
-                        yield from _scan_task(b"", task, flt, schema)
-                        continue
-                    with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                        yield from _scan_task(data, task, flt, schema)
+        from pyspark.sql.pandas.types import to_arrow_schema
 
-    return run
-
-
-def _read_hadoop(flt: _Filter, tasks_by_name: dict[str, dict]):
-    def run(batches):
-        schema = _arrow_raw_schema()
+        raw_schema = arrow_raw_schema()
+        out_schema = to_arrow_schema(schema, timezone="UTC")
         for batch in batches:
             paths = batch.column("path").to_pylist()
             contents = batch.column("content")
@@ -444,9 +550,116 @@ def _read_hadoop(flt: _Filter, tasks_by_name: dict[str, dict]):
                 if task is None:  # a segment created after the listing
                     continue
                 data = contents[i].as_py() or b""
-                yield from _scan_task(data, task, flt, schema)
+                for raw in scan_task(data, task, flt, raw_schema, decoder):
+                    out = source_batch(raw, out_schema, held=True, report=True)
+                    if out is not None:
+                        yield out
 
     return run
+
+
+def _write_records_task(task: dict, flt: ReadFilter, decoder: str, records_dir: str, schema):
+    """One read task of the fan-out job: the messages dispatched when stored go straight
+    from the Arrow batches to Parquet files under ``records_dir/date=<day>/`` (pyarrow,
+    in this worker); yields the rest (held records, dispatches, the report) as batches
+    of ``schema`` (the data source's rows with ``report``)."""
+    import mmap
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from spark.schema import RECORD_SCHEMA
+
+    raw_schema = arrow_raw_schema()
+    columns = [n for n in RECORD_SCHEMA.names if n != "date"]
+    name = f"part-{task['base']:020d}-{task['start']:012d}.parquet"
+    writers: dict[str, pq.ParquetWriter] = {}
+
+    def scan(data):
+        for raw in scan_task(data, task, flt, raw_schema, decoder):
+            batch = source_batch(raw, schema, held=True, report=True)
+            if batch is None:
+                continue
+            message = pc.equal(batch.column("kind"), KIND_NAMES[PLAIN])
+            rest = batch.filter(pc.invert(message))
+            if len(rest):
+                yield rest
+            plain = batch.filter(message)
+            if not len(plain):
+                continue
+            dates = plain.column("date")
+            for day in pc.unique(dates).to_pylist():
+                part = plain.filter(pc.equal(dates, pa.scalar(day, dates.type)))
+                table = pa.Table.from_batches([part]).select(columns)
+                key = day.isoformat()
+                if key not in writers:
+                    directory = os.path.join(records_dir, f"date={key}")
+                    os.makedirs(directory, exist_ok=True)
+                    writers[key] = pq.ParquetWriter(os.path.join(directory, name), table.schema)
+                writers[key].write_table(table)
+
+    try:
+        path = local_path(task["path"])
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                yield from scan(b"")
+            else:
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                    yield from scan(data)
+    finally:
+        for writer in writers.values():
+            writer.close()
+
+
+def read_and_write_records(
+    session, segments, flt: ReadFilter, split_bytes: int, decoder: str, records_dir: str
+):
+    """The fan-out job's read pass (local data and a local ``records_dir``): every task
+    decodes its byte range and writes its messages to ``records_dir`` (Parquet, by
+    ``date``) itself; returns the frame of what is left (held records, dispatches and
+    one report row per task: the data source's rows with ``report``), lazily."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark.schema import SEGMENT_TASK_SCHEMA, source_schema
+
+    schema = source_schema(report=True)
+    tasks = plan_tasks(segments, split_bytes)
+
+    def run(batches):
+        out_schema = to_arrow_schema(schema, timezone="UTC")
+        for batch in batches:
+            for task in batch.to_pylist():
+                yield from _write_records_task(task, flt, decoder, records_dir, out_schema)
+
+    rdd = session.sparkContext.parallelize(tasks, numSlices=max(1, len(tasks)))
+    frame = session.createDataFrame(rdd, SEGMENT_TASK_SCHEMA)
+    return frame.mapInArrow(run, schema)
+
+
+def dispatched(rows):
+    """One row per dispatched message (RECORD_SCHEMA) from the data source's rows read
+    with ``held`` (SOURCE_SCHEMA): the messages dispatched when stored, and each
+    dispatch of a held record joined with it on the held record's position (a dispatch
+    whose held record is not in the log any more, removed by retention, or not read,
+    cannot be described and is left out). DataFrame expressions only."""
+    from pyspark.sql import functions as F
+
+    from spark.schema import RECORD_SCHEMA
+
+    kind = F.col("kind")
+    columns = RECORD_SCHEMA.names
+    from_dispatch = ["position", "store_time", "date", "fanout", "lmqs"]
+    held = rows.where(kind == KIND_NAMES[HELD]).select(
+        *[c for c in columns if c not in from_dispatch or c == "position"]
+    )
+    later = (
+        rows.where(kind == KIND_NAMES[DISPATCH])
+        .select(*from_dispatch)
+        .join(held, "position", "inner")
+        .select(*columns)
+    )
+    return rows.where(kind == KIND_NAMES[PLAIN]).select(*columns).unionByName(later)
 
 
 @dataclass
@@ -457,45 +670,13 @@ class CommitLogScan:
     segments again.
     """
 
-    raw: DataFrame  # of RAW_SCHEMA
+    raw: DataFrame  # the data source's rows, with held records and reports
     segments: list[SegmentFile]
 
     @property
     def records(self):
-        """One row per dispatched message (RECORD_SCHEMA): the plain ones, and each
-        dispatch of a held record joined with it (a dispatch whose held record is not in
-        the log any more, removed by retention, cannot be described and is left out)."""
-        from pyspark.sql import functions as F
-
-        kind = F.col("kind")
-        fields = ["born_ms", "device", "protocol", "topic", "payload_size", "qos", "retained"]
-        held = self.raw.where(kind == HELD).select("position", *fields)
-        dispatched = (
-            self.raw.where(kind == DISPATCH)
-            .select("position", "store_ms", "lmqs")
-            .join(held, "position", "inner")
-        )
-        rows = (
-            self.raw.where(kind == PLAIN)
-            .select("position", "store_ms", *fields, "lmqs")
-            .unionByName(dispatched)
-        )
-        store_time = F.timestamp_millis("store_ms")
-        return rows.select(
-            F.col("position"),
-            store_time.alias("store_time"),
-            F.timestamp_millis("born_ms").alias("born_time"),
-            F.to_date(store_time).alias("date"),
-            F.col("device"),
-            F.col("protocol"),
-            F.col("topic"),
-            F.split(F.col("topic"), "/", -1).alias("topic_levels"),
-            F.col("payload_size"),
-            F.col("qos"),
-            F.col("retained"),
-            F.size(F.col("lmqs")).alias("fanout"),
-            F.col("lmqs"),
-        )
+        """One row per dispatched message (RECORD_SCHEMA): :func:`dispatched`."""
+        return dispatched(self.raw)
 
     @property
     def report(self):
@@ -513,7 +694,21 @@ class CommitLogScan:
         self.raw.unpersist()
 
 
-def _to_ms(t: datetime | int | None) -> int | None:
+def parse_time(text: str) -> datetime:
+    """ISO 8601 date or date-time (naive means UTC), or epoch milliseconds."""
+    text = text.strip()
+    if text.isdigit():
+        return _EPOCH + timedelta(milliseconds=int(text))
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"not a time: {text!r} (use ISO 8601, e.g. 2024-05-01T12:00Z, or epoch ms)"
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def to_ms(t: datetime | int | None) -> int | None:
     if t is None or isinstance(t, int):
         return t
     return int(t.timestamp() * 1000)
@@ -528,26 +723,41 @@ def read_commit_log(
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     mode: str = "auto",
     segments: list[SegmentFile] | None = None,
+    include_sys: bool = False,
+    decoder: str = "columnar",
 ) -> CommitLogScan:
     """Plan and (lazily) read the commit log of ``data_dir``.
 
     ``since``/``until`` (datetimes, or epoch milliseconds) keep records with
-    ``since <= store time < until``. ``mode``: ``local`` reads files from Python with
-    mmap (byte-range splits), ``hadoop`` reads them through Spark's ``binaryFile`` source
-    (any Hadoop URI; one task per segment), ``auto`` picks ``local`` for local paths.
+    ``since <= store time < until``; ``$SYS`` messages only with ``include_sys``.
+    ``mode``: ``local`` reads through the ``lmq`` data source (:mod:`spark.datasource`:
+    Python maps the files, byte-range splits), ``hadoop`` reads them through Spark's
+    ``binaryFile`` source (any Hadoop URI; one task per segment), ``auto`` picks
+    ``local`` for local paths.
     """
-    from spark.schema import RAW_SCHEMA, SEGMENT_TASK_SCHEMA
+    from spark.schema import SEGMENT_TASK_SCHEMA, source_schema
 
     if segments is None:
         segments = list_segments(data_dir, session)
     if mode == "auto":
         mode = "local" if is_local(data_dir) else "hadoop"
-    flt = _Filter(_to_ms(since), _to_ms(until))
+    flt = ReadFilter(to_ms(since), to_ms(until), include_sys)
     if mode == "local":
-        tasks = plan_tasks(segments, split_bytes)
-        rdd = session.sparkContext.parallelize(tasks, numSlices=len(tasks))
-        frame = session.createDataFrame(rdd, SEGMENT_TASK_SCHEMA)
-        raw = frame.mapInArrow(_read_local(flt), RAW_SCHEMA)
+        from spark.datasource import register
+
+        register(session)
+        options = {
+            "held": "true",
+            "report": "true",
+            "sys": str(include_sys).lower(),
+            "splitBytes": str(split_bytes),
+            "decoder": decoder,
+        }
+        if flt.since_ms is not None:
+            options["since"] = str(flt.since_ms)
+        if flt.until_ms is not None:
+            options["until"] = str(flt.until_ms)
+        raw = session.read.format("lmq").options(**options).load(data_dir)
     elif mode == "hadoop":
         # one task per whole segment: binaryFile hands each task complete files
         tasks = plan_tasks(segments, split_bytes=1 << 62)
@@ -558,7 +768,8 @@ def read_commit_log(
             .load([s.path for s in segments])
             .select("path", "content")
         )
-        raw = files.mapInArrow(_read_hadoop(flt, by_name), RAW_SCHEMA)
+        schema = source_schema(report=True)
+        raw = files.mapInArrow(_read_hadoop(flt, by_name, schema, decoder), schema)
     else:
         raise ValueError(f"mode must be auto, local or hadoop, not {mode!r}")
     return CommitLogScan(raw=raw, segments=segments)

@@ -10,6 +10,8 @@ Three families:
   of what could not be read. :mod:`spark.reader` splits it into the two frames below.
 - :data:`RECORD_SCHEMA`: one row per message record, the input of every transform.
   :data:`SCAN_REPORT_SCHEMA`: one row per task: records read, bytes skipped, problems.
+- :data:`SOURCE_SCHEMA`: the rows of ``spark.read.format("lmq")`` (spark.datasource):
+  RECORD_SCHEMA and the row's ``kind``, optionally a ``report`` column.
 
 Top-level columns are nullable because Spark derives them from :data:`RAW_SCHEMA`; the
 reader never emits a null in them. Times are ``TimestampType`` built from the record's
@@ -63,6 +65,7 @@ SCAN_REPORT_SCHEMA = StructType(
         StructField("held_records", LongType(), False),  # delayed and half messages read
         StructField("control_records", LongType(), False),  # other non-message records
         StructField("filtered_records", LongType(), False),  # outside --since/--until
+        StructField("sys_records", LongType(), False),  # $SYS messages left out
         StructField("record_bytes", LongType(), False),  # bytes of valid records
         StructField("skipped_bytes", LongType(), False),  # corrupt bytes, never silent
         StructField("tail_bytes", LongType(), False),  # unwritten/torn end of last segment
@@ -110,3 +113,16 @@ RECORD_SCHEMA = StructType(
         StructField("lmqs", ArrayType(StringType(), False), True),
     ]
 )
+
+#: The rows of the ``lmq`` data source (spark.datasource): RECORD_SCHEMA and ``kind``
+#: (``message``; with the option ``held``, also ``held`` and ``dispatch``: see
+#: spark.reader.dispatched). Dates and times are UTC.
+SOURCE_SCHEMA = StructType([*RECORD_SCHEMA.fields, StructField("kind", StringType(), True)])
+
+
+def source_schema(*, report: bool = False) -> StructType:
+    """:data:`SOURCE_SCHEMA`, and with ``report`` a last column ``report``
+    (:data:`SCAN_REPORT_SCHEMA`), set on one row per partition (``kind`` ``report``)."""
+    if not report:
+        return SOURCE_SCHEMA
+    return StructType([*SOURCE_SCHEMA.fields, StructField("report", SCAN_REPORT_SCHEMA, True)])

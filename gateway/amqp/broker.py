@@ -540,6 +540,8 @@ class Broker:
                     (source, key, args_key(arguments)))
         live = {lmq for vh in self.vhosts.values() for q in vh.queues.values() for lmq in q.lmqs}
         stale = [i.name for i in self.store.lmqs(AMQP_PREFIX) if i.name not in live]
+        if self.store.replica is not None and self.store.replica.fenced is not None:
+            stale = []  # a slave of a broker group removes nothing: its master does
         if stale:
             self.store.remove_lmqs(stale)
         queues = sum(len(vh.queues) for vh in self.vhosts.values())

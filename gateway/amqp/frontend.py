@@ -136,6 +136,14 @@ class AmqpFrontEnd(FrontEnd):
         else:
             handler.goodbye()
 
+    def authentication_on(self, conns: list[Connection]) -> None:
+        for conn in conns:
+            handler = self.handlers.get(conn.id)
+            if handler is None:
+                conn.close("authentication on")
+            else:
+                handler.goodbye("authentication on")
+
     async def stop(self) -> None:
         self.broker.flush_acks()
         self.ctx.topic_space.set_amq_topic_router(None)

@@ -267,6 +267,13 @@ class AmqpHandler(ConnectionHandler):
         self.conn.spawn(check(), "amqp-auth")
 
     def _open(self, vhost: str) -> None:
+        intro = self.front.ctx.introspection
+        if intro.replication_role() == "slave":  # docs/replication.md "Clients follow"
+            master = intro.replication_master("amqp") or intro.replication_master("unified")
+            self.write(self.proto.deny_open(
+                "CONNECTION_FORCED - a slave of its broker group; the master is at"
+                f" {master or 'an unknown address'}", 320))
+            return
         auth = self.authenticator
         if auth is not None:
             allowed = auth.vhost_allowed(self.principal, vhost)
@@ -381,14 +388,15 @@ class AmqpHandler(ConnectionHandler):
 
     # -- end ---------------------------------------------------------------------------
 
-    def goodbye(self) -> None:
-        """Shutdown: connection.close 320, then close once CloseOk comes (or soon)."""
+    def goodbye(self, reason: str = "shutdown") -> None:
+        """Shutdown (or authentication turning on, ``reason``): connection.close 320,
+        then close once CloseOk comes (or soon)."""
         self.write(self.proto.close(
             320, "CONNECTION_FORCED - broker forced connection closure with reason "
-            "'shutdown'"))
+            f"'{reason}'"))
         self._release_all()
         self.flush()
-        self.front.loop.call_later(1.0, self._close, "shutdown")
+        self.front.loop.call_later(1.0, self._close, reason)
 
     def _release_all(self) -> None:
         channels, self.channels = self.channels, {}

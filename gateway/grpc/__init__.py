@@ -1,8 +1,9 @@
 """The RocketMQ 5 gRPC front end (``apache.rocketmq.v2.MessagingService``).
 
-- :mod:`.frontend`: :class:`GrpcFrontEnd`, the shared state, the ``grpc.aio`` server
-  and its listeners (the dedicated ports and the internal one the unified port hands
-  HTTP/2 connections to);
+- :mod:`.frontend`: :class:`GrpcFrontEnd`, the shared state;
+- :mod:`.server`: the door: one handler per HTTP/2 connection (the dedicated gRPC ports
+  and the unified ports) over the sans-IO :mod:`protocol.grpc.server`, one task per
+  call;
 - :mod:`.service`: the servicer: one method per RPC, each building a :class:`.call.Call`
   and delegating to the module that serves it;
 - :mod:`.call`: the per-call context (metadata, client id, principal, deadline, ACL

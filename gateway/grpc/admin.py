@@ -20,9 +20,8 @@ of the group may already send the head to the dead-letter queue itself.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
-
-import grpc
 
 from gateway.grpc.records import group_config, readable_topic
 from lmq.rocketmq import dlq_topic, queue_lmq
@@ -61,8 +60,9 @@ def release_message_group(call: Call, request: dict[str, Any]) -> dict[str, Any]
                       f"message group {mgroup!r} of {group!r} has no message out on {topic}")
 
 
-def handler(front: GrpcFrontEnd) -> grpc.GenericRpcHandler:
-    """The generic handler serving :data:`RELEASE` on the front end's server."""
+def handler(front: GrpcFrontEnd) -> Callable[[bytes, Any], Awaitable[bytes]]:
+    """The unary handler of :data:`RELEASE` (request and response bytes; ``context`` is
+    the door's per-call object, :class:`gateway.grpc.server.ServerCall`)."""
 
     async def release(request: bytes, context: Any) -> bytes:
         try:
@@ -79,5 +79,4 @@ def handler(front: GrpcFrontEnd) -> grpc.GenericRpcHandler:
         front.count("ReleaseMessageGroup", answer["code"])
         return json.dumps(answer).encode()
 
-    return grpc.method_handlers_generic_handler(
-        SERVICE, {"ReleaseMessageGroup": grpc.unary_unary_rpc_method_handler(release)})
+    return release

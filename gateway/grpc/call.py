@@ -8,6 +8,7 @@ open mode) and raises :class:`~protocol.grpc.StatusError` to answer with a statu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,10 +18,9 @@ from gateway.auth import ANONYMOUS_PRINCIPAL, Principal
 from protocol.grpc import Code, StatusError
 
 if TYPE_CHECKING:
-    import grpc.aio
-
     from gateway.connection import Connection
     from gateway.grpc.frontend import GrpcFrontEnd
+    from gateway.grpc.server import ServerCall
     from gateway.rocketmq.services import RocketMQServices
 
 #: The metadata keys RocketMQ's v2 clients send (lower case, as gRPC delivers them).
@@ -42,23 +42,24 @@ class Call:
     front: GrpcFrontEnd
     #: The RPC's name as in the service (``SendMessage``); labels metrics and logs.
     rpc: str
-    #: grpc.aio's context of the call (peer, cancellation, deadline).
-    context: grpc.aio.ServicerContext[Any, Any]
+    #: The door's per-call object (stream, metadata, cancellation, deadline).
+    context: ServerCall
     #: The request metadata, keys lower case; a repeated key keeps its last value.
     metadata: dict[str, str] = field(default_factory=dict)
     #: ``x-mq-client-id`` ("" when the client sent none).
     client_id: str = ""
-    #: The peer as gRPC names it (``ipv4:127.0.0.1:53422``; the unified port's hand-off
-    #: makes it the internal listener's, see ``peer_host``).
+    #: The client's address (``127.0.0.1:53422``).
     peer: str = ""
     #: The client's address (host only), for logs, rate limits and ACLs.
     peer_host: str | None = None
     #: Who the call is served as (set by authentication; anonymous in open mode).
     principal: Principal = ANONYMOUS_PRINCIPAL
+    #: Served in open mode (no login): ends early when authentication turns on.
+    unauthenticated: bool = False
     #: ``loop.time()`` by which the client gives up (None = no deadline).
     deadline: float | None = None
-    #: The unified-port connection a relayed call came through (None on the dedicated
-    #: ports): its local address is the one the client connected to.
+    #: The gateway connection the call came on (None only for calls made without one):
+    #: its local address is the one the client connected to.
     connection: Connection | None = None
 
     @property
@@ -68,6 +69,21 @@ class Call:
         return self.front.ctx.rocketmq
 
     # -- time -------------------------------------------------------------------------
+
+    async def must_end(self) -> None:
+        """Return when a long poll or a stream of this call must end early: the gateway
+        stops, or authentication turns on and this call was served without a login."""
+        front = self.front
+        if not self.unauthenticated:
+            await front.stopping.wait()
+            return
+        waits = [asyncio.ensure_future(front.stopping.wait()),
+                 asyncio.ensure_future(front.logins_required.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
 
     def time_remaining(self) -> float | None:
         """Seconds left before the client's deadline (None = no deadline), never < 0."""

@@ -127,12 +127,13 @@ def _poll_ms(call: Call, request: service_pb2.ReceiveMessageRequest) -> int:
 async def _pop_until_stopping(
     call: Call, group: str, popping: Coroutine[Any, Any, PopResult]
 ) -> PopResult:
-    """The pop's result, or an empty one when the gateway starts shutting down while it
-    waits (long polls end then). A pop that completed while this call was being
-    cancelled gives its messages back."""
+    """The pop's result, or an empty one when the call must end while it waits (the
+    gateway stops, or authentication turns on for an unauthenticated call:
+    :meth:`Call.must_end`). A pop that completed while this call was being cancelled
+    gives its messages back."""
     pop = call.services.pop
     task = asyncio.ensure_future(popping)
-    stopper = asyncio.ensure_future(call.front.stopping.wait())
+    stopper = asyncio.ensure_future(call.must_end())
     try:
         await asyncio.wait((task, stopper), return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:

@@ -1,16 +1,13 @@
-"""Requests as grpcio hands them to the servicer: a request that is not valid protobuf
-is answered BAD_REQUEST in its RPC's own response type (grpcio itself would end the call
-with UNKNOWN and log a traceback per bad request)."""
+"""Requests as the gRPC door (:mod:`gateway.grpc.server`) hands them to the servicer: a
+request that is not valid protobuf is answered BAD_REQUEST in its RPC's own response
+type (rather than failing the call with a transport status)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-import grpc
-import grpc.aio
 from google.protobuf.message import DecodeError
-from rocketmq.grpc_protocol import service_pb2_grpc
 
 from protocol.grpc import Code, StatusError
 
@@ -19,7 +16,7 @@ SERVICE = "apache.rocketmq.v2.MessagingService"
 
 class Malformed:
     """A request that did not parse as its protobuf message: what the lenient
-    deserializer (:func:`register`) gives the servicer instead of raising."""
+    parser (:func:`lenient`) gives the servicer instead of raising."""
 
     __slots__ = ("error",)
 
@@ -27,7 +24,9 @@ class Malformed:
         self.error = error
 
 
-def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+def lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    """``parse`` returning a :class:`Malformed` where it would raise DecodeError."""
+
     def deserialize(data: bytes) -> Any:
         try:
             return parse(data)
@@ -35,35 +34,6 @@ def _lenient(parse: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
             return Malformed(str(exc) or "wire format was corrupt")
 
     return deserialize
-
-
-class _LenientHandler(grpc.GenericRpcHandler):
-    """The generated service's handler with every request deserializer lenient."""
-
-    def __init__(self, inner: grpc.GenericRpcHandler) -> None:
-        self.inner = inner
-
-    def service(self, handler_call_details: grpc.HandlerCallDetails) -> Any:
-        handler = self.inner.service(handler_call_details)
-        if handler is None or handler.request_deserializer is None:
-            return handler
-        return handler._replace(request_deserializer=_lenient(handler.request_deserializer))
-
-
-def register(servicer: Any, server: grpc.aio.Server) -> None:
-    """Add ``servicer`` to ``server`` with the generated registration, its request
-    deserializers made lenient (:class:`Malformed`)."""
-    generic: list[grpc.GenericRpcHandler] = []
-
-    class Capture:
-        def add_generic_rpc_handlers(self, handlers: Any) -> None:
-            generic.extend(handlers)
-
-        def add_registered_method_handlers(self, name: str, handlers: Any) -> None:
-            pass  # served through the generic handler below
-
-    service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, Capture())
-    server.add_generic_rpc_handlers(tuple(_LenientHandler(h) for h in generic))
 
 
 def check_parsed(request: Any) -> None:

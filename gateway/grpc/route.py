@@ -73,8 +73,12 @@ def _address(host: str, port: int) -> tuple[int, definition_pb2.Address]:
 def broker_endpoints(
     call: Call, requested: definition_pb2.Endpoints | None
 ) -> definition_pb2.Endpoints:
-    """Where clients reach the broker (see the module docstring)."""
+    """Where clients reach the broker (see the module docstring); on a slave of a broker
+    group, the master (docs/replication.md)."""
+    intro = call.front.ctx.introspection
     advertised = call.front.advertised_address
+    if intro.replication_role() == "slave":
+        advertised = intro.replication_master("grpc") or intro.replication_master("unified")
     if advertised:
         host, _, port = advertised.rpartition(":")
         scheme, address = _address(host.strip("[]"), int(port))

@@ -50,7 +50,7 @@ can be replaced without touching this file. Inside a delegate: ``call.front`` is
 holds one of the client's concurrent receives (TOO_MANY_REQUESTS beyond),
 ``call.time_remaining()`` is the client's deadline, ``call.front.stopping`` (an Event)
 is set when the gateway shuts down (end long polls then), ``call.context.cancelled()``
-says whether the client went away. Request messages may be a
+says whether the client went away (or its deadline passed). Request messages may be a
 :class:`~gateway.grpc.requests.Malformed`: the wrappers answer those before delegating.
 """
 
@@ -58,27 +58,34 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-import grpc.aio
 from google.protobuf.message import Message
-from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
+from rocketmq.grpc_protocol import service_pb2
 
 from gateway.grpc import ack, clients, offsets, receive, route, send, telemetry, transactions
 from gateway.grpc.call import Call
 from gateway.grpc.requests import check_parsed
 from protocol.grpc import Code, StatusError, status
 
+if TYPE_CHECKING:
+    from gateway.grpc.server import ServerCall
+
 log = logging.getLogger(__name__)
 
 R = TypeVar("R", bound=Message)
 
-Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+#: The door's per-call object (:class:`gateway.grpc.server.ServerCall`).
+Context: TypeAlias = "ServerCall"
 
 
-class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]
+class MessagingService:
+    """Served by the gRPC door (:mod:`gateway.grpc.server`), which finds each RPC here
+    by its name in the generated service descriptor; an RPC without a method is
+    UNIMPLEMENTED."""
+
     def __init__(self, front: Any) -> None:
-        #: The GrpcFrontEnd (typed Any: the generated base class is untyped).
+        #: The GrpcFrontEnd.
         self.front = front
 
     # -- the wrappers ------------------------------------------------------------------
@@ -158,7 +165,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                                  service_pb2.QueryAssignmentResponse)
 
     async def ReceiveMessage(self, request: Any, context: Context) -> AsyncIterator[Any]:
-        # an async generator itself: grpc.aio tells streaming handlers by that
         async for response in self._stream("ReceiveMessage", request, context,
                                               lambda c, r: receive.receive_message(c, r),
                                               service_pb2.ReceiveMessageResponse):
@@ -175,7 +181,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                                  service_pb2.ForwardMessageToDeadLetterQueueResponse)
 
     async def PullMessage(self, request: Any, context: Context) -> AsyncIterator[Any]:
-        # an async generator itself: grpc.aio tells streaming handlers by that
         async for response in self._stream("PullMessage", request, context,
                                               lambda c, r: offsets.pull_message(c, r),
                                               service_pb2.PullMessageResponse):
@@ -202,7 +207,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):  # type: igno
                                  service_pb2.EndTransactionResponse)
 
     async def Telemetry(self, request_iterator: Any, context: Context) -> AsyncIterator[Any]:
-        # an async generator itself: grpc.aio tells streaming handlers by that
         async for response in self._stream("Telemetry", request_iterator, context,
                                               lambda c, r: telemetry.telemetry(c, r),
                                               service_pb2.TelemetryCommand):

@@ -170,7 +170,7 @@ async def telemetry(
                 outbox.put_nowait(reply)
 
     reader = asyncio.ensure_future(read())
-    stopping = asyncio.ensure_future(front.stopping.wait())
+    stopping = asyncio.ensure_future(call.must_end())
     try:
         while True:
             if not outbox.empty():
@@ -187,7 +187,7 @@ async def telemetry(
                 reader.result()  # a failed read is an error of the call
                 while not outbox.empty():
                     yield outbox.get_nowait()
-            return  # the client closed its side, or the gateway stops
+            return  # the client closed its side, or the gateway stops (Call.must_end)
     finally:
         for task in (reader, stopping):
             task.cancel()

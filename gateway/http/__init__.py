@@ -24,7 +24,7 @@ from broker_core import StoreError
 from gateway.frontend import ConnectionHandler, FrontEnd
 from gateway.http.messages import Request, Response
 from gateway.http.routes import Router
-from gateway.http.server import HttpConnection, HttpLimits
+from gateway.http.server import HttpConnection, HttpLimits, problem
 from gateway.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from gateway.token_bucket import TokenBucket
 
@@ -58,7 +58,9 @@ class HttpFrontEnd(FrontEnd):
         )
         self.router = Router()
         self.router.add("GET", "/health", self.health)
+        self.router.add("GET", "/health/master", self.health_master)
         self.router.add("GET", "/metrics", self.metrics)
+        self.router.before = self._follow_master
 
     async def start(self) -> None:
         registrations = []
@@ -92,10 +94,42 @@ class HttpFrontEnd(FrontEnd):
             return
         conn.close("shutdown")
 
+    def authentication_on(self, conns: list[Connection]) -> None:
+        """Every request is authenticated when it comes, so only what outlives one is
+        closed: idle keep-alive connections and event streams; a request being
+        answered finishes, and the next one on its connection is checked."""
+        for conn in conns:
+            handler = conn.handler
+            if isinstance(handler, HttpConnection) and handler.busy and not handler.streaming:
+                continue
+            conn.close("authentication on")
+
     async def health(self, request: Request) -> Response:
         status, body = await self.ctx.introspection.health()
         text = json.dumps(body, default=str) + "\n"
         return Response.of(status, text.encode(), "application/json")
+
+    async def health_master(self, request: Request) -> Response:
+        """For a load balancer in front of a broker group (docs/replication.md): 200 on
+        the master (and on a gateway in no group), 503 on a slave."""
+        role = self.ctx.introspection.replication_role()
+        body = (json.dumps({"role": role}) + "\n").encode()
+        return Response.of(503 if role == "slave" else 200, body, "application/json")
+
+    def _follow_master(self, request: Request) -> Response | None:
+        """On a slave every request but /health and /metrics is sent to the master: 307
+        (method and body kept) to the same path there, or 503 while it is unknown."""
+        intro = self.ctx.introspection
+        if intro.replication_role() != "slave" or request.path.startswith(
+            ("/health", "/metrics")
+        ):
+            return None
+        master = intro.replication_master("http") or intro.replication_master("unified")
+        if not master:
+            return problem(503, "a slave of its broker group; the master is not known yet",
+                           headers=[("Retry-After", "1")])
+        return problem(307, f"a slave of its broker group; the master is {master}",
+                       headers=[("Location", f"http://{master}{request.target}")])
 
     async def metrics(self, request: Request) -> Response:
         try:

@@ -45,7 +45,7 @@ from broker_core import DelayTooLong, MessageTooLarge, StorageFull
 from broker_core.clock import now_ms
 from broker_core.errors import UnknownReceipt
 from gateway.auth import Refusal
-from gateway.http.auth import HttpLogin
+from gateway.http.auth import HttpLogin, HttpLogins
 from gateway.http.messages import Request, Response
 from gateway.http.mq_signature import SignatureRefused
 from gateway.rocketmq import producer as p
@@ -141,8 +141,7 @@ class AliyunHttpApi:
     def __init__(self, ctx: GatewayContext) -> None:
         self.ctx = ctx
         config = ctx.config
-        #: The HTTP logins (None in open mode).
-        self.login = None if ctx.authenticator is None else HttpLogin(ctx.authenticator)
+        self._logins = HttpLogins(ctx.security)
         self.invisible_ms = config.aliyun_invisible_seconds * 1000
         self.codec = HandleCodec(self._handle_key(config.aliyun_handle_key))
         self.host_id = f"{config.bind}"
@@ -159,6 +158,11 @@ class AliyunHttpApi:
         self._requests = metrics.counter(
             "lmq_http_aliyun_requests_total", "Aliyun MQ HTTP API requests by call and status",
             ("call", "status"))
+
+    @property
+    def login(self) -> HttpLogin | None:
+        """The HTTP logins (None in open mode; on once a users file appears)."""
+        return self._logins.current()
 
     def _handle_key(self, configured: str) -> bytes:
         if configured:

@@ -33,8 +33,9 @@ from gateway.http.mq_signature import authenticate_signed
 if TYPE_CHECKING:
     from gateway.auth.authenticator import Authenticator, LoginResult
     from gateway.http.messages import Request
+    from gateway.security import Security
 
-__all__ = ["CACHE_SECONDS", "CACHE_SIZE", "HttpLogin", "peer_host"]
+__all__ = ["CACHE_SECONDS", "CACHE_SIZE", "HttpLogin", "HttpLogins", "peer_host"]
 
 #: How long a verified password login is reused without a new scrypt.
 CACHE_SECONDS = 30.0
@@ -88,3 +89,22 @@ class HttpLogin:
         """The principal of a request signed with an access key (Aliyun's MQ
         signature); raises :class:`~gateway.http.mq_signature.SignatureRefused`."""
         return authenticate_signed(self.authenticator, request)
+
+
+class HttpLogins:
+    """An HTTP API's logins as the gateway's security is now (:mod:`gateway.security`):
+    ``None`` in open mode, and from the moment a users file appears on a running gateway
+    an :class:`HttpLogin` over its authenticator, so that the HTTP doors check logins at
+    once, as the other doors do."""
+
+    def __init__(self, security: Security) -> None:
+        self._security = security
+        self._login: HttpLogin | None = None
+
+    def current(self) -> HttpLogin | None:
+        auth = self._security.authenticator
+        if auth is None:
+            return None
+        if self._login is None or self._login.authenticator is not auth:
+            self._login = HttpLogin(auth)
+        return self._login

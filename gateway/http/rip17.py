@@ -28,7 +28,8 @@ from urllib.parse import parse_qsl
 from broker_core import Message, StoreError
 from broker_core.clock import now_ms
 from gateway.auth import Refusal
-from gateway.http.auth import HttpLogin, peer_host
+from gateway.http import landing
+from gateway.http.auth import HttpLogin, HttpLogins, peer_host
 from gateway.http.messages import Request, Response
 from gateway.rocketmq import records as rmq_records
 from gateway.rocketmq.producer import (
@@ -65,14 +66,20 @@ class Rip17Api:
     def __init__(self, ctx: GatewayContext) -> None:
         self.ctx = ctx
         self._uniq = UniqKeyFactory("127.0.0.1", os.getpid(), secrets.randbits(32))
-        #: The HTTP logins (None in open mode): scrypt in a thread, a short cache.
-        self.login = None if ctx.authenticator is None else HttpLogin(ctx.authenticator)
+        self._logins = HttpLogins(ctx.security)
+
+    @property
+    def login(self) -> HttpLogin | None:
+        """The HTTP logins (None in open mode; on once a users file appears)."""
+        return self._logins.current()
 
     def routes(self, router: Router) -> None:
         router.add("POST", "/", self.handle)
         router.add("GET", "/", self.handle)
 
     async def handle(self, request: Request) -> Response:
+        if landing.wants_page(request):  # a browser, not a RIP-17 client
+            return landing.page()
         try:
             code, message = await self._handle(request)
         except ProtocolError as exc:

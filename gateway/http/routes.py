@@ -42,6 +42,9 @@ class _Route:
 class Router:
     def __init__(self) -> None:
         self._routes: list[_Route] = []
+        #: Asked before any handler: a response to give instead (a slave of a broker
+        #: group sends requests to its master), or None to route the request.
+        self.before: Callable[[Request], Response | None] | None = None
 
     def add(self, method: str, pattern: str, handler: Handler) -> None:
         if not pattern.startswith("/"):

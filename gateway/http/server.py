@@ -74,7 +74,7 @@ def problem(status: int, detail: str, *, title: str | None = None,
         "type": "about:blank", "title": title or reason(status) or "Error",
         "status": status, "detail": detail, **extra,
     }
-    return Response.of(status, json.dumps(doc).encode(), PROBLEM_JSON, headers)
+    return Response.of(status, (json.dumps(doc) + "\n").encode(), PROBLEM_JSON, headers)
 
 
 class HttpLimits:
@@ -294,7 +294,10 @@ class HttpConnection(ConnectionHandler):
         match = self.router.match(request.method, request.path)
         label = "-"
         try:
-            if match is None:
+            early = self.router.before(request) if self.router.before is not None else None
+            if early is not None:
+                response = early
+            elif match is None:
                 response = problem(404, f"no resource at {request.path}")
             elif match.handler is None:
                 allowed = list(match.allowed)

@@ -90,6 +90,14 @@ def accept(
     config = front.ctx.config
     version = connect.protocol_version
     props = connect.properties
+    intro = front.ctx.introspection
+    if intro.replication_role() == "slave":  # docs/replication.md "Clients follow"
+        master = intro.replication_master("mqtt") or intro.replication_master("unified")
+        return Refused(  # 3.1.1 gets return code 3 (server unavailable): the next address
+            Connack(reason_code=ReasonCode.USE_ANOTHER_SERVER,
+                    properties=Properties(server_reference=master or None)),
+            f"a slave of its broker group (the master: {master or 'unknown'})",
+        )
     if props.authentication_method is not None:
         return Refused(
             Connack(reason_code=ReasonCode.BAD_AUTHENTICATION_METHOD),

@@ -98,6 +98,18 @@ class MqttFrontEnd(FrontEnd):
         gw.spawn(self._revive_loop(), "mqtt-revive")
         gw.spawn(self._sys_loop(), "mqtt-sys")
 
+    def promoted(self) -> None:
+        """The broker group's master now (docs/replication.md): the sessions are the old
+        master's, replicated; those loaded at start are forgotten and the replicated
+        ones loaded, as after a crash (the ones connected to the old master get their
+        wills scheduled)."""
+        for session in list(self.sessions.values()):
+            if session.handler is None:  # a slave has no clients
+                session.forget()
+                del self.sessions[session.client_id]
+        self._load_sessions()
+        self.subscriptions_changed()
+
     def _load_sessions(self) -> None:
         """Persistent sessions come back offline, with their filters in the topic space.
         Sessions that were connected when the gateway died had an abnormal disconnect:
@@ -155,6 +167,14 @@ class MqttFrontEnd(FrontEnd):
             handler.goodbye()
         else:
             conn.close("shutdown")
+
+    def authentication_on(self, conns: list[Connection]) -> None:
+        for conn in conns:
+            handler = self.handlers.get(conn.id)
+            if handler is not None:
+                handler.logins_required()
+            else:
+                conn.close("authentication on")
 
     async def stop(self) -> None:
         for session in self.sessions.values():
@@ -341,6 +361,8 @@ class MqttFrontEnd(FrontEnd):
     # -- publishing from the gateway itself (wills, $SYS) ------------------------------
 
     def publish_internal(self, packet: Publish, origin: str) -> None:
+        if self.ctx.introspection.replication_role() == "slave":
+            return  # a slave writes nothing of its own ($SYS, wills: the master's)
         delayed: tuple[str, int] | None = None
         if packet.topic.startswith("$delayed/"):  # a will may be delayed, as in EMQX
             try:

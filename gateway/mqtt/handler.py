@@ -415,6 +415,18 @@ class MqttHandler(ConnectionHandler):
         self.normal_disconnect = True
         self.close("server shutting down")
 
+    def logins_required(self) -> None:
+        """Authentication turned on and this connection was admitted without a login:
+        MQTT 5 DISCONNECT 0x87 (not authorized), close. The session stays (a client that
+        logs in with its client id gets it back) and its will is not sent."""
+        if self.closed:
+            return
+        if self.proto.state is State.CONNECTED and self.proto.version == _V5:
+            self._try_send(Disconnect(reason_code=ReasonCode.NOT_AUTHORIZED))
+        self.publish_will = False
+        self.normal_disconnect = True
+        self.close("authentication on")
+
     def taken_over(self) -> None:
         """Another connection took this client id (MQTT 5 DISCONNECT 0x8E)."""
         if self.proto.version == _V5:

@@ -250,6 +250,17 @@ class Session:
                 timer.cancel()
         self.expiry_timer = self.will_timer = None
 
+    def forget(self) -> None:
+        """Drop this offline session from memory without touching the store (its filters
+        leave the topic space): a promoted member of a broker group loads the replicated
+        sessions instead."""
+        self.cancel_timers()
+        self.unlisten()
+        for sub in self.state.subscriptions.values():
+            self.front.topic_space.remove_filter(sub.topic_filter)
+        self.readers.clear()
+        self._fillers = None
+
     def end(self) -> None:
         """The session is over (clean start, expiry, or a clean session's disconnect):
         drop its subscriptions, offsets and state."""

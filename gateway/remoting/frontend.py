@@ -168,6 +168,15 @@ class RemotingFrontEnd(FrontEnd):
         else:
             conn.close("shutdown")
 
+    def authentication_on(self, conns: list[Connection]) -> None:
+        # As goodbye, for these connections only: the clients reconnect and sign.
+        for conn in conns:
+            handler = self.handlers.get(conn.id)
+            if handler is not None:
+                handler.goodbye("authentication on")
+            else:
+                conn.close("authentication on")
+
     async def stop(self) -> None:
         for hook in self.table.on_stop:
             hook(self)

@@ -235,17 +235,18 @@ class RemotingHandler(ConnectionHandler):
             self._wake_all()
             self.conn.close(reason)
 
-    def goodbye(self) -> None:
-        """Graceful shutdown: answer suspended pulls now, let running requests (sends
-        waiting for the store) finish for a bounded time, then close."""
+    def goodbye(self, reason: str = "shutdown") -> None:
+        """Graceful shutdown (or authentication turning on, ``reason``): answer
+        suspended pulls now, let running requests (sends waiting for the store) finish
+        for a bounded time, then close."""
         self._wake_all()
         if not self._inflight:
-            self.close("shutdown")
+            self.close(reason)
             return
 
         async def wait_then_close() -> None:
             await asyncio.wait(set(self._inflight), timeout=GOODBYE_WAIT_S)
-            self.close("shutdown")
+            self.close(reason)
 
         self.front.ctx.spawn(wait_then_close(), f"remoting-goodbye-{self.conn.id}")
 

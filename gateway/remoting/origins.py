@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from broker_core import Durability
 from broker_core.origins import ORIGIN_PROPERTY, encode_origin
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
 from gateway.remoting.replies import response
@@ -140,7 +139,7 @@ async def advance_origin(ctx: RequestContext, cmd: RemotingCommand) -> RemotingC
             wait=False)
     except ValueError as exc:
         raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
-    if end is not None and store.config.durability == Durability.SYNC:
+    if end is not None and store.waits_for_ack:
         await asyncio.wrap_future(store.acknowledged(end))
     return response(fields={"highWater": mark})
 

@@ -44,6 +44,11 @@ def register(table: DispatchTable) -> None:
 
 
 def broker_address(ctx: RequestContext) -> str:
+    intro = ctx.front.ctx.introspection
+    if intro.replication_role() == "slave":  # docs/replication.md: routes name the master
+        master = intro.replication_master("remoting") or intro.replication_master("unified")
+        if master:
+            return master
     advertised = ctx.front.advertised_address
     if advertised:
         return advertised

@@ -37,7 +37,13 @@ class GroupRegistry:
         self.store = store
         self.auto_create = auto_create
         self._groups: dict[str, GroupConfig] = {}
-        for key, raw in store.iter_meta(GROUP_META_PREFIX):
+        self.reload()
+
+    def reload(self) -> None:
+        """Read the configurations from the store (again, on a promoted member of a
+        broker group: they came replicated)."""
+        self._groups = {}
+        for key, raw in self.store.iter_meta(GROUP_META_PREFIX):
             try:
                 config = GroupConfig.decode(raw)
             except (ValueError, TypeError) as exc:

@@ -58,9 +58,10 @@ from lmq.rocketmq import (
 
 if TYPE_CHECKING:
     from broker_core import AppendResult, EndResult, Message, MessageStore, Record
-    from gateway.auth.authenticator import Authenticator, Principal
+    from gateway.auth.authenticator import Principal
     from gateway.publisher import Done, Publisher
     from gateway.rocketmq.topics import TopicRegistry
+    from gateway.security import Security
     from gateway.topic_space import TopicSpace
 
 __all__ = [
@@ -223,13 +224,14 @@ class ProducerService:
         publisher: Publisher,
         topics: TopicRegistry,
         topic_space: TopicSpace,
-        authenticator: Authenticator | None,
+        security: Security,
     ) -> None:
         self.store = store
         self.publisher = publisher
         self.topics = topics
         self.topic_space = topic_space
-        self.authenticator = authenticator
+        #: The gateway's logins (its authenticator appears when a users file does).
+        self.security = security
         #: Topics checked writable (valid, not system, WRITE), until the registry changes.
         self._writable: dict[str, TopicConfig] = {}
         #: Per topic, its queue LMQ names (``queue_lmq`` once per queue, not per send).
@@ -249,12 +251,12 @@ class ProducerService:
         config = self._writable.get(name)
         if config is None:
             config = self._writable_topic(name)
-        if self.authenticator is not None:  # (the send hot path: no call in open mode)
+        if self.security.authenticator is not None:  # (the send hot path: no call in open mode)
             self._check_publish(principal, client_id, name)
         return config
 
     def _check_publish(self, principal: Principal | None, client_id: str, topic: str) -> None:
-        auth = self.authenticator
+        auth = self.security.authenticator
         if auth is not None and principal is not None and not auth.can_publish(
             principal, client_id, topic
         ):

@@ -35,8 +35,8 @@ from gateway.rocketmq.transaction_checks import TransactionChecks
 from lmq.rocketmq import BROKER_NAME, TopicConfig
 
 if TYPE_CHECKING:
-    from gateway.auth.authenticator import Authenticator
     from gateway.publisher import Publisher
+    from gateway.security import Security
     from gateway.topic_space import TopicSpace
 
 __all__ = ["RocketMQServices"]
@@ -55,14 +55,14 @@ class RocketMQServices:
         topics: TopicRegistry,
         groups: GroupRegistry,
         topic_space: TopicSpace,
-        authenticator: Authenticator | None,
+        security: Security,
     ) -> None:
         submit = publisher.submit
         self.store = store
         self.publisher = publisher
         self.topic_space = topic_space
         #: Every send and end of transaction of every RocketMQ door.
-        self.producer = ProducerService(store, publisher, topics, topic_space, authenticator)
+        self.producer = ProducerService(store, publisher, topics, topic_space, security)
         self.topics = topics
         self.groups = groups
         # the queues SCHEDULE_TOPIC_XXXX was registered with: as many levels as an

@@ -111,6 +111,15 @@ class TopicRegistry:
                     if store.lmq(lmq) is None:
                         store.create_lmq(lmq)
 
+    def reload(self) -> None:
+        """Read the configurations again from the store (a promoted member of a broker
+        group: they came replicated); listeners hear of every name that was or is."""
+        before = set(self._topics)
+        self._topics = {}
+        self._load()
+        for name in before | set(self._topics):
+            self._changed(name)
+
     # -- lookups ------------------------------------------------------------------------
 
     def get(self, name: str) -> TopicConfig | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from broker_core import Message, MessageStore
+from broker_core import Message, MessageStore, StoreError
 from cli.context import parse_duration_ms
 from cli.main import main
 
@@ -44,7 +44,15 @@ def test_topics_show(data_dir):
     code, out = run("topics", "show", "all", "--data-dir", str(data_dir))
     assert code == 0 and "messages:    30" in out and "g: offset 10, lag 20" in out
     code, out = run("topics", "show", "nope", "--data-dir", str(data_dir))
-    assert code == 1 and "no LMQ named 'nope'" in out and "Traceback" not in out
+    assert code == 1 and "no LMQ named 'nope' or 'mqtt:nope'" in out and "Traceback" not in out
+    assert "mqtt:<filter>" in out  # the error says how LMQs are named
+
+
+def test_topics_show_takes_an_mqtt_filter_as_written(tmp_path):
+    with MessageStore.open(tmp_path) as s:
+        s.append(Message(topic="sensors/a", body=b"1"), ["mqtt:sensors/#"])
+    code, out = run("topics", "show", "sensors/#", "--data-dir", str(tmp_path))
+    assert code == 0 and "name:        mqtt:sensors/#" in out and "messages:    1" in out
 
 
 def test_topics_clean_dry_run_then_real(data_dir):
@@ -76,7 +84,15 @@ def test_store_verify_stats_rebuild(data_dir):
     code, out = run("store", "verify", "--data-dir", str(data_dir))
     assert code == 0 and out.strip().endswith("ok")
     code, out = run("store", "stats", "--json", "--data-dir", str(data_dir))
-    assert json.loads(out)["lmqs"] == 4
+    stats = json.loads(out)
+    assert stats["lmqs"] == 4
+    code, out = run("store", "stats", "--data-dir", str(data_dir))
+    lines = out.splitlines()
+    assert len(lines) == len(stats)
+    # every value starts in one column, after the longest name and two spaces
+    column = max(map(len, stats)) + 2
+    for line, (key, value) in zip(lines, stats.items(), strict=True):
+        assert line[:column].rstrip() == key and line[column:] == str(value)
     code, out = run("store", "rebuild-index", "--data-dir", str(data_dir))
     assert code == 0 and "replayed 30 records (60 entries)" in out
 
@@ -88,6 +104,9 @@ def test_commands_work_beside_a_running_writer(data_dir):
         assert code == 0 and "4 LMQ(s)" in out
         code, out = run("store", "rebuild-index", "--data-dir", str(data_dir))
         assert code == 1 and "in use by another process (stop the gateway first)" in out
+        # the Python API says it too (the README's MessageStore example)
+        with pytest.raises(StoreError, match=r"in use by another process \(stop the gateway"):
+            MessageStore.open(data_dir)
 
 
 def test_missing_data_dir(tmp_path):

@@ -66,7 +66,7 @@ def test_serve_prints_ports_answers_health_and_stops_on_sigterm(tmp_path):
     try:
         lines = lines_until_ready(proc)
         listening = dict(line.split(" ")[1:] for line in lines if line.startswith("listening "))
-        # amqp disabled by port 0; grpc is bound by grpcio itself and listed all the same
+        # amqp disabled by port 0; grpc is a listener of the gateway like the others
         assert set(listening) == {"mqtt", "unified", "grpc"}
         assert all(address.startswith("127.0.0.1:") for address in listening.values())
         url = f"http://{listening['unified']}/health"
@@ -112,3 +112,12 @@ def test_serve_config_errors(tmp_path):
     result = CliRunner().invoke(serve, ["--mqtt-port", "99999"])
     assert result.exit_code == 2 and "--mqtt-port" in result.output
     assert "expected a port 0-65535" in result.output
+
+
+def test_help_names_every_protocol():
+    result = CliRunner().invoke(serve, ["--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for protocol in ("MQTT 3.1, 3.1.1 and 5.0", "AMQP 0-9-1", "RocketMQ remoting",
+                     "RocketMQ 5 gRPC", "HTTP (the JSON API, the Aliyun MQ HTTP API, RIP-17)"):
+        assert protocol in text, protocol

@@ -53,6 +53,20 @@ def test_prompt_confirmation_mismatch_and_empty_password(data_dir):
     assert code == 1 and out == "Error: the password must not be empty\n"
 
 
+def test_password_from_stdin(data_dir):
+    """For scripts without a terminal: the first line of stdin, no prompt, no echo."""
+    code, out = run(users, data_dir, "add", "alice", "--password-stdin", input="s3cret\n")
+    assert code == 0 and "added user alice" in out and "s3cret" not in out
+    code, _ = run(users, data_dir, "passwd", "alice", "--password-stdin", input="n3w\r\n")
+    assert code == 0
+    auth = Authenticator(load(data_dir))
+    assert auth.authenticate("alice", "n3w")
+    code, out = run(users, data_dir, "add", "bob", "--password-stdin", input="")
+    assert code == 1 and out == "Error: the password must not be empty\n"
+    code, out = run(users, data_dir, "add", "bob", "--password-stdin", "--password", "x")
+    assert code == 2 and "exclude each other" in out
+
+
 def test_add_errors_are_one_line(data_dir):
     run(users, data_dir, "add", "alice", "--password", "pw")
     for args, message in [

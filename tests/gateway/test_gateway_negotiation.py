@@ -93,6 +93,7 @@ async def start(tmp_path: Path) -> AsyncIterator[Starter]:
             "mqtt_port": AUTO,
             "amqp_port": 0,
             "unified_port": AUTO,
+            "grpc_port": 0,  # a gateway listener: 8081 would collide between test workers
             "shutdown_timeout": 2.0,
             **options,
         }

@@ -1,7 +1,7 @@
 """The gRPC front end's frame against a real ``lmq serve``: raw ``grpc.aio`` channels and
 the generated stub (the official clients' tests are elsewhere). Routes, heartbeats,
 Telemetry settings, assignments, client termination, metrics, the dedicated port and
-the unified port's hand-off, bad input, graceful shutdown."""
+the unified port, bad input, graceful shutdown."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def gw(tmp_path: Path) -> Iterator[GatewayProcess]:
 
 
 def ports(gw: GatewayProcess) -> list[int]:
-    """The dedicated gRPC port and the unified port (hand-off)."""
+    """The dedicated gRPC port and the unified port."""
     return [gw.ports["grpc"], gw.ports["unified"]]
 
 
@@ -192,10 +192,10 @@ async def _gauge(gw: GatewayProcess, name: str) -> float:
 class Telemetry:
     """One Telemetry stream: commands written with ``send``, replies read with ``next``."""
 
-    def __init__(self, s: Any, client_id: str, **md: Any) -> None:
+    def __init__(self, s: Any, client_id: str, timeout: float = 60, **md: Any) -> None:
         self.outbox: asyncio.Queue[service_pb2.TelemetryCommand | None] = asyncio.Queue()
         self.call = s.Telemetry(self._requests(), metadata=metadata(client_id, **md),
-                                timeout=60)
+                                timeout=timeout)
 
     async def _requests(self) -> AsyncIterator[service_pb2.TelemetryCommand]:
         while (command := await self.outbox.get()) is not None:
@@ -380,7 +380,7 @@ async def test_malformed_unknown_fields_and_oversized(tmp_path: Path) -> None:
                 # and the server goes on
                 s = stub(ch)
                 assert (await query_route(s, "Plain", port)).status.code == Code.OK
-                # a big request within the limit crosses the relay intact
+                # a big request within the limit arrives intact
                 big = request + b"\x82\x07" + _varint(900_000) + bytes(900_000)
                 reply = service_pb2.QueryRouteResponse.FromString(
                     await raw(big, metadata=metadata(), timeout=BOUND))
@@ -442,13 +442,19 @@ async def test_malformed_telemetry_command(gw: GatewayProcess) -> None:
     assert "Traceback" not in "".join(gw.output)
 
 
-def test_grpc_port_in_use_is_a_clean_start_failure(tmp_path: Path) -> None:
+@pytest.mark.parametrize("listener", ["grpc", "mqtt"])
+def test_port_in_use_is_a_clean_start_failure(tmp_path: Path, listener: str) -> None:
+    """grpcio's own listener (bound by grpcio) and one of the gateway's (asyncio)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        process = GatewayProcess(tmp_path / "data", "--grpc-port", str(port))
+        process = GatewayProcess(tmp_path / "data", f"--{listener}-port", str(port))
         with pytest.raises(RuntimeError, match="gateway exited") as failed:
             process.start()
-    assert f"cannot bind 127.0.0.1:{port}" in str(failed.value)
-    assert "Traceback" not in str(failed.value)
+    out = str(failed.value)
+    # one line naming the port and the flag that changes it, no gRPC C-core log line
+    assert (f"Error: cannot start: {listener} listener: cannot bind 127.0.0.1:{port}"
+            " (address already in use)") in out
+    assert f"choose another port with --{listener}-port PORT" in out
+    assert "Traceback" not in out and "chttp2" not in out and "E0000" not in out

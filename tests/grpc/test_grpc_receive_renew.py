@@ -44,7 +44,9 @@ async def test_auto_renew_keeps_messages_invisible_until_acked(
             before = {m.system_properties.receipt_handle: parse_handle(
                 m.system_properties.receipt_handle, "g-push", "push").visible_at
                 for m in got}
-            # renew now (as if their invisible time were about to end)
+            # renew now (as if their invisible time were about to end), a clock tick after
+            # the pop, so that the renewed invisible time ends later than the first
+            await asyncio.sleep(0.005)
             monkeypatch.setattr(receipts, "RENEW_AHEAD_MS", 120_000)
             assert renewer.renew_due() == 2
             # the store's in-flight keys moved: the old visible times revive nothing

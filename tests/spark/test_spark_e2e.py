@@ -301,7 +301,7 @@ def top_of(groups: dict[str, dict], key: str, fields: tuple[str, ...]) -> list[d
 
 def truth(pubs: list[Pub], sys_messages: int, sys_bytes: int) -> dict:
     """Every summary figure but the window and the fan-out changes, from the plan plus
-    the number and payload bytes of the $SYS records."""
+    the number and payload bytes of the $SYS records (none: left out)."""
     fan = [len(lmqs_of(p)) for p in pubs] + [0] * sys_messages
     sys_group = {
         "messages": sys_messages,
@@ -323,11 +323,13 @@ def truth(pubs: list[Pub], sys_messages: int, sys_bytes: int) -> dict:
             for k, ps in rows.items()
         }
 
-    devices = grouped(lambda p: p.device) | {SYS: sys_group}
+    with_sys = bool(sys_messages)
+    devices = grouped(lambda p: p.device) | ({SYS: sys_group} if with_sys else {})
     topics = grouped(lambda p: p.topic)  # $SYS topics: checked to rank below the top
     prefixes = {
-        "1": grouped(lambda p: p.topic.split("/")[0]) | {SYS: sys_group},
-        "2": grouped(lambda p: "/".join(p.topic.split("/")[:2])) | {f"{SYS}/broker": sys_group},
+        "1": grouped(lambda p: p.topic.split("/")[0]) | ({SYS: sys_group} if with_sys else {}),
+        "2": grouped(lambda p: "/".join(p.topic.split("/")[:2]))
+        | ({f"{SYS}/broker": sys_group} if with_sys else {}),
     }
     return {
         "messages": len(pubs) + sys_messages,
@@ -422,7 +424,7 @@ def test_fanout_summary_of_real_mqtt_traffic(env, tmp_path):
     result = CliRunner().invoke(
         lmq,
         ["analyze", "fanout", "--data-dir", str(data), "--out", str(out),
-         "--master", "local[2]", "--top", str(TOP)],
+         "--master", "local[2]", "--top", str(TOP), "--include-sys"],
         obj=env,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -478,10 +480,33 @@ def test_fanout_summary_of_real_mqtt_traffic(env, tmp_path):
     assert log["segments"] == len(segments) >= 1
     assert log["bytes"] == log["record_bytes"] == sum(p.stat().st_size for p in segments)
     assert log["tasks"] >= log["segments"]
-    assert log["control_records"] == log["filtered_records"] == 0
+    assert log["control_records"] == log["filtered_records"] == log["sys_records"] == 0
     assert log["skipped_bytes"] == log["tail_bytes"] == 0 and log["problems"] == []
 
     # -- one LMQ per distinct filter: sensors/# serves two sessions and the $share group
     fan_in = pq.read_table(out / "tables" / "lmq_fan_in").to_pylist()
     assert {r["lmq"]: (r["messages"], r["publishers"]) for r in fan_in} == lmq_fan_in(pubs)
     assert (out / "summary.md").read_text().startswith("# LMQ device fan-out summary")
+
+    # -- by default the $SYS records are left out of device analytics, and counted
+    out = tmp_path / "out-default"
+    result = CliRunner().invoke(
+        lmq,
+        ["analyze", "fanout", "--data-dir", str(data), "--out", str(out),
+         "--master", "local[2]", "--top", str(TOP)],
+        obj=env,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    plain = json.loads((out / "summary.json").read_text())
+    expected = truth(pubs, 0, 0)
+    for key in ("messages", "devices", "lmqs", "bytes", "deliveries"):
+        assert plain[key] == expected[key], key
+    assert plain["fanout"] == pytest.approx(expected["fanout"])
+    for key in ("top_devices", "top_topics"):
+        assert plain[key] == [pytest.approx(row) for row in expected[key]], key
+    assert plain["top_prefixes"] == {
+        depth: [pytest.approx(row) for row in rows]
+        for depth, rows in expected["top_prefixes"].items()
+    }
+    assert plain["log"]["sys_records"] == sys_messages
+    assert plain["log"]["record_bytes"] == log["record_bytes"]

@@ -13,6 +13,7 @@ from pyspark.sql import Row  # noqa: E402
 from pyspark.testing import assertDataFrameEqual  # noqa: E402
 
 from broker_core.record import HEADER_SIZE, Message, Protocol, RecordType  # noqa: E402
+from spark.datasource import register  # noqa: E402
 from spark.reader import (  # noqa: E402
     NoSegments,
     RangeReport,
@@ -21,7 +22,7 @@ from spark.reader import (  # noqa: E402
     read_commit_log,
     scan_range,
 )
-from spark.schema import RECORD_SCHEMA, SEGMENT_TASK_SCHEMA  # noqa: E402
+from spark.schema import RECORD_SCHEMA, SEGMENT_TASK_SCHEMA, SOURCE_SCHEMA  # noqa: E402
 
 pytestmark = [
     pytest.mark.spark,
@@ -290,3 +291,66 @@ def test_spark_hadoop_mode_and_time_window(spark_session, segment_writer):
         assert sum(r.filtered_records for r in report) == 90 - 50
     finally:
         scan.unpersist()
+
+
+# -- the data source, as users read it --------------------------------------------------------
+
+
+def test_data_source_from_pyspark_and_sql(spark_session, segment_writer):
+    w = segment_writer(segment_bytes=4096)
+    fill(w, 90)
+    sys_msg = w.append(
+        Message(topic="$SYS/broker/uptime", body=b"7 seconds", origin="$SYS"), [], T0_MS + 500
+    )
+    register(spark_session)
+    path = str(w.data_dir)
+    df = spark_session.read.format("lmq").option("splitBytes", "700").load(path)
+    assert df.schema == SOURCE_SCHEMA
+    expected = expected_rows(w, lambda m: m is not sys_msg)  # $SYS: left out by default
+    assertDataFrameEqual(df.drop("kind"), spark_session.createDataFrame(expected, RECORD_SCHEMA))
+    assert [r.kind for r in df.select("kind").distinct().collect()] == ["message"]
+
+    since, until = T0_MS + 20_000, T0_MS + 70_000
+    windowed = (
+        spark_session.read.format("lmq")
+        .options(sys="true", since="2024-05-01T12:00:20Z", until=str(until))
+        .load(path)
+    )
+    expected = expected_rows(w, lambda m: since <= m.store_ms < until)
+    assertDataFrameEqual(
+        windowed.drop("kind"), spark_session.createDataFrame(expected, RECORD_SCHEMA)
+    )
+
+    spark_session.sql(
+        f"CREATE TEMPORARY VIEW lmq_log USING lmq OPTIONS (path '{path}', sys 'true')"
+    )
+    try:
+        row = spark_session.sql(
+            "SELECT count(*) AS n, sum(fanout) AS deliveries, count(DISTINCT device) AS devices,"
+            " sum(CASE WHEN topic LIKE '$SYS/%' THEN 1 ELSE 0 END) AS sys FROM lmq_log"
+        ).collect()[0]
+    finally:
+        spark_session.catalog.dropTempView("lmq_log")
+    messages = w.messages()
+    assert row.n == len(messages) == 91 and row.sys == 1
+    assert row.deliveries == sum(len(m.lmqs) for m in messages)
+    assert row.devices == len({m.message.origin for m in messages})
+
+
+def test_data_source_reports_damage(spark_session, segment_writer):
+    w = segment_writer(segment_bytes=4096)
+    fill(w, 80)
+    victim = w.messages()[33]
+    corrupt(w, victim)
+    register(spark_session)
+    df = (
+        spark_session.read.format("lmq")
+        .options(report="true", splitBytes="900")
+        .load(w.data_dir.as_uri())
+    )
+    assert df.where("kind = 'message'").count() == 79
+    report = df.where("kind = 'report'").select("report.*").collect()
+    assert len(report) == len(plan_tasks(list_segments(str(w.data_dir)), 900))
+    assert sum(r.skipped_bytes for r in report) == size_of(w, victim)
+    problems = [p for r in report for p in r.problems]
+    assert [(p.position, p.bytes) for p in problems] == [(victim.position, size_of(w, victim))]

@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from gateway.auth.authenticator import Principal, Refusal, RefusalReason
-from gateway.http.auth import HttpLogin, peer_host
+from gateway.http.auth import HttpLogin, HttpLogins, peer_host
 from gateway.http.messages import Request
 from gateway.http.mq_signature import SignatureRefused, is_signed
 from gateway.http.v1.documents import (
@@ -38,8 +38,12 @@ class ApiBase:
         self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
         #: MQTT topic filters this node added to the topic space for HTTP groups.
         self._mqtt_filters: set[str] = set()
-        #: The HTTP logins (None in open mode).
-        self.login = None if ctx.authenticator is None else HttpLogin(ctx.authenticator)
+        self._logins = HttpLogins(ctx.security)
+
+    @property
+    def login(self) -> HttpLogin | None:
+        """The HTTP logins (None in open mode; on once a users file appears)."""
+        return self._logins.current()
 
     # -- auth ---------------------------------------------------------------------
 

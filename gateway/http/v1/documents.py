@@ -68,7 +68,8 @@ class ApiError(Exception):
 
 def json_response(status: int, doc: object, headers: list[tuple[str, str]] | None = None
                   ) -> Response:
-    return Response.of(status, json.dumps(doc, separators=(",", ":")).encode(), JSON, headers)
+    text = json.dumps(doc, separators=(",", ":")) + "\n"  # a terminal's prompt starts anew
+    return Response.of(status, text.encode(), JSON, headers)
 
 
 def json_body(request: Request) -> Any:

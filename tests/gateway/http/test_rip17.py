@@ -102,3 +102,33 @@ def test_username_and_password_with_a_users_file(tmp_path: Path) -> None:
         denied = post(gw, 101, {**form, "topic": "closed"},
                       {"Username": "app", "Passwd": "pw-app"})
         assert denied["retCode"] == 6
+
+
+def test_a_browser_gets_a_page_and_rip17_keeps_the_endpoint(tmp_path: Path) -> None:
+    def get(path: str, headers: dict[str, str]) -> tuple[str, bytes]:
+        req = urllib.request.Request(gw.endpoint + path, headers=headers)
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.headers["Content-Type"], resp.read()
+
+    browser = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    with aliyun_gateway(tmp_path / "data") as gw:
+        kind, page = get("/", browser)
+        assert kind.startswith("text/html")
+        for link in (b'href="/health"', b'href="/metrics"', b'href="/v1/openapi.json"',
+                     b"docs/http.md"):
+            assert link in page
+        # a RIP-17 GET (its request code as a header) is still RIP-17's, browser or not
+        form = urlencode({"topic": "rip", "content": "x", "bizSeqNo": "B9", "uniqueId": "U9"})
+        kind, body = get("/?" + form, {**browser, **HEADERS, "Code": "101"})
+        assert kind.startswith("application/json") and json.loads(body)["retCode"] == 0, body
+        # no Accept: text/html, no code: RIP-17's own answer
+        kind, body = get("/", {})
+        assert json.loads(body)["retCode"] != 0
+        # JSON replies end with a newline (a terminal's prompt starts on its own line)
+        kind, body = get("/health", {})
+        assert body.endswith(b"}\n")
+        req = urllib.request.Request(
+            gw.endpoint + "/v1/mqtt/a%2Fb/messages", data=b'{"body": "x"}',
+            headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.read().endswith(b"}\n")

@@ -1,0 +1,246 @@
+"""The master's side of the replication port: one session per slave (docs/replication.md).
+
+A session reads the slave's HELLO, answers WELCOME with where the slave cuts its log
+(``protocol.replication.divergence``), then streams DATA chunks from there (whole
+records, never across an epoch's start) and reads the slave's ACKs. Every frame the
+slave sends must carry this master's epoch; a frame that fails its checks, an ACK of a
+position beyond this master's log or behind the slave's last one, a HELLO of another
+group or from a newer epoch is refused: a REFUSE frame, one WARNING log line naming the
+peer and the reason, the connection closed; nothing in the store changes.
+
+Consumer state (offsets, pop and FIFO state, front-end metadata) goes beside the log
+in STATE frames: a snapshot when the slave joins, then every change the store's tap
+queued, in write order, ahead of the next chunk of records.
+
+New records are noticed by the ack gate's wake-up (sync mode: at once) and otherwise by
+a short poll of the log end (``POLL_S``) while the slave is caught up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING
+
+from broker_core import MessageStore
+from broker_core.consumer_state import PUT, StateOp
+from protocol.replication import (
+    Ack,
+    Data,
+    EpochEntry,
+    EpochError,
+    FrameDecoder,
+    FrameError,
+    Hello,
+    Message,
+    Refuse,
+    State,
+    Welcome,
+    divergence,
+    encode,
+)
+
+if TYPE_CHECKING:
+    from gateway.replication.service import ReplicationService
+
+log = logging.getLogger(__name__)
+
+#: The largest DATA chunk (whole records; one larger record goes alone).
+CHUNK_BYTES = 1024 * 1024
+#: While caught up, how often the log end is looked at (besides the sync wake-up).
+POLL_S = 0.005
+#: Heartbeat (an empty DATA) when nothing was sent for this long.
+HEARTBEAT_S = 1.0
+HELLO_TIMEOUT_S = 10.0
+#: Consumer-state changes per STATE frame (a batch is never split).
+STATE_CHUNK = 4096
+
+
+class Refused(Exception):
+    """A peer's frame or claim that ends its session (the reason is logged and sent)."""
+
+
+class SlaveSession:
+    def __init__(
+        self,
+        service: ReplicationService,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self.service = service
+        self.store: MessageStore = service.store
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.member = ""
+        self.epoch = service.epoch
+        self.position = 0
+        self.acked = 0
+        #: master_end sent with each chunk, by the chunk's end (for "caught up").
+        self._sent_ends: dict[int, int] = {}
+        #: Consumer-state changes to ship (see ReplicationService.state_queues).
+        self.state_queue: deque[list[StateOp]] = deque()
+
+    async def run(self) -> None:
+        decoder = FrameDecoder()
+        sender: asyncio.Task[None] | None = None
+        try:
+            async with asyncio.timeout(HELLO_TIMEOUT_S):
+                epoch, hello = await read_frame(self.reader, decoder)
+            if not isinstance(hello, Hello):
+                raise Refused(f"expected HELLO, got {type(hello).__name__}")
+            await self._welcome(epoch, hello)
+            sender = asyncio.get_running_loop().create_task(self._send())
+            while True:
+                epoch, message = await read_frame(self.reader, decoder)
+                if epoch != self.epoch:
+                    raise Refused(f"a frame of epoch {epoch} in a session of epoch {self.epoch}")
+                if not isinstance(message, Ack):
+                    raise Refused(f"expected ACK, got {type(message).__name__}")
+                self._on_ack(message.position)
+        except Refused as exc:
+            self._refuse(str(exc))
+        except FrameError as exc:
+            self._refuse(f"bad frame: {exc}")
+        except TimeoutError:
+            self._refuse("no HELLO in time")
+        except (ConnectionError, asyncio.IncompleteReadError):
+            log.info("replication: slave %s (%s) disconnected", self.member or "?", self.peer)
+        finally:
+            self.service.state_queues.pop(id(self), None)
+            if sender is not None:
+                sender.cancel()
+            if self.member:
+                self.service.slave_gone(self.member)
+            self.writer.close()
+
+    def _refuse(self, reason: str) -> None:
+        log.warning(
+            "replication: refused %s from %s: %s", self.member or "a peer", self.peer, reason
+        )
+        try:
+            self.writer.write(encode(self.epoch, Refuse(reason)))
+        except Exception:  # the peer may be gone already
+            pass
+
+    async def _welcome(self, epoch: int, hello: Hello) -> None:
+        service = self.service
+        if not service.is_master:
+            raise Refused(
+                f"not the master of group {service.group}"
+                f" (the master is {service.master_clients or 'unknown'})"
+            )
+        if hello.group != service.group:
+            raise Refused(f"group {hello.group!r}, this master's is {service.group!r}")
+        if epoch > self.epoch:
+            raise Refused(
+                f"the slave knows epoch {epoch}, newer than this master's"
+                f" {self.epoch}: this master is stale"
+            )
+        replica = self.store.replica
+        assert replica is not None
+        master = [EpochEntry(*e) for e in replica.epochs]
+        end = self.store.log_end
+        try:
+            cut = divergence(master, end, hello.history, hello.log_end)
+        except EpochError as exc:
+            raise Refused(str(exc)) from None
+        if cut < self.store.log_start:
+            raise Refused(
+                f"the slave's log would continue at {cut}, before this master's log start"
+                f" {self.store.log_start} (retention removed it): start the slave on an"
+                " empty data directory"
+            )
+        self.member = hello.member
+        self.position = self.acked = cut
+        self.writer.write(
+            encode(self.epoch, Welcome(cut, self.store.log_start, end, service.client_addresses()))
+        )
+        await self.writer.drain()
+        # the consumer state: changes from now on are queued, then the snapshot goes
+        # first (a change queued meanwhile is applied after it again: the same result)
+        service.state_queues[id(self)] = self.state_queue
+        snapshot = await asyncio.to_thread(replica.state_snapshot)
+        first = True
+        for i in range(0, max(len(snapshot), 1), STATE_CHUNK):
+            ops = [(PUT, k, v) for k, v in snapshot[i : i + STATE_CHUNK]]
+            self.writer.write(encode(self.epoch, State(first, ops)))
+            first = False
+            await self.writer.drain()
+        log.info(
+            "replication: slave %s (%s) joined at %d (its log ended at %d)",
+            self.member,
+            self.peer,
+            cut,
+            hello.log_end,
+        )
+        service.slave_joined(self.member)
+
+    def _on_ack(self, position: int) -> None:
+        if position > self.store.log_end or position > self.position:
+            raise Refused(
+                f"ACK of position {position}, beyond what this master sent"
+                f" ({self.position}; its log ends at {self.store.log_end})"
+            )
+        if position < self.acked:
+            raise Refused(f"ACK of position {position}, behind its last ACK {self.acked}")
+        self.acked = position
+        sent_end = max((e for p, e in self._sent_ends.items() if p <= position), default=0)
+        for p in [p for p in self._sent_ends if p <= position]:
+            del self._sent_ends[p]
+        self.service.insync.ack(self.member, position, sent_end)
+
+    async def _send(self) -> None:
+        replica = self.store.replica
+        assert replica is not None
+        wake = self.service.wake
+        loop = asyncio.get_running_loop()
+        idle_since = loop.time()
+        while True:
+            while self.state_queue:  # consumer state first: it is small and ordered
+                ops: list[StateOp] = []
+                while self.state_queue and len(ops) < STATE_CHUNK:
+                    ops += self.state_queue.popleft()
+                self.writer.write(encode(self.epoch, State(False, ops)))
+                await self.writer.drain()
+                idle_since = loop.time()
+            end = self.store.log_end
+            if self.position < end:
+                epoch, data = await asyncio.to_thread(replica.chunk, self.position, CHUNK_BYTES)
+                if data:
+                    master_end = self.store.log_end
+                    self.writer.write(
+                        encode(self.epoch, Data(self.position, epoch, master_end, data))
+                    )
+                    self.position += len(data)
+                    self._sent_ends[self.position] = master_end
+                    await self.writer.drain()
+                    idle_since = loop.time()
+                    continue
+            if loop.time() - idle_since >= HEARTBEAT_S:
+                self.writer.write(
+                    encode(self.epoch, Data(self.position, replica.epoch, self.store.log_end, b""))
+                )
+                await self.writer.drain()
+                idle_since = loop.time()
+            wake.clear()
+            try:
+                async with asyncio.timeout(POLL_S):
+                    await wake.wait()
+            except TimeoutError:
+                pass
+
+
+async def read_frame(reader: asyncio.StreamReader, decoder: FrameDecoder) -> tuple[int, Message]:
+    """The next frame of the stream (FrameError for a bad one; IncompleteReadError at
+    its end)."""
+    while True:
+        got = decoder.next()
+        if got is not None:
+            return got
+        data = await reader.read(256 * 1024)
+        if not data:
+            raise asyncio.IncompleteReadError(b"", None)
+        decoder.feed(data)
