@@ -4,8 +4,8 @@
   status`` reads it);
 - ``GET /metrics``: the ``lmq_connector_*`` metrics in the Prometheus text format.
 
-One request per connection, ``Connection: close``; HTTP/1.1 parsed by h11 like the
-gateway's own HTTP server.
+One request per connection, ``Connection: close``; HTTP/1.1 parsed by h11 (one request
+per connection: the gateway's HTTP server's pipelining and limits are not needed here).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The HTTP front end (issue 18): HTTP/1.1 on h11 (:mod:`gateway.http.server`) on the
+"""The HTTP front end (issue 18): HTTP/1.1 on httptools (:mod:`gateway.http.server`) on the
 unified port, its TLS twin and the dedicated ``http_port``.
 
 Routes

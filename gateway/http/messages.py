@@ -1,5 +1,5 @@
 """The requests and responses HTTP handlers see: the contract between the HTTP server
-(the connection handling, on h11) and the APIs served on it (``/health`` and
+(the connection handling, on :mod:`protocol.http1`) and the APIs served on it (``/health`` and
 ``/metrics``, the JSON API under ``/v1/``, the Aliyun MQ HTTP API, RIP-17's codes).
 
 A handler is ``async def handler(request: Request) -> Response``. It never sees the

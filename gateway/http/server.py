@@ -1,7 +1,7 @@
-"""The HTTP/1.1 server: one :class:`HttpConnection` per socket, on h11.
+"""The HTTP/1.1 server: one :class:`HttpConnection` per socket, on
+:mod:`protocol.http1` (sans-IO, parsing with httptools/llhttp).
 
-h11 is the sans-IO state machine (the model of our own ``protocol/`` packages); this
-module is the thin asyncio side. Per connection one task reads requests in order and
+This module is the thin asyncio side. Per connection one task reads requests in order and
 answers each before the next one is looked at, so pipelined requests are answered in
 the order sent. Keep-alive as HTTP/1.1 says (HTTP/1.0 and ``Connection: close`` close
 after the response); request bodies may be chunked; a :class:`Response` whose body is an
@@ -17,7 +17,8 @@ rest of the request is not read):
   or a body not complete ``http_body_timeout`` seconds after its head: 408;
 * no new request ``http_keepalive_timeout`` seconds after the last response: closed
   without an answer (as every server does with an idle keep-alive connection);
-* anything h11 refuses (bad request line, header syntax, framing): 400.
+* anything the parser refuses (bad request line, header syntax, framing, HTTP/1.1
+  without Host): 400; a transfer coding other than chunked: 501.
 
 While a request is being answered, at most :data:`PIPELINE_BUFFER` bytes of the next
 ones are buffered; then reading pauses until the handler is done (back-pressure).
@@ -32,11 +33,19 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
-import h11
-
 from gateway.frontend import ConnectionHandler
 from gateway.http.messages import Request, Response
 from gateway.http.routes import Router
+from protocol.http1 import (
+    CLOSED,
+    END_OF_MESSAGE,
+    NEED_DATA,
+    Body,
+    LocalProtocolError,
+    ProtocolError,
+    RequestHead,
+    ServerConnection,
+)
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -102,7 +111,8 @@ class _Abort(Exception):
 
 
 class HttpConnection(ConnectionHandler):
-    """One HTTP connection: feeds h11, runs the handlers in order, writes responses."""
+    """One HTTP connection: feeds the parser, runs the handlers in order, writes
+    responses."""
 
     def __init__(self, conn: Connection, router: Router, limits: HttpLimits,
                  requests: Counter | None = None, context: dict[str, object] | None = None,
@@ -114,7 +124,9 @@ class HttpConnection(ConnectionHandler):
         self._context = context or {}
         #: Whether the gateway is shutting down (responses then close the connection).
         self._stopping = stopping or (lambda: False)
-        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_head)
+        self._http = ServerConnection(limits.max_head)
+        #: The head of the request being answered.
+        self._head: RequestHead | None = None
         self._data = asyncio.Event()
         #: Bytes received since the serving task last needed data (pipelining bound).
         self._buffered = 0
@@ -135,10 +147,7 @@ class HttpConnection(ConnectionHandler):
     def data_received(self, data: bytes) -> None:
         if not self._first_byte_at:
             self._first_byte_at = time.monotonic()
-        try:
-            self._h11.receive_data(data)
-        except RuntimeError:  # data after the connection was closed by h11: ignore
-            return
+        self._http.receive_data(data)
         self._buffered += len(data)
         self._timed_out = False
         if self._buffered > PIPELINE_BUFFER + self.limits.max_head and not self._paused:
@@ -147,10 +156,7 @@ class HttpConnection(ConnectionHandler):
         self._data.set()
 
     def eof_received(self) -> bool:
-        try:
-            self._h11.receive_data(b"")
-        except RuntimeError:
-            pass
+        self._http.receive_data(b"")
         self._data.set()
         return True  # the response being prepared may still be written
 
@@ -174,15 +180,14 @@ class HttpConnection(ConnectionHandler):
                     await self.conn.drain()
                 if self.conn.transport.is_closing() or self._closing():
                     break
-                if self._h11.our_state is not h11.DONE or self._h11.their_state is not h11.DONE:
+                if not self._http.keep_alive:
                     break
-                self._h11.start_next_cycle()
                 # a pipelined next request has begun already: its head timeout runs
-                self._first_byte_at = time.monotonic() if self._h11.trailing_data[0] else 0.0
+                self._first_byte_at = time.monotonic() if self._http.pending else 0.0
                 self._response_started = False
         except _Abort as exc:
             self._send_error(exc.status, exc.detail)
-        except (ConnectionError, h11.LocalProtocolError) as exc:
+        except (ConnectionError, LocalProtocolError) as exc:
             log.debug("http connection ends", extra={**self.conn.log_fields(), "error": str(exc)})
         except Exception:
             log.exception("http connection failed", extra=self.conn.log_fields())
@@ -193,13 +198,9 @@ class HttpConnection(ConnectionHandler):
 
     def _next_event(self) -> object:
         try:
-            return self._h11.next_event()
-        except h11.RemoteProtocolError as exc:
-            status = exc.error_status_hint
-            detail = str(exc) or "bad request"
-            if status == 431 or "exceeded" in detail:
-                status, detail = 431, f"request head larger than {self.limits.max_head} bytes"
-            raise _Abort(status, detail) from None
+            return self._http.next_event()
+        except ProtocolError as exc:
+            raise _Abort(exc.status, exc.detail) from None
 
     async def _wait_data(self, deadline: float | None) -> bool:
         """Wait for more bytes until ``deadline`` (monotonic); False when it passed."""
@@ -232,7 +233,7 @@ class HttpConnection(ConnectionHandler):
         idle_deadline = time.monotonic() + limits.keepalive_timeout
         while True:
             event = self._next_event()
-            if event is h11.NEED_DATA:
+            if event is NEED_DATA:
                 started = self._first_byte_at
                 deadline = started + limits.head_timeout if started else idle_deadline
                 if not await self._wait_data(deadline):
@@ -241,53 +242,47 @@ class HttpConnection(ConnectionHandler):
                                           f" {limits.head_timeout:g} s")
                     return None  # idle keep-alive connection
                 continue
-            if isinstance(event, h11.Request):
+            if isinstance(event, RequestHead):
                 break
-            if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+            if event is CLOSED:
                 return None
-            raise _Abort(400, f"unexpected {type(event).__name__}")
-        # h11 bounds a head that arrives in pieces; one that arrives whole is measured here
-        head_size = len(event.method) + len(event.target) + 12 + sum(
-            len(k) + len(v) + 4 for k, v in event.headers.raw_items())
-        if head_size > limits.max_head:
-            raise _Abort(431, f"request head larger than {limits.max_head} bytes")
-        if event.http_version not in (b"1.0", b"1.1"):
-            raise _Abort(400, f"HTTP/{event.http_version.decode('latin-1')} is not served"
-                              " (HTTP/1.0 and 1.1 are)")
+            raise _Abort(400, f"unexpected {event!r}")
+        # (the parser bounds the head's size and checks the version and Host)
+        self._head = head = event
         self.conn.established()
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in event.headers]
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers]
         request = Request(
-            method=event.method.decode("ascii"), target=event.target.decode("latin-1"),
+            method=head.method.decode("ascii"), target=head.target.decode("latin-1"),
             headers=headers, peer=self.conn.peer,
-            context={**self._context, "http_version": event.http_version.decode()},
+            context={**self._context, "http_version": head.http_version},
         )
         length = request.header("content-length")
         if length is not None and length.isdigit() and int(length) > limits.max_body:
             raise _Abort(413, f"request body larger than {limits.max_body} bytes")
-        if self._h11.they_are_waiting_for_100_continue:
-            self._write(self._h11.send(h11.InformationalResponse(status_code=100, headers=[])))
+        if head.expect_continue and not self._http.pending_body:
+            self._write(ServerConnection.continue_100())
         body: list[bytes] = []
         size = 0
         body_deadline = time.monotonic() + limits.body_timeout
         while True:
             event = self._next_event()
-            if event is h11.NEED_DATA:
+            if event is NEED_DATA:
                 if not await self._wait_data(body_deadline):
                     raise _Abort(408, f"request body not complete within"
                                       f" {limits.body_timeout:g} s")
                 continue
-            if isinstance(event, h11.Data):
+            if isinstance(event, Body):
                 size += len(event.data)
                 if size > limits.max_body:
                     raise _Abort(413, f"request body larger than {limits.max_body} bytes")
-                body.append(bytes(event.data))
+                body.append(event.data)
                 continue
-            if isinstance(event, h11.EndOfMessage):
+            if event is END_OF_MESSAGE:
                 break
-            if isinstance(event, h11.ConnectionClosed):
+            if event is CLOSED:
                 return None
-            raise _Abort(400, f"unexpected {type(event).__name__}")
-        request.body = b"".join(body)
+            raise _Abort(400, f"unexpected {event!r}")
+        request.body = body[0] if len(body) == 1 else b"".join(body)
         return request
 
     async def _dispatch(self, request: Request) -> Response:
@@ -332,14 +327,16 @@ class HttpConnection(ConnectionHandler):
             headers.append(("Connection", "close"))
         elif not self._keep_alive_asked(request) and "connection" not in names:
             headers.append(("Connection", "close"))
+        http = self._http
+        head = self._head
+        assert head is not None
+        sized = isinstance(body, bytes | bytearray)
         self._response_started = True
-        self._write(self._h11.send(h11.Response(
-            status_code=response.status, headers=headers,
-            reason=reason(response.status).encode())))
+        self._write(http.response_head(head, response.status, reason(response.status),
+                                       headers, length_known=sized))
         if isinstance(body, bytes | bytearray):
-            if body and request.method != "HEAD":
-                self._write(self._h11.send(h11.Data(data=bytes(body))))
-            self._write(self._h11.send(h11.EndOfMessage()))
+            self._write(http.body(bytes(body)))
+            self._write(http.end())
             return
         iterator: AsyncIterator[bytes] = body
         self.streaming = True
@@ -347,7 +344,7 @@ class HttpConnection(ConnectionHandler):
             if request.method != "HEAD":
                 async for chunk in iterator:
                     if chunk:
-                        self._write(self._h11.send(h11.Data(data=chunk)))
+                        self._write(http.body(chunk))
                         self.conn.flush()
                         await self.conn.drain()
                     if self.conn.transport.is_closing():
@@ -356,7 +353,7 @@ class HttpConnection(ConnectionHandler):
             aclose = getattr(iterator, "aclose", None)
             if aclose is not None:
                 await aclose()
-        self._write(self._h11.send(h11.EndOfMessage()))
+        self._write(http.end())
 
     def _closing(self) -> bool:
         return self._stopping()
@@ -383,20 +380,9 @@ class HttpConnection(ConnectionHandler):
             ("Server", "lmq-gateway")]
         if self._response_started:
             return  # a response is half sent: closing is all that is left
-        try:
-            if self._h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                data = self._h11.send(h11.Response(
-                    status_code=status, headers=headers, reason=reason(status).encode()))
-                self._write(data)
-                self._write(self._h11.send(h11.Data(data=response.body)))
-                self._write(self._h11.send(h11.EndOfMessage()))
-                return
-        except h11.LocalProtocolError:
-            pass
-        if not self._response_started:
-            head = f"HTTP/1.1 {status} {reason(status)}\r\n" + "".join(
-                f"{k}: {v}\r\n" for k, v in headers)
-            self._write(head.encode("latin-1") + b"\r\n" + response.body)
+        head = f"HTTP/1.1 {status} {reason(status)}\r\n" + "".join(
+            f"{k}: {v}\r\n" for k, v in headers)
+        self._write(head.encode("latin-1") + b"\r\n" + response.body)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._data.set()
