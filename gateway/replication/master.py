@@ -12,8 +12,9 @@ Consumer state (offsets, pop and FIFO state, front-end metadata) goes beside the
 in STATE frames: a snapshot when the slave joins, then every change the store's tap
 queued, in write order, ahead of the next chunk of records.
 
-New records are noticed by the ack gate's wake-up (sync mode: at once) and otherwise by
-a short poll of the log end (``POLL_S``) while the slave is caught up.
+New records wake the sessions: the store's log calls a hook after every write
+(``Replica.on_log_write``), and in sync mode a wait on the ack gate does too; a caught-up
+session looks at the log end at least every ``POLL_S`` anyway.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from broker_core import MessageStore
-from broker_core.consumer_state import PUT, StateOp
+from broker_core.replication import PUT, Replica, StateOp
 from protocol.replication import (
     Ack,
     Data,
@@ -48,8 +49,9 @@ log = logging.getLogger(__name__)
 
 #: The largest DATA chunk (whole records; one larger record goes alone).
 CHUNK_BYTES = 1024 * 1024
-#: While caught up, how often the log end is looked at (besides the sync wake-up).
-POLL_S = 0.005
+#: While caught up, a session waits for the log's write hook (``Replica.on_log_write``)
+#: or the sync gate to wake it; this is only the longest wait between two looks.
+POLL_S = 0.5
 #: Heartbeat (an empty DATA) when nothing was sent for this long.
 HEARTBEAT_S = 1.0
 HELLO_TIMEOUT_S = 10.0
@@ -195,10 +197,18 @@ class SlaveSession:
     async def _send(self) -> None:
         replica = self.store.replica
         assert replica is not None
-        wake = self.service.wake
+        wake = asyncio.Event()  # this session's own: set by every write, cleared here
+        self.service.wakes.add(wake)
+        try:
+            await self._stream(replica, wake)
+        finally:
+            self.service.wakes.discard(wake)
+
+    async def _stream(self, replica: Replica, wake: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
         while True:
+            wake.clear()  # before looking: a write after the look sets it again
             while self.state_queue:  # consumer state first: it is small and ordered
                 ops: list[StateOp] = []
                 while self.state_queue and len(ops) < STATE_CHUNK:
@@ -225,7 +235,6 @@ class SlaveSession:
                 )
                 await self.writer.drain()
                 idle_since = loop.time()
-            wake.clear()
             try:
                 async with asyncio.timeout(POLL_S):
                     await wake.wait()

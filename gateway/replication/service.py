@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from broker_core import MessageStore
-from broker_core.consumer_state import StateOp
 from broker_core.errors import NotMaster
+from broker_core.replication import StateOp
 from gateway.config import GatewayConfig
 from gateway.connection import format_address
 from gateway.replication.insync import InSync
@@ -60,7 +61,9 @@ class ReplicationService:
         self._tasks = tasks
         self.client_addresses = client_addresses
         self.loop = asyncio.get_running_loop()
-        self.wake = asyncio.Event()
+        self._loop_thread = threading.get_ident()
+        #: One event per slave session's sender, set on every write to the log.
+        self.wakes: set[asyncio.Event] = set()
         self.insync = InSync(on_wait=self._wake_threadsafe)
         self.role = "slave"
         self.epoch = store.replica.epoch if store.replica else 0
@@ -111,8 +114,16 @@ class ReplicationService:
         advertised = self.cfg.advertised_address.rpartition(":")[0]
         return format_address((advertised or host, port))
 
+    def _wake(self) -> None:
+        for wake in self.wakes:
+            wake.set()
+
     def _wake_threadsafe(self) -> None:
-        self.loop.call_soon_threadsafe(self.wake.set)
+        """Wake the slave sessions, from any thread (the store's writers, its flusher)."""
+        if threading.get_ident() == self._loop_thread:
+            self._wake()
+        else:
+            self.loop.call_soon_threadsafe(self._wake)
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -162,6 +173,7 @@ class ReplicationService:
         self.store.ack_gate = self.insync.wait if self.sync else None
         await asyncio.to_thread(replica.become_master, epoch)
         await asyncio.to_thread(replica.ship_state, self._on_state)
+        replica.on_log_write(self._wake_threadsafe)
         self.epoch = epoch
         self.role = "master"
         for hook in self.on_master:
@@ -177,6 +189,7 @@ class ReplicationService:
         # first: nothing more is acknowledged, nothing more is written
         self.insync.fail_all(NotMaster(f"this member is {reason} now"))
         await asyncio.to_thread(replica.fence, reason, "")
+        replica.on_log_write(None)
         self.store.ack_gate = None
         self.role = "slave"
         for task in list(self.sessions):
@@ -230,7 +243,7 @@ class ReplicationService:
             self.sessions.discard(task)
 
     def slave_joined(self, member: str) -> None:
-        self.wake.set()
+        self._wake()
 
     def slave_gone(self, member: str) -> None:
         self.insync.gone(member)
