@@ -10,7 +10,8 @@ peer and the reason, the connection closed; nothing in the store changes.
 
 Consumer state (offsets, pop and FIFO state, front-end metadata) goes beside the log
 in STATE frames: a snapshot when the slave joins, then every change the store's tap
-queued, in write order, ahead of the next chunk of records.
+queued, in write order, ahead of the next chunk of records. The users file goes whole
+in a FILE frame when the slave joins and whenever it changes (a ``stat`` per look).
 
 New records wake the sessions: the store's log calls a hook after every write
 (``Replica.on_log_write``), and in sync mode a wait on the ack gate does too; a caught-up
@@ -31,6 +32,7 @@ from protocol.replication import (
     Data,
     EpochEntry,
     EpochError,
+    File,
     FrameDecoder,
     FrameError,
     Hello,
@@ -207,8 +209,10 @@ class SlaveSession:
     async def _stream(self, replica: Replica, wake: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
+        files: dict[str, tuple[int, int, int] | None] = {}
         while True:
             wake.clear()  # before looking: a write after the look sets it again
+            await self._ship_files(files)
             while self.state_queue:  # consumer state first: it is small and ordered
                 ops: list[StateOp] = []
                 while self.state_queue and len(ops) < STATE_CHUNK:
@@ -240,6 +244,23 @@ class SlaveSession:
                     await wake.wait()
             except TimeoutError:
                 pass
+
+
+    async def _ship_files(self, sent: dict[str, tuple[int, int, int] | None]) -> None:
+        """Send each replicated file (the users file) when it changed since last sent:
+        one ``stat`` per look when nothing did."""
+        for name, path in self.service.files.items():
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if sent.get(name) == stamp:
+                continue
+            content = await asyncio.to_thread(path.read_bytes)
+            self.writer.write(encode(self.epoch, File(name, content)))
+            await self.writer.drain()
+            sent[name] = stamp
 
 
 async def read_frame(reader: asyncio.StreamReader, decoder: FrameDecoder) -> tuple[int, Message]:

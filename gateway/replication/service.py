@@ -18,6 +18,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from broker_core import MessageStore
@@ -28,6 +29,7 @@ from gateway.connection import format_address
 from gateway.replication.insync import InSync
 from gateway.replication.master import SlaveSession
 from gateway.replication.slave import Follower
+from gateway.security import users_path
 from gateway.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,8 @@ class ReplicationService:
         #: The master's client addresses as a slave last heard them (``master_clients``).
         self._master_clients = ""
         self.sessions: set[asyncio.Task[None]] = set()
+        #: Files beside the store that are replicated whole (name -> this member's path).
+        self.files: dict[str, Path] = {"users": users_path(cfg)}
         #: Per slave session, the consumer-state changes still to ship (appended by
         #: the store's tap on any thread, taken by the session on the loop).
         self.state_queues: dict[int, deque[list[StateOp]]] = {}
@@ -205,6 +209,7 @@ class ReplicationService:
             master_address,
             self._on_master,
             lambda: self.epoch,
+            self.files,
         )
         self._follower = self._tasks.spawn(self._follower_obj.run(), "replication-follower")
 
