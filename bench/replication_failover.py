@@ -16,8 +16,10 @@ kills the master with SIGKILL and measures
 
 then restarts the killed member (it rejoins as a slave). At the end every acknowledged
 message must be in the last master's log (lost), and no body may be there twice
-(duplicates; the publisher never resends, so any is the group's). Only MQTT QoS 1:
-remoting, gRPC and AMQP load are not part of this loop.
+(duplicates; the publishers never resend, so any is the group's). Beside it, at the
+same time: an AMQP publisher with confirms (pika) to a durable queue and a RocketMQ
+remoting producer (the project's client), each following the master the same way and
+checked the same way. Not in the loop: gRPC sends, and consumers of each kind.
 
 **Throughput.** QoS 1 messages per second over ``--seconds``, with ``--window`` in
 flight (paho), against one gateway (no group), an async pair and a sync pair.
@@ -26,6 +28,7 @@ flight (paho), against one gateway (no group), an async pair and a sync pair.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -36,8 +39,10 @@ import urllib.request
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
+import pika
 from paho.mqtt.enums import CallbackAPIVersion
 
+from gateway.clients import Producer, RemotingClient
 from tests.gateway.replication.etcd_support import Etcd
 from tests.gateway.replication.group_support import Member, bodies_in_log, wait_for
 
@@ -72,10 +77,10 @@ class Load:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _master_port(self) -> int | None:
+    def _master_port(self, listener: str = "mqtt") -> int | None:
         for m in self.members:
             if _role(m) == "master":
-                return m.ports["mqtt"]
+                return m.ports[listener]
         return None
 
     def _run(self) -> None:
@@ -116,6 +121,78 @@ class Load:
             n += 1  # an unacknowledged body is never sent again
 
 
+class AmqpLoad(Load):
+    """pika with publisher confirms to the durable queue ``bench-q`` of the current
+    master; a message counts once ``basic_publish`` returned (confirmed)."""
+
+    def _run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            port = self._master_port("amqp")
+            if port is None:
+                time.sleep(0.05)
+                continue
+            try:
+                conn = pika.BlockingConnection(
+                    pika.ConnectionParameters(
+                        "127.0.0.1",
+                        port,
+                        connection_attempts=1,
+                        socket_timeout=5,
+                        blocked_connection_timeout=5,
+                    )
+                )
+            except Exception:
+                time.sleep(0.1)
+                continue
+            try:
+                ch = conn.channel()
+                ch.confirm_delivery()
+                ch.queue_declare("bench-q", durable=True)
+                while not self.stop.is_set():
+                    body = b"a-%d" % n
+                    n += 1
+                    ch.basic_publish("", "bench-q", body, pika.BasicProperties(delivery_mode=2))
+                    self.acked.append(body)
+                    self.ack_times.append(time.monotonic())
+            except Exception:
+                pass
+            finally:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+
+
+class RemotingLoad(Load):
+    """The project's RocketMQ remoting producer (one send at a time) to the current
+    master; a message counts once the send returned SEND_OK."""
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            port = await asyncio.to_thread(self._master_port, "unified")
+            if port is None:
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                async with RemotingClient(f"127.0.0.1:{port}") as client:
+                    producer = Producer(client, "PG_bench")
+                    while not self.stop.is_set():
+                        body = b"r-%d" % n
+                        n += 1
+                        result = await producer.send("bench-rmq", body)
+                        if result.code != 0:
+                            continue
+                        self.acked.append(body)
+                        self.ack_times.append(time.monotonic())
+            except Exception:
+                await asyncio.sleep(0.1)
+
+
 def failover_loop(root: Path, failovers: int, lease: float, load_s: float) -> dict:
     etcd = Etcd(root / "etcd").start()
     args = (
@@ -130,6 +207,7 @@ def failover_loop(root: Path, failovers: int, lease: float, load_s: float) -> di
     )
     members = [Member(root / n, *args, "--replication-name", n) for n in ("a", "b")]
     load = Load(members)
+    others = [AmqpLoad(members), RemotingLoad(members)]
     election: list[float] = []
     client: list[float] = []
     try:
@@ -137,6 +215,8 @@ def failover_loop(root: Path, failovers: int, lease: float, load_s: float) -> di
             m.start()
         wait_for("a master", lambda: any(_role(m) == "master" for m in members), 60)
         load.thread.start()
+        for other in others:
+            other.thread.start()
         for _ in range(failovers):
             master = next(m for m in members if _role(m) == "master")
             slave = next(m for m in members if m is not master)
@@ -155,15 +235,29 @@ def failover_loop(root: Path, failovers: int, lease: float, load_s: float) -> di
             wait_for("a PUBACK", lambda t=t0: bool(load.ack_times) and load.ack_times[-1] > t, 120)
             client.append(next(t for t in load.ack_times if t > t0) - t0)
             master.start()
-        load.stop.set()
-        load.thread.join(30)
+        for each in (load, *others):
+            each.stop.set()
+        for each in (load, *others):
+            each.thread.join(30)
         final = next(m for m in members if _role(m) == "master")
-        stored = [b for b in bodies_in_log(final.data_dir) if b.startswith(b"f-")]
-        have = set(stored)
-        lost = sum(1 for b in load.acked if b not in have)
-        dupes = len(stored) - len(have)
+        logged = bodies_in_log(final.data_dir)
+        per_kind = {}
+        kinds = (
+            ("mqtt_qos1", load, b"f-"),
+            ("amqp_confirm", others[0], b"a-"),
+            ("remoting", others[1], b"r-"),
+        )
+        for name, each, prefix in kinds:
+            stored = [b for b in logged if b.startswith(prefix)]
+            have = set(stored)
+            per_kind[name] = {
+                "acked": len(each.acked),
+                "lost": sum(1 for b in each.acked if b not in have),
+                "duplicates": len(stored) - len(have),
+            }
     finally:
-        load.stop.set()
+        for each in (load, *others):
+            each.stop.set()
         for m in members:
             m.stop()
         etcd.stop()
@@ -175,9 +269,7 @@ def failover_loop(root: Path, failovers: int, lease: float, load_s: float) -> di
     return {
         "failovers": failovers,
         "lease_s": lease,
-        "acked": len(load.acked),
-        "lost": lost,
-        "duplicates": dupes,
+        **per_kind,
         "election_p50_s": round(statistics.median(election), 2),
         "election_p99_s": round(pct(election, 99), 2),
         "client_p50_s": round(statistics.median(client), 2),

@@ -33,7 +33,7 @@ import errno
 import mmap
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,6 +129,9 @@ class CommitLog:
         #: only the replication stream writes (``write(..., replicated=True)``), so no
         #: path of the store can put a record of its own into a slave's log.
         self.fence: NotMaster | None = None
+        #: Called after every successful write (a master's replication wakes its slave
+        #: sessions); under the append lock: it must be quick and must not block.
+        self.on_write: Callable[[], None] | None = None
         self._sync_lock = threading.Lock()
         #: The segment the last read_raw was in (any thread may replace it).
         self._last_read: Segment | None = None
@@ -238,6 +241,8 @@ class CommitLog:
             raise StoreError(f"writing {seg.path}: {exc}") from exc
         seg.size += written
         seg.dirty = True
+        if self.on_write is not None:
+            self.on_write()
         return start
 
     def truncate(self, position: int) -> int:

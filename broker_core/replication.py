@@ -38,10 +38,12 @@ from typing import NamedTuple
 
 from broker_core import recovery
 from broker_core.commit_log import fsync_dir
-from broker_core.consumer_state import StateOp
+from broker_core.consumer_state import PUT, StateOp
 from broker_core.errors import CorruptRecord, InsufficientData, NotMaster, StoreError
 from broker_core.parts import StoreParts
 from broker_core.record import decode_record, peek_size
+
+__all__ = ["PUT", "Epoch", "Replica", "StateOp", "load_epochs", "save_epochs"]
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +139,11 @@ class Replica:
         (None: stop)."""
         with self._parts.locks.pop, self._parts.locks.append:
             self._parts.state.tap = tap
+
+    def on_log_write(self, callback: Callable[[], None] | None) -> None:
+        """A master: ``callback`` after every write to the log (under the append lock;
+        quick, non-blocking), so slave sessions wake instead of polling."""
+        self._parts.log.on_write = callback
 
     def state_snapshot(self) -> list[tuple[bytes, bytes]]:
         return self._parts.state.snapshot()

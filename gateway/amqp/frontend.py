@@ -64,12 +64,26 @@ class AmqpFrontEnd(FrontEnd):
         # Deliveries in flight are tracked in memory, with one compact durable record per
         # pop (broker_core.pop): a crash still redelivers every unacked one.
         self.store.set_memory_inflight(GROUP)
-        self._requeue_interrupted()
+        if ctx.introspection.replication_role() != "slave":  # a slave's are its master's
+            self._requeue_interrupted()
         ctx.topic_space.set_amq_topic_router(self.broker.amq_topic_lmqs)
         ctx.topic_space.set_exchange_router(self.broker.exchange_route)
         ctx.topic_space.set_queue_consumers(self.remote)
         ctx.spawn(self._ttl_loop(), "amqp-ttl")
         ctx.spawn(self._revive_loop(), "amqp-revive")
+
+    def promoted(self) -> None:
+        """The broker group's master now (docs/replication.md): the topology is the old
+        master's, replicated; the queues loaded at start are closed (a slave has no
+        consumers), the replicated topology loaded, and the deliveries the old master
+        had in flight go back to their queues, as after a crash."""
+        broker = self.broker
+        for queue in list(broker.all_queues()):
+            queue.close()
+        broker.vhosts = {}
+        broker.exclusive = {}
+        broker.load()
+        self._requeue_interrupted()
 
     def _requeue_interrupted(self) -> None:
         """Deliveries unacked when the gateway stopped go back to their queues."""

@@ -10,10 +10,12 @@ peer and the reason, the connection closed; nothing in the store changes.
 
 Consumer state (offsets, pop and FIFO state, front-end metadata) goes beside the log
 in STATE frames: a snapshot when the slave joins, then every change the store's tap
-queued, in write order, ahead of the next chunk of records.
+queued, in write order, ahead of the next chunk of records. The users file goes whole
+in a FILE frame when the slave joins and whenever it changes (a ``stat`` per look).
 
-New records are noticed by the ack gate's wake-up (sync mode: at once) and otherwise by
-a short poll of the log end (``POLL_S``) while the slave is caught up.
+New records wake the sessions: the store's log calls a hook after every write
+(``Replica.on_log_write``), and in sync mode a wait on the ack gate does too; a caught-up
+session looks at the log end at least every ``POLL_S`` anyway.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from broker_core import MessageStore
-from broker_core.consumer_state import PUT, StateOp
+from broker_core.replication import PUT, Replica, StateOp
 from protocol.replication import (
     Ack,
     Data,
     EpochEntry,
     EpochError,
+    File,
     FrameDecoder,
     FrameError,
     Hello,
@@ -48,8 +51,9 @@ log = logging.getLogger(__name__)
 
 #: The largest DATA chunk (whole records; one larger record goes alone).
 CHUNK_BYTES = 1024 * 1024
-#: While caught up, how often the log end is looked at (besides the sync wake-up).
-POLL_S = 0.005
+#: While caught up, a session waits for the log's write hook (``Replica.on_log_write``)
+#: or the sync gate to wake it; this is only the longest wait between two looks.
+POLL_S = 0.5
 #: Heartbeat (an empty DATA) when nothing was sent for this long.
 HEARTBEAT_S = 1.0
 HELLO_TIMEOUT_S = 10.0
@@ -195,10 +199,20 @@ class SlaveSession:
     async def _send(self) -> None:
         replica = self.store.replica
         assert replica is not None
-        wake = self.service.wake
+        wake = asyncio.Event()  # this session's own: set by every write, cleared here
+        self.service.wakes.add(wake)
+        try:
+            await self._stream(replica, wake)
+        finally:
+            self.service.wakes.discard(wake)
+
+    async def _stream(self, replica: Replica, wake: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
+        files: dict[str, tuple[int, int, int] | None] = {}
         while True:
+            wake.clear()  # before looking: a write after the look sets it again
+            await self._ship_files(files)
             while self.state_queue:  # consumer state first: it is small and ordered
                 ops: list[StateOp] = []
                 while self.state_queue and len(ops) < STATE_CHUNK:
@@ -225,12 +239,28 @@ class SlaveSession:
                 )
                 await self.writer.drain()
                 idle_since = loop.time()
-            wake.clear()
             try:
                 async with asyncio.timeout(POLL_S):
                     await wake.wait()
             except TimeoutError:
                 pass
+
+
+    async def _ship_files(self, sent: dict[str, tuple[int, int, int] | None]) -> None:
+        """Send each replicated file (the users file) when it changed since last sent:
+        one ``stat`` per look when nothing did."""
+        for name, path in self.service.files.items():
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if sent.get(name) == stamp:
+                continue
+            content = await asyncio.to_thread(path.read_bytes)
+            self.writer.write(encode(self.epoch, File(name, content)))
+            await self.writer.drain()
+            sent[name] = stamp
 
 
 async def read_frame(reader: asyncio.StreamReader, decoder: FrameDecoder) -> tuple[int, Message]:

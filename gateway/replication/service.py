@@ -15,18 +15,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from broker_core import MessageStore
-from broker_core.consumer_state import StateOp
 from broker_core.errors import NotMaster
+from broker_core.replication import StateOp
 from gateway.config import GatewayConfig
 from gateway.connection import format_address
 from gateway.replication.insync import InSync
 from gateway.replication.master import SlaveSession
 from gateway.replication.slave import Follower
+from gateway.security import users_path
 from gateway.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -60,7 +63,9 @@ class ReplicationService:
         self._tasks = tasks
         self.client_addresses = client_addresses
         self.loop = asyncio.get_running_loop()
-        self.wake = asyncio.Event()
+        self._loop_thread = threading.get_ident()
+        #: One event per slave session's sender, set on every write to the log.
+        self.wakes: set[asyncio.Event] = set()
         self.insync = InSync(on_wait=self._wake_threadsafe)
         self.role = "slave"
         self.epoch = store.replica.epoch if store.replica else 0
@@ -68,6 +73,8 @@ class ReplicationService:
         #: The master's client addresses as a slave last heard them (``master_clients``).
         self._master_clients = ""
         self.sessions: set[asyncio.Task[None]] = set()
+        #: Files beside the store that are replicated whole (name -> this member's path).
+        self.files: dict[str, Path] = {"users": users_path(cfg)}
         #: Per slave session, the consumer-state changes still to ship (appended by
         #: the store's tap on any thread, taken by the session on the loop).
         self.state_queues: dict[int, deque[list[StateOp]]] = {}
@@ -111,8 +118,16 @@ class ReplicationService:
         advertised = self.cfg.advertised_address.rpartition(":")[0]
         return format_address((advertised or host, port))
 
+    def _wake(self) -> None:
+        for wake in self.wakes:
+            wake.set()
+
     def _wake_threadsafe(self) -> None:
-        self.loop.call_soon_threadsafe(self.wake.set)
+        """Wake the slave sessions, from any thread (the store's writers, its flusher)."""
+        if threading.get_ident() == self._loop_thread:
+            self._wake()
+        else:
+            self.loop.call_soon_threadsafe(self._wake)
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -162,6 +177,7 @@ class ReplicationService:
         self.store.ack_gate = self.insync.wait if self.sync else None
         await asyncio.to_thread(replica.become_master, epoch)
         await asyncio.to_thread(replica.ship_state, self._on_state)
+        replica.on_log_write(self._wake_threadsafe)
         self.epoch = epoch
         self.role = "master"
         for hook in self.on_master:
@@ -177,6 +193,7 @@ class ReplicationService:
         # first: nothing more is acknowledged, nothing more is written
         self.insync.fail_all(NotMaster(f"this member is {reason} now"))
         await asyncio.to_thread(replica.fence, reason, "")
+        replica.on_log_write(None)
         self.store.ack_gate = None
         self.role = "slave"
         for task in list(self.sessions):
@@ -192,6 +209,7 @@ class ReplicationService:
             master_address,
             self._on_master,
             lambda: self.epoch,
+            self.files,
         )
         self._follower = self._tasks.spawn(self._follower_obj.run(), "replication-follower")
 
@@ -230,7 +248,7 @@ class ReplicationService:
             self.sessions.discard(task)
 
     def slave_joined(self, member: str) -> None:
-        self.wake.set()
+        self._wake()
 
     def slave_gone(self, member: str) -> None:
         self.insync.gone(member)

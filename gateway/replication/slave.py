@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 from broker_core import MessageStore, StoreError
 from gateway.replication.master import read_frame
@@ -19,6 +21,7 @@ from protocol.replication import (
     Ack,
     Data,
     EpochEntry,
+    File,
     FrameDecoder,
     FrameError,
     Hello,
@@ -44,6 +47,7 @@ class Follower:
         master_address: Callable[[], str | None],
         on_master: Callable[[int, str], None],
         min_epoch: Callable[[], int] = lambda: 0,
+        files: dict[str, Path] | None = None,
     ) -> None:
         self.store = store
         self.group = group
@@ -54,9 +58,13 @@ class Follower:
         #: The newest epoch this member knows of (the controller's): an older master is
         #: refused.
         self.min_epoch = min_epoch
+        #: The files a master ships beside the store (the users file), by name.
+        self.files = files or {}
         #: The newest epoch this member knows of (the controller's): an older master is
         #: refused.
         self.min_epoch = min_epoch
+        #: The files a master ships beside the store (the users file), by name.
+        self.files = files or {}
         self.connected = False
         self.master_end = 0
 
@@ -121,6 +129,9 @@ class Follower:
                     return
                 if isinstance(message, Refuse):
                     raise StoreError(f"the master refused: {message.reason}")
+                if isinstance(message, File):
+                    await asyncio.to_thread(self.write_file, message.name, message.content)
+                    continue
                 if isinstance(message, State):
                     await asyncio.to_thread(replica.apply_state, message.ops, message.wipe)
                     continue
@@ -142,6 +153,20 @@ class Follower:
                 await writer.drain()
         finally:
             writer.close()
+
+    def write_file(self, name: str, content: bytes) -> None:
+        """Replace a replicated file (atomically: a rename) with the master's copy; a
+        name this member does not replicate is ignored."""
+        path = self.files.get(name)
+        if path is None:
+            log.warning("replication: the master sent an unknown file %r; ignored", name)
+            return
+        tmp = path.with_name(path.name + ".replicating")
+        with open(tmp, "wb") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     def _refuse(self, writer: asyncio.StreamWriter, epoch: int, reason: str) -> None:
         log.warning("replication: refused the master's stream: %s", reason)

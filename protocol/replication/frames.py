@@ -30,6 +30,8 @@ All integers big-endian; strings are ``u16 length, UTF-8``. Payloads:
   byte (1: the first chunk of a snapshot, remove every key first), ``u32 n``, then ``n``
   x (``u8`` kind 0 put / 1 delete / 2 delete range, ``u32`` length + key, ``u32``
   length + value or range end).
+- ``FILE`` (master -> slave): a file kept beside the store that is not in it (the users
+  file): its name (a string) and its whole content (the rest of the payload).
 
 A frame that fails any check (magic, version, kind, length, CRC, payload layout) is a
 :class:`FrameError`: the stream is not trusted past it and the connection is closed.
@@ -65,6 +67,7 @@ class Kind(enum.IntEnum):
     ACK = 4
     REFUSE = 5
     STATE = 6
+    FILE = 7
 
 
 class FrameError(ValueError):
@@ -111,7 +114,13 @@ class State:
     ops: list[tuple[int, bytes, bytes]]
 
 
-Message = Hello | Welcome | Data | Ack | Refuse | State
+@dataclass(frozen=True, slots=True)
+class File:
+    name: str
+    content: bytes
+
+
+Message = Hello | Welcome | Data | Ack | Refuse | State | File
 
 
 def _s16(text: str) -> bytes:
@@ -140,6 +149,8 @@ def _payload(message: Message) -> tuple[Kind, bytes]:
         ) + message.records
     if isinstance(message, Ack):
         return Kind.ACK, _U64.pack(message.position)
+    if isinstance(message, File):
+        return Kind.FILE, _s16(message.name) + message.content
     if isinstance(message, State):
         parts = [bytes((int(message.wipe),)), _U32.pack(len(message.ops))]
         for kind, key, value in message.ops:
@@ -208,6 +219,10 @@ def _decode(kind: Kind, payload: bytes) -> Message:
         r.pos = len(payload)
     elif kind == Kind.ACK:
         message = Ack(r.u64())
+    elif kind == Kind.FILE:
+        name = r.s16()
+        message = File(name, payload[r.pos:])
+        r.pos = len(payload)
     elif kind == Kind.STATE:
         flag, n = r.take(1)[0], r.u32()
         if flag > 1:

@@ -12,7 +12,9 @@ import urllib.request
 import pika
 import pika.exceptions
 import pytest
+from click.testing import CliRunner
 
+from cli.main import main
 from protocol.remoting.codes import RequestCode
 from protocol.replication import Ack, Data, EpochEntry, FrameDecoder, Hello, Refuse, encode
 from tests.gateway.remoting.remoting_support import Client
@@ -161,3 +163,22 @@ async def test_grpc_route_names_the_master(pair) -> None:  # type: ignore[no-unt
     assert [(x.host, x.port) for x in broker.endpoints.addresses] == [
         ("127.0.0.1", a.ports["grpc"])
     ]
+
+
+def test_the_users_file_is_replicated(pair) -> None:  # type: ignore[no-untyped-def]
+    """Users and their permissions (`lmq users`, a file beside the store) reach the
+    slave whole, each time they change."""
+    a, b = pair
+    users = CliRunner()
+    for name in ("alice", "bob"):
+        result = users.invoke(
+            main, ["users", "add", name, "--password", "pw-" + name, "--data-dir", str(a.data_dir)]
+        )
+        assert result.exit_code == 0, result.output
+        wait_for(
+            f"{name} on the slave",
+            lambda: (
+                (b.data_dir / "users.json").read_bytes() == (a.data_dir / "users.json").read_bytes()
+            ),
+        )
+    assert b"bob" in (b.data_dir / "users.json").read_bytes()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pika
 import pytest
 
 from broker_core import MessageStore
@@ -224,6 +225,35 @@ async def _end(port: int, halves: list[SendResult]) -> None:
         await producer.end(halves[1], False)
 
 
+def _amqp_publish(port: int, n: int) -> list[bytes]:
+    """Publish ``n`` persistent messages with confirms to the durable queue ``aq``."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    try:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare("aq", durable=True)
+        bodies = [b"amqp-%d" % i for i in range(n)]
+        for body in bodies:
+            ch.basic_publish("", "aq", body, pika.BasicProperties(delivery_mode=2))
+        return bodies
+    finally:
+        conn.close()
+
+
+def _amqp_get_all(port: int) -> list[bytes]:
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    try:
+        ch = conn.channel()
+        out = []
+        while True:
+            method, _, body = ch.basic_get("aq", auto_ack=True)
+            if method is None:
+                return out
+            out.append(body)
+    finally:
+        conn.close()
+
+
 async def _pull_all(port: int, topic: str = "dly") -> list[bytes]:
     async with RemotingClient(f"127.0.0.1:{port}") as client:
         consumer = PullConsumer(client, "CG_delay")
@@ -239,7 +269,8 @@ def test_delayed_and_half_messages_across_a_failover(tmp_path: Path) -> None:
     promoted slave fires it (its timer came with the log), exactly once; the topic's
     configuration came with the consumer state and is live on the promoted member. Half
     messages sent to the master are committed and rolled back on the promoted slave:
-    the commit delivered once, the rollback never."""
+    the commit delivered once, the rollback never. An AMQP durable queue declared on the
+    master, with confirmed messages, is on the promoted slave with all of them."""
     create_topic(tmp_path / "a", "dly", "--type", "delay", "--queues", "1")
     create_topic(tmp_path / "a", "rtx", "--type", "transaction", "--queues", "1")
     a = Member(tmp_path / "a", "--replication-role", "master", "--replication-ack", "sync")
@@ -252,6 +283,7 @@ def test_delayed_and_half_messages_across_a_failover(tmp_path: Path) -> None:
         wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
         asyncio.run(_send_delayed(a.ports["unified"], b"later", 3))
         halves = asyncio.run(_send_halves(a.ports["unified"]))
+        confirmed = _amqp_publish(a.ports["amqp"], 50)
         wait_for("b caught up", lambda: _caught_up(b, a))
         a.kill()
         # (a slave's routes name the master, dead now: nothing to pull from b yet)
@@ -269,6 +301,8 @@ def test_delayed_and_half_messages_across_a_failover(tmp_path: Path) -> None:
         asyncio.run(_end(b.ports["unified"], halves))  # a repeated end changes nothing
         wait_for("the commit", lambda: asyncio.run(_pull_all(b.ports["unified"], "rtx")) != [])
         assert asyncio.run(_pull_all(b.ports["unified"], "rtx")) == [b"commit-me"]
+        # an AMQP durable queue of the old master, with its confirmed messages
+        assert _amqp_get_all(b.ports["amqp"]) == confirmed
         assert b.says("replication: master of group") and not b.says("firing timers failed")
     finally:
         b.stop()

@@ -13,6 +13,7 @@ from protocol.replication import (
     Data,
     EpochEntry,
     EpochError,
+    File,
     FrameDecoder,
     FrameError,
     Hello,
@@ -33,6 +34,7 @@ MESSAGES = [
     Refuse("a reason ü"),
     State(True, [(0, b"Okey", b"\x00" * 8), (1, b"Pgone", b""), (2, b"O", b"P")]),
     State(False, []),
+    File("users", b'{"users": {}}'),
 ]
 
 
