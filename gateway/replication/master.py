@@ -245,7 +245,6 @@ class SlaveSession:
             except TimeoutError:
                 pass
 
-
     async def _ship_files(self, sent: dict[str, tuple[int, int, int] | None]) -> None:
         """Send each replicated file (the users file) when it changed since last sent:
         one ``stat`` per look when nothing did."""
