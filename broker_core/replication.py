@@ -241,6 +241,27 @@ class Replica:
             recovery.replay_records(parts, records, clog.end)
             return clog.end
 
+    def start_at(self, position: int) -> None:
+        """An empty log starts at ``position`` instead of 0: a new slave of a master
+        whose retention removed the log's beginning. Refused unless this log is empty."""
+        parts = self._parts
+        with parts.locks.pop, parts.locks.append:
+            parts.locks.check_open()
+            clog = parts.log
+            if clog.end != clog.min_position or clog.end != 0:
+                raise StoreError(
+                    f"only an empty log can start elsewhere (this one holds"
+                    f" [{clog.min_position}, {clog.end}))"
+                )
+            if position == 0:
+                return
+            clog.reset_to(position)
+            parts.lmqs.cleaned_to = max(parts.lmqs.cleaned_to, position)
+            batch = parts.index.new_batch()
+            batch.put_checkpoint(parts.lmqs.checkpoint(position))
+            batch.commit()
+        log.info("replication: this empty log starts at %d, the master's log start", position)
+
     def truncate(self, position: int) -> int:
         """Cut the log at ``position`` (where the master says this member's log parts
         from its own) and drop the epochs past it; rebuild the index if it had

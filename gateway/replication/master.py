@@ -151,6 +151,8 @@ class SlaveSession:
             cut = divergence(master, end, hello.history, hello.log_end)
         except EpochError as exc:
             raise Refused(str(exc)) from None
+        if cut < self.store.log_start and hello.log_end == 0 and not hello.history:
+            cut = self.store.log_start  # an empty slave starts at this log's start
         if cut < self.store.log_start:
             raise Refused(
                 f"the slave's log would continue at {cut}, before this master's log start"
@@ -244,7 +246,6 @@ class SlaveSession:
                     await wake.wait()
             except TimeoutError:
                 pass
-
 
     async def _ship_files(self, sent: dict[str, tuple[int, int, int] | None]) -> None:
         """Send each replicated file (the users file) when it changed since last sent:

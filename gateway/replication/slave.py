@@ -113,6 +113,8 @@ class Follower:
                 return
             if welcome.truncate_to < store.log_end:
                 await asyncio.to_thread(replica.truncate, welcome.truncate_to)
+            elif welcome.truncate_to > store.log_end:  # empty: start at the master's start
+                await asyncio.to_thread(replica.start_at, welcome.truncate_to)
             self.connected = True
             self.master_end = welcome.log_end
             self.on_master(epoch, welcome.clients)

@@ -221,7 +221,7 @@ def _decode(kind: Kind, payload: bytes) -> Message:
         message = Ack(r.u64())
     elif kind == Kind.FILE:
         name = r.s16()
-        message = File(name, payload[r.pos:])
+        message = File(name, payload[r.pos :])
         r.pos = len(payload)
     elif kind == Kind.STATE:
         flag, n = r.take(1)[0], r.u32()

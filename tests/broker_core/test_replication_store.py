@@ -184,3 +184,36 @@ def test_consumer_state_ships_beside_the_log(tmp_path: Path) -> None:
     finally:
         master.close()
         slave.close()
+
+
+def test_a_new_slave_starts_at_the_masters_log_start(tmp_path: Path) -> None:
+    """Retention removed the master's first segments: an empty slave starts its log at
+    the master's log start and then holds the same bytes at the same positions."""
+    cfg = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=4096, retention_bytes=192 * 1024)
+    master = MessageStore.open(tmp_path / "m", cfg)
+    slave = MessageStore.open(tmp_path / "s", cfg)
+    try:
+        assert master.replica is not None and slave.replica is not None
+        master.replica.become_master(1)
+        slave.create_lmq("q")  # an LMQ the slave knew (empty) before its first record
+        slave.replica.fence("slave")
+        for i in range(1500):
+            master.append(Message(topic="t", body=b"%d-" % i + b"x" * 300), ["q"])
+        master.apply_retention()
+        start = master.log_start
+        assert start > 0
+        slave.replica.start_at(start)
+        assert slave.log_start == slave.log_end == start
+        _copy_all(master, slave)
+        assert _segment_bytes(slave) == _segment_bytes(master)
+        first = master.lmq("q")
+        assert first is not None
+        a = master.pull("q", first.min_offset, 1000)
+        b = slave.pull("q", first.min_offset, 1000)
+        assert [(m.offset, m.body) for m in b.messages] == [(m.offset, m.body) for m in a.messages]
+        assert slave.verify().ok
+        with pytest.raises(StoreError, match="only an empty log"):
+            slave.replica.start_at(start * 2)
+    finally:
+        master.close()
+        slave.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from broker_core import MessageStore
+from broker_core import Message, MessageStore, StoreConfig
 from gateway.clients import Producer, PullConsumer, RemotingClient, TransactionProducer
 from gateway.clients.remoting import SendResult
 from protocol.mqtt import Connect, MQTTVersion, ReasonCode
@@ -304,6 +304,30 @@ def test_delayed_and_half_messages_across_a_failover(tmp_path: Path) -> None:
         # an AMQP durable queue of the old master, with its confirmed messages
         assert _amqp_get_all(b.ports["amqp"]) == confirmed
         assert b.says("replication: master of group") and not b.says("firing timers failed")
+    finally:
+        b.stop()
+        a.stop()
+
+
+def test_a_new_slave_of_a_master_whose_log_was_trimmed(tmp_path: Path) -> None:
+    """Retention removed the beginning of the master's log: a slave started on an empty
+    data directory begins its log at the master's log start and holds the same bytes."""
+    cfg = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=4096, retention_bytes=192 * 1024)
+    with MessageStore.open(tmp_path / "a", cfg) as store:
+        for i in range(1500):
+            store.append(Message(topic="t", body=b"%d-" % i + b"x" * 300), ["q"])
+        store.apply_retention()
+        start = store.log_start
+    assert start > 0
+    a = Member(tmp_path / "a", "--replication-role", "master").start()
+    b = Member(
+        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
+    )
+    try:
+        b.start()
+        wait_for("b caught up", lambda: _caught_up(b, a))
+        assert log_bytes(b.data_dir) == log_bytes(a.data_dir)
+        assert b.says(f"this empty log starts at {start}")
     finally:
         b.stop()
         a.stop()
