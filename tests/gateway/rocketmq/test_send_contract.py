@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import time
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
