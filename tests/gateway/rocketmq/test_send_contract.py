@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -527,3 +528,39 @@ async def test_end_transaction(door: Door) -> None:
     assert other.code == door.codes["conflict"], other
     unknown = await door.end("tx", "", commit=True)
     assert unknown.code == door.codes["unknown"], unknown
+
+
+async def test_every_send_counts_for_back_pressure(gateway: Gateway) -> None:
+    """Back-pressure (``Publisher.lagging``) counts what is appended and not yet
+    acknowledged: every kind of send through the service is in ``pending`` while it
+    waits for its fsync (sync durability here), and out of it once answered."""
+    producer = gateway.ctx.rocketmq.producer
+    publisher = gateway.ctx.publisher
+    config = producer.resolve("plain", None)
+
+    def item(body: bytes) -> tuple[Any, list[str]]:
+        props = {"UNIQ_KEY": uuid.uuid4().hex}
+        message = to_store_message("plain", body, encode_properties(props), props)
+        return message, producer.lmqs("plain", p.ROUND_ROBIN.select(config))
+
+    later = int(time.time() * 1000) + 60_000
+    sends = {
+        "batch": lambda: producer.send_batch([item(b"a"), item(b"b"), item(b"c")]),
+        "delayed": lambda: producer.send_delayed(
+            [(*item(b"d"), later), (*item(b"e"), later)]),
+        "half": lambda: producer.send_half(*item(b"f"), "PG"),
+    }
+    for kind, send in sends.items():
+        await settled(publisher)  # what the gateway appended at start, and the last send
+        task = asyncio.ensure_future(send())
+        await asyncio.sleep(0)  # the send appended and waits for the fsync
+        assert publisher.pending > 0, kind
+        await task
+        assert publisher.pending == 0, kind
+
+
+async def settled(publisher: Any) -> None:
+    """Until nothing appended waits for its acknowledgement (bounded by BOUND)."""
+    async with asyncio.timeout(BOUND):
+        while publisher.pending:
+            await asyncio.sleep(0.01)
