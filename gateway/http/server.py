@@ -325,8 +325,7 @@ class HttpConnection(ConnectionHandler):
         if self.conn.is_closed or self._closing():
             headers = [(k, v) for k, v in headers if k.lower() != "connection"]
             headers.append(("Connection", "close"))
-        elif not self._keep_alive_asked(request) and "connection" not in names:
-            headers.append(("Connection", "close"))
+        # (a client's Connection: close and HTTP/1.0 are the protocol's: response_head)
         http = self._http
         head = self._head
         assert head is not None
@@ -357,13 +356,6 @@ class HttpConnection(ConnectionHandler):
 
     def _closing(self) -> bool:
         return self._stopping()
-
-    @staticmethod
-    def _keep_alive_asked(request: Request) -> bool:
-        connection = (request.header("connection") or "").lower()
-        if request.context.get("http_version") == "1.0":
-            return "keep-alive" in connection
-        return "close" not in connection
 
     def _write(self, data: bytes | None) -> None:
         if data:
