@@ -8,6 +8,7 @@ import base64
 import binascii
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -77,16 +78,21 @@ def json_response(status: int, doc: object, headers: list[tuple[str, str]] | Non
     return Response.of(status, data, JSON, headers)  # the newline: a prompt starts anew
 
 
+#: 19 digits in a row: perhaps an integer past 64 bits, which only json reads exactly.
+_LONG_NUMBER = re.compile(rb"\d{19}")
+
+
 def json_body(request: Request) -> Any:
     if not request.body:
         return {}
     ctype = (request.header("content-type") or JSON).split(";")[0].strip().lower()
     if ctype not in (JSON, "application/*+json", "text/json") and not ctype.endswith("+json"):
         raise ApiError(415, f"the body must be JSON (application/json), not {ctype}")
-    try:
-        return orjson.loads(request.body)
-    except orjson.JSONDecodeError:
-        pass  # json decides (it reads UTF-16 and -32 too) and says what is wrong
+    if _LONG_NUMBER.search(request.body) is None:  # orjson reads those as floats
+        try:
+            return orjson.loads(request.body)
+        except orjson.JSONDecodeError:
+            pass  # json decides (it reads UTF-16 and -32 too) and says what is wrong
     try:
         return json.loads(request.body)
     except (ValueError, UnicodeDecodeError) as exc:
