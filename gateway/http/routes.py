@@ -42,6 +42,10 @@ class _Route:
 class Router:
     def __init__(self) -> None:
         self._routes: list[_Route] = []
+        #: The routes that may match a path, by its first segment (in the order added:
+        #: those with that literal first segment and those starting with a parameter).
+        self._by_first: dict[str, list[_Route]] = {}
+        self._param_first: list[_Route] = []
         #: Asked before any handler: a response to give instead (a slave of a broker
         #: group sends requests to its master), or None to route the request.
         self.before: Callable[[Request], Response | None] | None = None
@@ -54,6 +58,13 @@ class Router:
             if part.endswith("...}") and i != len(parts) - 1:
                 raise ValueError(f"'{part}' must be the last segment of {pattern!r}")
         self._routes.append(_Route(method.upper(), parts, handler, pattern))
+        self._by_first = {}
+        self._param_first = [r for r in self._routes if r.parts[0].startswith("{")]
+        for route in self._routes:
+            first = route.parts[0]
+            if not first.startswith("{") and first not in self._by_first:
+                self._by_first[first] = [
+                    r for r in self._routes if r.parts[0] == first or r.parts[0].startswith("{")]
 
     def match(self, method: str, path: str) -> Match | None:
         """The handler for ``method`` on the raw (percent-encoded) ``path``; a Match
@@ -61,12 +72,13 @@ class Router:
         segments = path.split("/")[1:]
         allowed: list[str] = []
         pattern = ""
-        for route in self._routes:
+        method = method.upper()
+        first = segments[0] if segments else ""
+        for route in self._by_first.get(first, self._param_first):
             params = _bind(route.parts, segments)
             if params is None:
                 continue
-            if route.method == method.upper() or (
-                    method.upper() == "HEAD" and route.method == "GET"):
+            if route.method == method or (method == "HEAD" and route.method == "GET"):
                 return Match(route.handler, params, pattern=route.pattern)
             allowed.append(route.method)
             pattern = pattern or route.pattern

@@ -33,6 +33,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
+from gateway.connection import ERROR_LINGER
 from gateway.frontend import ConnectionHandler
 from gateway.http.messages import Request, Response
 from gateway.http.routes import Router
@@ -163,6 +164,7 @@ class HttpConnection(ConnectionHandler):
     # -- the serving loop -----------------------------------------------------------
 
     async def _serve(self) -> None:
+        linger = 0.0
         try:
             while True:
                 request = await self._read_request()
@@ -187,6 +189,9 @@ class HttpConnection(ConnectionHandler):
                 self._response_started = False
         except _Abort as exc:
             self._send_error(exc.status, exc.detail)
+            # a client still sending (a slow-loris head, a body past the bound) reads
+            # the answer rather than a reset: its bytes are read and dropped a while
+            linger = ERROR_LINGER
         except (ConnectionError, LocalProtocolError) as exc:
             log.debug("http connection ends", extra={**self.conn.log_fields(), "error": str(exc)})
         except Exception:
@@ -194,7 +199,7 @@ class HttpConnection(ConnectionHandler):
             self._send_error(500, "internal error")
         finally:
             self.conn.flush()
-            self.conn.close("http done")
+            self.conn.close("http done", linger=linger)
 
     def _next_event(self) -> object:
         try:
@@ -325,8 +330,7 @@ class HttpConnection(ConnectionHandler):
         if self.conn.is_closed or self._closing():
             headers = [(k, v) for k, v in headers if k.lower() != "connection"]
             headers.append(("Connection", "close"))
-        elif not self._keep_alive_asked(request) and "connection" not in names:
-            headers.append(("Connection", "close"))
+        # (a client's Connection: close and HTTP/1.0 are the protocol's: response_head)
         http = self._http
         head = self._head
         assert head is not None
@@ -357,13 +361,6 @@ class HttpConnection(ConnectionHandler):
 
     def _closing(self) -> bool:
         return self._stopping()
-
-    @staticmethod
-    def _keep_alive_asked(request: Request) -> bool:
-        connection = (request.header("connection") or "").lower()
-        if request.context.get("http_version") == "1.0":
-            return "keep-alive" in connection
-        return "close" not in connection
 
     def _write(self, data: bytes | None) -> None:
         if data:

@@ -8,9 +8,12 @@ import base64
 import binascii
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from broker_core import (
     DelayTooLong,
@@ -68,8 +71,15 @@ class ApiError(Exception):
 
 def json_response(status: int, doc: object, headers: list[tuple[str, str]] | None = None
                   ) -> Response:
-    text = json.dumps(doc, separators=(",", ":")) + "\n"  # a terminal's prompt starts anew
-    return Response.of(status, text.encode(), JSON, headers)
+    try:  # orjson: ~0.3 us a document against json's 3-6 us; json for what it refuses
+        data = orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # (an integer past 64 bits)
+        data = (json.dumps(doc, separators=(",", ":")) + "\n").encode()
+    return Response.of(status, data, JSON, headers)  # the newline: a prompt starts anew
+
+
+#: 19 digits in a row: perhaps an integer past 64 bits, which only json reads exactly.
+_LONG_NUMBER = re.compile(rb"\d{19}")
 
 
 def json_body(request: Request) -> Any:
@@ -78,6 +88,11 @@ def json_body(request: Request) -> Any:
     ctype = (request.header("content-type") or JSON).split(";")[0].strip().lower()
     if ctype not in (JSON, "application/*+json", "text/json") and not ctype.endswith("+json"):
         raise ApiError(415, f"the body must be JSON (application/json), not {ctype}")
+    if _LONG_NUMBER.search(request.body) is None:  # orjson reads those as floats
+        try:
+            return orjson.loads(request.body)
+        except orjson.JSONDecodeError:
+            pass  # json decides (it reads UTF-16 and -32 too) and says what is wrong
     try:
         return json.loads(request.body)
     except (ValueError, UnicodeDecodeError) as exc:
