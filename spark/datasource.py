@@ -46,8 +46,6 @@ Hadoop URIs use :func:`spark.reader.read_commit_log` with ``mode="hadoop"``.
 
 from __future__ import annotations
 
-import mmap
-import os
 from collections.abc import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -147,13 +145,8 @@ class LmqReader(DataSourceReader):
 
 
 def _scan_file(task: dict, flt: R.ReadFilter, raw_schema, decoder: str) -> Iterator:
-    path = R.local_path(task["path"])
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            yield from R.scan_task(b"", task, flt, raw_schema, decoder)
-            return
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            yield from R.scan_task(data, task, flt, raw_schema, decoder)
+    with R.mapped(task["path"]) as data:
+        yield from R.scan_task(data, task, flt, raw_schema, decoder)
 
 
 def register(session) -> None:

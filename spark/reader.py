@@ -52,9 +52,11 @@ records, not emitted.
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -558,13 +560,23 @@ def _read_hadoop(flt: ReadFilter, tasks_by_name: dict[str, dict], schema, decode
     return run
 
 
+@contextmanager
+def mapped(path: str) -> Iterator:
+    """The bytes of the segment at ``path`` (a local path or ``file:`` URI), mapped
+    read-only (an empty file: ``b""``, which mmap cannot map)."""
+    with open(local_path(path), "rb") as fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            yield b""
+            return
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            yield data
+
+
 def _write_records_task(task: dict, flt: ReadFilter, decoder: str, records_dir: str, schema):
     """One read task of the fan-out job: the messages dispatched when stored go straight
     from the Arrow batches to Parquet files under ``records_dir/date=<day>/`` (pyarrow,
     in this worker); yields the rest (held records, dispatches, the report) as batches
     of ``schema`` (the data source's rows with ``report``)."""
-    import mmap
-
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -600,13 +612,8 @@ def _write_records_task(task: dict, flt: ReadFilter, decoder: str, records_dir: 
                 writers[key].write_table(table)
 
     try:
-        path = local_path(task["path"])
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size == 0:
-                yield from scan(b"")
-            else:
-                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                    yield from scan(data)
+        with mapped(task["path"]) as data:
+            yield from scan(data)
     finally:
         for writer in writers.values():
             writer.close()

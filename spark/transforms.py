@@ -190,13 +190,20 @@ def traffic_per_minute(records: DataFrame) -> DataFrame:
 
 
 def lmq_fan_in(records: DataFrame) -> DataFrame:
-    """Per LMQ: messages dispatched to it and distinct publishing devices (fan-in)."""
+    """Per LMQ: messages dispatched to it and distinct publishing devices (fan-in).
+
+    Counted per (LMQ, device) first, then per LMQ: the same figures as ``count`` and
+    ``countDistinct("device")`` per LMQ, without the row expansion Spark plans for a
+    distinct aggregate beside another (the largest cost of the job with a million LMQs).
+    """
     return (
         records.select("device", F.explode("lmqs").alias("lmq"))
+        .groupBy("lmq", "device")
+        .agg(F.count(F.lit(1)).alias("n"))
         .groupBy("lmq")
         .agg(
-            F.count(F.lit(1)).alias("messages"),
-            F.countDistinct("device").alias("publishers"),
+            F.sum("n").cast("long").alias("messages"),
+            F.count("device").alias("publishers"),
         )
         .select("lmq", "messages", "publishers")
     )

@@ -30,10 +30,11 @@ def _stale_extensions(root: Path) -> list[str]:
     """Compiled modules (setup.py) older than their ``.py``: Python would import the
     extension, so the tests would not run the source as it stands."""
     stale = []
-    for ext in root.glob("protocol/**/*.so"):
-        source = ext.with_name(ext.name.split(".", 1)[0] + ".py")
-        if source.exists() and source.stat().st_mtime > ext.stat().st_mtime:
-            stale.append(str(source.relative_to(root)))
+    for ext in [*root.glob("protocol/**/*.so"), *root.glob("spark/*.so")]:
+        for suffix in (".py", ".c"):  # mypyc's source, or a C extension's (setup.py)
+            source = ext.with_name(ext.name.split(".", 1)[0] + suffix)
+            if source.exists() and source.stat().st_mtime > ext.stat().st_mtime:
+                stale.append(str(source.relative_to(root)))
     return sorted(stale)
 
 
