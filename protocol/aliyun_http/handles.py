@@ -91,6 +91,10 @@ class HandleCodec:
             given = _unb64(tag)
         except (binascii.Error, ValueError):
             raise InvalidHandle("not a receipt handle of this gateway") from None
+        # Only the canonical spelling: the last character of unpadded base64 has bits
+        # the decoder ignores, so an altered handle could otherwise decode the same.
+        if _b64(payload) != head or _b64(given) != tag:
+            raise InvalidHandle("not a receipt handle of this gateway")
         if not hmac.compare_digest(given, self._tag(payload)):
             raise InvalidHandle("the receipt handle's signature does not verify")
         try:
