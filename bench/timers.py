@@ -92,7 +92,7 @@ def _fill(path: Path, n: int, delayed: bool) -> dict[str, Any]:
                 s.append_delayed_batch([(msg, (LMQ,), due)] * k, wait=False)
             else:
                 s.append_batch([(msg, (LMQ,))] * k, wait=False)
-        pending = s.pending_timers()
+        pending = s.timers.pending()
     took = time.perf_counter() - t0
     return {"count": n, "per_s": round(n / took), "pending": pending, "disk_bytes": _disk(path)}
 
@@ -107,7 +107,7 @@ s = MessageStore.open({path!r}, StoreConfig())
 took = time.perf_counter() - t0
 gc.collect()
 out = {{"reopen_s": round(took, 3), "rss_bytes": psutil.Process().memory_info().rss,
-        "rss_before_open_bytes": rss0, "pending": s.pending_timers()}}
+        "rss_before_open_bytes": rss0, "pending": s.timers.pending()}}
 if {fire}:
     page = s.config.timer_page
     t0 = time.perf_counter()

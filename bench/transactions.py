@@ -65,7 +65,7 @@ def _mode(mode: Durability, seconds: float, fanout: int, threads: int) -> None:
         started = time.perf_counter()
         s = MessageStore.open(tmp, cfg)
         open_s = time.perf_counter() - started
-        pending = len(s.pending_transactions())
+        pending = len(list(s.txns.iter_pending()))
         s.close()
         print(f"{mode.value:5}  plain appends/s {base:9.0f}  transactions/s {rate:9.0f}"
               f"  (fan-out {fanout}, {threads} thread(s))")

@@ -12,11 +12,12 @@ from broker_core.errors import (
     UnknownLmq,
     UnknownReceipt,
 )
+from broker_core.origins import OriginTable
 from broker_core.pop import PoppedMessage
 from broker_core.record import Message, Protocol, Record, RecordType
 from broker_core.store import AppendResult, LmqInfo, MessageStore, PullResult, StoredMessage
-from broker_core.timers import DelayTooLong
-from broker_core.transactions import EndResult, Outcome, PendingTransaction
+from broker_core.timers import DelayTooLong, Timers
+from broker_core.transactions import EndResult, Outcome, PendingTransaction, TransactionTable
 
 __all__ = [
     "AppendResult",
@@ -29,6 +30,7 @@ __all__ = [
     "Message",
     "MessageStore",
     "MessageTooLarge",
+    "OriginTable",
     "Outcome",
     "PendingTransaction",
     "PoppedMessage",
@@ -41,6 +43,8 @@ __all__ = [
     "StoreConfig",
     "StoreError",
     "StoredMessage",
+    "Timers",
+    "TransactionTable",
     "UnknownLmq",
     "UnknownReceipt",
 ]

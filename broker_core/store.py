@@ -106,15 +106,21 @@ class MessageStore:
         self.tail = TailCache()
         self.listeners = Listeners()
         self.keys = KeyIndex(self.index, tuple(config.key_index_properties))
-        self.origins = OriginTable(self.index)
+        #: The origin marks of copied messages (the connector's high-water marks:
+        #: ``origins.high_water``); written by :meth:`append_copies`/:meth:`advance_origin`.
+        self.origins: OriginTable = OriginTable(self.index)
         self.dispatcher = Dispatcher(
             self.log, self.index, self.lmq_table, self.tail, self.listeners, config, self.keys,
             self.origins,
         )
-        self.txns = TransactionTable(self.index, config)
+        #: The transactions' half messages (``txns.pending``, ``txns.iter_pending()``,
+        #: oldest first); written by :meth:`append_half`/:meth:`end_transaction`.
+        self.txns: TransactionTable = TransactionTable(self.index, config)
         self.txn_writer = TransactionWriter(self.dispatcher, self.txns)
         self.reader = Reader(self.log, self.index, self.lmq_table, self.tail, config)
-        self.timers = Timers(
+        #: The timer store of delayed messages (``timers.pending(topic)``, a counter);
+        #: written by :meth:`append_delayed` and :meth:`fire_timers`.
+        self.timers: Timers = Timers(
             self.log, self.index, self.lmq_table, self.keys, self.tail, config
         )
         self.flusher: Flusher | None = None
@@ -295,13 +301,6 @@ class MessageStore:
             self.acknowledged(end).result()
         return offset, end
 
-    def origin_high_water(
-        self, cluster: str, queues: Iterable[str], topic: str
-    ) -> dict[str, int]:
-        """Per origin queue, the highest origin offset stored (or advanced to) from
-        ``cluster`` into ``topic``; queues with none are absent."""
-        return self.origins.high_water(cluster, topic, queues)
-
     def translate_origin(self, cluster: str, queue: str, lmq: str, committed: int) -> int | None:
         """The offset in ``lmq`` where a consumer of the copies of ``queue`` resumes, given
         the source group's committed next offset there (the first copy at or above it,
@@ -428,10 +427,6 @@ class MessageStore:
         then where its record is now)."""
         return self.timers.due_of(self.timers.resolve(position))
 
-    def pending_timers(self, topic: str | None = None) -> int:
-        """Pending timers of ``topic`` (every topic if None): a counter, not a scan."""
-        return self.timers.pending(topic)
-
     def next_timer_due(self) -> int | None:
         """The earliest pending due time (epoch ms), or None: when to call
         :meth:`fire_timers` next. None on a slave of a broker group: its master fires."""
@@ -512,13 +507,6 @@ class MessageStore:
         if wait and self.waits_for_ack:
             self.acknowledged(result.control_end).result()
         return result
-
-    def pending_transactions(self) -> list[PendingTransaction]:
-        """Half messages not yet ended, oldest first."""
-        return list(self.txns.iter_pending())
-
-    def pending_transaction(self, position: int) -> PendingTransaction | None:
-        return self.txns.pending.get(position)
 
     def transaction_outcome(self, position: int) -> Outcome | None:
         """How the half message at ``position`` ended (an ``ALREADY_*`` outcome), or

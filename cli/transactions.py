@@ -60,7 +60,7 @@ def list_(data_dir: Path, group: str | None, as_json: bool) -> None:
     """List pending half messages, oldest first, with how long each has been pending."""
     now = now_ms()
     with open_store(data_dir, read_only=True) as store:
-        rows = [_row(t, now) for t in store.pending_transactions()
+        rows = [_row(t, now) for t in store.txns.iter_pending()
                 if group is None or t.group == group]
     if not as_json:
         click.echo(f"{'POSITION':>12} {'PRODUCER GROUP':24} {'TOPIC':24} {'PENDING':>8}"
@@ -85,7 +85,7 @@ def show(data_dir: Path, position: int, as_json: bool) -> None:
     """Show the half message at POSITION (its transaction id): pending, or how it ended."""
     now = now_ms()
     with open_store(data_dir, read_only=True) as store:
-        txn = store.pending_transaction(position)
+        txn = store.txns.pending.get(position)
         ended = None if txn is not None else store.transaction_outcome(position)
     if txn is None:
         if ended is None:

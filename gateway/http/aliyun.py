@@ -424,7 +424,7 @@ class AliyunHttpApi:
         deadline = loop.time() + wait_s
         while True:
             taken = [t for t in halves.take(topic, count)
-                     if store.pending_transaction(t.position) is not None]
+                     if store.txns.pending.get(t.position) is not None]
             if taken:
                 break
             remaining = deadline - loop.time()

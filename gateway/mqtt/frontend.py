@@ -461,7 +461,7 @@ class MqttFrontEnd(FrontEnd):
                 "$SYS/broker/store/log_bytes": str(self.store.log_bytes),
                 "$SYS/broker/retained messages/count": str(self.retained.count()),
                 # every protocol's pending delayed messages: the store's counters
-                "$SYS/broker/delayed messages/count": str(self.store.pending_timers()),
+                "$SYS/broker/delayed messages/count": str(self.store.timers.pending()),
             }
             for topic, text in values.items():
                 self.publish_internal(

@@ -122,7 +122,7 @@ def query_origins(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         queues = decode_queue_list(cmd.body)
     except BodyError as exc:
         raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
-    marks = ctx.services.store.origin_high_water(header.origin_cluster, queues, header.topic)
+    marks = ctx.services.store.origins.high_water(header.origin_cluster, header.topic, queues)
     return response(body=OriginsReply(ctx.front.cluster_id, marks).encode())
 
 

@@ -399,7 +399,7 @@ class ProducerService:
         same end again is its ``ALREADY_*`` outcome (a rollback of a half the checks
         dead-lettered too); the other end is :class:`TransactionConflict`; no half there
         is :class:`TransactionNotFound`."""
-        pending = self.store.pending_transaction(position)
+        pending = self.store.txns.pending.get(position)
         if pending is None and topic is not None:
             self._check_publish(principal, client_id, topic)
         if pending is not None:

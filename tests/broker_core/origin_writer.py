@@ -25,7 +25,7 @@ def copy(offset: int) -> Message:
 def main() -> None:
     data_dir = sys.argv[1]
     store = MessageStore.open(data_dir, StoreConfig(durability=Durability.SYNC))
-    high = store.origin_high_water("A", ["src:0"], TOPIC).get("src:0", -1)
+    high = store.origins.high_water("A", TOPIC, ["src:0"]).get("src:0", -1)
     print("READY", flush=True)
     start = max(high - 3, 0)  # repeat a few: they must be dropped
     while True:

@@ -48,22 +48,22 @@ def test_origin_value_round_trips_and_rejects_nul():
 def test_duplicates_are_dropped_and_the_high_water_mark_rises(store):
     r = store.append_copies([(copy(0), ["q"]), (copy(1), ["q"])])
     assert all(x is not None for x in r)
-    assert store.origin_high_water("A", ["src:0", "src:1"], "copy") == {"src:0": 1}
+    assert store.origins.high_water("A", "copy", ["src:0", "src:1"]) == {"src:0": 1}
     again = store.append_copies([(copy(1), ["q"]), (copy(2), ["q"]), (copy(2), ["q"])])
     assert again[0] is None and again[1] is not None and again[2] is None
     # a gap (the source filtered offsets 3..9) is allowed; anything not above is a dup
     assert store.append_copies([(copy(10), ["q"])])[0] is not None
     assert store.append_copies([(copy(5), ["q"])]) == [None]
     assert bodies(store, "q") == [b"A/src:0/0", b"A/src:0/1", b"A/src:0/2", b"A/src:0/10"]
-    assert store.origin_high_water("A", ["src:0"], "copy") == {"src:0": 10}
+    assert store.origins.high_water("A", "copy", ["src:0"]) == {"src:0": 10}
 
 
 def test_marks_are_per_cluster_queue_and_topic(store):
     store.append_copies([(copy(5, cluster="A"), ["q"]), (copy(5, cluster="B"), ["q"]),
                          (copy(5, queue="src:1"), ["q"]), (copy(5, topic="other"), ["r"])])
     assert len(bodies(store, "q")) == 3 and len(bodies(store, "r")) == 1
-    assert store.origin_high_water("B", ["src:0"], "copy") == {"src:0": 5}
-    assert store.origin_high_water("A", ["src:0"], "nothing") == {}
+    assert store.origins.high_water("B", "copy", ["src:0"]) == {"src:0": 5}
+    assert store.origins.high_water("A", "nothing", ["src:0"]) == {}
 
 
 def test_plain_messages_and_a_batch_of_all_duplicates(store):
@@ -81,7 +81,7 @@ def test_advance_moves_the_mark_without_a_message_and_never_lowers_it(store):
     assert store.append_copies([(copy(100), ["q"])]) == [None]
     assert store.append_copies([(copy(101), ["q"])])[0] is not None
     assert store.advance_origin("A", "src:0", "copy", 50) == (101, None)
-    assert store.origin_high_water("A", ["src:0"], "copy") == {"src:0": 101}
+    assert store.origins.high_water("A", "copy", ["src:0"]) == {"src:0": 101}
     assert bodies(store, "q") == [b"A/src:0/101"]
     types = [r.type for r in store.records_from(0)]
     assert types == [RecordType.ORIGIN_ADVANCE, RecordType.MESSAGE]
@@ -92,7 +92,7 @@ def test_marks_and_advances_survive_reopen_replay_and_rebuild(tmp_path):
         s.append_copies([(copy(o), ["q"]) for o in range(5)])
     shutil.copytree(tmp_path / "index", tmp_path / "index-old")
     with MessageStore.open(tmp_path, SMALL) as s:
-        assert s.origin_high_water("A", ["src:0"], "copy") == {"src:0": 4}
+        assert s.origins.high_water("A", "copy", ["src:0"]) == {"src:0": 4}
         s.append_copies([(copy(o), ["q"]) for o in range(3, 9)])
         s.advance_origin("B", "x:0", "copy", 77)
     # the index as it was before: recovery's replay puts the marks back
@@ -100,18 +100,18 @@ def test_marks_and_advances_survive_reopen_replay_and_rebuild(tmp_path):
     shutil.move(tmp_path / "index-old", tmp_path / "index")
     with MessageStore.open(tmp_path, SMALL) as s:
         assert s.recovery.replayed_records == 5  # copies 5..8 and the advance
-        assert s.origin_high_water("A", ["src:0"], "copy") == {"src:0": 8}
-        assert s.origin_high_water("B", ["x:0"], "copy") == {"x:0": 77}
+        assert s.origins.high_water("A", "copy", ["src:0"]) == {"src:0": 8}
+        assert s.origins.high_water("B", "copy", ["x:0"]) == {"x:0": 77}
         assert s.append_copies([(copy(8), ["q"])]) == [None]
         report = s.rebuild_index()
         assert report.index_rebuilt
-        assert s.origin_high_water("A", ["src:0"], "copy") == {"src:0": 8}
-        assert s.origin_high_water("B", ["x:0"], "copy") == {"x:0": 77}
+        assert s.origins.high_water("A", "copy", ["src:0"]) == {"src:0": 8}
+        assert s.origins.high_water("B", "copy", ["x:0"]) == {"x:0": 77}
         assert len(bodies(s, "q")) == 9
     shutil.rmtree(tmp_path / "index")  # lost: the log alone gives the marks back
     with MessageStore.open(tmp_path, SMALL) as s:
-        assert s.origin_high_water("A", ["src:0"], "copy") == {"src:0": 8}
-        assert s.origin_high_water("B", ["x:0"], "copy") == {"x:0": 77}
+        assert s.origins.high_water("A", "copy", ["src:0"]) == {"src:0": 8}
+        assert s.origins.high_water("B", "copy", ["x:0"]) == {"x:0": 77}
 
 
 def test_a_rebuild_keeps_marks_whose_records_retention_removed(tmp_path):
@@ -123,7 +123,7 @@ def test_a_rebuild_keeps_marks_whose_records_retention_removed(tmp_path):
         assert s.apply_retention().segments_removed > 0
         assert s.lmq("old") is None or s.lmq("old").messages == 0
         s.rebuild_index()
-        assert s.origin_high_water("A", ["old:0", "src:0"], "copy") == {"old:0": 0, "src:0": 299}
+        assert s.origins.high_water("A", "copy", ["old:0", "src:0"]) == {"old:0": 0, "src:0": 299}
         assert s.append_copies([(copy(0, queue="old:0"), ["old"])]) == [None]
 
 
@@ -147,7 +147,7 @@ def test_read_only_store_sees_the_marks(tmp_path):
         s.append_copies([(copy(4), ["q"])])
         ro = MessageStore.open_read_only(tmp_path, SMALL)
         try:
-            assert ro.origin_high_water("A", ["src:0"], "copy") == {"src:0": 4}
+            assert ro.origins.high_water("A", "copy", ["src:0"]) == {"src:0": 4}
         finally:
             ro.close()
 
@@ -188,7 +188,7 @@ def test_copies_are_stored_exactly_once_in_order(tmp_path_factory, steps):
         for key, n in next_offset.items():
             mine = [g[2] for g in got if g is not None and (g[0], g[1]) == key]
             assert mine == list(range(n))
-            assert s.origin_high_water(key[0], [key[1]], "copy") == {key[1]: n - 1}
+            assert s.origins.high_water(key[0], "copy", [key[1]]) == {key[1]: n - 1}
     finally:
         s.close()
 
@@ -209,7 +209,7 @@ def test_copies_and_marks_agree_after_sigkill(tmp_path):
             # last copy stored: the copy and its mark were one atomic append
             assert offsets == list(range(len(offsets))), round_
             assert offsets[-1] >= acked
-            assert store.origin_high_water("A", ["src:0"], TOPIC) == {"src:0": offsets[-1]}
+            assert store.origins.high_water("A", TOPIC, ["src:0"]) == {"src:0": offsets[-1]}
 
 
 def test_advance_records_are_skipped_by_verify_the_tools_and_the_spark_reader(tmp_path):
@@ -252,7 +252,7 @@ def test_an_index_ahead_of_the_log_drops_the_marks_the_log_lost(tmp_path):
     os.truncate(last.path, cut.position - last.base)
     with MessageStore.open(tmp_path, SMALL) as s:
         assert "ahead" in s.recovery.rebuild_reason
-        assert s.origin_high_water("A", ["src:0", "src:1"], "copy") == {"src:0": 1, "src:1": 0}
+        assert s.origins.high_water("A", "copy", ["src:0", "src:1"]) == {"src:0": 1, "src:1": 0}
         assert s.append_copies([(copy(2), ["q"])])[0] is not None
 
 
@@ -271,4 +271,4 @@ def test_retention_trims_the_translation_keys_of_removed_copies(tmp_path):
         assert s.translate_origin("A", "src:0", "q", 0) == first_q
         assert s.translate_origin("A", "src:0", "q", 299) == 299
         # the marks outlive their copies
-        assert s.origin_high_water("A", ["src:0", "src:1"], "copy") == {"src:0": 299, "src:1": 299}
+        assert s.origins.high_water("A", "copy", ["src:0", "src:1"]) == {"src:0": 299, "src:1": 299}

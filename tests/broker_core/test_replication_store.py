@@ -56,7 +56,7 @@ def test_slave_holds_the_same_bytes_and_index(tmp_path: Path) -> None:
             assert [(m.offset, m.body) for m in a.messages] == [
                 (m.offset, m.body) for m in b.messages
             ]
-        assert slave.pending_timers() == master.pending_timers() == 1
+        assert slave.timers.pending() == master.timers.pending() == 1
         assert slave.pending_timer(delayed.position) is not None
         assert [r.position for r in slave.find_by_key("t", "k7")] == [
             r.position for r in master.find_by_key("t", "k7")

@@ -47,7 +47,7 @@ def test_a_40_day_timer_does_not_pin_the_segments_after_it(tmp_path):
         assert s.log_bytes <= CFG.retention_bytes + CFG.segment_bytes
         timer = s.pending_timer(first)
         assert timer is not None and timer.position > first and timer.due_ms == due
-        assert s.pending_timers("orders") == 1
+        assert s.timers.pending("orders") == 1
         copy = s.record_at(timer.position)
         assert copy is not None and copy.delayed and copy.body == b"late"
         assert copy.tag == "t" and copy.properties["UNIQ_KEY"] == b"late"
@@ -96,7 +96,7 @@ def test_age_retention_relocates_too_and_a_page_per_pass(tmp_path):
         assert s.apply_retention(later).timers_relocated == 3
         assert s.apply_retention(later).timers_relocated == 1
         assert s.log_start > firsts[-1]
-        assert s.pending_timers() == 7
+        assert s.timers.pending() == 7
         assert s.fire_timers(now=due + 10) == 7
         assert bodies(s, "q:a") == [b"m%d" % i for i in range(7)]
 
@@ -116,7 +116,7 @@ def test_recall_and_reschedule_by_the_first_position_after_relocation(tmp_path):
         assert s.fire_timers(now=due + 4) == 0
         assert s.fire_timers(now=due + 5) == 1
         assert bodies(s, "q:a") == [b"b"]
-        assert s.pending_timers() == 0
+        assert s.timers.pending() == 0
         assert not [k for k, _ in s.index.all_items() if k[:1] in (b"W", b"V")]
 
 
@@ -170,7 +170,7 @@ def test_kill_9_between_the_relocation_write_and_its_index_commit(tmp_path, monk
                        if r.type == RecordType.TIMER_CHANGE and len(r.body) > 28]
         assert relocations, "nothing was relocated"
         assert s.log_start > min(scheduled)
-        assert s.pending_timers() >= len(scheduled)
+        assert s.timers.pending() >= len(scheduled)
         current = {p: s.pending_timer(p) for p in scheduled}
         assert all(t is not None and t.due_ms == scheduled[p] for p, t in current.items())
         assert len({t.position for t in current.values() if t}) == len(scheduled)
@@ -179,7 +179,7 @@ def test_kill_9_between_the_relocation_write_and_its_index_commit(tmp_path, monk
         assert timer_state(s) == expected
         assert s.verify().ok
         s.fire_timers(now=max(scheduled.values()))
-        assert s.pending_timers() == 0
+        assert s.timers.pending() == 0
         fires = [FIRE_BODY.unpack_from(r.body, 0)[0] for r in s.records_from(s.log_start)
                  if r.type == RecordType.TIMER_FIRE]
         assert len(fires) == len(set(fires))

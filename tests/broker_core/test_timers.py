@@ -126,7 +126,7 @@ def test_maximum_delay_is_configurable_and_refused_with_nothing_stored(tmp_path)
         end = s.log_end
         with pytest.raises(DelayTooLong, match="maximum delay"):
             s.append_delayed(msg(b"x"), ["q"], now_ms() + 3_600_000 + 60_000)
-        assert s.log_end == end and s.pending_timers() == 0
+        assert s.log_end == end and s.timers.pending() == 0
         r = s.append_delayed(msg(b"x"), ["q"], now_ms() + 3_500_000)
         with pytest.raises(DelayTooLong):
             s.reschedule_timer(r.position, now_ms() + 4_000_000)
@@ -142,15 +142,15 @@ def test_pending_counts_per_topic_survive_reopen(tmp_path):
     base = now_ms() + 10_000
     with MessageStore.open(tmp_path, SMALL) as s:
         rs = [s.append_delayed(msg(b"%d" % i, f"t{i % 2}"), ["q"], base + i) for i in range(5)]
-        assert (s.pending_timers("t0"), s.pending_timers("t1"), s.pending_timers()) == (3, 2, 5)
+        assert (s.timers.pending("t0"), s.timers.pending("t1"), s.timers.pending()) == (3, 2, 5)
         s.cancel_timer(rs[1].position)
         s.fire_timers(now=base)  # fires t0's first
-        assert (s.pending_timers("t0"), s.pending_timers("t1")) == (2, 1)
+        assert (s.timers.pending("t0"), s.timers.pending("t1")) == (2, 1)
     with MessageStore.open(tmp_path, SMALL) as s:
-        assert (s.pending_timers("t0"), s.pending_timers("t1")) == (2, 1)
+        assert (s.timers.pending("t0"), s.timers.pending("t1")) == (2, 1)
         assert s.stats()["timers_pending"] == 3  # the gauge lmq_store_timers_pending
         s.fire_timers(now=base + 100)
-        assert s.pending_timers() == 0 and s.pending_timers("t0") == 0
+        assert s.timers.pending() == 0 and s.timers.pending("t0") == 0
 
 
 def test_paging_fires_a_page_per_batch(tmp_path):
@@ -161,7 +161,7 @@ def test_paging_fires_a_page_per_batch(tmp_path):
         # one page is read from the index at a time, never everything due
         assert len(s.timers.due(base, cfg.timer_page)) == 10
         assert s.fire_timers(now=base, max_count=25) == 25
-        assert s.pending_timers() == 70
+        assert s.timers.pending() == 70
         assert s.fire_timers(now=base) == 70
         assert sorted(int(b) for b in bodies(s, "q")) == list(range(95))
 
@@ -241,7 +241,7 @@ def test_recovery_replays_timers_after_the_checkpoint(tmp_path):
     with MessageStore.open(tmp_path, SMALL) as s:
         assert s.recovery is not None and s.recovery.replayed_records >= 5
         assert timer_state(s) == expected
-        assert s.pending_timers() == 1
+        assert s.timers.pending() == 1
         assert s.pull("r", 0).messages[0].record.position == a.position
         assert s.fire_timers(now=base + 1000) == 1
         assert bodies(s, "q") == [b"plain", b"a", b"b"]
@@ -293,19 +293,19 @@ def test_rebuild_reproduces_the_timer_index_exactly(tmp_path, program):
                 s.append_batch([(msg(b"f" * 1000), ["filler"])] * a)
                 s.apply_retention()
         expected = timer_state(s)
-        counts = {t: s.pending_timers(t) for t in ("t0", "t1", "t2")}
+        counts = {t: s.timers.pending(t) for t in ("t0", "t1", "t2")}
         # the counters are the index's pending keys, counted by topic
         by_topic = Counter(v[12:].decode() for k, v in expected.items() if k[:1] == b"P")
         assert {t: by_topic.get(t, 0) for t in counts} == counts
         s.rebuild_index()
         assert timer_state(s) == expected
-        assert {t: s.pending_timers(t) for t in counts} == counts
+        assert {t: s.timers.pending(t) for t in counts} == counts
         s.close()
         s = MessageStore.open(data, cfg)
         assert timer_state(s) == expected
         # every timer fires exactly once in the end
         s.fire_timers(now=base + 1000)
-        assert s.pending_timers() == 0
+        assert s.timers.pending() == 0
         fires = [r for r in s.records_from(s.log_start) if r.type == RecordType.TIMER_FIRE]
         fired_positions = [FIRE_BODY.unpack_from(r.body, 0)[0] for r in fires]
         assert len(fired_positions) == len(set(fired_positions))
@@ -342,7 +342,7 @@ def test_kill_9_while_scheduling_and_firing(tmp_path, monkeypatch, seed, crash_r
         if crash_rate != "0":
             assert s.recovery is not None
         s.fire_timers(now=now_ms() + 10_000)
-        assert s.pending_timers() == 0
+        assert s.timers.pending() == 0
         fires = [r for r in s.records_from(0) if r.type == RecordType.TIMER_FIRE]
         count = Counter(FIRE_BODY.unpack_from(r.body, 0)[0] for r in fires)
         assert not [p for p, n in count.items() if n > 1], "fired twice"
@@ -418,7 +418,7 @@ def test_a_damaged_pending_record_is_cancelled_not_fired(tmp_path):
         s.log._last_read = None
         assert s.fire_timers(now=due) == 2
         assert bodies(s, "q") == [b"good"]
-        assert s.pending_timers() == 0
+        assert s.timers.pending() == 0
         after = s.records_from(bad.position + bad.size)  # the scan stops at damage
         changes = [r for r in after if r.type == RecordType.TIMER_CHANGE]
         assert len(changes) == 1

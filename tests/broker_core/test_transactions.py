@@ -34,7 +34,7 @@ def test_half_is_not_readable_until_commit(store):
     half = store.append_half(Message(topic="t", body=b"txn"), ["a", "b"], "pg")
     assert bodies(store, "a") == [b"before"]
     assert store.lmq("b") is None
-    pending = store.pending_transactions()
+    pending = list(store.txns.iter_pending())
     assert [(p.position, p.group, p.topic, p.lmqs) for p in pending] == [
         (half.position, "pg", "t", ("a", "b"))
     ]
@@ -47,7 +47,7 @@ def test_half_is_not_readable_until_commit(store):
     assert got is not None and got.record.position == half.position
     assert got.record.type == RecordType.TXN_HALF
     assert got.record.properties[GROUP_PROPERTY] == b"pg"
-    assert store.pending_transactions() == []
+    assert list(store.txns.iter_pending()) == []
 
 
 def test_commit_is_atomic_over_all_lmqs(store, monkeypatch):
@@ -68,7 +68,7 @@ def test_commit_is_atomic_over_all_lmqs(store, monkeypatch):
     monkeypatch.setattr(store.index, "write", real_write)
     assert all(store.lmq(n) is None or bodies(store, n) == [] for n in lmqs)
     assert store.log_end == end  # the control record was cut off again
-    assert [p.position for p in store.pending_transactions()] == [half.position]
+    assert [p.position for p in store.txns.iter_pending()] == [half.position]
     assert store.end_transaction(half.position, commit=True).outcome == Outcome.COMMITTED
     for n in lmqs:
         got = store.read_at(n, 0)
@@ -100,7 +100,7 @@ def test_rollback_never_delivers(store):
         Outcome.ALREADY_ROLLED_BACK
     )
     assert bodies(store, "a") == []
-    assert store.pending_transactions() == []
+    assert list(store.txns.iter_pending()) == []
 
 
 def test_repeated_commit_stores_and_delivers_once(store):
@@ -156,7 +156,7 @@ def test_survives_reopen(tmp_path):
         s.end_transaction(h1.position, commit=True)
         s.end_transaction(h2.position, commit=False)
     with MessageStore.open(d, SMALL) as s:
-        assert [p.position for p in s.pending_transactions()] == [h3.position]
+        assert [p.position for p in s.txns.iter_pending()] == [h3.position]
         assert s.end_transaction(h1.position, True).outcome == Outcome.ALREADY_COMMITTED
         assert s.end_transaction(h2.position, True).outcome == Outcome.ALREADY_ROLLED_BACK
         assert s.end_transaction(h3.position, True).outcome == Outcome.COMMITTED
@@ -174,22 +174,22 @@ def test_check_schedule_then_dead_letter(tmp_path):
     d = tmp_path / "data"
     with MessageStore.open(d, cfg) as s:
         h = s.append_half(Message(topic="t", body=b"x"), ["a"], "pg")
-        t0 = s.pending_transaction(h.position).store_ms  # type: ignore[union-attr]
+        t0 = s.txns.pending.get(h.position).store_ms  # type: ignore[union-attr]
         assert s.transaction_checks_due(t0 + 5_999) == []
         first = s.transaction_checks_due(t0 + 6_000)
         assert [(t.position, t.checks, t.group) for t in first] == [(h.position, 1, "pg")]
         # a check is due 30 s after the CHECK record's store time (now, in real time)
         assert s.transaction_checks_due(t0 + 6_001) == []
-        due_at = s.pending_transaction(h.position).next_check_ms  # type: ignore[union-attr]
+        due_at = s.txns.pending.get(h.position).next_check_ms  # type: ignore[union-attr]
         assert due_at >= t0 + 30_000
     with MessageStore.open(d, cfg) as s:  # the count survives a restart
-        assert s.pending_transaction(h.position).checks == 1  # type: ignore[union-attr]
+        assert s.txns.pending.get(h.position).checks == 1  # type: ignore[union-attr]
         assert s.transaction_checks_due(due_at - 1) == []
         assert [t.checks for t in s.transaction_checks_due(due_at)] == [2]
         assert [t.checks for t in s.transaction_checks_due(due_at + DAY)] == [3]
         # the 3rd check was the last: next time it is dead-lettered, not checked
         assert s.transaction_checks_due(due_at + 2 * DAY) == []
-        assert s.pending_transactions() == []
+        assert list(s.txns.iter_pending()) == []
         assert bodies(s, "DLQ-TXN") == [b"x"]
         assert bodies(s, "a") == []
         assert s.stats()["transactions_dead_lettered"] == 1
@@ -197,14 +197,14 @@ def test_check_schedule_then_dead_letter(tmp_path):
         assert bodies(s, "a") == []
     with MessageStore.open(d, cfg) as s:
         assert bodies(s, "DLQ-TXN") == [b"x"]
-        assert s.pending_transactions() == []
+        assert list(s.txns.iter_pending()) == []
 
 
 def test_immunity_property_delays_first_check(store):
     h = store.append_half(
         Message(topic="t", body=b"x", properties={IMMUNITY_PROPERTY: b"60"}), ["a"], "pg"
     )
-    t0 = store.pending_transaction(h.position).store_ms
+    t0 = store.txns.pending.get(h.position).store_ms
     assert store.transaction_checks_due(t0 + 59_999) == []
     assert len(store.transaction_checks_due(t0 + 60_000)) == 1
 
@@ -295,7 +295,7 @@ def test_recovery_reproduces_state(tmp_path_factory, sequence):
                 s = MessageStore.open(d, cfg)
                 if arg:
                     s.rebuild_index()
-            pending = {p.position: p.checks for p in s.pending_transactions()}
+            pending = {p.position: p.checks for p in s.txns.iter_pending()}
             assert pending == {p: c for p, (st_, c) in model.items() if st_ == "pending"}
             for name, expect in delivered.items():
                 assert bodies(s, name) == expect
@@ -346,7 +346,7 @@ def test_commits_survive_sigkill_exactly_once(tmp_path, seed):
             assert s.end_transaction(pos, True).outcome == Outcome.ALREADY_ROLLED_BACK
         # what is left pending is a half whose end was never acknowledged, and it is
         # checked back after the restart
-        pending = {t.position for t in s.pending_transactions()}
+        pending = {t.position for t in s.txns.iter_pending()}
         assert not pending & (set(committed) | rolled_back)
         assert {t.position for t in s.transaction_checks_due(now=1 << 62)} == pending
         assert verify(s).ok
@@ -384,7 +384,7 @@ def test_sync_commit_returns_only_when_durable(tmp_path):
 
 
 def _state(s: MessageStore, halves: list[int]) -> tuple[object, ...]:
-    pending = {t.position: (t.checks, t.next_check_ms, t.lmqs) for t in s.pending_transactions()}
+    pending = {t.position: (t.checks, t.next_check_ms, t.lmqs) for t in s.txns.iter_pending()}
     outcomes = {p: s.transaction_outcome(p) for p in halves}
     lmqs = {i.name: bodies(s, i.name) for i in s.lmqs()}
     return pending, outcomes, lmqs

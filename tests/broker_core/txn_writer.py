@@ -21,7 +21,7 @@ def main() -> None:
     rnd = random.Random(seed)
     store = MessageStore.open(data_dir, CONFIG)
     print("READY", flush=True)
-    for txn in store.pending_transactions():
+    for txn in store.txns.iter_pending():
         store.end_transaction(txn.position, commit=True)
         print(f"COMMIT {txn.position} {','.join(txn.lmqs)}", flush=True)
     seq = 0

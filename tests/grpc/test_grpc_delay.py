@@ -80,7 +80,7 @@ async def test_recall_cancels_a_pending_delayed_message(tmp_path: Path) -> None:
         assert fired.status.code == Code.NOT_FOUND
     store = MessageStore.open(data)
     try:
-        assert store.pending_timers() == 0
+        assert store.timers.pending() == 0
     finally:
         store.close()
 
@@ -99,7 +99,7 @@ async def test_delivery_time_checks(tmp_path: Path) -> None:
         assert ok.status.code == Code.OK
     store = MessageStore.open(data)
     try:
-        assert store.pending_timers("later") == 1
+        assert store.timers.pending("later") == 1
     finally:
         store.close()
 
@@ -131,4 +131,4 @@ async def test_recall_by_the_handle_after_retention_relocated_the_message(tmp_pa
         assert res.status.code == Code.OK, res
         assert res.message_id == "FAR-1"
     with MessageStore.open(data) as store:
-        assert store.pending_timers() == 0
+        assert store.timers.pending() == 0

@@ -79,7 +79,7 @@ class TransactionPolls:
             for txn in halves.take(group, count - len(out)):
                 if not self._may_end(request, txn):
                     continue  # (offered again at its next check, to whoever may)
-                pending = store.pending_transaction(txn.position)
+                pending = store.txns.pending.get(txn.position)
                 record = store.record_at(txn.position) if pending is not None else None
                 if pending is not None and record is not None:
                     out.append(_half_doc(pending, record))

@@ -112,7 +112,7 @@ def test_delay_past_the_maximum_is_nacked(gw: ThreadGateway) -> None:
         ch.basic_publish("dx", "", b"too far", _props(2**32 - 1))  # 49.7 d > 40 d
     ch.basic_publish("dx", "", b"beyond the plugin's range: now", _props(2**32))
     assert [b for _, _, b in drain(ch, "q")] == [b"beyond the plugin's range: now"]
-    assert gw.store.pending_timers() == 0
+    assert gw.store.timers.pending() == 0
     conn.close()
 
 
@@ -186,7 +186,7 @@ async def test_aio_pika_delayed_exchange(gw: ThreadGateway) -> None:
         start = _ms()
         await x.publish(aio_pika.Message(b"later", headers={"x-delay": 600}),
                         routing_key="orders.new")
-        assert gw.store.pending_timers() == 1  # confirmed: the timer is in the store
+        assert gw.store.timers.pending() == 1  # confirmed: the timer is in the store
         message = await q.get(timeout=BOUND, fail=False)
         assert message is None  # not yet
         deadline = asyncio.get_running_loop().time() + BOUND
@@ -238,5 +238,5 @@ def test_mandatory_with_no_route_is_returned_at_once(gw: ThreadGateway) -> None:
         ch.basic_publish("dx", "no", b"nowhere", _props(60_000), mandatory=True)
     ch.basic_publish("dx", "yes", b"routed", _props(300), mandatory=True)
     assert [b for b, _ in _consume_timed(ch, "bound", 1)] == [b"routed"]
-    assert gw.store.pending_timers() == 0  # the unroutable one was never scheduled
+    assert gw.store.timers.pending() == 0  # the unroutable one was never scheduled
     conn.close()

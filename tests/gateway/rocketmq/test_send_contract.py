@@ -14,6 +14,14 @@ ACL is applied to the topic's MQTT name ``T``; a message with ``mqttSecondTopic`
 reaches an MQTT subscriber of ``T/...``; a batch is stored all or none; the reply comes
 only once the store acknowledges the append under sync durability; an end of
 transaction commits once, is idempotent, refuses the other end and unknown ids.
+
+Settling what a door received (RocketMQ's pop ack and changeInvisibleTime): an ack
+settles the message (nothing in flight); a second ack of the same receipt, and a change
+of invisibility by a receipt a change replaced, find it no longer in flight; a malformed
+receipt is refused; a change gives a new receipt, the message comes back once its new
+invisible time runs out, and the new receipt acks it. The doors spell "no longer in
+flight" differently (:attr:`Door.codes` ``ack_gone``, ``change_gone``): the remoting
+protocol answers a stale ack SUCCESS as RocketMQ's broker does, the others refuse it.
 """
 
 from __future__ import annotations
@@ -32,13 +40,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from mq_http_sdk.mq_client import MQClient
 from mq_http_sdk.mq_exception import MQServerException
 from mq_http_sdk.mq_producer import TopicMessage
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
-from broker_core import Durability, MessageTooLarge, StoreConfig
+from broker_core import Durability, MessageTooLarge, StoreConfig, UnknownReceipt
 from gateway.auth import UsersDatabase
 from gateway.auth.acl import AclRule
 from gateway.auth.authenticator import Principal
@@ -55,12 +64,13 @@ from lmq.rocketmq import (
     queue_lmq,
 )
 from protocol.grpc import Code
-from protocol.remoting import RequestCode, ResponseCode
+from protocol.remoting import HeaderError, RequestCode, ResponseCode
 
 from ...grpc.grpc_core_support import BOUND, channel, metadata, resource, stub
 from ..mqtt_clients import Paho
 from ..remoting.remoting_support import Client, port_of, running_gateway
 from ..remoting.rocketmq_messages import batch_body, properties
+from ..remoting.test_pop_remoting import decode_exts
 from ..remoting.test_remoting_security import signed
 from ..remoting.test_remoting_send_pull import send_fields
 
@@ -75,6 +85,8 @@ class Sent:
     code: object
     detail: str = ""
     transaction: str = ""
+    #: a change of invisibility's new receipt handle
+    handle: str = ""
 
 
 class Door:
@@ -85,6 +97,10 @@ class Door:
     transactions = True
     #: The door sends batches.
     batches = True
+    #: The door receives by pop and acks by receipt.
+    settles = True
+    #: The door changes a received message's invisible time.
+    changes = True
     #: outcome -> this door's answer (a code, or the service's exception class)
     codes: dict[str, object] = {}
 
@@ -104,6 +120,26 @@ class Door:
     async def end(self, topic: str, transaction: str, commit: bool) -> Sent:
         raise NotImplementedError
 
+    async def join(self, topic: str, group: str) -> None:
+        """Before the first send the group is to receive (a door whose new groups start
+        at the end of the queues creates the group here)."""
+
+    async def receive(self, topic: str, group: str, invisible_s: int) -> list[str]:
+        """Pop, waiting up to a few seconds for a message; the receipt handles."""
+        raise NotImplementedError
+
+    async def ack(self, topic: str, group: str, handle: str) -> Sent:
+        raise NotImplementedError
+
+    async def change(self, topic: str, group: str, handle: str, invisible_s: int) -> Sent:
+        raise NotImplementedError
+
+
+#: a receipt handle no door issued
+FORGED = "nonsense"
+#: how long a receive waits for a message
+POLL_S = 5
+
 
 class ServiceDoor(Door):
     """The producer service itself, called as a door calls it: no socket."""
@@ -113,6 +149,7 @@ class ServiceDoor(Door):
         "ok": None, "system": p.SystemTopic, "readonly": p.NotWritable,
         "type": p.TypeMismatch, "acl": p.Forbidden, "too_large": MessageTooLarge,
         "conflict": p.TransactionConflict, "unknown": p.TransactionNotFound,
+        "ack_gone": False, "change_gone": UnknownReceipt, "bad_handle": HeaderError,
     }
     principal = Principal("app", "access_key")
 
@@ -151,6 +188,38 @@ class ServiceDoor(Door):
             return Sent(type(exc), str(exc))
         return Sent(None)
 
+    # a handle: "queue offset extraInfo"
+
+    async def receive(self, topic: str, group: str, invisible_s: int) -> list[str]:
+        result = await self.gw.ctx.rocketmq.pop.pop(
+            group, topic, -1, 32, invisible_s * 1000, POLL_S * 1000)
+        return [f"{i.source.queue_id} {i.message.offset} {i.extra_info}"
+                for i in result.items]
+
+    @staticmethod
+    def _parts(handle: str) -> tuple[int, int, str]:
+        queue, offset, extra = (handle.split(" ", 2) + ["", ""])[:3] \
+            if handle != FORGED else ("0", "0", FORGED)
+        return int(queue), int(offset), extra
+
+    async def ack(self, topic: str, group: str, handle: str) -> Sent:
+        try:
+            in_flight = self.gw.ctx.rocketmq.pop.ack(group, topic, *self._parts(handle))
+        except HeaderError as exc:
+            return Sent(HeaderError, str(exc))
+        return Sent(None if in_flight else False)
+
+    async def change(self, topic: str, group: str, handle: str, invisible_s: int) -> Sent:
+        queue, offset, extra = self._parts(handle)
+        try:
+            pop_time, invisible = self.gw.ctx.rocketmq.pop.change_invisible_time(
+                group, topic, queue, offset, extra, invisible_s * 1000)
+        except (HeaderError, UnknownReceipt) as exc:
+            return Sent(type(exc), str(exc))
+        fields = extra.split(" ")
+        fields[1], fields[2] = str(pop_time), str(invisible)
+        return Sent(None, handle=f"{queue} {offset} {' '.join(fields)}")
+
 
 class RemotingDoor(Door):
     """RocketMQ's remoting protocol, signed as ali-ons signs (the unified port)."""
@@ -161,6 +230,8 @@ class RemotingDoor(Door):
         "readonly": ResponseCode.NO_PERMISSION, "type": ResponseCode.MESSAGE_ILLEGAL,
         "acl": ResponseCode.NO_PERMISSION, "too_large": ResponseCode.MESSAGE_ILLEGAL,
         "conflict": ResponseCode.SYSTEM_ERROR, "unknown": ResponseCode.SYSTEM_ERROR,
+        "ack_gone": ResponseCode.SUCCESS, "change_gone": ResponseCode.NO_MESSAGE,
+        "bad_handle": ResponseCode.INVALID_PARAMETER,
     }
 
     async def open(self) -> None:
@@ -203,6 +274,41 @@ class RemotingDoor(Door):
             RequestCode.END_TRANSACTION, signed(fields, b"", AK, SK))
         return Sent(reply.code, reply.remark or "")
 
+    # a handle: the ack's fields (queue, offset, POP_CK) as JSON
+
+    async def receive(self, topic: str, group: str, invisible_s: int) -> list[str]:
+        fields = {"consumerGroup": group, "topic": topic, "queueId": -1, "maxMsgNums": 32,
+                  "invisibleTime": invisible_s * 1000, "pollTime": POLL_S * 1000,
+                  "bornTime": int(time.time() * 1000), "initMode": 0}
+        reply = await self.client.call(RequestCode.POP_MESSAGE, signed(fields, b"", AK, SK))
+        assert reply.code in (ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT), reply
+        return [json.dumps({"queueId": e.queue_id, "offset": e.queue_offset,
+                            "extraInfo": e.properties["POP_CK"]})
+                for e in decode_exts(reply.body or b"")]
+
+    @staticmethod
+    def _fields(topic: str, group: str, handle: str) -> dict[str, Any]:
+        parts = json.loads(handle) if handle != FORGED else {
+            "queueId": 0, "offset": 0, "extraInfo": FORGED}
+        fields: dict[str, Any] = {"consumerGroup": group, "topic": topic, **parts}
+        return fields
+
+    async def ack(self, topic: str, group: str, handle: str) -> Sent:
+        fields = self._fields(topic, group, handle)
+        reply = await self.client.call(RequestCode.ACK_MESSAGE, signed(fields, b"", AK, SK))
+        return Sent(reply.code, reply.remark or "")
+
+    async def change(self, topic: str, group: str, handle: str, invisible_s: int) -> Sent:
+        fields = self._fields(topic, group, handle) | {"invisibleTime": invisible_s * 1000}
+        reply = await self.client.call(
+            RequestCode.CHANGE_MESSAGE_INVISIBLETIME, signed(fields, b"", AK, SK))
+        new = ""
+        if reply.code == ResponseCode.SUCCESS:
+            extra = fields["extraInfo"].split(" ")
+            extra[1], extra[2] = reply.ext_fields["popTime"], reply.ext_fields["invisibleTime"]
+            new = json.dumps(fields | {"extraInfo": " ".join(extra)})
+        return Sent(reply.code, reply.remark or "", handle=new)
+
 
 class GrpcDoor(Door):
     """RocketMQ 5's gRPC protocol, signed as the official clients sign (the unified
@@ -213,7 +319,8 @@ class GrpcDoor(Door):
         "ok": Code.OK, "system": Code.ILLEGAL_TOPIC, "readonly": Code.FORBIDDEN,
         "type": Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "acl": Code.FORBIDDEN,
         "too_large": Code.MESSAGE_BODY_TOO_LARGE, "conflict": Code.PRECONDITION_FAILED,
-        "unknown": Code.INVALID_TRANSACTION_ID,
+        "unknown": Code.INVALID_TRANSACTION_ID, "ack_gone": Code.OK,
+        "change_gone": Code.INVALID_RECEIPT_HANDLE, "bad_handle": Code.INVALID_RECEIPT_HANDLE,
     }
 
     async def open(self) -> None:
@@ -256,6 +363,34 @@ class GrpcDoor(Door):
             metadata=self.md(), timeout=BOUND)
         return Sent(reply.status.code, reply.status.message)
 
+    async def receive(self, topic: str, group: str, invisible_s: int) -> list[str]:
+        request = service_pb2.ReceiveMessageRequest(
+            group=resource(group),
+            message_queue=pb.MessageQueue(topic=resource(topic), id=0,
+                                          broker=pb.Broker(name="lmq-gateway")),
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+            batch_size=32, invisible_duration=Duration(seconds=invisible_s),
+            long_polling_timeout=Duration(seconds=POLL_S))
+        stream = self.stub.ReceiveMessage(request, metadata=self.md(), timeout=BOUND)
+        return [r.message.system_properties.receipt_handle async for r in stream
+                if r.HasField("message")]
+
+    async def ack(self, topic: str, group: str, handle: str) -> Sent:
+        reply = await self.stub.AckMessage(
+            service_pb2.AckMessageRequest(
+                group=resource(group), topic=resource(topic),
+                entries=[service_pb2.AckMessageEntry(message_id="m", receipt_handle=handle)]),
+            metadata=self.md(), timeout=BOUND)
+        return Sent(reply.status.code, reply.status.message)
+
+    async def change(self, topic: str, group: str, handle: str, invisible_s: int) -> Sent:
+        reply = await self.stub.ChangeInvisibleDuration(
+            service_pb2.ChangeInvisibleDurationRequest(
+                group=resource(group), topic=resource(topic), receipt_handle=handle,
+                invisible_duration=Duration(seconds=invisible_s), message_id="m"),
+            metadata=self.md(), timeout=BOUND)
+        return Sent(reply.status.code, reply.status.message, handle=reply.receipt_handle)
+
 
 class JsonDoor(Door):
     """The JSON API's topic publish (``POST /v1/topics/{topic}/messages``, HTTP Basic)
@@ -266,7 +401,8 @@ class JsonDoor(Door):
     atomic_batch = False
     codes = {
         "ok": 201, "system": 403, "readonly": 403, "type": 400, "acl": 403,
-        "too_large": 413, "conflict": 409, "unknown": 404,
+        "too_large": 413, "conflict": 409, "unknown": 404, "ack_gone": 410,
+        "change_gone": 410, "bad_handle": 400,
     }
 
     def _post(self, path: str, doc: object) -> tuple[int, Any]:
@@ -308,6 +444,26 @@ class JsonDoor(Door):
             self._post, f"/v1/transactions/{transaction or 1 << 40}/{action}", {})
         return Sent(201 if status == 200 else status, json.dumps(answer))
 
+    async def receive(self, topic: str, group: str, invisible_s: int) -> list[str]:
+        query = urllib.parse.urlencode({"wait_seconds": POLL_S, "invisible_seconds": invisible_s})
+        status, answer = await asyncio.to_thread(
+            self._post, f"/v1/groups/{group}/topics/{urllib.parse.quote(topic)}/receive?{query}",
+            {})
+        assert status == 200, answer
+        return [m["receipt_handle"] for m in answer["messages"]]
+
+    async def ack(self, topic: str, group: str, handle: str) -> Sent:
+        status, answer = await asyncio.to_thread(
+            self._post, f"/v1/groups/{group}/ack", {"receipt_handles": [handle]})
+        return Sent(201 if status == 200 else status, json.dumps(answer))
+
+    async def change(self, topic: str, group: str, handle: str, invisible_s: int) -> Sent:
+        status, answer = await asyncio.to_thread(
+            self._post, f"/v1/groups/{group}/visibility",
+            {"receipt_handles": [handle], "invisible_seconds": invisible_s})
+        new = answer["results"][0].get("new_receipt_handle", "") if status == 200 else ""
+        return Sent(201 if status == 200 else status, json.dumps(answer), handle=new)
+
 
 class Rip17Door(Door):
     """RIP-17's MSG_SEND (101) and MSG_BATCH_SEND (102) forms on the unified port,
@@ -316,6 +472,7 @@ class Rip17Door(Door):
 
     name = "rip17"
     transactions = False
+    settles = False
     codes = {
         "ok": 0, "system": 14, "readonly": 14, "type": 14, "acl": 6, "too_large": 14,
     }
@@ -354,14 +511,17 @@ class Rip17Door(Door):
 class AliyunDoor(Door):
     """The Aliyun MQ HTTP API through Aliyun's own Python SDK (``mq-http-sdk``, signed
     with the access key) on the unified port. It publishes one message a request (no
-    batch); a transaction ends by its half's receipt handle (commit / rollback)."""
+    batch); a transaction ends by its half's receipt handle (commit / rollback). Its
+    consumers ack; the API has no change of invisibility."""
 
     name = "aliyun"
     batches = False
+    changes = False
     codes = {
         "ok": "ok", "system": "AccessDenied", "readonly": "AccessDenied",
         "type": "InvalidArgument", "acl": "AccessDenied", "too_large": "InvalidArgument",
         "conflict": "MessageNotExist", "unknown": "ReceiptHandleError",
+        "ack_gone": "MessageNotExist", "bad_handle": "ReceiptHandleError",
     }
 
     async def open(self) -> None:
@@ -398,6 +558,24 @@ class AliyunDoor(Door):
         producer = self.client.get_trans_producer("", topic, "GID_PG")
         fn = producer.commit if commit else producer.rollback
         code, _ = await asyncio.to_thread(self._code, fn, transaction or "not-a-handle")
+        return Sent(code)
+
+    async def join(self, topic: str, group: str) -> None:
+        # a new consumer group starts at the end of the queues (the SDK's own tests do
+        # this too): consume once, nothing there
+        consumer = self.client.get_consumer("", topic, group)
+        code, _ = await asyncio.to_thread(self._code, consumer.consume_message, 1, 0)
+        assert code == "MessageNotExist", code
+
+    async def receive(self, topic: str, group: str, invisible_s: int) -> list[str]:
+        consumer = self.client.get_consumer("", topic, group)
+        code, got = await asyncio.to_thread(self._code, consumer.consume_message, 16, POLL_S)
+        assert code in ("ok", "MessageNotExist"), code
+        return [m.receipt_handle for m in got] if code == "ok" else []
+
+    async def ack(self, topic: str, group: str, handle: str) -> Sent:
+        consumer = self.client.get_consumer("", topic, group)
+        code, _ = await asyncio.to_thread(self._code, consumer.ack_message, [handle])
         return Sent(code)
 
 
@@ -528,6 +706,45 @@ async def test_end_transaction(door: Door) -> None:
     assert other.code == door.codes["conflict"], other
     unknown = await door.end("tx", "", commit=True)
     assert unknown.code == door.codes["unknown"], unknown
+
+
+async def test_ack(door: Door) -> None:
+    if not door.settles:
+        pytest.skip(f"{door.name} does not receive by pop")
+    store, group = door.gw.ctx.store, "GID_settle"
+    await door.join("plain", group)
+    assert (await door.send("plain", [b"one"])).code == door.codes["ok"]
+    [handle] = await door.receive("plain", group, 30)
+    assert store.inflight_count(group) == 1
+    acked = await door.ack("plain", group, handle)
+    assert acked.code == door.codes["ok"], acked
+    assert store.inflight_count(group) == 0
+    again = await door.ack("plain", group, handle)
+    assert again.code == door.codes["ack_gone"], again
+    forged = await door.ack("plain", group, FORGED)
+    assert forged.code == door.codes["bad_handle"], forged
+    assert store.inflight_count(group) == 0
+
+
+async def test_change_invisibility(door: Door) -> None:
+    if not (door.settles and door.changes):
+        pytest.skip(f"{door.name} does not change a message's invisible time")
+    store, group = door.gw.ctx.store, "GID_settle"
+    await door.join("plain", group)
+    assert (await door.send("plain", [b"one"])).code == door.codes["ok"]
+    [old] = await door.receive("plain", group, 30)
+    changed = await door.change("plain", group, old, 1)
+    assert changed.code == door.codes["ok"], changed
+    assert changed.handle and changed.handle != old
+    stale = await door.change("plain", group, old, 1)  # the change replaced it
+    assert stale.code == door.codes["change_gone"], stale
+    forged = await door.change("plain", group, FORGED, 1)
+    assert forged.code == door.codes["bad_handle"], forged
+    # visible again once the new invisible time (1 s) runs out: the receive waits for it
+    [back] = await door.receive("plain", group, 30)
+    acked = await door.ack("plain", group, back)
+    assert acked.code == door.codes["ok"], acked
+    assert store.inflight_count(group) == 0
 
 
 async def test_every_send_counts_for_back_pressure(gateway: Gateway) -> None:
