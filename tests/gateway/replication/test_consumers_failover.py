@@ -9,12 +9,15 @@ nobody is skipped."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 
 import pytest
 import requests
 
-from gateway.clients import Producer, RemotingClient
+from broker_core import MessageStore, RecordType
+from broker_core.transactions import CONTROL, Action
+from gateway.clients import Producer, PullConsumer, RemotingClient, TransactionProducer
 from gateway.clients.pop import PopConsumer, PoppedMessage
 from tests.grpc.test_grpc_send import create_topic
 
@@ -140,5 +143,104 @@ def test_pop_and_http_consumers_resume_on_the_promoted_slave(tmp_path: Path) -> 
         assert http_unacked <= set(got_http)
     finally:
         session.close()
+        b.stop()
+        a.stop()
+
+
+def _check_times(data_dir: Path) -> list[int]:
+    """When each check-back of a half message was counted: the store times of the
+    log's CHECK control records (a member's store, read beside it)."""
+    store = MessageStore.open_read_only(data_dir)
+    try:
+        return [
+            r.store_ms
+            for r in store.records_from(store.log_start)
+            if r.type == RecordType.TXN_CONTROL and CONTROL.unpack(r.body)[4] == Action.CHECK
+        ]
+    finally:
+        store.close()
+
+
+async def _producer_checked(port: int, checks: int, commit_at: int | None = None) -> int:
+    """A transaction producer of group PG_chk on the member at ``port``: when
+    ``commit_at`` is None it sends a half message; it answers every check-back
+    "unknown" until it has received ``checks`` of them (committing at check
+    ``commit_at``). Returns how many check-backs it received."""
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        received = 0
+        done = asyncio.Event()
+
+        def checker(check: object, message: object) -> bool | None:
+            nonlocal received
+            received += 1
+            if received >= checks:
+                done.set()
+            return True if received == commit_at else None
+
+        producer = TransactionProducer(client, "PG_chk", checker=checker)
+        await producer.start("ctx")
+        if commit_at is None:
+            await producer.send_half("ctx", b"checked")
+        await asyncio.wait_for(done.wait(), BOUND)
+        await asyncio.sleep(0.2)  # the commit's END_TRANSACTION (oneway) on its way
+        return received
+
+
+async def _pull(port: int) -> list[bytes]:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        consumer = PullConsumer(client, "CG_chk")
+        out: list[bytes] = []
+        for mq in await consumer.queues("ctx"):
+            result = await consumer.pull(mq, 0, max_nums=64)
+            out += [m.body for m in result.messages]
+        return out
+
+
+def test_a_transaction_check_back_across_a_failover(tmp_path: Path) -> None:
+    """A half message whose producer never ends it: checked back by the master, then,
+    after kill -9 and promotion, by the new master, whose check count continues the old
+    one's (each check is a control record of the log, so none is repeated or reset; each
+    reached the producer at most once). The producer commits in answer to the new
+    master's second check: delivered once, nothing pending any more."""
+    config = tmp_path / "lmq.toml"
+    config.write_text("[store]\ntxn_first_check_ms = 300\ntxn_check_interval_ms = 1000\n")
+    create_topic(tmp_path / "a", "ctx", "--type", "transaction", "--queues", "1")
+    conf = ("--config", str(config))
+    a = Member(tmp_path / "a", *conf, "--replication-role", "master", "--replication-ack", "sync")
+    a.start()
+    b = Member(
+        tmp_path / "b",
+        *conf,
+        "--replication-role",
+        "slave",
+        "--replication-master",
+        a.replication_address,
+    )
+    try:
+        b.start()
+        wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
+        on_a = asyncio.run(_producer_checked(a.ports["unified"], 2))
+        wait_for("b caught up", lambda: caught_up(b, a))
+        a.kill()
+        at_kill = len(_check_times(b.data_dir))
+        assert at_kill >= on_a  # every check the producer got was counted in the log
+        b.promote()
+        wait_for("b is master", lambda: b.replication()["role"] == "master")
+        on_b = asyncio.run(_producer_checked(b.ports["unified"], 2, commit_at=2))
+        wait_for("the commit", lambda: asyncio.run(_pull(b.ports["unified"])) != [])
+        assert asyncio.run(_pull(b.ports["unified"])) == [b"checked"]
+        store = MessageStore.open_read_only(b.data_dir)
+        try:
+            assert store.pending_transactions() == []
+        finally:
+            store.close()
+        # the new master's checks continue the old one's count and schedule: each
+        # reached the producer at most once, and no two are less than the check
+        # interval apart (none repeated or made early at the failover)
+        times = _check_times(b.data_dir)
+        assert len(times) - at_kill >= on_b
+        assert all(later - earlier >= 1000 for earlier, later in itertools.pairwise(times))
+        assert b.says("replication: master of group")
+    finally:
         b.stop()
         a.stop()
