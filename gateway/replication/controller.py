@@ -176,6 +176,12 @@ class Controller:
                 return
             best = min(eligible, key=lambda m: (-present[m], m))
             if best != me:
+                log.info(
+                    "replication: not campaigning: %s is eligible with log end %d, mine %d",
+                    best,
+                    present[best],
+                    present[me],
+                )
                 return
             await self._campaign()
         finally:

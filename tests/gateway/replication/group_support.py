@@ -79,6 +79,11 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = WAIT_S) -> N
         time.sleep(0.05)
 
 
+def caught_up(slave: Member, master: Member) -> bool:
+    """The slave's log ends where the master's does."""
+    return slave.replication()["log_end"] == master.replication()["log_end"]
+
+
 def bodies_in_log(data_dir: Path) -> list[bytes]:
     """The bodies of the message records of a store's log (read-only, beside a running
     gateway or after it stopped)."""

@@ -22,7 +22,7 @@ from tests.gateway.mqtt_clients import Paho, RawClient
 from tests.gateway.remoting.remoting_support import Client
 from tests.grpc.test_grpc_send import create_topic
 
-from .group_support import Member, Publisher, bodies_in_log, log_bytes, wait_for
+from .group_support import Member, Publisher, bodies_in_log, caught_up, log_bytes, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -69,10 +69,6 @@ def _drain(client: Paho, seen: set[bytes]) -> bool:
     while not client.messages.empty():
         seen.add(client.messages.get().payload)
     return True
-
-
-def _caught_up(slave: Member, master: Member) -> bool:
-    return slave.replication()["log_end"] == master.replication()["log_end"]
 
 
 def test_sync_pair_kill9_promote_and_rejoin(tmp_path: Path) -> None:
@@ -157,7 +153,7 @@ def test_sync_pair_kill9_promote_and_rejoin(tmp_path: Path) -> None:
             b.replication_address,
         )
         a.start()
-        wait_for("a caught up", lambda: _caught_up(a, b))
+        wait_for("a caught up", lambda: caught_up(a, b))
         assert log_bytes(a.data_dir) == log_bytes(b.data_dir)
         assert a.says("replication: cutting")
         assert set(after) <= set(bodies_in_log(a.data_dir))
@@ -194,7 +190,7 @@ def test_sync_ack_waits_for_the_in_sync_slave(tmp_path: Path) -> None:
         pub.stop()
         b.resume()
         wait_for("b back in the set", lambda: a.replication()["in_sync"] != [])
-        wait_for("b caught up", lambda: _caught_up(b, a))
+        wait_for("b caught up", lambda: caught_up(b, a))
         assert log_bytes(a.data_dir) == log_bytes(b.data_dir)
     finally:
         b.resume()
@@ -284,7 +280,7 @@ def test_delayed_and_half_messages_across_a_failover(tmp_path: Path) -> None:
         asyncio.run(_send_delayed(a.ports["unified"], b"later", 3))
         halves = asyncio.run(_send_halves(a.ports["unified"]))
         confirmed = _amqp_publish(a.ports["amqp"], 50)
-        wait_for("b caught up", lambda: _caught_up(b, a))
+        wait_for("b caught up", lambda: caught_up(b, a))
         a.kill()
         # (a slave's routes name the master, dead now: nothing to pull from b yet)
         b.promote()
@@ -325,7 +321,7 @@ def test_a_new_slave_of_a_master_whose_log_was_trimmed(tmp_path: Path) -> None:
     )
     try:
         b.start()
-        wait_for("b caught up", lambda: _caught_up(b, a))
+        wait_for("b caught up", lambda: caught_up(b, a))
         assert log_bytes(b.data_dir) == log_bytes(a.data_dir)
         assert b.says(f"this empty log starts at {start}")
     finally:

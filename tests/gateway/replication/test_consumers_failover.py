@@ -1,0 +1,246 @@
+"""Consumers of a static pair (no etcd) resuming on the promoted slave (issue 30's
+check "consumer groups resume on the new master without skipping anything"): RocketMQ
+pop consumers and the HTTP JSON API's receive/ack. Their pop state (in-flight
+receipts, acks) is consumer state shipped beside the log (docs/replication.md, "State
+that is not in the log"): on the new master a message popped but not acked on the old
+one comes back once its invisible time is up, an acked one never, and nothing popped by
+nobody is skipped."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+import pytest
+import requests
+
+from broker_core import MessageStore, RecordType
+from broker_core.transactions import CONTROL, Action
+from gateway.clients import Producer, PullConsumer, RemotingClient, TransactionProducer
+from gateway.clients.pop import PopConsumer, PoppedMessage
+from tests.grpc.test_grpc_send import create_topic
+
+from .group_support import Member, caught_up, wait_for
+
+pytestmark = pytest.mark.slow
+
+BODIES = [b"p-%d" % i for i in range(8)]
+INVISIBLE_S = 3
+BOUND = 10.0
+
+
+async def _send(port: int, topic: str, bodies: list[bytes]) -> None:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        producer = Producer(client, "PG_pop")
+        for body in bodies:
+            await producer.send(topic, body, queue_id=0)
+
+
+async def _pop_and_ack_half(port: int) -> tuple[set[bytes], set[bytes]]:
+    """Pop four messages (invisible for INVISIBLE_S), ack two of them: (acked, unacked)."""
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        consumer = PopConsumer(client, "CG_pop")
+        popped: list[PoppedMessage] = []
+        while len(popped) < 4:
+            popped += await consumer.pop(
+                "pt", max_nums=4 - len(popped), invisible_ms=INVISIBLE_S * 1000, poll_ms=1000
+            )
+        for p in popped[:2]:
+            await consumer.ack(p)
+        return {p.message.body for p in popped[:2]}, {p.message.body for p in popped[2:]}
+
+
+async def _pop_until(port: int, want: set[bytes]) -> list[bytes]:
+    """Pop (acking each) until every body of ``want`` came, then once more: every body
+    popped, in order, repeats included."""
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        consumer = PopConsumer(client, "CG_pop")
+        got: list[bytes] = []
+
+        async def one_pop() -> list[PoppedMessage]:
+            popped = await consumer.pop("pt", max_nums=8, invisible_ms=60_000, poll_ms=1000)
+            for p in popped:
+                await consumer.ack(p)
+            got.extend(p.message.body for p in popped)
+            return popped
+
+        async def until() -> None:
+            while not want <= set(got):
+                await one_pop()
+
+        await asyncio.wait_for(until(), BOUND + INVISIBLE_S)
+        await one_pop()  # nothing more: the acked ones do not come back
+        return got
+
+
+def _http(member: Member) -> str:
+    return f"http://127.0.0.1:{member.ports['unified']}/v1/groups/hg"
+
+
+def _http_receive(session: requests.Session, member: Member, n: int) -> list[dict]:
+    return session.post(
+        f"{_http(member)}/topics/pt/receive",
+        json={"max_messages": n, "wait_seconds": 1, "invisible_seconds": INVISIBLE_S},
+        timeout=BOUND,
+    ).json()["messages"]
+
+
+def _http_ack(session: requests.Session, member: Member, messages: list[dict]) -> None:
+    resp = session.post(
+        f"{_http(member)}/ack",
+        json={"receipt_handles": [m["receipt_handle"] for m in messages]},
+        timeout=BOUND,
+    )
+    assert resp.status_code == 200, resp.text
+
+
+def test_pop_and_http_consumers_resume_on_the_promoted_slave(tmp_path: Path) -> None:
+    create_topic(tmp_path / "a", "pt", "--queues", "1")
+    a = Member(tmp_path / "a", "--replication-role", "master", "--replication-ack", "sync")
+    a.start()
+    b = Member(
+        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
+    )
+    session = requests.Session()
+    try:
+        b.start()
+        wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
+        asyncio.run(_send(a.ports["unified"], "pt", BODIES))
+        # RocketMQ pop: four popped, two of them acked, on the master
+        pop_acked, pop_unacked = asyncio.run(_pop_and_ack_half(a.ports["unified"]))
+        # HTTP JSON API, another group: four received, two acked
+        received: list[dict] = []
+        while len(received) < 4:
+            received += _http_receive(session, a, 4 - len(received))
+        _http_ack(session, a, received[:2])
+        http_acked = {m["body"].encode() for m in received[:2]}
+        http_unacked = {m["body"].encode() for m in received[2:]}
+        # consumer state goes out ahead of the next chunk of records: once b holds a
+        # record written after the acks, it holds the acks
+        asyncio.run(_send(a.ports["unified"], "marker", [b"after-the-acks"]))
+        wait_for("b caught up", lambda: caught_up(b, a))
+        a.kill()
+        b.promote()
+        wait_for("b is master", lambda: b.replication()["role"] == "master")
+        # pop: the never-popped four at once, the popped-unacked two after their
+        # invisible time, each once; the acked two never
+        never_popped = set(BODIES) - pop_acked - pop_unacked
+        got = asyncio.run(_pop_until(b.ports["unified"], never_popped | pop_unacked))
+        assert sorted(got) == sorted(never_popped | pop_unacked)
+        # HTTP: the same for its group
+        want = set(BODIES) - http_acked
+        got_http: list[bytes] = []
+        for _ in range(int(BOUND + INVISIBLE_S)):
+            messages = _http_receive(session, b, 8)
+            if messages:
+                _http_ack(session, b, messages)
+            got_http += [m["body"].encode() for m in messages]
+            if want <= set(got_http):
+                break
+        assert _http_receive(session, b, 8) == []  # the acked ones do not come back
+        assert sorted(got_http) == sorted(want)
+        assert http_unacked <= set(got_http)
+    finally:
+        session.close()
+        b.stop()
+        a.stop()
+
+
+def _check_times(data_dir: Path) -> list[int]:
+    """When each check-back of a half message was counted: the store times of the
+    log's CHECK control records (a member's store, read beside it)."""
+    store = MessageStore.open_read_only(data_dir)
+    try:
+        return [
+            r.store_ms
+            for r in store.records_from(store.log_start)
+            if r.type == RecordType.TXN_CONTROL and CONTROL.unpack(r.body)[4] == Action.CHECK
+        ]
+    finally:
+        store.close()
+
+
+async def _producer_checked(port: int, checks: int, commit_at: int | None = None) -> int:
+    """A transaction producer of group PG_chk on the member at ``port``: when
+    ``commit_at`` is None it sends a half message; it answers every check-back
+    "unknown" until it has received ``checks`` of them (committing at check
+    ``commit_at``). Returns how many check-backs it received."""
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        received = 0
+        done = asyncio.Event()
+
+        def checker(check: object, message: object) -> bool | None:
+            nonlocal received
+            received += 1
+            if received >= checks:
+                done.set()
+            return True if received == commit_at else None
+
+        producer = TransactionProducer(client, "PG_chk", checker=checker)
+        await producer.start("ctx")
+        if commit_at is None:
+            await producer.send_half("ctx", b"checked")
+        await asyncio.wait_for(done.wait(), BOUND)
+        await asyncio.sleep(0.2)  # the commit's END_TRANSACTION (oneway) on its way
+        return received
+
+
+async def _pull(port: int) -> list[bytes]:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        consumer = PullConsumer(client, "CG_chk")
+        out: list[bytes] = []
+        for mq in await consumer.queues("ctx"):
+            result = await consumer.pull(mq, 0, max_nums=64)
+            out += [m.body for m in result.messages]
+        return out
+
+
+def test_a_transaction_check_back_across_a_failover(tmp_path: Path) -> None:
+    """A half message whose producer never ends it: checked back by the master, then,
+    after kill -9 and promotion, by the new master, whose check count continues the old
+    one's (each check is a control record of the log, so none is repeated or reset; each
+    reached the producer at most once). The producer commits in answer to the new
+    master's second check: delivered once, nothing pending any more."""
+    config = tmp_path / "lmq.toml"
+    config.write_text("[store]\ntxn_first_check_ms = 300\ntxn_check_interval_ms = 1000\n")
+    create_topic(tmp_path / "a", "ctx", "--type", "transaction", "--queues", "1")
+    conf = ("--config", str(config))
+    a = Member(tmp_path / "a", *conf, "--replication-role", "master", "--replication-ack", "sync")
+    a.start()
+    b = Member(
+        tmp_path / "b",
+        *conf,
+        "--replication-role",
+        "slave",
+        "--replication-master",
+        a.replication_address,
+    )
+    try:
+        b.start()
+        wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
+        on_a = asyncio.run(_producer_checked(a.ports["unified"], 2))
+        wait_for("b caught up", lambda: caught_up(b, a))
+        a.kill()
+        at_kill = len(_check_times(b.data_dir))
+        assert at_kill >= on_a  # every check the producer got was counted in the log
+        b.promote()
+        wait_for("b is master", lambda: b.replication()["role"] == "master")
+        on_b = asyncio.run(_producer_checked(b.ports["unified"], 2, commit_at=2))
+        wait_for("the commit", lambda: asyncio.run(_pull(b.ports["unified"])) != [])
+        assert asyncio.run(_pull(b.ports["unified"])) == [b"checked"]
+        store = MessageStore.open_read_only(b.data_dir)
+        try:
+            assert store.pending_transactions() == []
+        finally:
+            store.close()
+        # the new master's checks continue the old one's count and schedule: each
+        # reached the producer at most once, and no two are less than the check
+        # interval apart (none repeated or made early at the failover)
+        times = _check_times(b.data_dir)
+        assert len(times) - at_kill >= on_b
+        assert all(later - earlier >= 1000 for earlier, later in itertools.pairwise(times))
+        assert b.says("replication: master of group")
+    finally:
+        b.stop()
+        a.stop()
