@@ -129,6 +129,10 @@ class Paho:
         sock = self.client.socket()
         if sock is not None:
             sock.close()
+        # paho's wake-up socket pair (TCP on loopback) is closed only on paho's own
+        # disconnect path: without this it lives until garbage collection, whose
+        # ResourceWarning then fails whichever later test the collection runs in
+        self.client._reset_sockets()
 
 
 class RawClient:
