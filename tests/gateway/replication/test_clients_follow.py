@@ -185,4 +185,7 @@ def test_the_users_file_is_replicated(pair) -> None:  # type: ignore[no-untyped-
     # both started in open mode: the file's arrival turns logins on, on the slave too
     # (docs/security.md), so a promoted slave does not serve the group in open mode
     for member in (a, b):
-        wait_for(f"authentication on at {member.name}", lambda m=member: m.says("authentication on"))
+        wait_for(
+            f"authentication on at {member.name}",
+            lambda m=member: m.says("authentication on"),
+        )
