@@ -348,7 +348,7 @@ def scan_columns(
     (the few this module leaves to the row reader: timer fires, transaction controls,
     records after damage) into a batch of ``schema``, or None.
     """
-    from spark.reader import _reason, keep_row
+    from spark.reader import keep_row, skip_damage
 
     size = len(data)
     limit = min(limit, size)
@@ -392,15 +392,10 @@ def scan_columns(
         try:
             record = decode_record(view[pos:limit], expected_position=base + pos)
         except (InsufficientData, CorruptRecord) as exc:
-            nxt = find_record(data, base, pos + 1, limit, limit, view)
+            nxt = skip_damage(data, view, base, pos, limit, is_last, report, exc)
             if nxt is not None:
-                report.problem(base + pos, nxt - pos, _reason(exc))
                 pos = nxt
                 continue
-            if is_last:
-                report.tail_bytes += limit - pos
-            else:
-                report.problem(base + pos, limit - pos, _reason(exc))
             pos = limit
             break
         if pos >= end:

@@ -281,15 +281,10 @@ def scan_range(
             # Damage starts here. Its owner is the task that walked onto it, even when
             # that is past ``end`` (the next task cannot tell a continuation of our last
             # record from damage, so it starts at the next valid record).
-            nxt = find_record(data, base, pos + 1, limit, limit, view)
+            nxt = skip_damage(data, view, base, pos, limit, is_last, report, exc)
             if nxt is not None:
-                report.problem(base + pos, nxt - pos, _reason(exc))
                 pos = nxt
                 continue
-            if is_last:
-                report.tail_bytes += limit - pos
-            else:
-                report.problem(base + pos, limit - pos, _reason(exc))
             pos = limit
             break
         if pos >= end:  # a valid record the next task owns
@@ -306,6 +301,24 @@ def scan_range(
             report.problem(base + size, missing, f"segment ends {missing} bytes early")
         elif size > limit:
             report.problem(base + limit, size - limit, "bytes past the next segment's base")
+
+
+def skip_damage(
+    data: bytes, view: memoryview, base: int, pos: int, limit: int, is_last: bool,
+    report: RangeReport, exc: Exception,
+) -> int | None:
+    """A record at ``pos`` failed to decode with ``exc``: the position of the next valid
+    record before ``limit``, the bytes between reported as damage; or None when there is
+    none, the rest reported (a torn tail of the last segment, damage elsewhere)."""
+    nxt = find_record(data, base, pos + 1, limit, limit, view)
+    if nxt is not None:
+        report.problem(base + pos, nxt - pos, _reason(exc))
+        return nxt
+    if is_last:
+        report.tail_bytes += limit - pos
+    else:
+        report.problem(base + pos, limit - pos, _reason(exc))
+    return None
 
 
 def _reason(exc: Exception) -> str:
