@@ -48,6 +48,11 @@ class Introspection(Protocol):
         """The store's statistics (also refreshes the ``lmq_store_*`` gauges)."""
         ...
 
+    def overview_history(self, since: int = 0) -> dict[str, Any]:
+        """The overview's samples taken after ``since`` (ms since the epoch), oldest
+        first (:meth:`gateway.history.History.document`)."""
+        ...
+
     def replication_role(self) -> str:
         """``master``, ``slave`` or ``single`` (docs/replication.md)."""
         ...

@@ -50,6 +50,10 @@ class _Metric:
     def value(self, **labels: str) -> float:
         return self._values.get(self._key(labels), 0.0)
 
+    def series(self) -> dict[LabelValues, float]:
+        """Every labelled value now (label values in ``labelnames`` order)."""
+        return dict(self._values)
+
     def render(self, out: list[str]) -> None:
         out.append(f"# HELP {self.name} {_escape_help(self.help)}")
         out.append(f"# TYPE {self.name} {self.kind}")
@@ -128,9 +132,14 @@ class Registry:
     def get(self, name: str) -> _Metric | None:
         return self._metrics.get(name)
 
-    def render(self) -> str:
+    def collect(self) -> None:
+        """Run the ``on_collect`` callbacks: the metrics read after this are current
+        (a scrape does it; so does the overview's history, :mod:`gateway.history`)."""
         for collect in self._collectors:
             collect()
+
+    def render(self) -> str:
+        self.collect()
         out: list[str] = []
         for name in sorted(self._metrics):
             self._metrics[name].render(out)

@@ -38,6 +38,7 @@ from gateway.connection import Connection, GatewayProtocol, ListenerSpec, format
 from gateway.context import GatewayContext
 from gateway.frontend import FrontEnd
 from gateway.frontends import FRONT_ENDS, FrontEndSpec, load_front_end
+from gateway.history import INTERVAL_S, SPAN_S, History
 from gateway.housekeeping import housekeeping_loop
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
@@ -110,6 +111,8 @@ class Gateway:
         #: The broker group membership (docs/replication.md); None: one node.
         self.replication: ReplicationService | None = None
         self._tls_context: ssl.SSLContext | None = None
+        #: The overview's last hour of samples (gateway/history.py); set by start.
+        self.history: History | None = None
         self._servers: list[asyncio.Server] = []
         self._stop_requested = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -201,6 +204,10 @@ class Gateway:
             await self.stop()
             raise
         self.spawn(housekeeping_loop(store, self.topic_space), "housekeeping")
+        self.history = History(
+            self.metrics, appended=lambda: publisher.appended,
+            pending=lambda: publisher.pending, log_bytes=lambda: store.log_bytes)
+        self.spawn(self.history.run(), "overview-history")
         self.spawn(security.watch(self._authentication_on), "users-file-watch")
         if cfg.connector is not None:  # the message connector's rules (docs/connector.md)
             from gateway.connector.runner import EmbeddedConnector
@@ -369,6 +376,11 @@ class Gateway:
 
     def uptime(self) -> float:
         return time.monotonic() - self.started_at
+
+    def overview_history(self, since: int = 0) -> dict[str, Any]:
+        if self.history is None:
+            return {"interval_s": INTERVAL_S, "span_s": SPAN_S, "samples": []}
+        return self.history.document(since)
 
     def count_rejected(self, reason: str) -> None:
         self.state.count_rejected(reason)
