@@ -1,0 +1,423 @@
+// The console's sections. Each page is {id, title, render(container, args)}; render
+// returns {stop()} when it keeps timers. The data and every change go through the
+// admin API (api.js); tables page on the server (table.js).
+
+import { h, bytes, number, duration, time } from './dom.js';
+import * as api from './api.js';
+import { seg } from './api.js';
+import { LineChart } from './chart.js';
+import { PagedTable } from './table.js';
+import { Notice, actionButton, confirmAction, form } from './ui.js';
+
+const MESSAGE_TYPES = ['NORMAL', 'FIFO', 'DELAY', 'TRANSACTION', 'MIXED'];
+
+function heading(title, ...extra) {
+  return h('div', { class: 'heading' }, h('h2', {}, title), ...extra);
+}
+
+const link = (hash, text) => h('a', { href: hash }, text);
+
+// -- overview ------------------------------------------------------------------------
+
+const SAMPLES_KEPT = 720; // an hour at 5 s, as the gateway keeps them
+
+function overview(container) {
+  const cards = h('div', { class: 'cards' });
+  const error = h('p', { class: 'error', role: 'alert', hidden: true });
+  const rate = (v) => number(v, v < 10 ? 2 : 0);
+  const charts = {
+    in: new LineChart('Messages in / s', rate),
+    out: new LineChart('Messages out / s', rate),
+    connections: new LineChart('Connections', (v) => number(v)),
+    store: new LineChart('Store size', bytes),
+    lag: new LineChart('Store lag (appends waiting)', (v) => number(v)),
+  };
+  container.append(heading('Overview'), error, cards,
+    h('div', { class: 'charts' }, Object.values(charts).map((c) => c.node)));
+  const samples = [];
+  let since = 0;
+
+  function card(label, value, id) {
+    return h('div', { class: 'card stat', dataset: { stat: id } }, h('span', { class: 'label' }, label),
+      h('span', { class: 'value' }, value));
+  }
+
+  function series(pick) {
+    const names = new Set();
+    for (const s of samples) for (const k of Object.keys(pick(s) || {})) names.add(k);
+    return [...names].sort().map((name) => ({
+      name, points: samples.map((s) => [s.t, (pick(s) || {})[name] || 0]),
+    }));
+  }
+
+  async function refresh() {
+    try {
+      const [doc, history] = await Promise.all([
+        api.get('/overview'), api.get('/overview/history', { since }),
+      ]);
+      error.hidden = true;
+      const conns = doc.connections || {};
+      const store = doc.store || {};
+      const proc = doc.process || {};
+      cards.replaceChildren(
+        card('Version', doc.version, 'version'),
+        card('Uptime', duration(doc.uptime_seconds), 'uptime'),
+        card('Connections', number(conns.total), 'connections'),
+        card('Store', bytes(store.bytes), 'store'),
+        card('Segments', number(store.segments), 'segments'),
+        card('LMQs', number(store.lmqs), 'lmqs'),
+        card('Store lag', number(store.publisher_pending), 'lag'),
+        card('Memory', bytes(proc.rss_bytes), 'memory'),
+        card('Open files', number(proc.open_files), 'files'),
+      );
+      for (const s of history.samples || []) {
+        samples.push(s);
+        since = Math.max(since, s.t);
+      }
+      samples.splice(0, Math.max(0, samples.length - SAMPLES_KEPT));
+      charts.in.update([...series((s) => s.in), { name: 'stored', points: samples.map((s) => [s.t, s.stored]) }]);
+      charts.out.update(series((s) => s.out));
+      charts.connections.update(series((s) => s.connections));
+      charts.store.update([{ name: 'commit log', points: samples.map((s) => [s.t, s.store_bytes]) }]);
+      charts.lag.update([{ name: 'pending', points: samples.map((s) => [s.t, s.store_lag]) }]);
+    } catch (err) {
+      error.hidden = false;
+      error.textContent = err.message;
+    }
+  }
+  refresh();
+  const timer = setInterval(refresh, 5000);
+  return { stop: () => clearInterval(timer) };
+}
+
+// -- connections and sessions --------------------------------------------------------
+
+function connections(container) {
+  const notice = new Notice();
+  const table = new PagedTable({
+    path: '/connections', filterLabel: 'Filter by id, peer, client id or user', sort: 'id',
+    columns: [
+      { key: 'id', label: 'Id', sort: true, num: true },
+      { key: 'protocol', label: 'Protocol', sort: true },
+      { key: 'listener', label: 'Listener', sort: true },
+      { key: 'peer', label: 'Peer', sort: true },
+      { key: 'client_id', label: 'Client id', sort: true },
+      { key: 'user', label: 'User', sort: true },
+      { key: 'bytes_in', label: 'In', sort: true, num: true, render: (r) => bytes(r.bytes_in) },
+      { key: 'bytes_out', label: 'Out', sort: true, num: true, render: (r) => bytes(r.bytes_out) },
+      { key: 'age_seconds', label: 'Age', sort: true, num: true, render: (r) => duration(r.age_seconds) },
+    ],
+    actions: (row, t) => [actionButton('Close', () => api.del(`/connections/${seg(row.id)}`), {
+      notice, danger: true, confirm: `Close connection ${row.id} (${row.protocol} from ${row.peer})? The client sees its connection end.`,
+      done: `Connection ${row.id} closed.`, after: () => t.reload(),
+    })],
+  });
+  container.append(heading('Connections'), notice.node, table.node);
+  table.load();
+}
+
+function sessions(container) {
+  const notice = new Notice();
+  const table = new PagedTable({
+    path: '/mqtt/sessions', filterLabel: 'Filter by client id', sort: 'client_id',
+    columns: [
+      { key: 'client_id', label: 'Client id', sort: true },
+      { key: 'connected', label: 'Connected', render: (r) => (r.connected ? 'yes' : 'no') },
+      { key: 'subscriptions', label: 'Subscriptions', render: (r) => (r.subscriptions || []).map((s) => s.filter ?? s).join(', ') },
+      { key: 'backlog', label: 'Offline backlog', sort: true, num: true },
+      { key: 'expiry_seconds', label: 'Expiry', num: true },
+    ],
+    actions: (row, t) => [actionButton('Kick', () => api.del(`/mqtt/sessions/${seg(row.client_id)}`), {
+      notice, danger: true, confirm: `Kick session ${row.client_id}? Its connection is closed and its state discarded.`,
+      done: `Session ${row.client_id} kicked.`, after: () => t.reload(),
+    })],
+  });
+  container.append(heading('MQTT sessions'), notice.node, table.node);
+  table.load();
+}
+
+// -- topics and LMQs -----------------------------------------------------------------
+
+function topics(container) {
+  const notice = new Notice();
+  const table = new PagedTable({
+    path: '/topics', filterLabel: 'Filter by topic', sort: 'name',
+    columns: [
+      { key: 'name', label: 'Topic', sort: true },
+      { key: 'message_type', label: 'Type', sort: true },
+      { key: 'read_queues', label: 'Read queues', num: true },
+      { key: 'write_queues', label: 'Write queues', num: true },
+      { key: 'messages', label: 'Messages', sort: true, num: true },
+    ],
+    actions: (row, t) => [
+      actionButton('Change', async () => {
+        const queues = window.prompt(`Queues of ${row.name} (read and write):`, row.write_queues);
+        if (queues === null) return null;
+        return api.patch(`/topics/${seg(row.name)}`, { queues: Number(queues) });
+      }, { notice, done: (r) => (r ? `Topic ${row.name} changed.` : ''), after: () => t.reload() }),
+      actionButton('Delete', () => api.del(`/topics/${seg(row.name)}`), {
+        notice, danger: true, typed: row.name,
+        confirm: `Delete topic ${row.name} and its queues? Its messages can no longer be consumed.`,
+        done: `Topic ${row.name} deleted.`, after: () => t.reload(),
+      }),
+    ],
+  });
+  const create = form({
+    title: 'Create a topic', submitLabel: 'Create', notice,
+    fields: [
+      { name: 'name', label: 'Name', required: true, placeholder: 'orders' },
+      { name: 'queues', label: 'Queues', type: 'number', value: '8', min: 1 },
+      { name: 'message_type', label: 'Message type', options: MESSAGE_TYPES, value: 'NORMAL' },
+    ],
+    submit: async (v) => {
+      const queues = v.queues === '' ? undefined : Number(v.queues);
+      await api.post('/topics', { name: v.name, queues, message_type: v.message_type });
+      table.restart();
+      return `Topic ${v.name} created.`;
+    },
+  });
+  container.append(heading('RocketMQ topics'), notice.node, create, table.node);
+  table.load();
+}
+
+function lmqs(container) {
+  const notice = new Notice();
+  const table = new PagedTable({
+    path: '/lmqs', filterLabel: 'Filter by name (prefix)', sort: 'name',
+    columns: [
+      { key: 'name', label: 'LMQ', sort: true, render: (r) => link(`#/messages/lmq/${encodeURIComponent(r.name)}`, r.name) },
+      { key: 'depth', label: 'Depth', num: true },
+      { key: 'min_offset', label: 'First offset', num: true },
+      { key: 'max_offset', label: 'End offset', num: true },
+      { key: 'consumers', label: 'Consumers', num: true },
+    ],
+  });
+  const clean = actionButton('Clean idle LMQs\u2026', async () => {
+    const dry = await api.post('/lmqs/clean', { dry_run: true });
+    const n = (dry.removed || dry.lmqs || []).length ?? dry.count;
+    if (!n) return { none: true };
+    if (!(await confirmAction(`Remove ${n} idle LMQs (the topics clean rules)?`, { action: 'Remove' }))) return { cancelled: true };
+    return api.post('/lmqs/clean', { dry_run: false });
+  }, { notice, done: (r) => (r.none ? 'No idle LMQ to clean.' : r.cancelled ? 'Nothing removed.' : 'Idle LMQs removed.'), after: () => table.restart() });
+  container.append(heading('LMQs', clean), notice.node, table.node);
+  table.load();
+}
+
+// -- consumer groups -----------------------------------------------------------------
+
+function groups(container, args) {
+  if (args[0]) return group(container, args[0]);
+  const notice = new Notice();
+  const table = new PagedTable({
+    path: '/groups', filterLabel: 'Filter by group', sort: 'name',
+    columns: [
+      { key: 'name', label: 'Group', sort: true, render: (r) => link(`#/groups/${encodeURIComponent(r.name)}`, r.name) },
+      { key: 'consume_type', label: 'Type' },
+      { key: 'lag', label: 'Lag', sort: true, num: true },
+      { key: 'inflight', label: 'In flight', num: true },
+    ],
+  });
+  container.append(heading('Consumer groups'), notice.node, table.node);
+  table.load();
+  return null;
+}
+
+function group(container, name) {
+  const notice = new Notice();
+  const body = h('div');
+  const title = heading(`Group ${name}`, link('#/groups', '\u2190 all groups'));
+  async function load() {
+    let doc;
+    try {
+      doc = await api.get(`/groups/${seg(name)}`);
+    } catch (err) { notice.fail(err.message); return; }
+    const rows = (doc.queues || []).map((q) => h('tr', {},
+      h('td', {}, q.topic), h('td', { class: 'num' }, number(q.queue_id)),
+      h('td', { class: 'num' }, number(q.offset)), h('td', { class: 'num' }, number(q.end_offset)),
+      h('td', { class: 'num' }, number(q.lag))));
+    body.replaceChildren(
+      h('p', {}, `Total lag: ${number(doc.lag)}`),
+      h('div', { class: 'scroll' }, h('table', { class: 'queues' },
+        h('thead', {}, h('tr', {}, ['Topic', 'Queue', 'Offset', 'End offset', 'Lag'].map((t) => h('th', {}, t)))),
+        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 5, class: 'none' }, 'no queue consumed yet'))))));
+  }
+  const reset = form({
+    title: 'Reset offsets', submitLabel: 'Reset', notice,
+    fields: [
+      { name: 'topic', label: 'Topic', required: true },
+      { name: 'to', label: 'To', options: ['earliest', 'latest', 'time'], value: 'earliest' },
+      { name: 'time', label: 'Time (ISO 8601, for "time")', placeholder: '2026-12-07T10:00:00Z' },
+    ],
+    submit: async (v) => {
+      const to = v.to === 'time' ? { timestamp: v.time } : { to: v.to };
+      await api.post(`/groups/${seg(name)}/reset`, { topic: v.topic, ...to });
+      await load();
+      return `Group ${name} reset to ${v.to === 'time' ? v.time : v.to} on ${v.topic}.`;
+    },
+  });
+  const remove = actionButton('Delete group', () => api.del(`/groups/${seg(name)}`), {
+    notice, danger: true, typed: name, confirm: `Delete consumer group ${name} and its offsets?`,
+    after: () => { window.location.hash = '#/groups'; },
+  });
+  container.append(title, notice.node, body, reset, h('p', {}, remove));
+  load();
+  const timer = setInterval(load, 5000);
+  return { stop: () => clearInterval(timer) };
+}
+
+// -- AMQP ------------------------------------------------------------------------------
+
+function amqp(container) {
+  const notice = new Notice();
+  const queues = new PagedTable({
+    path: '/amqp/queues', filterLabel: 'Filter queues', sort: 'name',
+    columns: [
+      { key: 'vhost', label: 'Vhost', sort: true },
+      { key: 'name', label: 'Queue', sort: true },
+      { key: 'messages_ready', label: 'Ready', sort: true, num: true },
+      { key: 'messages_unacked', label: 'Unacked', num: true },
+      { key: 'consumers', label: 'Consumers', num: true },
+    ],
+    actions: (row, t) => {
+      const path = `/amqp/vhosts/${seg(row.vhost)}/queues/${seg(row.name)}`;
+      return [
+        actionButton('Purge', () => api.del(`${path}/messages`), {
+          notice, danger: true, confirm: `Purge every ready message of queue ${row.name}?`,
+          done: `Queue ${row.name} purged.`, after: () => t.reload(),
+        }),
+        actionButton('Delete', () => api.del(path), {
+          notice, danger: true, typed: row.name, confirm: `Delete queue ${row.name} (vhost ${row.vhost})?`,
+          done: `Queue ${row.name} deleted.`, after: () => t.reload(),
+        }),
+      ];
+    },
+  });
+  const exchanges = new PagedTable({
+    path: '/amqp/exchanges', filterLabel: 'Filter exchanges', sort: 'name',
+    columns: [
+      { key: 'vhost', label: 'Vhost', sort: true },
+      { key: 'name', label: 'Exchange', sort: true },
+      { key: 'type', label: 'Type', sort: true },
+      { key: 'durable', label: 'Durable', render: (r) => (r.durable ? 'yes' : 'no') },
+    ],
+  });
+  container.append(heading('AMQP'), notice.node, h('h3', {}, 'Queues'), queues.node,
+    h('h3', {}, 'Exchanges'), exchanges.node);
+  queues.load();
+  exchanges.load();
+}
+
+// -- users and ACLs ------------------------------------------------------------------
+
+function users(container) {
+  const notice = new Notice();
+  const table = new PagedTable({
+    path: '/users', filterLabel: 'Filter users', sort: 'name',
+    columns: [
+      { key: 'name', label: 'User', sort: true },
+      { key: 'tags', label: 'Tags', render: (r) => (r.tags || []).join(', ') },
+      { key: 'acl', label: 'ACL rules', render: (r) => (r.acl || []).map((a) => `${a.permission} ${a.action} ${a.topic}`).join('; ') },
+      { key: 'access_keys', label: 'Access keys', render: (r) => (r.access_keys || []).join(', ') },
+    ],
+    actions: (row, t) => [actionButton('Delete', () => api.del(`/users/${seg(row.name)}`), {
+      notice, danger: true, typed: row.name, confirm: `Delete user ${row.name}? Its connections can no longer log in.`,
+      done: `User ${row.name} deleted.`, after: () => t.reload(),
+    })],
+  });
+  const add = form({
+    title: 'Add a user', submitLabel: 'Add', notice,
+    fields: [
+      { name: 'name', label: 'Name', required: true },
+      { name: 'password', label: 'Password', type: 'password', required: true },
+      { name: 'tags', label: 'Tags (comma separated)', placeholder: 'administrator' },
+    ],
+    submit: async (v) => {
+      const tags = v.tags.split(',').map((t) => t.trim()).filter(Boolean);
+      await api.post('/users', { name: v.name, password: v.password, tags });
+      table.restart();
+      return `User ${v.name} added.`;
+    },
+  });
+  container.append(heading('Users and ACLs'), notice.node, add, table.node);
+  table.load();
+}
+
+// -- connector -------------------------------------------------------------------------
+
+function connectors(container) {
+  const notice = new Notice();
+  const table = new PagedTable({
+    path: '/connector/rules', filterLabel: 'Filter rules', sort: 'name',
+    columns: [
+      { key: 'name', label: 'Rule', sort: true },
+      { key: 'state', label: 'State', sort: true },
+      { key: 'lag', label: 'Lag', sort: true, num: true },
+      { key: 'delay_ms', label: 'Delay (ms)', num: true },
+      { key: 'errors', label: 'Errors', num: true },
+      { key: 'last_error', label: 'Last error' },
+    ],
+    actions: (row, t) => [row.enabled === false
+      ? actionButton('Enable', () => api.post(`/connector/rules/${seg(row.name)}/enable`), { notice, done: `Rule ${row.name} enabled.`, after: () => t.reload() })
+      : actionButton('Disable', () => api.post(`/connector/rules/${seg(row.name)}/disable`), {
+        notice, danger: true, confirm: `Disable rule ${row.name}? Copying stops until it is enabled again.`,
+        done: `Rule ${row.name} disabled.`, after: () => t.reload(),
+      })],
+  });
+  container.append(heading('Connector rules'), notice.node, table.node);
+  table.load();
+}
+
+// -- message browser -----------------------------------------------------------------
+
+function messageTable(items) {
+  if (!items.length) return h('p', { class: 'none' }, 'no message found');
+  return h('div', { class: 'scroll' }, h('table', { class: 'messages' },
+    h('thead', {}, h('tr', {}, ['Offset', 'Message id', 'Topic', 'Keys', 'Tag', 'Stored', 'Body'].map((t) => h('th', {}, t)))),
+    h('tbody', {}, items.map((m) => h('tr', {},
+      h('td', { class: 'num' }, number(m.offset)), h('td', {}, m.msg_id || m.id || ''),
+      h('td', {}, m.topic || ''), h('td', {}, [].concat(m.keys || []).join(' ')), h('td', {}, m.tag || ''),
+      h('td', {}, time(m.store_time_ms || m.stored_ms)),
+      h('td', {}, h('code', {}, m.body ?? m.body_base64 ?? '')))))));
+}
+
+function messages(container, args) {
+  const notice = new Notice();
+  const results = h('div', { class: 'results' });
+  const show = (doc) => { results.replaceChildren(messageTable(doc.items || doc.messages || [])); };
+  const byId = form({
+    title: 'Find by message id', submitLabel: 'Find', notice,
+    fields: [{ name: 'id', label: 'Message id', required: true }],
+    submit: async (v) => { show(await api.get('/messages', { id: v.id })); return ''; },
+  });
+  const byKey = form({
+    title: 'Find by key', submitLabel: 'Find', notice,
+    fields: [{ name: 'topic', label: 'Topic', required: true }, { name: 'key', label: 'Key', required: true }],
+    submit: async (v) => { show(await api.get('/messages', { topic: v.topic, key: v.key })); return ''; },
+  });
+  const peek = form({
+    title: 'Peek (read-only: consumes nothing)', submitLabel: 'Peek', notice,
+    fields: [
+      { name: 'lmq', label: 'LMQ or queue', required: true, value: args[0] === 'lmq' ? args[1] : undefined },
+      { name: 'offset', label: 'From offset (empty: the first)', type: 'number', min: 0 },
+      { name: 'count', label: 'Messages', type: 'number', value: '20', min: 1 },
+    ],
+    submit: async (v) => {
+      show(await api.get(`/lmqs/${seg(v.lmq)}/messages`, { offset: v.offset, count: v.count }));
+      return '';
+    },
+  });
+  container.append(heading('Messages'), notice.node, h('div', { class: 'forms' }, byId, byKey, peek), results);
+}
+
+export const PAGES = [
+  { id: 'overview', title: 'Overview', render: overview },
+  { id: 'connections', title: 'Connections', render: connections },
+  { id: 'sessions', title: 'Sessions', render: sessions },
+  { id: 'topics', title: 'Topics', render: topics },
+  { id: 'lmqs', title: 'LMQs', render: lmqs },
+  { id: 'groups', title: 'Groups', render: groups },
+  { id: 'amqp', title: 'AMQP', render: amqp },
+  { id: 'users', title: 'Users', render: users },
+  { id: 'connector', title: 'Connector', render: connectors },
+  { id: 'messages', title: 'Messages', render: messages },
+];
