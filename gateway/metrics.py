@@ -50,6 +50,10 @@ class _Metric:
     def value(self, **labels: str) -> float:
         return self._values.get(self._key(labels), 0.0)
 
+    def total(self) -> float:
+        """The sum over every label set."""
+        return sum(self._values.values())
+
     def render(self, out: list[str]) -> None:
         out.append(f"# HELP {self.name} {_escape_help(self.help)}")
         out.append(f"# TYPE {self.name} {self.kind}")
