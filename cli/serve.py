@@ -64,6 +64,7 @@ _FLAGS = {
     "grpc_port": "grpc_port",
     "grpc_tls_port": "grpc_tls_port",
     "http_port": "http_port",
+    "admin_port": "admin_port",
     "advertised_address": "advertised_address",
     "proxy_protocol": "proxy_protocol",
     "proxy_protocol_networks": "proxy_protocol_networks",
@@ -157,6 +158,11 @@ _FLAGS = {
 @click.option(
     "--http-port", callback=_checked("http_port"),
     help="A dedicated HTTP port (the unified ports serve HTTP too). [default: 0, disabled]",
+)
+@click.option(
+    "--admin-port", callback=_checked("admin_port"),
+    help="A port for the admin API alone (docs/operations.md; the unified ports serve it"
+    " too). [default: 0, disabled]",
 )
 @click.option(
     "--advertised-address", callback=_checked("advertised_address"),

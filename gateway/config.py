@@ -38,7 +38,7 @@ REPLICATION_ACKS = ("async", "sync")
 #: Listener names ``proxy_protocol_listeners`` may list (gateway.server.LISTENERS).
 LISTENER_NAMES = (
     "mqtt", "amqp", "unified", "remoting", "mqtts", "amqps", "unified_tls", "remoting_tls",
-    "http",
+    "http", "admin",
 )
 #: Largest ``remoting_max_frame``: a remoting frame's length field then has a first
 #: byte below 0x10, which keeps the unified port's sniffers disjoint (gateway.sniff).
@@ -228,6 +228,13 @@ class GatewayConfig:
     http_body_timeout: float = 60.0
     #: Seconds an idle keep-alive HTTP connection is kept open for its next request.
     http_keepalive_timeout: float = 60.0
+
+    #: The admin API (issue 31, docs/operations.md): a dedicated listener for it (and
+    #: the console, /health, /metrics) alone; disabled by default: the unified ports and
+    #: ``http_port`` serve it too.
+    admin_port: Port = 0
+    #: The admin API's audit log. "" = ``<data_dir>/audit.log``.
+    admin_audit_log: str = ""
     #: Seconds a JSON API publish with an ``Idempotency-Key`` is remembered: a retry
     #: with the same key within it stores nothing (the key index, so across restarts).
     http_idempotency_window: float = 24 * 3600.0
@@ -515,6 +522,8 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "rocketmq_lock_expiry": _seconds,
     "cluster_id": _cluster_id,
     "http_port": _port,
+    "admin_port": _port,
+    "admin_audit_log": _str,
     "http_max_head_bytes": _int(1024, 1024 * 1024),
     "http_max_body_bytes": _int(1024),
     "http_head_timeout": _seconds,

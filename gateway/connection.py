@@ -123,6 +123,10 @@ class Connection:
         self.bytes_out = 0
         self.close_reason = ""
         self.is_established = False
+        #: Who the client says it is once established (MQTT client id, AMQP
+        #: connection name) and the user it logged in as ("" when unknown or open mode).
+        self.client_id = ""
+        self.user = ""
         #: Closed after an error answer: input is discarded until EOF or the linger ends.
         self.draining = False
         self._linger_timer: asyncio.TimerHandle | None = None
@@ -196,9 +200,12 @@ class Connection:
     def resume_reading(self) -> None:
         self.flow.resume_reading()
 
-    def established(self) -> None:
-        """The protocol handshake is complete: stop the connect timer."""
+    def established(self, client_id: str = "", user: str | None = None) -> None:
+        """The protocol handshake is complete: stop the connect timer. ``client_id``
+        and ``user`` are shown by the admin API's connection list."""
         self.is_established = True
+        self.client_id = client_id
+        self.user = user or ""
         if self._connect_timer is not None:
             self._connect_timer.cancel()
             self._connect_timer = None

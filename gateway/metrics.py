@@ -54,6 +54,10 @@ class _Metric:
         """Every labelled value now (label values in ``labelnames`` order)."""
         return dict(self._values)
 
+    def total(self) -> float:
+        """The sum over every label set."""
+        return sum(self._values.values())
+
     def render(self, out: list[str]) -> None:
         out.append(f"# HELP {self.name} {_escape_help(self.help)}")
         out.append(f"# TYPE {self.name} {self.kind}")

@@ -30,9 +30,11 @@ import time
 from collections import Counter
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from broker_core import MessageStore, StoreError
+from gateway.admin.address import admin_url, remove_address, write_address
 from gateway.config import BindError, GatewayConfig
 from gateway.connection import Connection, GatewayProtocol, ListenerSpec, format_address
 from gateway.context import GatewayContext
@@ -64,6 +66,8 @@ LISTENERS: tuple[ListenerSpec, ...] = (
     ListenerSpec("unified", None),
     ListenerSpec("remoting", "remoting"),
     ListenerSpec("http", "http"),
+    # the admin API's own port (issue 31): HTTP, answering the admin paths only
+    ListenerSpec("admin", "http"),
     ListenerSpec("mqtts", "mqtt", tls=True),
     ListenerSpec("amqps", "amqp", tls=True),
     ListenerSpec("unified_tls", None, tls=True),
@@ -203,6 +207,10 @@ class Gateway:
         except BaseException:
             await self.stop()
             raise
+        url = admin_url([(bl.name, bl.host, bl.port) for bl in self.listeners
+                         if "http" in bl.protocols])
+        if url is not None:  # for the lmq CLI (gateway.admin.address)
+            await asyncio.to_thread(write_address, Path(cfg.data_dir), url)
         self.spawn(housekeeping_loop(store, self.topic_space), "housekeeping")
         self.history = History(
             self.metrics, appended=lambda: publisher.appended,
@@ -326,6 +334,7 @@ class Gateway:
             self._ctx.rocketmq.stop()
             log.info("shutdown: closing store")
             await asyncio.to_thread(self._ctx.store.close)
+            remove_address(Path(self.config.data_dir))
         log.info("shutdown: done")
         self._stopped.set()
 

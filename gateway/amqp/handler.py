@@ -32,6 +32,7 @@ from pamqp import commands
 from gateway.amqp.broker import DEFAULT_VHOST
 from gateway.amqp.channel import AmqpChannel
 from gateway.amqp.queues import Queue
+from gateway.auth.authenticator import Principal
 from gateway.frontend import ConnectionHandler
 from lmq.topic_space import amqp_to_mqtt
 from protocol.amqp import AMQPConnection, AMQPError
@@ -290,7 +291,9 @@ class AmqpHandler(ConnectionHandler):
         self.vhost = vhost
         self.broker.vhost(vhost)
         self.write(self.proto.accept_open())
-        self.conn.established()
+        principal = self.principal
+        self.conn.established(
+            "", principal.username if isinstance(principal, Principal) else None)
 
     async def _heartbeat(self, interval: int) -> None:
         while not self.closed:

@@ -21,6 +21,7 @@ import pkgutil
 from typing import TYPE_CHECKING
 
 from broker_core import StoreError
+from gateway.admin.core import ADMIN_PATHS
 from gateway.frontend import ConnectionHandler, FrontEnd
 from gateway.http.messages import Request, Response
 from gateway.http.routes import Router
@@ -117,8 +118,12 @@ class HttpFrontEnd(FrontEnd):
         return Response.of(503 if role == "slave" else 200, body, "application/json")
 
     def _follow_master(self, request: Request) -> Response | None:
-        """On a slave every request but /health and /metrics is sent to the master: 307
+        """On the ``admin_port``, paths but the admin API's are 404. On a slave every
+        request but /health and /metrics is sent to the master: 307
         (method and body kept) to the same path there, or 503 while it is unknown."""
+        if request.context.get("listener") == "admin" and not request.path.startswith(
+                ADMIN_PATHS):
+            return problem(404, "the admin port serves the admin API only")
         intro = self.ctx.introspection
         if intro.replication_role() != "slave" or request.path.startswith(
             ("/health", "/metrics")

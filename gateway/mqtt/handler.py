@@ -209,7 +209,7 @@ class MqttHandler(ConnectionHandler):
         session.online(self)
         session.save()
         self._send(accepted.connack)
-        self.conn.established()
+        self.conn.established(session.client_id, principal.username)
         keep_alive = self.proto.keep_alive or 0
         if accepted.server_keep_alive is not None and self.proto.version != _V5:
             keep_alive = accepted.server_keep_alive  # 3.x cannot be told: enforce the cap

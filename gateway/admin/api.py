@@ -1,0 +1,73 @@
+"""The admin API over one gateway context: its routes, authentication and audit log."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gateway.admin import connections, overview
+from gateway.admin.audit import AuditLog
+from gateway.admin.auth import AdminAuth
+from gateway.admin.core import AdminError, Call, Handler, Result
+from gateway.admin.samples import Samples
+
+if TYPE_CHECKING:
+    from gateway.context import GatewayContext
+
+__all__ = ["Admin", "Route"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str
+    #: After :data:`PREFIX`: ``/topics/{topic}``.
+    pattern: str
+    handler: Handler
+    #: The audit action of a change (``topic.create``); "" for a read.
+    action: str = ""
+
+
+class Admin:
+    """The admin API of one gateway (module :mod:`gateway.admin`)."""
+
+    def __init__(self, ctx: GatewayContext) -> None:
+        self.ctx = ctx
+        cfg = ctx.config
+        self.auth = AdminAuth(ctx.security)
+        audit_path = (
+            Path(cfg.admin_audit_log) if cfg.admin_audit_log else Path(cfg.data_dir) / "audit.log"
+        )
+        self.audit = AuditLog(audit_path)
+        self.samples = Samples(ctx)
+        self.routes: list[Route] = []
+        for family in (overview, connections):
+            for method, pattern, handler, action in family.routes(self):
+                self.routes.append(Route(method, pattern, handler, action))
+
+    def start(self) -> None:
+        """Start what runs beside the calls (the rate samples)."""
+        self.ctx.spawn(self.samples.run(), "admin-samples")
+
+    async def call(self, route: Route, call: Call) -> Result:
+        """Run ``route``'s handler; a change is written to the audit log, refused or
+        not, before the answer."""
+        try:
+            doc: Any = await route.handler(call)
+        except AdminError as exc:
+            if route.action:
+                self.audit.record(
+                    call.caller, route.action, _target(call), call.body, exc.status, exc.message
+                )
+            raise
+        result = doc if isinstance(doc, Result) else Result(200, doc)
+        if route.action:
+            self.audit.record(call.caller, route.action, _target(call), call.body, result.status)
+        return result
+
+
+def _target(call: Call) -> str:
+    return "/".join(call.params.values())

@@ -1,0 +1,104 @@
+"""``GET /v1/admin/overview``: the gateway at a glance; ``GET /v1/admin/overview/history``:
+the rate samples of the last hour (:mod:`gateway.admin.samples`)."""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections import Counter
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+from broker_core import StoreError
+from gateway.admin.core import AdminError, Call
+from gateway.admin.samples import INTERVAL
+
+if TYPE_CHECKING:
+    from gateway.admin.api import Admin
+
+
+def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
+    async def overview(call: Call) -> dict[str, Any]:
+        ctx = admin.ctx
+        status, health = await ctx.introspection.health()
+        by_protocol: Counter[str] = Counter()
+        by_listener: Counter[str] = Counter()
+        for conn in ctx.state.connections.values():
+            by_protocol[conn.protocol or "pending"] += 1
+            by_listener[conn.listener] += 1
+        store = health.get("store") or {}
+        return {
+            "version": _version(),
+            "status": health.get("status"),
+            "uptime_seconds": health.get("uptime_seconds"),
+            "listeners": health.get("listeners"),
+            "connections": {
+                "total": len(ctx.state.connections),
+                "by_protocol": dict(by_protocol),
+                "by_listener": dict(by_listener),
+            },
+            "rates": admin.samples.rates(),
+            "store": {
+                "bytes": store.get("log_bytes"),
+                "segments": store.get("segments"),
+                "lmqs": store.get("lmqs"),
+                "end_position": store.get("log_end_position"),
+                "index_disk_bytes": store.get("index_disk_bytes"),
+                "durability": store.get("durability"),
+                "timers_pending": store.get("timers_pending"),
+                "transactions_pending": store.get("transactions_pending"),
+                "publisher_pending": ctx.publisher.pending,
+                "error": store.get("error"),
+            },
+            "replication": health.get("replication"),
+            "process": _process(),
+            "authentication": "open" if admin.auth.open_mode() else "users",
+        }
+
+    async def history(call: Call) -> dict[str, Any]:
+        raw = call.query.get("since", "0")
+        try:
+            since = float(raw)
+        except ValueError:
+            raise AdminError(400, "since must be a unix time in seconds", field="since") from None
+        return {"interval_seconds": INTERVAL, "samples": admin.samples.history(since)}
+
+    async def store_stats(call: Call) -> dict[str, Any]:
+        try:
+            return await admin.ctx.introspection.store_stats()
+        except StoreError as exc:
+            raise AdminError(503, f"store statistics unavailable: {exc}") from None
+
+    return [
+        ("GET", "/overview", overview, ""),
+        ("GET", "/overview/history", history, ""),
+        ("GET", "/store", store_stats, ""),
+    ]
+
+
+def _version() -> str:
+    try:
+        return version("lmq-gateway")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _process() -> dict[str, Any]:
+    """Memory (resident bytes, peak) and open files of this process (Linux /proc; the
+    peak from getrusage elsewhere too)."""
+    rss = None
+    try:
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        open_files: int | None = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        open_files = None
+    return {
+        "pid": os.getpid(),
+        "rss_bytes": rss,
+        "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "open_files": open_files,
+    }

@@ -1,0 +1,117 @@
+"""The admin API (gateway/admin, docs/operations.md) against a running ``lmq serve``
+with real clients: the overview, connections (list, page, close), authentication
+(open mode, 401, 403, a user added taking effect at once) and the audit log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.admin.address import read_address
+
+from ..gateway_process import GatewayProcess
+from ..mqtt_clients import Paho, RawClient
+from .support import AdminClient, admin_gateway, audit_lines, write_users
+
+
+@pytest.fixture
+def open_gateway(tmp_path: Path) -> Iterator[GatewayProcess]:
+    gw = admin_gateway(tmp_path / "data").start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
+    gw = open_gateway
+    data = gw.data_dir
+    assert read_address(data) == f"http://127.0.0.1:{gw.ports['admin']}"
+    api = AdminClient(gw.ports["admin"])
+    clients = [Paho(gw.mqtt_port, f"sensor-{i}") for i in range(3)]
+    clients[0].publish("a/b", b"x", qos=1)
+    doc = api.get("/overview")
+    assert doc["status"] == "ok" and doc["authentication"] == "open"
+    assert doc["connections"]["by_protocol"]["mqtt"] == 3
+    assert doc["store"]["segments"] >= 1 and doc["process"]["open_files"] > 0
+    # paged, sorted and filtered on the server
+    first = api.get("/connections", protocol="mqtt", sort="-client_id", limit=2)
+    assert [c["client_id"] for c in first["items"]] == ["sensor-2", "sensor-1"]
+    second = api.get("/connections", protocol="mqtt", sort="-client_id", limit=2,
+                     cursor=first["next"])
+    assert [c["client_id"] for c in second["items"]] == ["sensor-0"]
+    assert second["next"] is None
+    assert api.get("/connections", filter="sensor-1")["items"][0]["client_id"] == "sensor-1"
+    # a connection closed is closed
+    raw = RawClient(gw.mqtt_port)
+    from protocol.mqtt import Connect
+
+    raw.send(Connect(client_id="to-close"))
+    raw.recv()
+    target = api.get("/connections", filter="to-close")["items"][0]
+    assert target["user"] == "" and target["protocol"] == "mqtt"
+    response = api.call("DELETE", f"/connections/{target['id']}")
+    assert response.status_code == 202, response.text
+    assert raw.closed_by_server()
+    assert api.call("DELETE", f"/connections/{target['id']}").status_code == 404
+    bad = api.call("DELETE", "/connections/x")
+    assert bad.status_code == 400 and bad.json()["field"] == "id"
+    assert api.call("GET", "/connections", limit="0").json()["field"] == "limit"
+    assert api.call("GET", "/connections", sort="colour").json()["field"] == "sort"
+    # the admin port answers the admin API only
+    other = api.session.post(f"http://127.0.0.1:{gw.ports['admin']}/v1/topics/t/messages",
+                             timeout=10)
+    assert other.status_code == 404
+    lines = audit_lines(data)
+    assert [(a["action"], a["status"]) for a in lines] == [
+        ("connection.close", 202), ("connection.close", 404), ("connection.close", 400)]
+    assert lines[0]["user"] == "anonymous" and lines[0]["peer"] == "127.0.0.1"
+    api.close()
+    gw.stop()
+    assert read_address(data) is None  # removed at a clean stop
+
+
+def test_logins_401_403_and_users_taking_effect(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    users = data / "users.json"
+    write_users(users, {"root": ("root-pw", ("administrator",)), "app": ("app-pw", ())})
+    gw = admin_gateway(data).start()
+    try:
+        port = gw.ports["admin"]
+        anonymous = AdminClient(port).call("GET", "/overview")
+        assert anonymous.status_code == 401
+        assert anonymous.headers["www-authenticate"].startswith("Basic")
+        wrong = AdminClient(port, ("root", "nope")).call("GET", "/overview")
+        assert wrong.status_code == 401
+        app = AdminClient(port, ("app", "app-pw")).call("GET", "/overview")
+        assert app.status_code == 403 and "administrator" in app.json()["detail"]
+        root = AdminClient(port, ("root", "root-pw"))
+        assert root.get("/overview")["authentication"] == "users"
+        # a user added to the file logs in over MQTT at once (the file's watch)
+        write_users(users, {"root": ("root-pw", ("administrator",)), "app": ("app-pw", ()),
+                            "new": ("new-pw", ())})
+        deadline_client = None
+        for _ in range(50):
+            client = Paho(gw.mqtt_port, "new-client", username="new", password="new-pw")
+            if client.rc == 0:
+                deadline_client = client
+                break
+            client.close()
+            import time
+
+            time.sleep(0.1)
+        assert deadline_client is not None
+        found = root.get("/connections", filter="new-client")["items"]
+        assert found[0]["user"] == "new"
+        closed = root.call("DELETE", f"/connections/{found[0]['id']}")
+        assert closed.status_code == 202
+        entry = audit_lines(data)[-1]
+        assert (entry["user"], entry["via"], entry["action"]) == (
+            "root", "basic", "connection.close")
+        assert json.dumps(entry)  # one JSON line
+    finally:
+        gw.stop()
