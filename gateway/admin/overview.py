@@ -1,17 +1,19 @@
 """``GET /v1/admin/overview``: the gateway at a glance; ``GET /v1/admin/overview/history``:
-the rate samples of the last hour (:mod:`gateway.admin.samples`)."""
+the samples of the last hour the gateway keeps (:mod:`gateway.history`: rates per
+protocol, connections, store size and lag), ``since`` a time in ms since the epoch."""
 
 from __future__ import annotations
 
 import os
 import resource
+import time
 from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from broker_core import StoreError
 from gateway.admin.core import AdminError, Call
-from gateway.admin.samples import INTERVAL
+from gateway.history import INTERVAL_S
 
 if TYPE_CHECKING:
     from gateway.admin.api import Admin
@@ -37,7 +39,9 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
                 "by_protocol": dict(by_protocol),
                 "by_listener": dict(by_listener),
             },
-            "rates": admin.samples.rates(),
+            "rates": _rates(
+                ctx.introspection.overview_history(int(time.time() * 1000 - 2 * INTERVAL_S * 1000))
+            ),
             "store": {
                 "bytes": store.get("log_bytes"),
                 "segments": store.get("segments"),
@@ -57,11 +61,11 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
 
     async def history(call: Call) -> dict[str, Any]:
         raw = call.query.get("since", "0")
-        try:
-            since = float(raw)
-        except ValueError:
-            raise AdminError(400, "since must be a unix time in seconds", field="since") from None
-        return {"interval_seconds": INTERVAL, "samples": admin.samples.history(since)}
+        if not raw.isdigit():
+            raise AdminError(
+                400, "since must be a time in milliseconds since the epoch", field="since"
+            )
+        return admin.ctx.introspection.overview_history(int(raw))
 
     async def store_stats(call: Call) -> dict[str, Any]:
         try:
@@ -74,6 +78,15 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         ("GET", "/overview/history", history, ""),
         ("GET", "/store", store_stats, ""),
     ]
+
+
+def _rates(history: dict[str, Any]) -> dict[str, Any]:
+    """Messages a second in and out per protocol over the last sample's interval."""
+    samples = history["samples"]
+    if not samples:
+        return {"in": {}, "out": {}}
+    last = samples[-1]
+    return {"in": last["in"], "out": last["out"], "stored": last["stored"]}
 
 
 def _version() -> str:

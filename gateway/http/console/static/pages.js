@@ -108,7 +108,7 @@ function connections(container) {
       { key: 'age_seconds', label: 'Age', sort: true, num: true, render: (r) => duration(r.age_seconds) },
     ],
     actions: (row, t) => [actionButton('Close', () => api.del(`/connections/${seg(row.id)}`), {
-      notice, danger: true, confirm: `Close connection ${row.id} (${row.protocol} from ${row.peer})? The client sees its connection end.`,
+      notice, danger: true, confirm: `Close connection ${row.id} (${row.protocol} ${row.client_id || ''} from ${row.peer})? The client sees its connection end.`,
       done: `Connection ${row.id} closed.`, after: () => t.reload(),
     })],
   });

@@ -1,0 +1,175 @@
+"""The console in a real browser: Playwright (PyPI) driving Debian's Chromium
+(scripts/install-system-deps.sh; Playwright's own browser download is not used), one
+browser for the module, against ``lmq serve`` with a users file and real clients: log
+in (a wrong password refused with its message), the overview's rates move while an MQTT
+client publishes, a connection closed from its table is closed.
+
+With ``LMQ_CONSOLE_SCREENSHOTS=DIR`` the tests also save screenshots of the pages they
+visit there (docs/console.md's come from ``LMQ_CONSOLE_SCREENSHOTS=docs/images``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from playwright.sync_api import expect, sync_playwright
+
+from cli.main import main
+
+from ..gateway_process import GatewayProcess
+from ..mqtt_clients import Paho
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+#: The longest wait for something the page shows (a bound, not a speed assertion):
+#: the overview samples every 5 s and a rate needs two samples.
+WAIT_MS = 30_000
+expect.set_options(timeout=WAIT_MS)
+
+#: A rate above zero as the legend prints it (1, 12.5, 1,234, 0.4).
+NONZERO = re.compile(r"^([1-9][\d,]*(\.\d+)?|0\.\d*[1-9]\d*)$")
+
+
+def lmq(*args: str) -> None:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+
+
+class Console:
+    def __init__(self, gw: GatewayProcess) -> None:
+        self.gw = gw
+        self.base = f"http://127.0.0.1:{gw.ports['unified']}"
+        self.mqtt_port = gw.mqtt_port
+        shots = os.environ.get("LMQ_CONSOLE_SCREENSHOTS")
+        self.shots = Path(shots) if shots else None
+
+    def shot(self, page, name: str) -> None:
+        if self.shots is not None:
+            self.shots.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(self.shots / f"console-{name}.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    data = tmp_path_factory.mktemp("console") / "data"
+    d = ["--data-dir", str(data)]
+    lmq("users", "add", "root", "--password", "secret", "--tag", "administrator", *d)
+    gw = GatewayProcess(data).start()
+    try:
+        yield Console(gw)
+    finally:
+        gw.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} missing: make system-deps installs it"
+    with sync_playwright() as p:
+        profile = tempfile.mkdtemp(prefix="lmq-console-chromium-")
+        context = p.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1280, "height": 900},
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def page(console: Console, browser):
+    """One page, logged in as root (the first test logs in through the form)."""
+    page = browser.new_page()
+    page.set_default_timeout(WAIT_MS)
+    yield page
+    page.close()
+
+
+def login(page, console: Console) -> None:
+    page.goto(console.base + "/console/")
+    if page.locator("#nav a").count():
+        return
+    page.fill("#login-user", "root")
+    page.fill("#login-password", "secret")
+    page.click("form.login button[type=submit]")
+    expect(page.locator("#who")).to_contain_text("root")
+
+
+def test_login(page, console: Console) -> None:
+    page.goto(console.base + "/console/")
+    page.fill("#login-user", "root")
+    page.fill("#login-password", "wrong")
+    page.click("form.login button[type=submit]")
+    expect(page.locator("form.login .error")).to_have_text("wrong user name or password")
+    console.shot(page, "login")
+    page.fill("#login-password", "secret")
+    page.click("form.login button[type=submit]")
+    expect(page.locator("#who")).to_contain_text("root")
+    expect(page.locator("#nav a[aria-current=page]")).to_have_text("Overview")
+    # the session is a cookie the page cannot read, and nothing of it is in the URL
+    assert page.evaluate("document.cookie") == ""
+    assert "secret" not in page.url and "csrf" not in page.url
+
+
+def test_overview_rates_move(page, console: Console) -> None:
+    login(page, console)
+    stop = threading.Event()
+    publisher = Paho(console.mqtt_port, "console-publisher", username="root", password="secret")
+
+    def publish() -> None:
+        while not stop.is_set():
+            publisher.publish("console/rates", b"x", qos=1)
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    try:
+        page.goto(console.base + "/console/#/overview")
+        rate = page.locator("figure", has_text="Messages in / s").locator(
+            "[data-series=mqtt] .value"
+        )
+        expect(rate).to_have_text(NONZERO)
+        console.shot(page, "overview")
+    finally:
+        stop.set()
+        thread.join(10)
+        publisher.close()
+
+
+def test_close_connection(page, console: Console) -> None:
+    login(page, console)
+    client = Paho(console.mqtt_port, "console-victim", username="root", password="secret")
+    gone = threading.Event()
+    client.client.on_disconnect = lambda *args: gone.set()
+    try:
+        page.goto(console.base + "/console/#/connections")
+        row = page.locator("tr", has_text="console-victim")
+        expect(row).to_have_count(1)
+        console.shot(page, "connections")
+        row.get_by_role("button", name="Close").click()
+        dialog = page.locator("dialog#confirm")
+        expect(dialog).to_contain_text("console-victim")
+        dialog.get_by_role("button", name="Close").click()
+        expect(page.locator(".notice.ok")).to_contain_text("closed")
+        assert gone.wait(10), "the client's connection was not closed"
+    finally:
+        client.close()
