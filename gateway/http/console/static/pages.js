@@ -145,15 +145,16 @@ function topics(container) {
     columns: [
       { key: 'name', label: 'Topic', sort: true },
       { key: 'message_type', label: 'Type', sort: true },
-      { key: 'read_queues', label: 'Read queues', num: true },
-      { key: 'write_queues', label: 'Write queues', num: true },
-      { key: 'messages', label: 'Messages', sort: true, num: true },
+      { key: 'read_queues', label: 'Read queues', sort: true, num: true },
+      { key: 'write_queues', label: 'Write queues', sort: true, num: true },
+      { key: 'perm_text', label: 'Permission' },
+      { key: 'messages', label: 'Messages', num: true },
     ],
     actions: (row, t) => [
       actionButton('Change', async () => {
         const queues = window.prompt(`Queues of ${row.name} (read and write):`, row.write_queues);
         if (queues === null) return null;
-        return api.patch(`/topics/${seg(row.name)}`, { queues: Number(queues) });
+        return api.put(`/topics/${seg(row.name)}`, { queues: Number(queues) });
       }, { notice, done: (r) => (r ? `Topic ${row.name} changed.` : ''), after: () => t.reload() }),
       actionButton('Delete', () => api.del(`/topics/${seg(row.name)}`), {
         notice, danger: true, typed: row.name,
@@ -171,7 +172,13 @@ function topics(container) {
     ],
     submit: async (v) => {
       const queues = v.queues === '' ? undefined : Number(v.queues);
-      await api.post('/topics', { name: v.name, queues, message_type: v.message_type });
+      // PUT creates or changes: a create form must not change an existing topic
+      const exists = await api.get(`/topics/${seg(v.name)}`).then(() => true, (err) => {
+        if (err.status === 404) return false;
+        throw err;
+      });
+      if (exists) throw new Error(`topic ${v.name} exists already (change it in the table)`);
+      await api.put(`/topics/${seg(v.name)}`, { queues, message_type: v.message_type });
       table.restart();
       return `Topic ${v.name} created.`;
     },
@@ -183,22 +190,27 @@ function topics(container) {
 function lmqs(container) {
   const notice = new Notice();
   const table = new PagedTable({
-    path: '/lmqs', filterLabel: 'Filter by name (prefix)', sort: 'name',
+    path: '/lmqs', filterLabel: 'Filter by name', sort: 'name',
     columns: [
-      { key: 'name', label: 'LMQ', sort: true, render: (r) => link(`#/messages/lmq/${encodeURIComponent(r.name)}`, r.name) },
-      { key: 'depth', label: 'Depth', num: true },
+      { key: 'name', label: 'LMQ', render: (r) => link(`#/messages/lmq/${encodeURIComponent(r.name)}`, r.name) },
+      { key: 'messages', label: 'Messages', num: true },
+      { key: 'bytes', label: 'Bytes', num: true, render: (r) => bytes(r.bytes) },
       { key: 'min_offset', label: 'First offset', num: true },
       { key: 'max_offset', label: 'End offset', num: true },
-      { key: 'consumers', label: 'Consumers', num: true },
+      { key: 'last_write_ms', label: 'Last write', render: (r) => time(r.last_write_ms) },
     ],
   });
   const clean = actionButton('Clean idle LMQs\u2026', async () => {
     const dry = await api.post('/lmqs/clean', { dry_run: true });
-    const n = (dry.removed || dry.lmqs || []).length ?? dry.count;
-    if (!n) return { none: true };
-    if (!(await confirmAction(`Remove ${n} idle LMQs (the topics clean rules)?`, { action: 'Remove' }))) return { cancelled: true };
+    if (!dry.lmqs) return { none: true };
+    const text = `Remove ${number(dry.lmqs)} idle LMQs (${number(dry.messages)} messages, ${bytes(dry.bytes)}), by the topics clean rules?`;
+    if (!(await confirmAction(text, { action: 'Remove' }))) return { cancelled: true };
     return api.post('/lmqs/clean', { dry_run: false });
-  }, { notice, done: (r) => (r.none ? 'No idle LMQ to clean.' : r.cancelled ? 'Nothing removed.' : 'Idle LMQs removed.'), after: () => table.restart() });
+  }, {
+    notice,
+    done: (r) => (r.none ? 'No idle LMQ to clean.' : r.cancelled ? 'Nothing removed.' : `${number(r.lmqs)} idle LMQs removed.`),
+    after: () => table.restart(),
+  });
   container.append(heading('LMQs', clean), notice.node, table.node);
   table.load();
 }
@@ -212,9 +224,10 @@ function groups(container, args) {
     path: '/groups', filterLabel: 'Filter by group', sort: 'name',
     columns: [
       { key: 'name', label: 'Group', sort: true, render: (r) => link(`#/groups/${encodeURIComponent(r.name)}`, r.name) },
-      { key: 'consume_type', label: 'Type' },
+      { key: 'topics', label: 'Topics', render: (r) => (r.topics || []).join(', ') },
+      { key: 'queues', label: 'Queues', sort: true, num: true },
       { key: 'lag', label: 'Lag', sort: true, num: true },
-      { key: 'inflight', label: 'In flight', num: true },
+      { key: 'configured', label: 'Configured', render: (r) => (r.configured ? 'yes' : 'no') },
     ],
   });
   container.append(heading('Consumer groups'), notice.node, table.node);
@@ -233,10 +246,11 @@ function group(container, name) {
     } catch (err) { notice.fail(err.message); return; }
     const rows = (doc.queues || []).map((q) => h('tr', {},
       h('td', {}, q.topic), h('td', { class: 'num' }, number(q.queue_id)),
-      h('td', { class: 'num' }, number(q.offset)), h('td', { class: 'num' }, number(q.end_offset)),
+      h('td', { class: 'num' }, number(q.offset)), h('td', { class: 'num' }, number(q.max_offset)),
       h('td', { class: 'num' }, number(q.lag))));
     body.replaceChildren(
-      h('p', {}, `Total lag: ${number(doc.lag)}`),
+      h('p', { class: 'summary' }, `Total lag: ${number(doc.lag)} \u00b7 in flight: ${number(doc.in_flight)}`
+        + ` \u00b7 blocked FIFO message groups: ${number((doc.blocked_message_groups || []).length)}`),
       h('div', { class: 'scroll' }, h('table', { class: 'queues' },
         h('thead', {}, h('tr', {}, ['Topic', 'Queue', 'Offset', 'End offset', 'Lag'].map((t) => h('th', {}, t)))),
         h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 5, class: 'none' }, 'no queue consumed yet'))))));
@@ -246,10 +260,15 @@ function group(container, name) {
     fields: [
       { name: 'topic', label: 'Topic', required: true },
       { name: 'to', label: 'To', options: ['earliest', 'latest', 'time'], value: 'earliest' },
-      { name: 'time', label: 'Time (ISO 8601, for "time")', placeholder: '2026-12-07T10:00:00Z' },
+      { name: 'time', label: 'Time (for "time")', type: 'datetime-local' },
     ],
     submit: async (v) => {
-      const to = v.to === 'time' ? { timestamp: v.time } : { to: v.to };
+      let to = { position: v.to };
+      if (v.to === 'time') {
+        const ms = Date.parse(v.time);
+        if (Number.isNaN(ms)) throw new Error('give the time to reset to');
+        to = { timestamp_ms: ms };
+      }
       await api.post(`/groups/${seg(name)}/reset`, { topic: v.topic, ...to });
       await load();
       return `Group ${name} reset to ${v.to === 'time' ? v.time : v.to} on ${v.topic}.`;
@@ -316,8 +335,9 @@ function users(container) {
     columns: [
       { key: 'name', label: 'User', sort: true },
       { key: 'tags', label: 'Tags', render: (r) => (r.tags || []).join(', ') },
-      { key: 'acl', label: 'ACL rules', render: (r) => (r.acl || []).map((a) => `${a.permission} ${a.action} ${a.topic}`).join('; ') },
-      { key: 'access_keys', label: 'Access keys', render: (r) => (r.access_keys || []).join(', ') },
+      { key: 'password', label: 'Password', render: (r) => (r.password === false || r.has_password === false ? 'no' : 'yes') },
+      { key: 'acl_rules', label: 'ACL rules', num: true, render: (r) => number(Array.isArray(r.acl) ? r.acl.length : r.acl_rules) },
+      { key: 'access_keys', label: 'Access keys', render: (r) => [].concat(r.access_keys || []).join(', ') },
     ],
     actions: (row, t) => [actionButton('Delete', () => api.del(`/users/${seg(row.name)}`), {
       notice, danger: true, typed: row.name, confirm: `Delete user ${row.name}? Its connections can no longer log in.`,
@@ -333,7 +353,7 @@ function users(container) {
     ],
     submit: async (v) => {
       const tags = v.tags.split(',').map((t) => t.trim()).filter(Boolean);
-      await api.post('/users', { name: v.name, password: v.password, tags });
+      await api.put(`/users/${seg(v.name)}`, { password: v.password, tags });
       table.restart();
       return `User ${v.name} added.`;
     },
