@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,9 @@ from broker_core import MessageStore
 from broker_core.clock import now_ms
 from broker_core.fifo import BlockedGroup
 from cli.context import data_dir_option, open_store
-from gateway.rocketmq.groups import GroupRegistry
+from gateway.rocketmq.groups import GroupRegistry, group_progress
 from gateway.rocketmq.topics import TopicRegistry
-from lmq.rocketmq import LMQ_PREFIX, dlq_topic, parse_queue_lmq, queue_lmq
+from lmq.rocketmq import dlq_topic, parse_queue_lmq, queue_lmq
 
 
 @click.group()
@@ -39,26 +38,8 @@ def groups() -> None:
 
 
 def _progress(store: MessageStore) -> dict[str, list[dict[str, Any]]]:
-    """group -> one row per RocketMQ queue it committed an offset on, by topic and queue."""
-    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    maxes: dict[str, int] = {}
-    for lmq, group, offset in store.offsets():
-        parsed = parse_queue_lmq(lmq) if lmq.startswith(LMQ_PREFIX) else None
-        if parsed is None:
-            continue
-        if lmq not in maxes:
-            info = store.lmq(lmq)
-            maxes[lmq] = info.max_offset if info else 0
-        rows[group].append({
-            "topic": parsed[0],
-            "queue_id": parsed[1],
-            "offset": offset,
-            "max_offset": maxes[lmq],
-            "lag": max(0, maxes[lmq] - offset),
-        })
-    for group_rows in rows.values():
-        group_rows.sort(key=lambda r: (r["topic"], r["queue_id"]))
-    return rows
+    """group -> one row per RocketMQ queue it committed an offset on."""
+    return group_progress(store)
 
 
 @groups.command("list")

@@ -16,11 +16,20 @@ Thread safety: none of its own (event-loop thread in the gateway; the CLI's one 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
+from typing import Any
 
 from broker_core import MessageStore
-from lmq.rocketmq import GROUP_META_PREFIX, GroupConfig, group_meta_key, validate_group
+from lmq.rocketmq import (
+    GROUP_META_PREFIX,
+    LMQ_PREFIX,
+    GroupConfig,
+    group_meta_key,
+    parse_queue_lmq,
+    validate_group,
+)
 
-__all__ = ["GroupRegistry"]
+__all__ = ["GroupRegistry", "group_progress"]
 
 log = logging.getLogger(__name__)
 
@@ -89,3 +98,32 @@ class GroupRegistry:
             return False
         self.store.delete_meta(group_meta_key(name))
         return True
+
+
+def group_progress(store: MessageStore, group: str | None = None
+                   ) -> dict[str, list[dict[str, Any]]]:
+    """group -> one row per RocketMQ queue it committed an offset on (topic, queue id,
+    offset, the queue's max offset, lag), by topic and queue; of every group, or of
+    ``group``. Reads every committed offset: a worker thread in the gateway."""
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    maxes: dict[str, int] = {}
+    for lmq, name, offset in store.offsets():
+        if group is not None and name != group:
+            continue
+        parsed = parse_queue_lmq(lmq) if lmq.startswith(LMQ_PREFIX) else None
+        if parsed is None:
+            continue
+        if lmq not in maxes:
+            info = store.lmq(lmq)
+            maxes[lmq] = info.max_offset if info else 0
+        rows[name].append({
+            "topic": parsed[0],
+            "queue_id": parsed[1],
+            "lmq": lmq,
+            "offset": offset,
+            "max_offset": maxes[lmq],
+            "lag": max(0, maxes[lmq] - offset),
+        })
+    for group_rows in rows.values():
+        group_rows.sort(key=lambda r: (r["topic"], r["queue_id"]))
+    return rows

@@ -40,8 +40,9 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     # paged, sorted and filtered on the server
     first = api.get("/connections", protocol="mqtt", sort="-client_id", limit=2)
     assert [c["client_id"] for c in first["items"]] == ["sensor-2", "sensor-1"]
-    second = api.get("/connections", protocol="mqtt", sort="-client_id", limit=2,
-                     cursor=first["next"])
+    second = api.get(
+        "/connections", protocol="mqtt", sort="-client_id", limit=2, cursor=first["next"]
+    )
     assert [c["client_id"] for c in second["items"]] == ["sensor-0"]
     assert second["next"] is None
     assert api.get("/connections", filter="sensor-1")["items"][0]["client_id"] == "sensor-1"
@@ -62,12 +63,16 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     assert api.call("GET", "/connections", limit="0").json()["field"] == "limit"
     assert api.call("GET", "/connections", sort="colour").json()["field"] == "sort"
     # the admin port answers the admin API only
-    other = api.session.post(f"http://127.0.0.1:{gw.ports['admin']}/v1/topics/t/messages",
-                             timeout=10)
+    other = api.session.post(
+        f"http://127.0.0.1:{gw.ports['admin']}/v1/topics/t/messages", timeout=10
+    )
     assert other.status_code == 404
     lines = audit_lines(data)
     assert [(a["action"], a["status"]) for a in lines] == [
-        ("connection.close", 202), ("connection.close", 404), ("connection.close", 400)]
+        ("connection.close", 202),
+        ("connection.close", 404),
+        ("connection.close", 400),
+    ]
     assert lines[0]["user"] == "anonymous" and lines[0]["peer"] == "127.0.0.1"
     api.close()
     gw.stop()
@@ -92,8 +97,10 @@ def test_logins_401_403_and_users_taking_effect(tmp_path: Path) -> None:
         root = AdminClient(port, ("root", "root-pw"))
         assert root.get("/overview")["authentication"] == "users"
         # a user added to the file logs in over MQTT at once (the file's watch)
-        write_users(users, {"root": ("root-pw", ("administrator",)), "app": ("app-pw", ()),
-                            "new": ("new-pw", ())})
+        write_users(
+            users,
+            {"root": ("root-pw", ("administrator",)), "app": ("app-pw", ()), "new": ("new-pw", ())},
+        )
         deadline_client = None
         for _ in range(50):
             client = Paho(gw.mqtt_port, "new-client", username="new", password="new-pw")
@@ -111,7 +118,40 @@ def test_logins_401_403_and_users_taking_effect(tmp_path: Path) -> None:
         assert closed.status_code == 202
         entry = audit_lines(data)[-1]
         assert (entry["user"], entry["via"], entry["action"]) == (
-            "root", "basic", "connection.close")
+            "root",
+            "basic",
+            "connection.close",
+        )
         assert json.dumps(entry)  # one JSON line
     finally:
         gw.stop()
+
+
+def test_lmqs_page_in_name_order_with_prefix_and_filter(open_gateway: GatewayProcess) -> None:
+    api = AdminClient(open_gateway.ports["admin"])
+    for name in ("pageA", "pageB", "pageC"):
+        assert api.call("PUT", f"/topics/{name}", {"queues": 100}).status_code == 201
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params = {"prefix": "rmq:page", "limit": 70}
+        if cursor:
+            params["cursor"] = cursor
+        doc = api.get("/lmqs", **params)
+        seen += [i["name"] for i in doc["items"]]
+        cursor = doc["next"]
+        if cursor is None:
+            break
+    assert len(seen) == 300 and seen == sorted(seen) and len(set(seen)) == 300
+    only = api.get("/lmqs", prefix="rmq:", filter="pageB:9", limit=1000)
+    assert [i["name"] for i in only["items"]] == sorted(
+        ["rmq:pageB:9", *(f"rmq:pageB:{n}" for n in range(90, 100))]
+    )
+    one = api.get("/lmqs/rmq:pageA:7")
+    assert one["messages"] == 0 and one["consumers"] == []
+    topics = api.get("/topics", sort="-name", limit=2)
+    assert [t["name"] for t in topics["items"]] == ["pageC", "pageB"]
+    dry = api.call("POST", "/lmqs/clean", {"prefix": "rmq:pageC:", "dry_run": True}).json()
+    assert dry["lmqs"] == 100 and "removed" not in dry
+    assert api.call("POST", "/lmqs/clean", {}).json()["field"] == "prefix"
+    api.close()
