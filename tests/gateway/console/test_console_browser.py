@@ -2,7 +2,10 @@
 (scripts/install-system-deps.sh; Playwright's own browser download is not used), one
 browser for the module, against ``lmq serve`` with a users file and real clients: log
 in (a wrong password refused with its message), the overview's rates move while an MQTT
-client publishes, a connection closed from its table is closed.
+client publishes, a topic created on the Topics page is used at once by an HTTP client
+(the gateway creates no topic by itself here), a form with a bad topic name is refused
+with the API's message, a group reset to earliest is seen by its consumer, a connection
+closed from its table is closed.
 
 With ``LMQ_CONSOLE_SCREENSHOTS=DIR`` the tests also save screenshots of the pages they
 visit there (docs/console.md's come from ``LMQ_CONSOLE_SCREENSHOTS=docs/images``)."""
@@ -18,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 from click.testing import CliRunner
 from playwright.sync_api import expect, sync_playwright
 
@@ -46,6 +50,10 @@ expect.set_options(timeout=WAIT_MS)
 NONZERO = re.compile(r"^([1-9][\d,]*(\.\d+)?|0\.\d*[1-9]\d*)$")
 
 
+AUTH = ("root", "secret")
+BOUND = 10.0
+
+
 def lmq(*args: str) -> None:
     result = CliRunner().invoke(main, list(args))
     assert result.exit_code == 0, result.output
@@ -70,7 +78,10 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     data = tmp_path_factory.mktemp("console") / "data"
     d = ["--data-dir", str(data)]
     lmq("users", "add", "root", "--password", "secret", "--tag", "administrator", *d)
-    gw = GatewayProcess(data).start()
+    lmq("users", "acl", "add", "root", "--both", "#", *d)  # its clients publish and consume
+    config = data.parent / "gateway.toml"
+    config.write_text("rocketmq_auto_create_topics = false\n")
+    gw = GatewayProcess(data, "--config", str(config)).start()
     try:
         yield Console(gw)
     finally:
@@ -173,3 +184,93 @@ def test_close_connection(page, console: Console) -> None:
         assert gone.wait(10), "the client's connection was not closed"
     finally:
         client.close()
+
+
+def publish(console: Console, topic: str, body: str) -> requests.Response:
+    """A publish by the JSON API (a real HTTP client)."""
+    return requests.post(
+        f"{console.base}/v1/topics/{topic}/messages", auth=AUTH, json={"body": body}, timeout=BOUND
+    )
+
+
+def receive(console: Console, group: str, topic: str, n: int) -> list[str]:
+    """The bodies of ``n`` messages received (and acked) by ``group``."""
+    bodies: list[str] = []
+    for _ in range(20):
+        r = requests.post(
+            f"{console.base}/v1/groups/{group}/topics/{topic}/receive",
+            params={"wait_seconds": 2, "max_messages": n - len(bodies)},
+            auth=AUTH,
+            timeout=BOUND,
+        )
+        assert r.status_code == 200, r.text
+        messages = r.json()["messages"]
+        if messages:
+            bodies += [m["body"] for m in messages]
+            ack = requests.post(
+                f"{console.base}/v1/groups/{group}/ack",
+                auth=AUTH,
+                timeout=BOUND,
+                json={"receipt_handles": [m["receipt_handle"] for m in messages]},
+            )
+            assert ack.status_code == 200, ack.text
+        if len(bodies) >= n:
+            return bodies
+    raise AssertionError(f"{group} received {bodies}, not {n} messages")
+
+
+def test_create_topic_then_a_client_uses_it(page, console: Console) -> None:
+    login(page, console)
+    early = publish(console, "console-orders", "early")
+    assert early.status_code == 404, early.text  # no such topic, and none made by a send
+    page.goto(console.base + "/console/#/topics")
+    create = page.locator("form[aria-label='Create a topic']")
+    create.locator("[name=name]").fill("console-orders")
+    create.locator("[name=queues]").fill("2")
+    create.locator("[name=message_type]").select_option("NORMAL")
+    create.get_by_role("button", name="Create").click()
+    expect(page.locator(".notice.ok")).to_have_text("Topic console-orders created.")
+    row = page.locator("tr", has_text="console-orders")
+    expect(row).to_contain_text("NORMAL")
+    r = publish(console, "console-orders", "hello")
+    assert r.status_code == 201, r.text
+    page.reload()
+    expect(page.locator("tr", has_text="console-orders").locator("td").nth(5)).to_have_text("1")
+    console.shot(page, "topics")
+
+
+def test_bad_form_is_refused_with_a_clear_message(page, console: Console) -> None:
+    login(page, console)
+    page.goto(console.base + "/console/#/topics")
+    create = page.locator("form[aria-label='Create a topic']")
+    create.locator("[name=name]").fill("bad name!")
+    create.get_by_role("button", name="Create").click()
+    expect(create.locator(".error")).to_have_text(
+        "the topic name 'bad name!' contains characters other than [%|a-zA-Z0-9_-]"
+    )
+    expect(page.locator("tr", has_text="bad name!")).to_have_count(0)
+
+
+def test_reset_group_seen_by_its_consumer(page, console: Console) -> None:
+    login(page, console)
+    made = requests.put(
+        f"{console.base}/v1/admin/topics/console-reset",
+        auth=AUTH,
+        json={"queues": 1},
+        timeout=BOUND,
+    )
+    assert made.status_code in (200, 201), made.text
+    for i in range(3):
+        assert publish(console, "console-reset", f"m{i}").status_code == 201
+    assert sorted(receive(console, "console-group", "console-reset", 3)) == ["m0", "m1", "m2"]
+    page.goto(console.base + "/console/#/groups/console-group")
+    summary = page.locator(".summary")
+    expect(summary).to_contain_text("Total lag: 0")
+    reset = page.locator("form[aria-label='Reset offsets']")
+    reset.locator("[name=topic]").fill("console-reset")
+    reset.locator("[name=to]").select_option("earliest")
+    reset.get_by_role("button", name="Reset").click()
+    expect(page.locator(".notice.ok")).to_contain_text("reset to earliest")
+    expect(summary).to_contain_text("Total lag: 3")
+    console.shot(page, "group")
+    assert sorted(receive(console, "console-group", "console-reset", 3)) == ["m0", "m1", "m2"]
