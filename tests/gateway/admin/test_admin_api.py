@@ -116,12 +116,33 @@ def test_logins_401_403_and_users_taking_effect(tmp_path: Path) -> None:
         assert found[0]["user"] == "new"
         closed = root.call("DELETE", f"/connections/{found[0]['id']}")
         assert closed.status_code == 202
+        # a user added over the API logs in at once; bad input names the field
+        bad = root.call("PUT", "/users/api-user", {"password": ""})
+        assert bad.status_code == 400 and bad.json()["field"] == "password"
+        bad = root.call("PUT", "/users/api-user", {"password": "pw", "tags": "admin"})
+        assert bad.status_code == 400 and bad.json()["field"] == "tags"
+        added = root.call("PUT", "/users/api-user", {"password": "api-pw"})
+        assert added.status_code == 201 and added.json()["password"] is True
+        client = Paho(gw.mqtt_port, "api-client", username="api-user", password="api-pw")
+        assert client.rc == 0
+        rule = root.call("POST", "/users/api-user/acl", {"access": "maybe", "filter": "a/#"})
+        assert rule.status_code == 400 and rule.json()["field"] == "access"
+        rule = root.call("POST", "/users/api-user/acl", {"access": "deny", "filter": "a/#"})
+        assert rule.status_code == 201 and rule.json()["rule"] == "deny a/#"
+        key = root.call("POST", "/users/api-user/access-keys", {}).json()
+        assert key["secret_key"] and key["access_key"].startswith("LMQ")
+        shown = root.get("/users/api-user")
+        assert shown["acl"] == ["deny a/#"] and shown["access_keys"] == [key["access_key"]]
+        assert "secret_key" not in str(root.get("/users"))
+        assert root.call("DELETE", "/users/nobody").status_code == 404
+        assert root.call("DELETE", "/users/api-user").status_code == 200
+        refused = Paho(gw.mqtt_port, "api-client-2", username="api-user", password="api-pw")
+        assert refused.rc != 0
         entry = audit_lines(data)[-1]
-        assert (entry["user"], entry["via"], entry["action"]) == (
-            "root",
-            "basic",
-            "connection.close",
-        )
+        assert (entry["user"], entry["via"], entry["action"]) == ("root", "basic", "user.delete")
+        actions = [a["action"] for a in audit_lines(data)]
+        assert actions[:2] == ["connection.close", "user.put"]
+        assert "acl.add" in actions and "access_key.add" in actions
         assert json.dumps(entry)  # one JSON line
     finally:
         gw.stop()
@@ -153,5 +174,21 @@ def test_lmqs_page_in_name_order_with_prefix_and_filter(open_gateway: GatewayPro
     assert [t["name"] for t in topics["items"]] == ["pageC", "pageB"]
     dry = api.call("POST", "/lmqs/clean", {"prefix": "rmq:pageC:", "dry_run": True}).json()
     assert dry["lmqs"] == 100 and "removed" not in dry
+    # messages: peek (read-only) and find by id and key
+    from ..mqtt_clients import Paho as Client
+
+    subscriber = Client(open_gateway.mqtt_port, "peek-sub", clean=False)
+    subscriber.subscribe("peek/me", qos=1)  # its filter's LMQ, mqtt:peek/me, holds them
+    subscriber.disconnect()
+    publisher = Client(open_gateway.mqtt_port, "peeker")
+    for i in range(3):
+        publisher.publish("peek/me", f"m{i}".encode(), qos=1)
+    peeked = api.get("/lmqs/mqtt:peek%2Fme/messages", limit=2)
+    assert [m["body"] for m in peeked["items"]] == ["m0", "m1"]
+    again = api.get("/lmqs/mqtt:peek%2Fme/messages", offset=peeked["next_offset"])
+    assert [m["body"] for m in again["items"]] == ["m2"]
+    assert api.get("/lmqs/mqtt:peek%2Fme/messages", limit=2)["items"] == peeked["items"]
+    assert api.call("GET", "/messages", topic="peek").json()["field"] == "key"
+    assert api.call("GET", "/messages/0123456789ABCDEF0123456789ABCDEF").status_code == 404
     assert api.call("POST", "/lmqs/clean", {}).json()["field"] == "prefix"
     api.close()
