@@ -159,7 +159,9 @@ def test_overview_rates_move(page, console: Console) -> None:
             "[data-series=mqtt] .value"
         )
         expect(rate).to_have_text(NONZERO)
-        console.shot(page, "overview")
+        if console.shots is not None:  # a chart worth a picture: a minute of samples
+            page.wait_for_timeout(60_000)
+            console.shot(page, "overview")
     finally:
         stop.set()
         thread.join(10)
@@ -274,3 +276,31 @@ def test_reset_group_seen_by_its_consumer(page, console: Console) -> None:
     expect(summary).to_contain_text("Total lag: 3")
     console.shot(page, "group")
     assert sorted(receive(console, "console-group", "console-reset", 3)) == ["m0", "m1", "m2"]
+
+
+def test_message_browser_finds_and_peeks(page, console: Console) -> None:
+    login(page, console)
+    made = requests.put(
+        f"{console.base}/v1/admin/topics/console-browse",
+        auth=AUTH,
+        json={"queues": 1},
+        timeout=BOUND,
+    )
+    assert made.status_code in (200, 201), made.text
+    sent = [publish(console, "console-browse", f"b{i}").json() for i in range(3)]
+    page.goto(console.base + "/console/#/messages")
+    peek = page.locator("form[aria-label^='Peek']")
+    peek.locator("[name=lmq]").fill("rmq:console-browse:0")
+    peek.get_by_role("button", name="Peek").click()
+    rows = page.locator(".results tbody tr")
+    expect(rows).to_have_count(3)
+    expect(rows.nth(1)).to_contain_text("b1")
+    expect(page.locator(".results .summary")).to_contain_text("offsets 0 to 3")
+    console.shot(page, "messages")
+    find = page.locator("form[aria-label='Find by message id']")
+    find.locator("[name=id]").fill(sent[2]["message_id"])
+    find.get_by_role("button", name="Find").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("b2")
+    # peeking consumed nothing: a group still receives every message
+    assert sorted(receive(console, "console-browser", "console-browse", 3)) == ["b0", "b1", "b2"]

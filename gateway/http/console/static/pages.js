@@ -28,9 +28,9 @@ function overview(container) {
   const charts = {
     in: new LineChart('Messages in / s', rate),
     out: new LineChart('Messages out / s', rate),
-    connections: new LineChart('Connections', (v) => number(v)),
+    connections: new LineChart('Connections', (v) => number(v), { integer: true }),
     store: new LineChart('Store size', bytes),
-    lag: new LineChart('Store lag (appends waiting)', (v) => number(v)),
+    lag: new LineChart('Store lag (appends waiting)', (v) => number(v), { integer: true }),
   };
   container.append(heading('Overview'), error, cards,
     h('div', { class: 'charts' }, Object.values(charts).map((c) => c.node)));
@@ -252,7 +252,7 @@ function group(container, name) {
       h('p', { class: 'summary' }, `Total lag: ${number(doc.lag)} \u00b7 in flight: ${number(doc.in_flight)}`
         + ` \u00b7 blocked FIFO message groups: ${number((doc.blocked_message_groups || []).length)}`),
       h('div', { class: 'scroll' }, h('table', { class: 'queues' },
-        h('thead', {}, h('tr', {}, ['Topic', 'Queue', 'Offset', 'End offset', 'Lag'].map((t) => h('th', {}, t)))),
+        h('thead', {}, h('tr', {}, ['Topic', 'Queue', 'Offset', 'End offset', 'Lag'].map((t, i) => h('th', { class: i ? 'num' : undefined }, t)))),
         h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 5, class: 'none' }, 'no queue consumed yet'))))));
   }
   const reset = form({
@@ -389,40 +389,59 @@ function connectors(container) {
 
 // -- message browser -----------------------------------------------------------------
 
-function messageTable(items) {
+function messageTable(items, peeked) {
   if (!items.length) return h('p', { class: 'none' }, 'no message found');
+  const head = [peeked ? 'Offset' : 'Found by', 'Position', 'Topic', 'Tag', 'Keys', 'Message id', 'Stored', 'Size', 'Body'];
   return h('div', { class: 'scroll' }, h('table', { class: 'messages' },
-    h('thead', {}, h('tr', {}, ['Offset', 'Message id', 'Topic', 'Keys', 'Tag', 'Stored', 'Body'].map((t) => h('th', {}, t)))),
-    h('tbody', {}, items.map((m) => h('tr', {},
-      h('td', { class: 'num' }, number(m.offset)), h('td', {}, m.msg_id || m.id || ''),
-      h('td', {}, m.topic || ''), h('td', {}, [].concat(m.keys || []).join(' ')), h('td', {}, m.tag || ''),
-      h('td', {}, time(m.store_time_ms || m.stored_ms)),
-      h('td', {}, h('code', {}, m.body ?? m.body_base64 ?? '')))))));
+    h('thead', {}, h('tr', {}, head.map((t) => h('th', {}, t)))),
+    h('tbody', {}, items.map((m) => {
+      const props = m.properties || {};
+      return h('tr', {},
+        h('td', { class: peeked ? 'num' : undefined }, peeked ? number(m.offset) : m.found_by),
+        h('td', { class: 'num' }, number(m.position)), h('td', {}, m.topic || ''), h('td', {}, m.tag || ''),
+        h('td', {}, props.KEYS || ''), h('td', {}, props.UNIQ_KEY || ''), h('td', {}, time(m.store_ms)),
+        h('td', { class: 'num' }, bytes(m.body_bytes)),
+        h('td', {}, h('code', {}, m.body ?? (m.body_base64 ? `base64: ${m.body_base64}` : ''))));
+    }))));
 }
 
 function messages(container, args) {
   const notice = new Notice();
   const results = h('div', { class: 'results' });
-  const show = (doc) => { results.replaceChildren(messageTable(doc.items || doc.messages || [])); };
+  const show = (doc, peeked) => {
+    const rows = messageTable(doc.items || [], peeked);
+    const nodes = [rows];
+    if (peeked) {
+      nodes.unshift(h('p', { class: 'summary' },
+        `${doc.lmq}: offsets ${number(doc.min_offset)} to ${number(doc.max_offset)} (read-only: nothing consumed)`));
+      if (doc.next_offset !== undefined && doc.next_offset < doc.max_offset) {
+        nodes.push(h('p', {}, h('button', { type: 'button', onclick: async () => {
+          try { show(await api.get(`/lmqs/${seg(doc.lmq)}/messages`, { offset: doc.next_offset, limit: 20 }), true); }
+          catch (err) { notice.fail(err.message); }
+        } }, 'Next messages \u203a')));
+      }
+    }
+    results.replaceChildren(...nodes);
+  };
   const byId = form({
     title: 'Find by message id', submitLabel: 'Find', notice,
-    fields: [{ name: 'id', label: 'Message id', required: true }],
-    submit: async (v) => { show(await api.get('/messages', { id: v.id })); return ''; },
+    fields: [{ name: 'id', label: 'Message id (UNIQ_KEY or offsetMsgId)', required: true }],
+    submit: async (v) => { show(await api.get(`/messages/${seg(v.id)}`), false); return ''; },
   });
   const byKey = form({
     title: 'Find by key', submitLabel: 'Find', notice,
     fields: [{ name: 'topic', label: 'Topic', required: true }, { name: 'key', label: 'Key', required: true }],
-    submit: async (v) => { show(await api.get('/messages', { topic: v.topic, key: v.key })); return ''; },
+    submit: async (v) => { show(await api.get('/messages', { topic: v.topic, key: v.key }), false); return ''; },
   });
   const peek = form({
     title: 'Peek (read-only: consumes nothing)', submitLabel: 'Peek', notice,
     fields: [
-      { name: 'lmq', label: 'LMQ or queue', required: true, value: args[0] === 'lmq' ? args[1] : undefined },
+      { name: 'lmq', label: 'LMQ (rmq:TOPIC:QUEUE, mqtt:TOPIC...)', required: true, value: args[0] === 'lmq' ? args[1] : undefined },
       { name: 'offset', label: 'From offset (empty: the first)', type: 'number', min: 0 },
-      { name: 'count', label: 'Messages', type: 'number', value: '20', min: 1 },
+      { name: 'limit', label: 'Messages', type: 'number', value: '20', min: 1 },
     ],
     submit: async (v) => {
-      show(await api.get(`/lmqs/${seg(v.lmq)}/messages`, { offset: v.offset, count: v.count }));
+      show(await api.get(`/lmqs/${seg(v.lmq)}/messages`, { offset: v.offset, limit: v.limit }), true);
       return '';
     },
   });
