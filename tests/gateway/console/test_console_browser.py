@@ -347,3 +347,29 @@ def test_table_pages_sorts_and_filters_on_the_server(page, console: Console) -> 
     table.get_by_placeholder("Filter by topic").fill("console-p-4")
     expect(table.locator("tbody tr")).to_have_count(10)
     expect(table.locator("tbody tr").first.locator("td").first).to_have_text("console-p-49")
+
+
+def test_add_user_who_logs_in_then_an_acl_rule(page, console: Console) -> None:
+    login(page, console)
+    page.goto(console.base + "/console/#/users")
+    add = page.locator("form[aria-label='Add a user']")
+    add.locator("[name=name]").fill("console-dev")
+    add.locator("[name=password]").fill("dev-pw")
+    add.get_by_role("button", name="Add").click()
+    expect(page.locator(".notice.ok")).to_have_text("User console-dev added.")
+    client = Paho(
+        console.mqtt_port, "console-dev-client", username="console-dev", password="dev-pw"
+    )
+    try:
+        assert client.rc == 0  # the users file was reloaded at once
+    finally:
+        client.close()
+    page.locator("a", has_text="console-dev").click()
+    rule = page.locator("form[aria-label='Add an ACL rule']")
+    rule.locator("[name=access]").select_option("publish")
+    rule.locator("[name=filter]").fill("devices/+/up")
+    rule.get_by_role("button", name="Add rule").click()
+    expect(page.locator(".notice.ok")).to_contain_text("Rule added")
+    expect(page.locator("table.acl tbody tr")).to_have_count(1)
+    expect(page.locator("table.acl tbody")).to_contain_text("devices/+/up")
+    console.shot(page, "user")

@@ -328,19 +328,21 @@ function amqp(container) {
 
 // -- users and ACLs ------------------------------------------------------------------
 
-function users(container) {
+function users(container, args) {
+  if (args[0]) return user(container, args[0]);
   const notice = new Notice();
   const table = new PagedTable({
     path: '/users', filterLabel: 'Filter users', sort: 'name',
     columns: [
-      { key: 'name', label: 'User', sort: true },
+      { key: 'name', label: 'User', sort: true, render: (r) => link(`#/users/${encodeURIComponent(r.name)}`, r.name) },
       { key: 'tags', label: 'Tags', render: (r) => (r.tags || []).join(', ') },
-      { key: 'password', label: 'Password', render: (r) => (r.password === false || r.has_password === false ? 'no' : 'yes') },
-      { key: 'acl_rules', label: 'ACL rules', num: true, render: (r) => number(Array.isArray(r.acl) ? r.acl.length : r.acl_rules) },
-      { key: 'access_keys', label: 'Access keys', render: (r) => [].concat(r.access_keys || []).join(', ') },
+      { key: 'password', label: 'Password', render: (r) => (r.password ? 'yes' : 'no') },
+      { key: 'acl_rules', label: 'ACL rules', num: true },
+      { key: 'vhosts', label: 'AMQP vhosts', render: (r) => (r.vhosts || []).join(', ') },
+      { key: 'access_keys', label: 'Access keys', render: (r) => (r.access_keys || []).join(', ') },
     ],
     actions: (row, t) => [actionButton('Delete', () => api.del(`/users/${seg(row.name)}`), {
-      notice, danger: true, typed: row.name, confirm: `Delete user ${row.name}? Its connections can no longer log in.`,
+      notice, danger: true, typed: row.name, confirm: `Delete user ${row.name}? It can no longer log in.`,
       done: `User ${row.name} deleted.`, after: () => t.reload(),
     })],
   });
@@ -352,6 +354,11 @@ function users(container) {
       { name: 'tags', label: 'Tags (comma separated)', placeholder: 'administrator' },
     ],
     submit: async (v) => {
+      const exists = await api.get(`/users/${seg(v.name)}`).then(() => true, (err) => {
+        if (err.status === 404) return false;
+        throw err;
+      });
+      if (exists) throw new Error(`user ${v.name} exists already`);
       const tags = v.tags.split(',').map((t) => t.trim()).filter(Boolean);
       await api.put(`/users/${seg(v.name)}`, { password: v.password, tags });
       table.restart();
@@ -360,6 +367,105 @@ function users(container) {
   });
   container.append(heading('Users and ACLs'), notice.node, add, table.node);
   table.load();
+  return null;
+}
+
+function user(container, name) {
+  const notice = new Notice();
+  const body = h('div');
+  const base = `/users/${seg(name)}`;
+  async function load() {
+    let doc;
+    try {
+      doc = await api.get(base);
+    } catch (err) { notice.fail(err.message); return; }
+    const rules = (doc.acl || []).map((rule, i) => h('tr', {},
+      h('td', { class: 'num' }, String(i + 1)), h('td', {}, h('code', {}, rule)),
+      h('td', { class: 'actions' }, actionButton('Remove', () => api.del(`${base}/acl/${i + 1}`), {
+        notice, danger: true, confirm: `Remove rule ${i + 1} (${rule}) of ${name}?`,
+        done: `Rule ${i + 1} removed.`, after: load,
+      }))));
+    const perms = Object.entries(doc.permissions || {}).map(([vhost, p]) => h('tr', {},
+      h('td', {}, vhost), h('td', {}, h('code', {}, p.configure)), h('td', {}, h('code', {}, p.write)),
+      h('td', {}, h('code', {}, p.read)),
+      h('td', { class: 'actions' }, actionButton('Clear', () => api.del(`${base}/permissions/${seg(vhost)}`), {
+        notice, danger: true, confirm: `Clear ${name}'s permissions on vhost ${vhost}?`, done: 'Permissions cleared.', after: load,
+      }))));
+    const keys = (doc.access_keys || []).map((key) => h('tr', {}, h('td', {}, h('code', {}, key)),
+      h('td', { class: 'actions' }, actionButton('Delete', () => api.del(`/access-keys/${seg(key)}`), {
+        notice, danger: true, confirm: `Delete access key ${key}? Clients signing with it are refused.`,
+        done: `Access key ${key} deleted.`, after: load,
+      }))));
+    const none = (n) => h('tr', {}, h('td', { colspan: n, class: 'none' }, 'none'));
+    body.replaceChildren(
+      h('p', { class: 'summary' }, `Tags: ${(doc.tags || []).join(', ') || 'none'} \u00b7 password: ${doc.password ? 'yes' : 'no'}`
+        + ` \u00b7 certificate subjects: ${(doc.certificate_subjects || []).join('; ') || 'none'}`),
+      h('h3', {}, 'ACL rules (first match decides)'),
+      h('div', { class: 'scroll' }, h('table', { class: 'acl' },
+        h('thead', {}, h('tr', {}, h('th', { class: 'num' }, '#'), h('th', {}, 'Rule'), h('th', {}, ''))),
+        h('tbody', {}, rules.length ? rules : none(3)))),
+      h('h3', {}, 'AMQP permissions'),
+      h('div', { class: 'scroll' }, h('table', {},
+        h('thead', {}, h('tr', {}, ['Vhost', 'Configure', 'Write', 'Read', ''].map((t) => h('th', {}, t)))),
+        h('tbody', {}, perms.length ? perms : none(5)))),
+      h('h3', {}, 'Access keys'),
+      h('div', { class: 'scroll' }, h('table', {},
+        h('thead', {}, h('tr', {}, h('th', {}, 'Access key'), h('th', {}, ''))),
+        h('tbody', {}, keys.length ? keys : none(2)))));
+  }
+  const rule = form({
+    title: 'Add an ACL rule', submitLabel: 'Add rule', notice,
+    fields: [
+      { name: 'access', label: 'Access', options: ['publish', 'subscribe', 'both', 'deny'], value: 'both' },
+      { name: 'filter', label: 'Topic filter', required: true, placeholder: 'orders/#' },
+      { name: 'position', label: 'Position (empty: last)', type: 'number', min: 1 },
+    ],
+    submit: async (v) => {
+      const doc = await api.post(`${base}/acl`, {
+        access: v.access, filter: v.filter, position: v.position === '' ? undefined : Number(v.position),
+      });
+      await load();
+      return `Rule added: ${doc.rule}.`;
+    },
+  });
+  const perms = form({
+    title: 'Set AMQP permissions', submitLabel: 'Set', notice,
+    fields: [
+      { name: 'vhost', label: 'Vhost', required: true, value: '/' },
+      { name: 'configure', label: 'Configure (regex)', value: '.*' },
+      { name: 'write', label: 'Write (regex)', value: '.*' },
+      { name: 'read', label: 'Read (regex)', value: '.*' },
+    ],
+    submit: async (v) => {
+      await api.put(`${base}/permissions/${seg(v.vhost)}`, { configure: v.configure, write: v.write, read: v.read });
+      await load();
+      return `Permissions on ${v.vhost} set.`;
+    },
+  });
+  const change = form({
+    title: 'Change password or tags', submitLabel: 'Change', notice,
+    fields: [
+      { name: 'password', label: 'New password (empty: unchanged)', type: 'password' },
+      { name: 'tags', label: 'Tags (comma separated; empty: unchanged)' },
+    ],
+    submit: async (v) => {
+      const change = {};
+      if (v.password) change.password = v.password;
+      if (v.tags.trim()) change.tags = v.tags.split(',').map((t) => t.trim()).filter(Boolean);
+      if (!Object.keys(change).length) throw new Error('give a new password or tags');
+      await api.put(base, change);
+      await load();
+      return `User ${name} changed.`;
+    },
+  });
+  const key = actionButton('Add an access key', () => api.post(`${base}/access-keys`, {}), {
+    notice, after: load,
+    done: (doc) => `Access key ${doc.access_key}, secret key ${doc.secret_key} (shown this once: keep it now).`,
+  });
+  container.append(heading(`User ${name}`, link('#/users', '\u2190 all users')), notice.node, body,
+    h('div', { class: 'forms' }, rule, perms, change), h('p', {}, key));
+  load();
+  return null;
 }
 
 // -- connector -------------------------------------------------------------------------
