@@ -9,9 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from gateway.admin.address import read_address
 
+from ..amqp_support import ThreadGateway
 from ..gateway_process import GatewayProcess
 from ..mqtt_clients import Paho, RawClient
 from .support import AdminClient, admin_gateway, audit_lines, write_users
@@ -192,3 +194,27 @@ def test_lmqs_page_in_name_order_with_prefix_and_filter(open_gateway: GatewayPro
     assert api.call("GET", "/messages/0123456789ABCDEF0123456789ABCDEF").status_code == 404
     assert api.call("POST", "/lmqs/clean", {}).json()["field"] == "prefix"
     api.close()
+
+
+def test_every_admin_route_is_in_the_openapi_document(tmp_path: Path) -> None:
+    """The routes of a started gateway's admin API (an in-process gateway: its router)
+    against the paths of the published document, which validates."""
+    from openapi_spec_validator import validate
+
+    from gateway.admin.core import PREFIX
+    from gateway.http.admin import admin_of
+
+    gw = ThreadGateway(tmp_path / "data", http_port="auto").start()
+    try:
+        router = gw.gateway.front_ends["http"].router
+        routes = {(r.method, PREFIX + r.pattern) for r in admin_of(router).routes}
+        port = gw.gateway.listener_address("http")[1]
+        response = requests.get(f"http://127.0.0.1:{port}/v1/openapi.json", timeout=10)
+    finally:
+        gw.stop()
+    spec = response.json()
+    validate(spec)
+    documented = {
+        (m.upper(), p) for p, item in spec["paths"].items() for m in item if p.startswith(PREFIX)
+    }
+    assert routes == documented
