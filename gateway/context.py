@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from broker_core import MessageStore
 from gateway.auth import Authenticator
 from gateway.config import GatewayConfig
+from gateway.frontend import FrontEnd
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
 from gateway.rocketmq.groups import GroupRegistry
@@ -51,6 +52,11 @@ class Introspection(Protocol):
     def overview_history(self, since: int = 0) -> dict[str, Any]:
         """The overview's samples taken after ``since`` (ms since the epoch), oldest
         first (:meth:`gateway.history.History.document`)."""
+        ...
+
+    def front_end(self, name: str) -> FrontEnd | None:
+        """The running front end of protocol ``name`` (``mqtt``, ``amqp``...), None when
+        it is not served (for the admin API's views of sessions and queues)."""
         ...
 
     def replication_role(self) -> str:

@@ -38,7 +38,7 @@ end object; per-connection state on its handler. Back-pressure from the store:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -105,6 +105,24 @@ class FrontEnd:
         """This gateway, a slave of its broker group, became the master: the store's
         metadata is the old master's (replicated, docs/replication.md); reload what was
         loaded from it at start. A slave had no clients. The default does nothing."""
+
+    def session_rows(self) -> list[dict[str, Any]] | None:
+        """For the admin API (``/v1/admin/mqtt/sessions``): one row per session this
+        front end holds (online and offline), or None when its protocol has none. The
+        default has none."""
+        return None
+
+    def subscription_lmqs(self, client_id: str) -> tuple[str, list[str]] | None:
+        """For the admin API: the consumer group session ``client_id`` commits its
+        offsets under and the LMQs of its own subscriptions (its backlog is theirs
+        after those offsets); None without such a session. The default has none."""
+        return None
+
+    def kick_session(self, client_id: str, by: str) -> bool | None:
+        """For the admin API: end session ``client_id`` (its connection closed, its
+        subscriptions and state dropped); False when there is no such session, None
+        when the protocol has none. The default has none."""
+        return None
 
     async def stop(self) -> None:
         """Shutdown: every connection is closed; the store is still open. Persist what

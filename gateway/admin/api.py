@@ -7,7 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.admin import connections, groups, lmqs, messages, overview, topics, users
+from gateway.admin import (
+    connections,
+    groups,
+    lmqs,
+    messages,
+    mqtt_sessions,
+    overview,
+    topics,
+    users,
+)
 from gateway.admin.audit import AuditLog
 from gateway.admin.auth import AdminAuth
 from gateway.admin.core import AdminError, Call, Handler, Result
@@ -42,7 +51,8 @@ class Admin:
         )
         self.audit = AuditLog(audit_path)
         self.routes: list[Route] = []
-        for family in (overview, connections, topics, groups, lmqs, messages, users):
+        for family in (overview, connections, topics, groups, lmqs, messages, users,
+                       mqtt_sessions):
             for method, pattern, handler, action in family.routes(self):
                 self.routes.append(Route(method, pattern, handler, action))
 

@@ -84,6 +84,17 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
     ),
     ("GET", "/connections/{id}"): ("One connection", [], None),
     ("DELETE", "/connections/{id}"): ("Close a connection (202)", [], None),
+    ("GET", "/mqtt/sessions"): (
+        "MQTT sessions, online and offline, with subscriptions and backlog (paged; sort by"
+        " client_id, connected, user, expiry_seconds, offline_seconds, inflight)",
+        [*_PAGING, _q("connected", "boolean")],
+        None,
+    ),
+    ("DELETE", "/mqtt/sessions/{client_id}"): (
+        "Kick a session: its connection closed, its state dropped (202)",
+        [],
+        None,
+    ),
     ("GET", "/topics"): ("RocketMQ topics (paged)", _PAGING, None),
     ("GET", "/topics/{topic}"): ("A topic with its queues' offsets", [], None),
     ("PUT", "/topics/{topic}"): (
