@@ -306,7 +306,9 @@ def test_message_browser_finds_and_peeks(page, console: Console) -> None:
     assert sorted(receive(console, "console-browser", "console-browse", 3)) == ["b0", "b1", "b2"]
 
 
-@pytest.mark.parametrize("section", ["connections", "topics", "lmqs", "groups", "users"])
+@pytest.mark.parametrize(
+    "section", ["connections", "sessions", "topics", "lmqs", "groups", "users"]
+)
 def test_tables_load_without_error(page, console: Console, section: str) -> None:
     login(page, console)
     page.goto(f"{console.base}/console/#/{section}")
@@ -373,3 +375,29 @@ def test_add_user_who_logs_in_then_an_acl_rule(page, console: Console) -> None:
     expect(page.locator("table.acl tbody tr")).to_have_count(1)
     expect(page.locator("table.acl tbody")).to_contain_text("devices/+/up")
     console.shot(page, "user")
+
+
+def test_kick_an_offline_session(page, console: Console) -> None:
+    login(page, console)
+    client = Paho(
+        console.mqtt_port, "console-sleeper", clean=False, username="root", password="secret"
+    )
+    client.subscribe("console/alerts/#", qos=1)
+    client.disconnect()
+    client.close()
+    page.goto(console.base + "/console/#/sessions")
+    row = page.locator("tr", has_text="console-sleeper")
+    expect(row).to_contain_text("console/alerts/# (QoS 1)")
+    expect(row.locator("td").nth(1)).to_have_text("no")
+    console.shot(page, "sessions")
+    row.get_by_role("button", name="Kick").click()
+    page.locator("dialog#confirm").get_by_role("button", name="Kick").click()
+    expect(page.locator(".notice.ok")).to_have_text("Session console-sleeper kicked.")
+    expect(page.locator("tr", has_text="console-sleeper")).to_have_count(0)
+    again = Paho(
+        console.mqtt_port, "console-sleeper", clean=False, username="root", password="secret"
+    )
+    try:
+        assert not again.session_present
+    finally:
+        again.close()

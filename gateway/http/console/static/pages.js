@@ -122,13 +122,16 @@ function sessions(container) {
     path: '/mqtt/sessions', filterLabel: 'Filter by client id', sort: 'client_id',
     columns: [
       { key: 'client_id', label: 'Client id', sort: true },
-      { key: 'connected', label: 'Connected', render: (r) => (r.connected ? 'yes' : 'no') },
-      { key: 'subscriptions', label: 'Subscriptions', render: (r) => (r.subscriptions || []).map((s) => s.filter ?? s).join(', ') },
-      { key: 'backlog', label: 'Offline backlog', sort: true, num: true },
-      { key: 'expiry_seconds', label: 'Expiry', num: true },
+      { key: 'connected', label: 'Connected', sort: true, render: (r) => (r.connected ? 'yes' : 'no') },
+      { key: 'user', label: 'User', sort: true },
+      { key: 'subscriptions', label: 'Subscriptions', render: (r) => (r.subscriptions || []).map((x) => `${x.filter} (QoS ${x.qos})`).join(', ') },
+      { key: 'backlog', label: 'Backlog', num: true },
+      { key: 'inflight', label: 'In flight', sort: true, num: true },
+      { key: 'offline_seconds', label: 'Offline for', sort: true, num: true, render: (r) => duration(r.offline_seconds) },
+      { key: 'expiry_seconds', label: 'Expiry', sort: true, num: true, render: (r) => (r.expiry_seconds === null ? 'never' : duration(r.expiry_seconds)) },
     ],
     actions: (row, t) => [actionButton('Kick', () => api.del(`/mqtt/sessions/${seg(row.client_id)}`), {
-      notice, danger: true, confirm: `Kick session ${row.client_id}? Its connection is closed and its state discarded.`,
+      notice, danger: true, confirm: `Kick session ${row.client_id}? Its connection is closed and its subscriptions and state discarded.`,
       done: `Session ${row.client_id} kicked.`, after: () => t.reload(),
     })],
   });
