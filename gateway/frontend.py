@@ -124,6 +124,31 @@ class FrontEnd:
         when the protocol has none. The default has none."""
         return None
 
+    def queue_rows(self) -> list[dict[str, Any]] | None:
+        """For the admin API (``/v1/admin/amqp/queues``): one row per AMQP queue, without
+        its depth (:meth:`queue_depth`, asked for a page's rows only); None when the
+        protocol has no queues. The default has none."""
+        return None
+
+    def queue_depth(self, vhost: str, name: str) -> int | None:
+        """Messages ready in queue ``name`` of ``vhost`` (store reads), None if none."""
+        return None
+
+    def exchange_rows(self) -> list[dict[str, Any]] | None:
+        """For the admin API: one row per AMQP exchange with its bindings; None when
+        the protocol has none. The default has none."""
+        return None
+
+    def purge_queue(self, vhost: str, name: str) -> int | None:
+        """Drop the ready messages of a queue (as queue.purge): their count, or None
+        without such a queue."""
+        return None
+
+    def delete_queue(self, vhost: str, name: str) -> int | None:
+        """Delete a queue (as queue.delete: consumers cancelled, bindings dropped): its
+        ready messages' count, or None without such a queue."""
+        return None
+
     async def stop(self) -> None:
         """Shutdown: every connection is closed; the store is still open. Persist what
         must survive a restart and stop background work."""

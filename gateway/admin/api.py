@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.admin import (
+    amqp,
     connections,
     groups,
     lmqs,
@@ -52,7 +53,7 @@ class Admin:
         self.audit = AuditLog(audit_path)
         self.routes: list[Route] = []
         for family in (overview, connections, topics, groups, lmqs, messages, users,
-                       mqtt_sessions):
+                       mqtt_sessions, amqp):
             for method, pattern, handler, action in family.routes(self):
                 self.routes.append(Route(method, pattern, handler, action))
 

@@ -95,6 +95,27 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
         [],
         None,
     ),
+    ("GET", "/amqp/queues"): (
+        "AMQP queues with depth, unacked and consumers (paged; sort by id, vhost, name,"
+        " consumers, messages_unacked)",
+        [*_PAGING, _q("vhost")],
+        None,
+    ),
+    ("GET", "/amqp/exchanges"): (
+        "AMQP exchanges with their bindings (paged; sort by id, vhost, name, type)",
+        [*_PAGING, _q("vhost")],
+        None,
+    ),
+    ("DELETE", "/amqp/vhosts/{vhost}/queues/{queue}/messages"): (
+        "Purge a queue's ready messages",
+        [],
+        None,
+    ),
+    ("DELETE", "/amqp/vhosts/{vhost}/queues/{queue}"): (
+        "Delete a queue (its consumers cancelled, bindings dropped)",
+        [],
+        None,
+    ),
     ("GET", "/topics"): ("RocketMQ topics (paged)", _PAGING, None),
     ("GET", "/topics/{topic}"): ("A topic with its queues' offsets", [], None),
     ("PUT", "/topics/{topic}"): (
