@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import pika
 import pytest
 import requests
 from click.testing import CliRunner
@@ -79,6 +80,20 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     d = ["--data-dir", str(data)]
     lmq("users", "add", "root", "--password", "secret", "--tag", "administrator", *d)
     lmq("users", "acl", "add", "root", "--both", "#", *d)  # its clients publish and consume
+    lmq(
+        "users",
+        "set-permissions",
+        "root",
+        "--vhost",
+        "/",
+        "--configure",
+        ".*",
+        "--write",
+        ".*",
+        "--read",
+        ".*",
+        *d,
+    )
     config = data.parent / "gateway.toml"
     config.write_text("rocketmq_auto_create_topics = false\n")
     gw = GatewayProcess(data, "--config", str(config)).start()
@@ -307,7 +322,7 @@ def test_message_browser_finds_and_peeks(page, console: Console) -> None:
 
 
 @pytest.mark.parametrize(
-    "section", ["connections", "sessions", "topics", "lmqs", "groups", "users"]
+    "section", ["connections", "sessions", "topics", "lmqs", "groups", "amqp", "users"]
 )
 def test_tables_load_without_error(page, console: Console, section: str) -> None:
     login(page, console)
@@ -401,3 +416,31 @@ def test_kick_an_offline_session(page, console: Console) -> None:
         assert not again.session_present
     finally:
         again.close()
+
+
+def test_purge_an_amqp_queue(page, console: Console) -> None:
+    login(page, console)
+    params = pika.ConnectionParameters(
+        "127.0.0.1", console.gw.ports["amqp"], credentials=pika.PlainCredentials(*AUTH)
+    )
+    conn = pika.BlockingConnection(params)
+    try:
+        ch = conn.channel()
+        ch.queue_declare("console-q", durable=True)
+        ch.confirm_delivery()
+        for i in range(4):
+            ch.basic_publish("", "console-q", f"q{i}".encode())
+        page.goto(console.base + "/console/#/amqp")
+        row = page.locator("section.paged").first.locator("tr", has_text="console-q")
+        expect(row.locator("td").nth(2)).to_have_text("4")
+        console.shot(page, "amqp")
+        row.get_by_role("button", name="Purge").click()
+        page.locator("dialog#confirm").get_by_role("button", name="Purge").click()
+        expect(page.locator(".notice.ok")).to_have_text(
+            "Queue console-q purged: 4 messages dropped."
+        )
+        expect(row.locator("td").nth(2)).to_have_text("0")
+        method, _, _ = ch.basic_get("console-q", auto_ack=True)
+        assert method is None
+    finally:
+        conn.close()

@@ -292,35 +292,38 @@ function group(container, name) {
 function amqp(container) {
   const notice = new Notice();
   const queues = new PagedTable({
-    path: '/amqp/queues', filterLabel: 'Filter queues', sort: 'name',
+    path: '/amqp/queues', filterLabel: 'Filter queues (vhost/name)', sort: 'id',
     columns: [
       { key: 'vhost', label: 'Vhost', sort: true },
       { key: 'name', label: 'Queue', sort: true },
-      { key: 'messages_ready', label: 'Ready', sort: true, num: true },
-      { key: 'messages_unacked', label: 'Unacked', num: true },
-      { key: 'consumers', label: 'Consumers', num: true },
+      { key: 'messages_ready', label: 'Ready', num: true },
+      { key: 'messages_unacked', label: 'Unacked', sort: true, num: true },
+      { key: 'consumers', label: 'Consumers', sort: true, num: true },
+      { key: 'durable', label: 'Durable', render: (r) => (r.durable ? 'yes' : 'no') },
+      { key: 'exclusive', label: 'Exclusive', render: (r) => (r.exclusive ? 'yes' : 'no') },
     ],
     actions: (row, t) => {
       const path = `/amqp/vhosts/${seg(row.vhost)}/queues/${seg(row.name)}`;
       return [
         actionButton('Purge', () => api.del(`${path}/messages`), {
-          notice, danger: true, confirm: `Purge every ready message of queue ${row.name}?`,
-          done: `Queue ${row.name} purged.`, after: () => t.reload(),
+          notice, danger: true, confirm: `Purge every ready message of queue ${row.name} (vhost ${row.vhost})?`,
+          done: (r) => `Queue ${row.name} purged: ${number(r.purged)} messages dropped.`, after: () => t.reload(),
         }),
         actionButton('Delete', () => api.del(path), {
-          notice, danger: true, typed: row.name, confirm: `Delete queue ${row.name} (vhost ${row.vhost})?`,
+          notice, danger: true, typed: row.name, confirm: `Delete queue ${row.name} (vhost ${row.vhost})? Its consumers are cancelled.`,
           done: `Queue ${row.name} deleted.`, after: () => t.reload(),
         }),
       ];
     },
   });
   const exchanges = new PagedTable({
-    path: '/amqp/exchanges', filterLabel: 'Filter exchanges', sort: 'name',
+    path: '/amqp/exchanges', filterLabel: 'Filter exchanges (vhost/name)', sort: 'id',
     columns: [
       { key: 'vhost', label: 'Vhost', sort: true },
-      { key: 'name', label: 'Exchange', sort: true },
+      { key: 'name', label: 'Exchange', sort: true, render: (r) => r.name || '(default)' },
       { key: 'type', label: 'Type', sort: true },
       { key: 'durable', label: 'Durable', render: (r) => (r.durable ? 'yes' : 'no') },
+      { key: 'bindings', label: 'Bindings', render: (r) => (r.bindings || []).map((b) => `\u2192 ${b.destination_type} ${b.destination} (${b.routing_key})`).join(', ') },
     ],
   });
   container.append(heading('AMQP'), notice.node, h('h3', {}, 'Queues'), queues.node,
