@@ -59,6 +59,11 @@ class Introspection(Protocol):
         it is not served (for the admin API's views of sessions and queues)."""
         ...
 
+    def connector(self) -> Any:
+        """The message connector running inside the gateway
+        (:class:`gateway.connector.runner.Connector`), None without ``[connector]``."""
+        ...
+
     def replication_role(self) -> str:
         """``master``, ``slave`` or ``single`` (docs/replication.md)."""
         ...

@@ -389,6 +389,9 @@ class Gateway:
     def front_end(self, name: str) -> FrontEnd | None:
         return self.front_ends.get(name)
 
+    def connector(self) -> Any:
+        return self._connector.connector if self._connector is not None else None
+
     def overview_history(self, since: int = 0) -> dict[str, Any]:
         if self.history is None:
             return {"interval_s": INTERVAL_S, "span_s": SPAN_S, "samples": []}

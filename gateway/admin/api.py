@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.admin import (
     amqp,
     connections,
+    connector,
     groups,
     lmqs,
     messages,
@@ -53,7 +54,7 @@ class Admin:
         self.audit = AuditLog(audit_path)
         self.routes: list[Route] = []
         for family in (overview, connections, topics, groups, lmqs, messages, users,
-                       mqtt_sessions, amqp):
+                       mqtt_sessions, amqp, connector):
             for method, pattern, handler, action in family.routes(self):
                 self.routes.append(Route(method, pattern, handler, action))
 

@@ -116,6 +116,22 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
         [],
         None,
     ),
+    ("GET", "/connector/rules"): (
+        "The message connector's rules: state, lag, delay, rates, errors (paged; sort by"
+        " name, state, lag, delay_ms, errors, messages)",
+        _PAGING,
+        None,
+    ),
+    ("POST", "/connector/rules/{rule}/enable"): (
+        "Run a rule again (the running connector only; the rules file is unchanged)",
+        [],
+        None,
+    ),
+    ("POST", "/connector/rules/{rule}/disable"): (
+        "Stop a rule after its batch in flight (the running connector only)",
+        [],
+        None,
+    ),
     ("GET", "/topics"): ("RocketMQ topics (paged)", _PAGING, None),
     ("GET", "/topics/{topic}"): ("A topic with its queues' offsets", [], None),
     ("PUT", "/topics/{topic}"): (
