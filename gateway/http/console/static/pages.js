@@ -482,10 +482,14 @@ function connectors(container) {
     path: '/connector/rules', filterLabel: 'Filter rules', sort: 'name',
     columns: [
       { key: 'name', label: 'Rule', sort: true },
+      { key: 'route', label: 'Copies', render: (r) => `${r.source} \u2192 ${r.target}` },
+      { key: 'enabled', label: 'Enabled', render: (r) => (r.enabled ? 'yes' : 'no') },
       { key: 'state', label: 'State', sort: true },
       { key: 'lag', label: 'Lag', sort: true, num: true },
-      { key: 'delay_ms', label: 'Delay (ms)', num: true },
-      { key: 'errors', label: 'Errors', num: true },
+      { key: 'delay_ms', label: 'Delay (ms)', sort: true, num: true },
+      { key: 'messages_per_second', label: 'Msg/s', num: true },
+      { key: 'messages', label: 'Copied', sort: true, num: true },
+      { key: 'errors', label: 'Errors', sort: true, num: true },
       { key: 'last_error', label: 'Last error' },
     ],
     actions: (row, t) => [row.enabled === false
