@@ -7,18 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.admin import (
-    amqp,
-    connections,
-    connector,
-    groups,
-    lmqs,
-    messages,
-    mqtt_sessions,
-    overview,
-    topics,
-    users,
-)
+from gateway.admin import connections, overview
 from gateway.admin.audit import AuditLog
 from gateway.admin.auth import AdminAuth
 from gateway.admin.core import AdminError, Call, Handler, Result
@@ -53,14 +42,9 @@ class Admin:
         )
         self.audit = AuditLog(audit_path)
         self.routes: list[Route] = []
-        for family in (overview, connections, topics, groups, lmqs, messages, users,
-                       mqtt_sessions, amqp, connector):
+        for family in (overview, connections):
             for method, pattern, handler, action in family.routes(self):
                 self.routes.append(Route(method, pattern, handler, action))
-
-    def start(self) -> None:
-        """Start what runs beside the calls (nothing yet: the overview's samples are
-        the gateway's, :mod:`gateway.history`)."""
 
     async def call(self, route: Route, call: Call) -> Result:
         """Run ``route``'s handler; a change is written to the audit log, refused or

@@ -1,19 +1,16 @@
 """``GET /v1/admin/overview``: the gateway at a glance; ``GET /v1/admin/overview/history``:
-the samples of the last hour the gateway keeps (:mod:`gateway.history`: rates per
-protocol, connections, store size and lag), ``since`` a time in ms since the epoch."""
+the samples of the last hour the gateway keeps (:mod:`gateway.history`)."""
 
 from __future__ import annotations
 
 import os
 import resource
-import time
 from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from broker_core import StoreError
 from gateway.admin.core import AdminError, Call
-from gateway.history import INTERVAL_S
 
 if TYPE_CHECKING:
     from gateway.admin.api import Admin
@@ -39,9 +36,7 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
                 "by_protocol": dict(by_protocol),
                 "by_listener": dict(by_listener),
             },
-            "rates": _rates(
-                ctx.introspection.overview_history(int(time.time() * 1000 - 2 * INTERVAL_S * 1000))
-            ),
+            "rates": _rates(ctx.introspection.overview_history()),
             "store": {
                 "bytes": store.get("log_bytes"),
                 "segments": store.get("segments"),
@@ -61,11 +56,13 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
 
     async def history(call: Call) -> dict[str, Any]:
         raw = call.query.get("since", "0")
-        if not raw.isdigit():
+        try:
+            since = int(raw)
+        except ValueError:
             raise AdminError(
                 400, "since must be a time in milliseconds since the epoch", field="since"
-            )
-        return admin.ctx.introspection.overview_history(int(raw))
+            ) from None
+        return admin.ctx.introspection.overview_history(since)
 
     async def store_stats(call: Call) -> dict[str, Any]:
         try:
@@ -80,13 +77,14 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
     ]
 
 
-def _rates(history: dict[str, Any]) -> dict[str, Any]:
-    """Messages a second in and out per protocol over the last sample's interval."""
-    samples = history["samples"]
+def _rates(history: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Messages a second in and out per protocol over the last sample's interval (empty
+    before the second sample)."""
+    samples = history.get("samples") or []
     if not samples:
         return {"in": {}, "out": {}}
     last = samples[-1]
-    return {"in": last["in"], "out": last["out"], "stored": last["stored"]}
+    return {"in": dict(last["in"]), "out": dict(last["out"])}
 
 
 def _version() -> str:

@@ -39,7 +39,6 @@ def admin_of(router: Router) -> Admin:
 
 def register_routes(router: Router, ctx: GatewayContext) -> None:
     admin = Admin(ctx)
-    admin.start()
     _ADMINS[router] = admin
     for route in admin.routes:
         router.add(route.method, PREFIX + route.pattern, _door(admin, route))

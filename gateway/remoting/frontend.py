@@ -139,6 +139,12 @@ class RemotingFrontEnd(FrontEnd):
         for hook in self.table.on_start:
             hook(self)
 
+    def promoted(self) -> None:
+        """The broker group's master now: its cluster id is the group's, the one the old
+        master kept in the store's metadata and shipped (a copy's origin and the
+        connector's high-water marks name it, so it must not change at a failover)."""
+        self.cluster_id = cluster_id(self.ctx.store, self.ctx.config.cluster_id)
+
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL_S)

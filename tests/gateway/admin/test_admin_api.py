@@ -39,6 +39,10 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     assert doc["status"] == "ok" and doc["authentication"] == "open"
     assert doc["connections"]["by_protocol"]["mqtt"] == 3
     assert doc["store"]["segments"] >= 1 and doc["process"]["open_files"] > 0
+    assert set(doc["rates"]) == {"in", "out"}
+    history = api.get("/overview/history", since=0)
+    assert history["interval_s"] > 0 and isinstance(history["samples"], list)
+    assert api.call("GET", "/overview/history", since="yesterday").status_code == 400
     # paged, sorted and filtered on the server
     first = api.get("/connections", protocol="mqtt", sort="-client_id", limit=2)
     assert [c["client_id"] for c in first["items"]] == ["sensor-2", "sensor-1"]
