@@ -27,7 +27,6 @@ from typing import Any, Protocol
 from broker_core import MessageStore
 from gateway.auth import Authenticator
 from gateway.config import GatewayConfig
-from gateway.frontend import FrontEnd
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
 from gateway.rocketmq.groups import GroupRegistry
@@ -52,16 +51,6 @@ class Introspection(Protocol):
     def overview_history(self, since: int = 0) -> dict[str, Any]:
         """The overview's samples taken after ``since`` (ms since the epoch), oldest
         first (:meth:`gateway.history.History.document`)."""
-        ...
-
-    def front_end(self, name: str) -> FrontEnd | None:
-        """The running front end of protocol ``name`` (``mqtt``, ``amqp``...), None when
-        it is not served (for the admin API's views of sessions and queues)."""
-        ...
-
-    def connector(self) -> Any:
-        """The message connector running inside the gateway
-        (:class:`gateway.connector.runner.Connector`), None without ``[connector]``."""
         ...
 
     def replication_role(self) -> str:

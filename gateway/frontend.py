@@ -38,7 +38,7 @@ end object; per-connection state on its handler. Back-pressure from the store:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -105,49 +105,6 @@ class FrontEnd:
         """This gateway, a slave of its broker group, became the master: the store's
         metadata is the old master's (replicated, docs/replication.md); reload what was
         loaded from it at start. A slave had no clients. The default does nothing."""
-
-    def session_rows(self) -> list[dict[str, Any]] | None:
-        """For the admin API (``/v1/admin/mqtt/sessions``): one row per session this
-        front end holds (online and offline), or None when its protocol has none. The
-        default has none."""
-        return None
-
-    def subscription_lmqs(self, client_id: str) -> tuple[str, list[str]] | None:
-        """For the admin API: the consumer group session ``client_id`` commits its
-        offsets under and the LMQs of its own subscriptions (its backlog is theirs
-        after those offsets); None without such a session. The default has none."""
-        return None
-
-    def kick_session(self, client_id: str, by: str) -> bool | None:
-        """For the admin API: end session ``client_id`` (its connection closed, its
-        subscriptions and state dropped); False when there is no such session, None
-        when the protocol has none. The default has none."""
-        return None
-
-    def queue_rows(self) -> list[dict[str, Any]] | None:
-        """For the admin API (``/v1/admin/amqp/queues``): one row per AMQP queue, without
-        its depth (:meth:`queue_depth`, asked for a page's rows only); None when the
-        protocol has no queues. The default has none."""
-        return None
-
-    def queue_depth(self, vhost: str, name: str) -> int | None:
-        """Messages ready in queue ``name`` of ``vhost`` (store reads), None if none."""
-        return None
-
-    def exchange_rows(self) -> list[dict[str, Any]] | None:
-        """For the admin API: one row per AMQP exchange with its bindings; None when
-        the protocol has none. The default has none."""
-        return None
-
-    def purge_queue(self, vhost: str, name: str) -> int | None:
-        """Drop the ready messages of a queue (as queue.purge): their count, or None
-        without such a queue."""
-        return None
-
-    def delete_queue(self, vhost: str, name: str) -> int | None:
-        """Delete a queue (as queue.delete: consumers cancelled, bindings dropped): its
-        ready messages' count, or None without such a queue."""
-        return None
 
     async def stop(self) -> None:
         """Shutdown: every connection is closed; the store is still open. Persist what

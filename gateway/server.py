@@ -386,12 +386,6 @@ class Gateway:
     def uptime(self) -> float:
         return time.monotonic() - self.started_at
 
-    def front_end(self, name: str) -> FrontEnd | None:
-        return self.front_ends.get(name)
-
-    def connector(self) -> Any:
-        return self._connector.connector if self._connector is not None else None
-
     def overview_history(self, since: int = 0) -> dict[str, Any]:
         if self.history is None:
             return {"interval_s": INTERVAL_S, "span_s": SPAN_S, "samples": []}

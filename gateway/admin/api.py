@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.admin import connections, overview
+from gateway.admin import connections, groups, lmqs, messages, overview, topics, users
 from gateway.admin.audit import AuditLog
 from gateway.admin.auth import AdminAuth
 from gateway.admin.core import AdminError, Call, Handler, Result
@@ -42,7 +42,7 @@ class Admin:
         )
         self.audit = AuditLog(audit_path)
         self.routes: list[Route] = []
-        for family in (overview, connections):
+        for family in (overview, connections, topics, groups, lmqs, messages, users):
             for method, pattern, handler, action in family.routes(self):
                 self.routes.append(Route(method, pattern, handler, action))
 

@@ -84,54 +84,6 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
     ),
     ("GET", "/connections/{id}"): ("One connection", [], None),
     ("DELETE", "/connections/{id}"): ("Close a connection (202)", [], None),
-    ("GET", "/mqtt/sessions"): (
-        "MQTT sessions, online and offline, with subscriptions and backlog (paged; sort by"
-        " client_id, connected, user, expiry_seconds, offline_seconds, inflight)",
-        [*_PAGING, _q("connected", "boolean")],
-        None,
-    ),
-    ("DELETE", "/mqtt/sessions/{client_id}"): (
-        "Kick a session: its connection closed, its state dropped (202)",
-        [],
-        None,
-    ),
-    ("GET", "/amqp/queues"): (
-        "AMQP queues with depth, unacked and consumers (paged; sort by id, vhost, name,"
-        " consumers, messages_unacked)",
-        [*_PAGING, _q("vhost")],
-        None,
-    ),
-    ("GET", "/amqp/exchanges"): (
-        "AMQP exchanges with their bindings (paged; sort by id, vhost, name, type)",
-        [*_PAGING, _q("vhost")],
-        None,
-    ),
-    ("DELETE", "/amqp/vhosts/{vhost}/queues/{queue}/messages"): (
-        "Purge a queue's ready messages",
-        [],
-        None,
-    ),
-    ("DELETE", "/amqp/vhosts/{vhost}/queues/{queue}"): (
-        "Delete a queue (its consumers cancelled, bindings dropped)",
-        [],
-        None,
-    ),
-    ("GET", "/connector/rules"): (
-        "The message connector's rules: state, lag, delay, rates, errors (paged; sort by"
-        " name, state, lag, delay_ms, errors, messages)",
-        _PAGING,
-        None,
-    ),
-    ("POST", "/connector/rules/{rule}/enable"): (
-        "Run a rule again (the running connector only; the rules file is unchanged)",
-        [],
-        None,
-    ),
-    ("POST", "/connector/rules/{rule}/disable"): (
-        "Stop a rule after its batch in flight (the running connector only)",
-        [],
-        None,
-    ),
     ("GET", "/topics"): ("RocketMQ topics (paged)", _PAGING, None),
     ("GET", "/topics/{topic}"): ("A topic with its queues' offsets", [], None),
     ("PUT", "/topics/{topic}"): (

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from broker_core import StoreError
 from gateway.amqp.broker import Broker
 from gateway.amqp.handler import AmqpHandler
 from gateway.amqp.messages import forget_cached_properties
-from gateway.amqp.model import Stats, plain
-from gateway.amqp.queues import GROUP, Queue
+from gateway.amqp.model import Stats
+from gateway.amqp.queues import GROUP
 from gateway.amqp.remote import RemoteConsumers
 from gateway.frontend import FrontEnd
 
@@ -134,55 +134,6 @@ class AmqpFrontEnd(FrontEnd):
 
         m.on_sample(counters)
         m.on_collect(collect)
-
-    # -- the admin API (gateway/admin/amqp.py) ------------------------------------------
-
-    def queue_rows(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "id": f"{q.vhost}/{q.name}", "vhost": q.vhost, "name": q.name,
-                "durable": q.defn.durable, "exclusive": q.defn.exclusive,
-                "auto_delete": q.defn.auto_delete, "arguments": plain(q.defn.arguments),
-                "consumers": len(q.consumers), "messages_unacked": q.unacked,
-            }
-            for q in self.broker.all_queues()
-        ]
-
-    def _queue(self, vhost: str, name: str) -> Queue | None:
-        vh = self.broker.vhosts.get(vhost)
-        return None if vh is None else vh.queues.get(name)
-
-    def queue_depth(self, vhost: str, name: str) -> int | None:
-        q = self._queue(vhost, name)
-        return None if q is None else q.ready()
-
-    def exchange_rows(self) -> list[dict[str, Any]]:
-        rows = []
-        for vh in self.broker.vhosts.values():
-            for x in vh.exchanges.values():
-                rows.append({
-                    "id": f"{x.vhost}/{x.name}", "vhost": x.vhost, "name": x.name,
-                    "type": x.type, "durable": x.durable, "auto_delete": x.auto_delete,
-                    "internal": x.internal, "arguments": plain(x.arguments),
-                    "bindings": [
-                        {"destination_type": "queue" if dest[0] == "q" else "exchange",
-                         "destination": dest[1], "routing_key": key}
-                        for dest, key, _ in x.bindings
-                    ],
-                })
-        return rows
-
-    def purge_queue(self, vhost: str, name: str) -> int | None:
-        q = self._queue(vhost, name)
-        return None if q is None else self.broker.purge(q)
-
-    def delete_queue(self, vhost: str, name: str) -> int | None:
-        q = self._queue(vhost, name)
-        if q is None:
-            return None
-        count = q.ready()
-        self.broker.delete_queue_now(q)
-        return count
 
     # -- connections -------------------------------------------------------------------
 

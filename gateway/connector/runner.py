@@ -576,35 +576,6 @@ class Connector:
     def snapshot(self) -> list[dict[str, Any]]:
         return [s.snapshot() for s in self.stats]
 
-    async def set_enabled(self, name: str, enabled: bool, timeout: float = 10.0) -> bool:
-        """Enable or disable rule ``name`` on the running connector (the admin API; the
-        rules file is not changed, so a restart runs the file's rules): a disabled
-        rule's runner ends its batch in flight (bounded by ``timeout``) and closes its
-        endpoints; an enabled one starts again from the target's high-water marks. Its
-        statistics carry on. False when there is no such rule."""
-        i = next((n for n, r in enumerate(self.runners) if r.rule.name == name), None)
-        if i is None:
-            return False
-        runner = self.runners[i]
-        if runner.rule.enabled == enabled:
-            return True
-        runner.stop()
-        if i < len(self._tasks):
-            task = self._tasks[i]
-            _, pending = await asyncio.wait([task], timeout=timeout)
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        rule = replace(runner.rule, enabled=enabled)
-        fresh = RuleRunner(self.rules, rule, runner.stats)
-        fresh.positions = runner.positions
-        if not enabled:
-            runner.stats.state = "disabled"
-        self.runners[i] = fresh
-        if i < len(self._tasks):
-            self._tasks[i] = asyncio.create_task(self._run(fresh), name=rule.name)
-        return True
-
 
 class EmbeddedConnector:
     """The connector inside ``lmq serve`` (``[connector]``): its metrics on the gateway's

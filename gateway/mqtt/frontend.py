@@ -31,9 +31,8 @@ from gateway.mqtt.delivery import deliver
 from gateway.mqtt.handler import MqttHandler
 from gateway.mqtt.messages import QOS2_KEY, to_store_message
 from gateway.mqtt.retained import RetainedStore
-from gateway.mqtt.session_state import NEVER, PREFIX, SessionState, SubscriptionState
+from gateway.mqtt.session_state import PREFIX, SessionState, SubscriptionState
 from gateway.mqtt.sessions import Session
-from gateway.topic_space import mqtt_lmq
 from lmq.delayed import InvalidDelayedTopic, parse_delayed
 from protocol.mqtt import Properties, Publish
 
@@ -302,57 +301,6 @@ class MqttFrontEnd(FrontEnd):
         if wp.user_properties:
             out["user_properties"] = [list(p) for p in wp.user_properties]
         return out
-
-    # -- the admin API (gateway/admin/mqtt_sessions.py) --------------------------------
-
-    def session_rows(self) -> list[dict[str, Any]]:
-        now_ms = self.now_ms()
-        rows = []
-        for client_id, session in self.sessions.items():
-            state = session.state
-            handler = session.handler
-            rows.append({
-                "name": client_id,
-                "client_id": client_id,
-                "connected": handler is not None,
-                "connection": handler.conn.id if handler is not None else None,
-                "user": state.username or "",
-                "protocol_level": state.protocol_level,
-                "expiry_seconds": None if state.expiry == NEVER else state.expiry,
-                "offline_seconds": (
-                    None if handler is not None or not state.disconnected_ms
-                    else round((now_ms - state.disconnected_ms) / 1000, 3)),
-                "subscriptions": [
-                    {"filter": sub.key, "qos": sub.qos} for sub in state.subscriptions.values()],
-                "inflight": session.qos_inflight(),
-            })
-        return rows
-
-    def subscription_lmqs(self, client_id: str) -> tuple[str, list[str]] | None:
-        session = self.sessions.get(client_id)
-        if session is None:
-            return None
-        lmqs = [mqtt_lmq(sub.topic_filter) for sub in session.state.subscriptions.values()
-                if sub.share_group is None]  # a share group's backlog is the group's
-        return session.group, lmqs
-
-    def kick_session(self, client_id: str, by: str) -> bool:
-        session = self.sessions.get(client_id)
-        if session is None:
-            return False
-        handler = session.handler
-        log.info("mqtt session kicked", extra={"client_id": client_id, "by": by})
-        if handler is not None:
-            # ends with its connection (disconnected() ends an expiry-0 session, after
-            # its will, as on any connection lost)
-            session.state.expiry = 0
-            handler.conn.close(f"session kicked by {by} (admin API)")
-            return True
-        session.cancel_timers()
-        if session.state.will is not None:
-            self._publish_will(session)
-        self._end_session(session)
-        return True
 
     def _schedule_expiry(self, session: Session) -> None:
         delay = session.expiry_delay()
