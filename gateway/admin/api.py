@@ -60,13 +60,21 @@ class Admin:
         except AdminError as exc:
             if route.action:
                 self.audit.record(
-                    call.caller, route.action, _target(call), call.body, exc.status, exc.message
+                    call.caller, route.action, _target(call), _details(call), exc.status, exc.message
                 )
             raise
         result = doc if isinstance(doc, Result) else Result(200, doc)
         if route.action:
-            self.audit.record(call.caller, route.action, _target(call), call.body, result.status)
+            self.audit.record(call.caller, route.action, _target(call), _details(call), result.status)
         return result
+
+
+#: Body fields never written to the audit log (their presence is).
+SECRETS = frozenset({"password", "secret_key"})
+
+
+def _details(call: Call) -> dict[str, Any]:
+    return {k: "(secret)" if k in SECRETS else v for k, v in call.body.items()}
 
 
 def _target(call: Call) -> str:
