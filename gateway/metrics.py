@@ -132,9 +132,14 @@ class Registry:
     def get(self, name: str) -> _Metric | None:
         return self._metrics.get(name)
 
-    def render(self) -> str:
+    def collect(self) -> None:
+        """Run the ``on_collect`` callbacks (a scrape does; so does a reader of values
+        that are copied in at scrape time)."""
         for collect in self._collectors:
             collect()
+
+    def render(self) -> str:
+        self.collect()
         out: list[str] = []
         for name in sorted(self._metrics):
             self._metrics[name].render(out)

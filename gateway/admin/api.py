@@ -7,7 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.admin import connections, groups, lmqs, messages, overview, topics, users
+from gateway.admin import (
+    connections,
+    groups,
+    lmqs,
+    messages,
+    overview,
+    protocols,
+    topics,
+    users,
+)
 from gateway.admin.audit import AuditLog
 from gateway.admin.auth import AdminAuth
 from gateway.admin.core import AdminError, Call, Handler, Result
@@ -44,7 +53,7 @@ class Admin:
         self.audit = AuditLog(audit_path)
         self.samples = Samples(ctx)
         self.routes: list[Route] = []
-        for family in (overview, connections, topics, groups, lmqs, messages, users):
+        for family in (overview, connections, topics, groups, lmqs, messages, users, protocols):
             for method, pattern, handler, action in family.routes(self):
                 self.routes.append(Route(method, pattern, handler, action))
 
@@ -60,12 +69,19 @@ class Admin:
         except AdminError as exc:
             if route.action:
                 self.audit.record(
-                    call.caller, route.action, _target(call), _details(call), exc.status, exc.message
+                    call.caller,
+                    route.action,
+                    _target(call),
+                    _details(call),
+                    exc.status,
+                    exc.message,
                 )
             raise
         result = doc if isinstance(doc, Result) else Result(200, doc)
         if route.action:
-            self.audit.record(call.caller, route.action, _target(call), _details(call), result.status)
+            self.audit.record(
+                call.caller, route.action, _target(call), _details(call), result.status
+            )
         return result
 
 

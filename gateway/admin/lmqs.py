@@ -112,8 +112,7 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
             "messages": sum(i.messages for i in doomed),
             "bytes": sum(i.bytes for i in doomed),
             # the first NAMES_SHOWN, with their depth (a dry run's list)
-            "items": [{"name": i.name, "messages": i.messages}
-                      for i in doomed[:NAMES_SHOWN]],
+            "items": [{"name": i.name, "messages": i.messages} for i in doomed[:NAMES_SHOWN]],
         }
         if not dry_run and doomed:
             report = await asyncio.to_thread(store.remove_lmqs, [i.name for i in doomed])

@@ -40,6 +40,7 @@ class Samples:
         """The counters now: ``{"time": s, "in": {protocol: n}, "out": {...},
         "connections": n}``."""
         metrics = self.ctx.metrics
+        metrics.collect()  # some front ends copy their counts in at scrape time
         sample: dict[str, Any] = {
             "time": round(time.time(), 3),
             "in": {},
