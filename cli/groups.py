@@ -27,7 +27,9 @@ from broker_core import MessageStore
 from broker_core.clock import now_ms
 from broker_core.fifo import BlockedGroup
 from cli.context import data_dir_option, open_store
+from cli.remote import find_remote, seg, server_option
 from gateway.rocketmq.groups import GroupRegistry, group_progress
+from gateway.rocketmq.offsets import reset_targets
 from gateway.rocketmq.topics import TopicRegistry
 from lmq.rocketmq import dlq_topic, parse_queue_lmq, queue_lmq
 
@@ -201,3 +203,71 @@ def _release_remote(address: str, access_key: str, secret_key: str, group: str,
     click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
                f" {answer['queue_id']}: offset {answer['offset']} moved to"
                f" {answer['dead_letter_topic']}")
+
+
+@groups.command("reset")
+@data_dir_option
+@server_option
+@click.argument("group")
+@click.argument("topic")
+@click.option("--earliest", is_flag=True, help="The oldest message held.")
+@click.option("--latest", is_flag=True, help="After the newest (skip everything).")
+@click.option("--time", "at", type=click.DateTime(), help="The first message stored at or"
+              " after this local time (e.g. 2026-12-07T20:00:00).")
+@click.option("--json", "as_json", is_flag=True, help="The new offsets as JSON.")
+def reset(data_dir: Path, server: str | None, group: str, topic: str, earliest: bool,
+          latest: bool, at: Any, as_json: bool) -> None:
+    """Set GROUP's next offset on every queue of TOPIC: --earliest, --latest or --time.
+    Through the running gateway (its pop consumers see it at once; stop remoting
+    consumers first, they keep their own offsets), or in the store."""
+    if sum((earliest, latest, at is not None)) != 1:
+        raise click.UsageError("give exactly one of --earliest, --latest, --time")
+    position = "earliest" if earliest else "latest" if latest else None
+    stamp = int(at.timestamp() * 1000) if at is not None else None
+    remote = find_remote(data_dir, server)
+    if remote is not None:
+        body: dict[str, Any] = {"topic": topic}
+        body.update({"position": position} if position else {"timestamp_ms": stamp})
+        doc = remote.call("POST", f"/groups/{seg(group)}/reset", body)
+        queues = doc["queues"]
+    else:
+        with open_store(data_dir) as store:
+            config = TopicRegistry(store, False, 1).get(topic)
+            if config is None:
+                raise click.ClickException(f"no RocketMQ topic named {topic!r}")
+            offsets = reset_targets(store, config, position, stamp)
+            queues = [{"queue_id": int(lmq.rsplit(":", 1)[1]),
+                       "old_offset": store.get_offset(group, lmq), "offset": offset}
+                      for lmq, offset in offsets.items()]
+            if offsets:
+                store.commit_offsets(group, offsets)
+    if as_json:
+        click.echo(json.dumps({"group": group, "topic": topic, "queues": queues}))
+        return
+    for q in queues:
+        old = "-" if q["old_offset"] is None else q["old_offset"]
+        click.echo(f"{group} on {topic} queue {q['queue_id']}: {old} -> {q['offset']}")
+
+
+@groups.command("delete")
+@data_dir_option
+@server_option
+@click.argument("group")
+@click.option("--keep-offsets", is_flag=True, help="Keep its committed offsets.")
+def delete(data_dir: Path, server: str | None, group: str, keep_offsets: bool) -> None:
+    """Delete GROUP's configuration and (unless --keep-offsets) its committed offsets."""
+    remote = find_remote(data_dir, server)
+    if remote is not None:
+        doc = remote.call("DELETE", f"/groups/{seg(group)}",
+                          keep_offsets="true" if keep_offsets else None)
+        removed = doc["offsets_removed"]
+    else:
+        with open_store(data_dir) as store:
+            rows = group_progress(store, group).get(group, [])
+            existed = GroupRegistry(store, auto_create=False).delete(group)
+            if not existed and not rows:
+                raise click.ClickException(f"no consumer group named {group!r}")
+            removed = 0 if keep_offsets else len(rows)
+            if rows and not keep_offsets:
+                store.delete_offsets(group, [r["lmq"] for r in rows])
+    click.echo(f"deleted group {group}: {removed} committed offset(s) removed")

@@ -18,6 +18,7 @@ import click
 
 from broker_core import MessageStore
 from cli.context import data_dir_option, format_bytes, open_store
+from cli.remote import find_remote, seg, server_option
 from gateway.rocketmq.topics import (
     QueueInUse,
     TopicOptionError,
@@ -63,6 +64,7 @@ def echo_topic(data: dict[str, Any]) -> None:
 
 @click.command("create")
 @data_dir_option
+@server_option
 @click.argument("name")
 @click.option("--queues", type=click.IntRange(1, 1024), help="Read and write queues.")
 @click.option("--read-queues", type=click.IntRange(1, 1024))
@@ -75,10 +77,12 @@ def echo_topic(data: dict[str, Any]) -> None:
 @click.option("--perm", help="rw (default), r, w, - or RocketMQ's number (6, 4, 2).")
 @click.option("--json", "as_json", is_flag=True, help="Print the topic as JSON.")
 def create(
-    data_dir: Path, name: str, queues: int | None, read_queues: int | None,
-    write_queues: int | None, message_type: str | None, perm: str | None, as_json: bool,
+    data_dir: Path, server: str | None, name: str, queues: int | None,
+    read_queues: int | None, write_queues: int | None, message_type: str | None,
+    perm: str | None, as_json: bool,
 ) -> None:
-    """Create RocketMQ topic NAME, or change it if it exists (stop the gateway first).
+    """Create RocketMQ topic NAME, or change it if it exists: through the running
+    gateway's admin API, or in the store when no gateway runs.
 
     Without queue options a new topic gets 8 read and 8 write queues and an existing one
     keeps its counts. Lowering the counts removes only empty queues."""
@@ -86,6 +90,20 @@ def create(
         raise click.UsageError("give --queues, or --read-queues and/or --write-queues")
     if perm is not None:
         parse_perm(perm)  # a usage error (exit 2), before the store is opened
+    remote = find_remote(data_dir, server)
+    if remote is not None:
+        body = {"queues": queues, "read_queues": read_queues, "write_queues": write_queues,
+                "perm": perm, "message_type": message_type}
+        data = remote.call("PUT", f"/topics/{seg(name)}",
+                           {k: v for k, v in body.items() if v is not None})
+        created = data.pop("created")
+        if as_json:
+            click.echo(json.dumps(data))
+        else:
+            click.echo(_created_line(name, not created, data["read_queues"],
+                                     data["write_queues"], data["perm"],
+                                     data["message_type"]))
+        return
     with open_store(data_dir, create=True) as store:
         reg = registry(store)
         old = reg.get(name)
@@ -100,17 +118,30 @@ def create(
     if as_json:
         click.echo(json.dumps(data))
     else:
-        click.echo(f"{'changed' if old else 'created'} topic {name}:"
-                   f" {config.read_queues} read / {config.write_queues} write queues,"
-                   f" perm {perm_text(config.perm)}, {config.message_type.value}")
+        click.echo(_created_line(name, old is not None, config.read_queues,
+                                 config.write_queues, config.perm,
+                                 config.message_type.value))
+
+
+def _created_line(name: str, changed: bool, read: int, write: int, perm: int,
+                  kind: str) -> str:
+    return (f"{'changed' if changed else 'created'} topic {name}: {read} read / {write}"
+            f" write queues, perm {perm_text(perm)}, {kind}")
 
 
 @click.command("delete")
 @data_dir_option
+@server_option
 @click.argument("name")
-def delete(data_dir: Path, name: str) -> None:
+def delete(data_dir: Path, server: str | None, name: str) -> None:
     """Delete RocketMQ topic NAME: its configuration and its queues with their messages
-    and committed offsets (stop the gateway first)."""
+    and committed offsets (through the running gateway, or in the store)."""
+    remote = find_remote(data_dir, server)
+    if remote is not None:
+        doc = remote.call("DELETE", f"/topics/{seg(name)}")
+        click.echo(f"deleted topic {name}: {doc['queues']} queue(s),"
+                   f" {doc['messages']} message(s)")
+        return
     with open_store(data_dir) as store:
         reg = registry(store)
         lmqs = list(store.lmqs(queue_lmq(name, 0)[:-1]))

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.admin.core import AdminError, Call, page
 from gateway.rocketmq.groups import group_progress
-from gateway.rocketmq.offsets import offset_at_time
-from lmq.rocketmq import InvalidName, parse_queue_lmq, queue_lmq, validate_group
+from gateway.rocketmq.offsets import reset_targets
+from lmq.rocketmq import InvalidName, parse_queue_lmq, validate_group
 
 if TYPE_CHECKING:
     from gateway.admin.api import Admin
@@ -111,23 +111,7 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
                 400, "give position (earliest or latest) or timestamp_ms", field="position"
             )
 
-        def targets() -> dict[str, int]:
-            offsets: dict[str, int] = {}
-            for q in range(config.queue_count):
-                lmq = queue_lmq(topic, q)
-                info = store.lmq(lmq)
-                if info is None:
-                    continue
-                if position == "earliest":
-                    offsets[lmq] = info.min_offset
-                elif position == "latest":
-                    offsets[lmq] = info.max_offset
-                else:
-                    assert stamp is not None
-                    offsets[lmq] = offset_at_time(store, lmq, stamp)
-            return offsets
-
-        offsets = await asyncio.to_thread(targets)
+        offsets = await asyncio.to_thread(reset_targets, store, config, position, stamp)
         old = {lmq: store.get_offset(name, lmq) for lmq in offsets}
         if offsets:
             store.commit_offsets(name, offsets)

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 #: Names read at most for one page of a filtered listing (the next cursor continues).
 SCAN_LIMIT = 100_000
+#: LMQs a clean names in its answer at most.
+NAMES_SHOWN = 10_000
 
 
 def info_row(info: LmqInfo) -> dict[str, Any]:
@@ -109,7 +111,8 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
             "lmqs": len(doomed),
             "messages": sum(i.messages for i in doomed),
             "bytes": sum(i.bytes for i in doomed),
-            "names": [i.name for i in doomed[:1000]],
+            # the first NAMES_SHOWN, with their depth (a dry run's list)
+            "items": [{"name": i.name, "messages": i.messages} for i in doomed[:NAMES_SHOWN]],
         }
         if not dry_run and doomed:
             report = await asyncio.to_thread(store.remove_lmqs, [i.name for i in doomed])

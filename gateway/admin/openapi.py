@@ -202,6 +202,31 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
         [],
         None,
     ),
+    ("GET", "/mqtt/sessions"): (
+        "MQTT sessions: connected, subscriptions, offline backlog"
+        " (paged; sort by name, connected, subscriptions, backlog,"
+        " inflight, user)",
+        [*_PAGING, _q("connected", "boolean")],
+        None,
+    ),
+    ("GET", "/mqtt/sessions/{client_id}"): ("A session with its subscriptions", [], None),
+    ("DELETE", "/mqtt/sessions/{client_id}"): (
+        "Kick: disconnect the client and discard its session",
+        [],
+        None,
+    ),
+    ("GET", "/amqp/vhosts"): ("AMQP vhosts (paged)", _PAGING, None),
+    ("GET", "/amqp/exchanges"): ("AMQP exchanges (paged)", [*_PAGING, _q("vhost")], None),
+    ("GET", "/amqp/queues"): (
+        "AMQP queues: depth, unacked, consumers (paged)",
+        [*_PAGING, _q("vhost")],
+        None,
+    ),
+    ("GET", "/amqp/bindings"): ("AMQP bindings (paged)", [*_PAGING, _q("vhost")], None),
+    ("POST", "/amqp/queues/{vhost}/{queue}/purge"): ("Purge a queue's ready messages", [], None),
+    ("DELETE", "/amqp/queues/{vhost}/{queue}"): ("Delete a queue", [], None),
+    ("DELETE", "/amqp/exchanges/{vhost}/{exchange}"): ("Delete an exchange", [], None),
+    ("GET", "/connector/rules"): ("The connector's rules: state, lag, delay, errors", [], None),
 }
 
 

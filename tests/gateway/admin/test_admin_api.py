@@ -149,6 +149,8 @@ def test_logins_401_403_and_users_taking_effect(tmp_path: Path) -> None:
         actions = [a["action"] for a in audit_lines(data)]
         assert actions[:2] == ["connection.close", "user.put"]
         assert "acl.add" in actions and "access_key.add" in actions
+        text = (data / "audit.log").read_text()
+        assert "api-pw" not in text and '"password":"(secret)"' in text
         assert json.dumps(entry)  # one JSON line
     finally:
         gw.stop()
