@@ -402,8 +402,10 @@ def test_kick_an_offline_session(page, console: Console) -> None:
     client.close()
     page.goto(console.base + "/console/#/sessions")
     row = page.locator("tr", has_text="console-sleeper")
-    expect(row).to_contain_text("console/alerts/# (QoS 1)")
-    expect(row.locator("td").nth(1)).to_have_text("no")
+    expect(row.locator("td").nth(1)).to_have_text("no")  # connected
+    expect(row.locator("td").nth(3)).to_have_text("1")  # subscriptions
+    row.get_by_role("button", name="Filters").click()
+    expect(page.locator(".notice.ok")).to_contain_text("console/alerts/# (QoS 1")
     console.shot(page, "sessions")
     row.get_by_role("button", name="Kick").click()
     page.locator("dialog#confirm").get_by_role("button", name="Kick").click()

@@ -119,21 +119,27 @@ function connections(container) {
 function sessions(container) {
   const notice = new Notice();
   const table = new PagedTable({
-    path: '/mqtt/sessions', filterLabel: 'Filter by client id', sort: 'client_id',
+    path: '/mqtt/sessions', filterLabel: 'Filter by client id', sort: 'name',
     columns: [
-      { key: 'client_id', label: 'Client id', sort: true },
+      { key: 'name', label: 'Client id', sort: true },
       { key: 'connected', label: 'Connected', sort: true, render: (r) => (r.connected ? 'yes' : 'no') },
       { key: 'user', label: 'User', sort: true },
-      { key: 'subscriptions', label: 'Subscriptions', render: (r) => (r.subscriptions || []).map((x) => `${x.filter} (QoS ${x.qos})`).join(', ') },
-      { key: 'backlog', label: 'Backlog', num: true },
+      { key: 'subscriptions', label: 'Subscriptions', sort: true, num: true },
+      { key: 'backlog', label: 'Backlog', sort: true, num: true },
       { key: 'inflight', label: 'In flight', sort: true, num: true },
-      { key: 'offline_seconds', label: 'Offline for', sort: true, num: true, render: (r) => duration(r.offline_seconds) },
-      { key: 'expiry_seconds', label: 'Expiry', sort: true, num: true, render: (r) => (r.expiry_seconds === null ? 'never' : duration(r.expiry_seconds)) },
+      { key: 'disconnected_ms', label: 'Offline since', render: (r) => (r.connected ? '' : time(r.disconnected_ms)) },
+      { key: 'expiry_seconds', label: 'Expiry', num: true, render: (r) => (r.expiry_seconds >= 0xffffffff ? 'never' : duration(r.expiry_seconds)) },
     ],
-    actions: (row, t) => [actionButton('Kick', () => api.del(`/mqtt/sessions/${seg(row.client_id)}`), {
-      notice, danger: true, confirm: `Kick session ${row.client_id}? Its connection is closed and its subscriptions and state discarded.`,
-      done: `Session ${row.client_id} kicked.`, after: () => t.reload(),
-    })],
+    actions: (row, t) => [
+      actionButton('Filters', async () => {
+        const doc = await api.get(`/mqtt/sessions/${seg(row.client_id)}`);
+        return (doc.subscription_list || []).map((x) => `${x.filter} (QoS ${x.qos}${x.share_group ? `, share ${x.share_group}` : ''}, backlog ${x.backlog ?? '-'})`).join('; ') || 'none';
+      }, { notice, done: (text) => `${row.client_id}: ${text}` }),
+      actionButton('Kick', () => api.del(`/mqtt/sessions/${seg(row.client_id)}`), {
+        notice, danger: true, confirm: `Kick session ${row.client_id}? Its connection is closed and its subscriptions and state discarded.`,
+        done: `Session ${row.client_id} kicked.`, after: () => t.reload(),
+      }),
+    ],
   });
   container.append(heading('MQTT sessions'), notice.node, table.node);
   table.load();
@@ -292,20 +298,20 @@ function group(container, name) {
 function amqp(container) {
   const notice = new Notice();
   const queues = new PagedTable({
-    path: '/amqp/queues', filterLabel: 'Filter queues (vhost/name)', sort: 'id',
+    path: '/amqp/queues', filterLabel: 'Filter queues', sort: 'name',
     columns: [
       { key: 'vhost', label: 'Vhost', sort: true },
       { key: 'name', label: 'Queue', sort: true },
-      { key: 'messages_ready', label: 'Ready', num: true },
-      { key: 'messages_unacked', label: 'Unacked', sort: true, num: true },
+      { key: 'messages', label: 'Ready', sort: true, num: true },
+      { key: 'unacked', label: 'Unacked', sort: true, num: true },
       { key: 'consumers', label: 'Consumers', sort: true, num: true },
       { key: 'durable', label: 'Durable', render: (r) => (r.durable ? 'yes' : 'no') },
       { key: 'exclusive', label: 'Exclusive', render: (r) => (r.exclusive ? 'yes' : 'no') },
     ],
     actions: (row, t) => {
-      const path = `/amqp/vhosts/${seg(row.vhost)}/queues/${seg(row.name)}`;
+      const path = `/amqp/queues/${seg(row.vhost)}/${seg(row.name)}`;
       return [
-        actionButton('Purge', () => api.del(`${path}/messages`), {
+        actionButton('Purge', () => api.post(`${path}/purge`), {
           notice, danger: true, confirm: `Purge every ready message of queue ${row.name} (vhost ${row.vhost})?`,
           done: (r) => `Queue ${row.name} purged: ${number(r.purged)} messages dropped.`, after: () => t.reload(),
         }),
@@ -317,19 +323,34 @@ function amqp(container) {
     },
   });
   const exchanges = new PagedTable({
-    path: '/amqp/exchanges', filterLabel: 'Filter exchanges (vhost/name)', sort: 'id',
+    path: '/amqp/exchanges', filterLabel: 'Filter exchanges', sort: 'name',
     columns: [
       { key: 'vhost', label: 'Vhost', sort: true },
       { key: 'name', label: 'Exchange', sort: true, render: (r) => r.name || '(default)' },
       { key: 'type', label: 'Type', sort: true },
       { key: 'durable', label: 'Durable', render: (r) => (r.durable ? 'yes' : 'no') },
-      { key: 'bindings', label: 'Bindings', render: (r) => (r.bindings || []).map((b) => `\u2192 ${b.destination_type} ${b.destination} (${b.routing_key})`).join(', ') },
+      { key: 'bindings', label: 'Bindings', sort: true, num: true },
+    ],
+    actions: (row, t) => (row.name.startsWith('amq.') || !row.name ? [] : [
+      actionButton('Delete', () => api.del(`/amqp/exchanges/${seg(row.vhost)}/${seg(row.name)}`), {
+        notice, danger: true, typed: row.name, confirm: `Delete exchange ${row.name} (vhost ${row.vhost}) and its bindings?`,
+        done: `Exchange ${row.name} deleted.`, after: () => t.reload(),
+      })]),
+  });
+  const bindings = new PagedTable({
+    path: '/amqp/bindings', filterLabel: 'Filter bindings by source', sort: 'source',
+    columns: [
+      { key: 'vhost', label: 'Vhost', sort: true },
+      { key: 'source', label: 'From exchange', sort: true },
+      { key: 'destination', label: 'To', sort: true, render: (r) => `${r.destination_type} ${r.destination}` },
+      { key: 'routing_key', label: 'Routing key', sort: true },
     ],
   });
   container.append(heading('AMQP'), notice.node, h('h3', {}, 'Queues'), queues.node,
-    h('h3', {}, 'Exchanges'), exchanges.node);
+    h('h3', {}, 'Exchanges'), exchanges.node, h('h3', {}, 'Bindings'), bindings.node);
   queues.load();
   exchanges.load();
+  bindings.load();
 }
 
 // -- users and ACLs ------------------------------------------------------------------
@@ -479,25 +500,18 @@ function user(container, name) {
 function connectors(container) {
   const notice = new Notice();
   const table = new PagedTable({
-    path: '/connector/rules', filterLabel: 'Filter rules', sort: 'name',
+    path: '/connector/rules', filterLabel: null, // one row per rule of the file: not paged
     columns: [
-      { key: 'name', label: 'Rule', sort: true },
+      { key: 'rule', label: 'Rule' },
       { key: 'route', label: 'Copies', render: (r) => `${r.source} \u2192 ${r.target}` },
-      { key: 'enabled', label: 'Enabled', render: (r) => (r.enabled ? 'yes' : 'no') },
-      { key: 'state', label: 'State', sort: true },
-      { key: 'lag', label: 'Lag', sort: true, num: true },
-      { key: 'delay_ms', label: 'Delay (ms)', sort: true, num: true },
+      { key: 'state', label: 'State' },
+      { key: 'lag', label: 'Lag', num: true },
+      { key: 'delay_ms', label: 'Delay (ms)', num: true },
       { key: 'messages_per_second', label: 'Msg/s', num: true },
-      { key: 'messages', label: 'Copied', sort: true, num: true },
-      { key: 'errors', label: 'Errors', sort: true, num: true },
+      { key: 'messages', label: 'Copied', num: true },
+      { key: 'errors', label: 'Errors', num: true },
       { key: 'last_error', label: 'Last error' },
     ],
-    actions: (row, t) => [row.enabled === false
-      ? actionButton('Enable', () => api.post(`/connector/rules/${seg(row.name)}/enable`), { notice, done: `Rule ${row.name} enabled.`, after: () => t.reload() })
-      : actionButton('Disable', () => api.post(`/connector/rules/${seg(row.name)}/disable`), {
-        notice, danger: true, confirm: `Disable rule ${row.name}? Copying stops until it is enabled again.`,
-        done: `Rule ${row.name} disabled.`, after: () => t.reload(),
-      })],
   });
   container.append(heading('Connector rules'), notice.node, table.node);
   table.load();

@@ -12,6 +12,7 @@ import * as api from './api.js';
 export class PagedTable {
   // columns: [{key, label, sort: bool, render: (row) => node|string, num: bool}]
   // actions: (row, table) => [nodes]
+  // filterLabel: null for a list the API does not filter
   constructor({ path, columns, actions, query, pageSize = 50, filterLabel = 'Filter', sort, order }) {
     this.path = path;
     this.columns = columns;
@@ -28,8 +29,8 @@ export class PagedTable {
     this.head = h('tr');
     this.prev = h('button', { type: 'button', onclick: () => this.page(-1) }, '\u2039 Previous');
     this.next = h('button', { type: 'button', onclick: () => this.page(1) }, 'Next \u203a');
-    const filter = h('input', { type: 'search', placeholder: filterLabel, 'aria-label': filterLabel,
-      oninput: debounce((e) => { this.filter = e.target.value; this.restart(); }, 250) });
+    const filter = filterLabel === null ? null : h('input', { type: 'search', placeholder: filterLabel,
+      'aria-label': filterLabel, oninput: debounce((e) => { this.filter = e.target.value; this.restart(); }, 250) });
     this.node = h('section', { class: 'paged' },
       h('div', { class: 'toolbar' }, filter, h('span', { class: 'spacer' }), this.status, this.prev, this.next),
       this.error,
