@@ -222,7 +222,12 @@ class Gateway:
 
             self._connector = EmbeddedConnector(cfg.connector, self.metrics)
             await self._connector.start()
-            ctx.views.provide("connector.rules", self._connector.connector.snapshot)
+            connector = self._connector.connector
+            ctx.views.provide("connector.rules", connector.snapshot)
+            ctx.views.provide("connector.enable",
+                              lambda rule: connector.set_enabled(rule, True))
+            ctx.views.provide("connector.disable",
+                              lambda rule: connector.set_enabled(rule, False))
         log.info("gateway ready", extra={"front_ends": ",".join(self.front_ends) or "-"})
 
     async def _listen(

@@ -227,6 +227,16 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
     ("DELETE", "/amqp/queues/{vhost}/{queue}"): ("Delete a queue", [], None),
     ("DELETE", "/amqp/exchanges/{vhost}/{exchange}"): ("Delete an exchange", [], None),
     ("GET", "/connector/rules"): ("The connector's rules: state, lag, delay, errors", [], None),
+    ("POST", "/connector/rules/{rule}/enable"): (
+        "Run a rule again (the running connector only; the rules file is unchanged)",
+        [],
+        None,
+    ),
+    ("POST", "/connector/rules/{rule}/disable"): (
+        "Stop a rule after its batch in flight (the running connector only)",
+        [],
+        None,
+    ),
 }
 
 

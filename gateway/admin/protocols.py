@@ -88,6 +88,12 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
     async def connector(call: Call) -> dict[str, Any]:
         return {"items": await ask("connector.rules")}
 
+    async def enable_rule(call: Call) -> Any:
+        return await ask("connector.enable", rule=call.params["rule"])
+
+    async def disable_rule(call: Call) -> Any:
+        return await ask("connector.disable", rule=call.params["rule"])
+
     return [
         ("GET", "/mqtt/sessions", sessions, ""),
         ("GET", "/mqtt/sessions/{client_id}", session, ""),
@@ -100,4 +106,6 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         ("DELETE", "/amqp/queues/{vhost}/{queue}", delete_queue, "amqp.queue.delete"),
         ("DELETE", "/amqp/exchanges/{vhost}/{exchange}", delete_exchange, "amqp.exchange.delete"),
         ("GET", "/connector/rules", connector, ""),
+        ("POST", "/connector/rules/{rule}/enable", enable_rule, "connector.rule.enable"),
+        ("POST", "/connector/rules/{rule}/disable", disable_rule, "connector.rule.disable"),
     ]

@@ -574,7 +574,39 @@ class Connector:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        return [s.snapshot() for s in self.stats]
+        """Each rule's status, with whether it is enabled (it may be switched while the
+        gateway runs: :meth:`set_enabled`)."""
+        enabled = {r.rule.name: r.rule.enabled for r in self.runners}
+        return [{**s.snapshot(), "enabled": enabled.get(s.name, False)} for s in self.stats]
+
+    async def set_enabled(self, name: str, enabled: bool, timeout: float = 10.0) -> dict[str, Any]:
+        """Enable or disable rule ``name`` on the running connector (the admin API; the
+        rules file is not changed, so a restart runs the file's rules): a disabled
+        rule's runner ends its batch in flight (bounded by ``timeout``) and closes its
+        endpoints; an enabled one starts again from the target's high-water marks. Its
+        statistics carry on. Raises LookupError when there is no such rule."""
+        i = next((n for n, r in enumerate(self.runners) if r.rule.name == name), None)
+        if i is None:
+            raise LookupError(f"no connector rule {name!r}")
+        runner = self.runners[i]
+        if runner.rule.enabled == enabled:
+            return next(r for r in self.snapshot() if r["rule"] == name)
+        runner.stop()
+        if i < len(self._tasks):
+            task = self._tasks[i]
+            _, pending = await asyncio.wait([task], timeout=timeout)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        rule = replace(runner.rule, enabled=enabled)
+        fresh = RuleRunner(self.rules, rule, runner.stats)
+        fresh.positions = runner.positions
+        if not enabled:
+            runner.stats.state = "disabled"
+        self.runners[i] = fresh
+        if i < len(self._tasks):
+            self._tasks[i] = asyncio.create_task(self._run(fresh), name=rule.name)
+        return next(r for r in self.snapshot() if r["rule"] == name)
 
 
 class EmbeddedConnector:
