@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -60,6 +61,12 @@ def lmq(*args: str) -> None:
     assert result.exit_code == 0, result.output
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 class Console:
     def __init__(self, gw: GatewayProcess) -> None:
         self.gw = gw
@@ -95,8 +102,25 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         *d,
     )
     config = data.parent / "gateway.toml"
-    config.write_text("rocketmq_auto_create_topics = false\n")
-    gw = GatewayProcess(data, "--config", str(config)).start()
+    port, nobody = free_port(), free_port()
+    # a connector rule to a cluster nobody serves: it retries, and the Connector page
+    # disables and enables it
+    config.write_text(f"""rocketmq_auto_create_topics = false
+[connector]
+status_address = ""
+[connector.clusters.here]
+kind = "gateway"
+endpoints = ["127.0.0.1:{port}"]
+[connector.clusters.away]
+kind = "gateway"
+endpoints = ["127.0.0.1:{nobody}"]
+[[connector.rules]]
+name = "console-out"
+source = "here"
+topic = "console-orders"
+target = "away"
+""")
+    gw = GatewayProcess(data, "--config", str(config), "--unified-port", str(port)).start()
     try:
         yield Console(gw)
     finally:
@@ -133,6 +157,7 @@ def page(console: Console, browser):
 
 def login(page, console: Console) -> None:
     page.goto(console.base + "/console/")
+    page.wait_for_selector("#nav a, #login-user")  # the page asked who is logged in
     if page.locator("#nav a").count():
         return
     page.fill("#login-user", "root")
@@ -446,3 +471,22 @@ def test_purge_an_amqp_queue(page, console: Console) -> None:
         assert method is None
     finally:
         conn.close()
+
+
+def test_disable_and_enable_a_connector_rule(page, console: Console) -> None:
+    login(page, console)
+    page.goto(console.base + "/console/#/connector")
+    row = page.locator("tr", has_text="console-out")
+    expect(row.locator("td").nth(2)).to_have_text("yes")  # enabled
+    expect(row).to_contain_text("here \u2192 away")
+    row.get_by_role("button", name="Disable").click()
+    page.locator("dialog#confirm").get_by_role("button", name="Disable").click()
+    expect(page.locator(".notice.ok")).to_have_text("Rule console-out disabled.")
+    expect(row.locator("td").nth(2)).to_have_text("no")
+    expect(row.locator("td").nth(3)).to_have_text("disabled")
+    console.shot(page, "connector")
+    rules = requests.get(f"{console.base}/v1/admin/connector/rules", auth=AUTH, timeout=BOUND)
+    assert [(r["rule"], r["enabled"]) for r in rules.json()["items"]] == [("console-out", False)]
+    row.get_by_role("button", name="Enable").click()
+    expect(page.locator(".notice.ok")).to_have_text("Rule console-out enabled.")
+    expect(row.locator("td").nth(2)).to_have_text("yes")
