@@ -254,9 +254,12 @@ class ConsumeQueueIndex:
         lmq_id = self.lookup_id(name.encode())
         return None if lmq_id is None else self.meta(lmq_id)
 
-    def iter_meta(self, prefix: str = "") -> Iterator[LmqMeta]:
-        """Every LMQ (optionally those whose name starts with ``prefix``), by name."""
+    def iter_meta(self, prefix: str = "", after: str = "") -> Iterator[LmqMeta]:
+        """Every LMQ (optionally those whose name starts with ``prefix``, and those
+        named after ``after``), by name: a seek, not a scan from the first."""
         start = name_key(prefix.encode())
+        if after:
+            start = max(start, name_key(after.encode() + b"\x00"))
         opts = ReadOptions()
         opts.set_iterate_upper_bound(b"O")  # just past the "N" key space
         for key, value in rocks.items(self.db, start, opts):

@@ -92,9 +92,10 @@ class LmqTable:
         meta = self.index.meta(lmq_id)
         return None if meta is None else self.current(meta)
 
-    def iter(self, prefix: str = "") -> Iterator[LmqMeta]:
-        """Every LMQ whose name starts with ``prefix``, by name, as live as the cache."""
-        for meta in self.index.iter_meta(prefix):
+    def iter(self, prefix: str = "", after: str = "") -> Iterator[LmqMeta]:
+        """Every LMQ whose name starts with ``prefix`` (and sorts after ``after``), by
+        name, as live as the cache."""
+        for meta in self.index.iter_meta(prefix, after):
             yield self.current(meta)
 
     def forget(self, name: str) -> LmqMeta | None:

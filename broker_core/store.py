@@ -580,9 +580,10 @@ class MessageStore:
         meta = self.lmq_table.by_id(lmq_id)
         return None if meta is None else LmqInfo.of(meta)
 
-    def lmqs(self, prefix: str = "") -> Iterator[LmqInfo]:
-        """Every LMQ whose name starts with ``prefix``, in name order."""
-        for meta in self.lmq_table.iter(prefix):
+    def lmqs(self, prefix: str = "", after: str = "") -> Iterator[LmqInfo]:
+        """Every LMQ whose name starts with ``prefix``, in name order; with ``after``,
+        only those named after it (a page of a listing starts there, not at the first)."""
+        for meta in self.lmq_table.iter(prefix, after):
             yield LmqInfo.of(meta)
 
     def pull(

@@ -73,11 +73,14 @@ def format_bytes(n: int) -> str:
 
 @contextmanager
 def open_store(
-    data_dir: Path, *, read_only: bool = False, config: StoreConfig | None = None
+    data_dir: Path, *, read_only: bool = False, config: StoreConfig | None = None,
+    create: bool = False,
 ) -> Iterator[MessageStore]:
-    """Open the store for a command; any store error becomes a one-line message."""
+    """Open the store for a command; any store error becomes a one-line message.
+    ``create``: a data directory the gateway never opened gets a new, empty store (a
+    topic can be prepared before the first start); otherwise it is refused."""
     config = config or StoreConfig()
-    if not (data_dir / "commitlog").is_dir():
+    if not create and not (data_dir / "commitlog").is_dir():
         raise click.ClickException(f"{data_dir} holds no LMQ store (no commitlog/ directory)")
     try:
         store = (

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,11 @@ from broker_core import MessageStore
 from broker_core.clock import now_ms
 from broker_core.fifo import BlockedGroup
 from cli.context import data_dir_option, open_store
-from gateway.rocketmq.groups import GroupRegistry
+from cli.remote import find_remote, seg, server_option
+from gateway.rocketmq.groups import GroupRegistry, group_progress, release_message_group
+from gateway.rocketmq.offsets import reset_targets
 from gateway.rocketmq.topics import TopicRegistry
-from lmq.rocketmq import LMQ_PREFIX, dlq_topic, parse_queue_lmq, queue_lmq
+from lmq.rocketmq import parse_queue_lmq
 
 
 @click.group()
@@ -39,26 +40,8 @@ def groups() -> None:
 
 
 def _progress(store: MessageStore) -> dict[str, list[dict[str, Any]]]:
-    """group -> one row per RocketMQ queue it committed an offset on, by topic and queue."""
-    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    maxes: dict[str, int] = {}
-    for lmq, group, offset in store.offsets():
-        parsed = parse_queue_lmq(lmq) if lmq.startswith(LMQ_PREFIX) else None
-        if parsed is None:
-            continue
-        if lmq not in maxes:
-            info = store.lmq(lmq)
-            maxes[lmq] = info.max_offset if info else 0
-        rows[group].append({
-            "topic": parsed[0],
-            "queue_id": parsed[1],
-            "offset": offset,
-            "max_offset": maxes[lmq],
-            "lag": max(0, maxes[lmq] - offset),
-        })
-    for group_rows in rows.values():
-        group_rows.sort(key=lambda r: (r["topic"], r["queue_id"]))
-    return rows
+    """group -> one row per RocketMQ queue it committed an offset on."""
+    return group_progress(store)
 
 
 @groups.command("list")
@@ -170,24 +153,27 @@ def _blocked_row(b: BlockedGroup) -> dict[str, Any]:
 def release(data_dir: Path, group: str, topic: str, message_group: str,
             gateway: str | None, access_key: str, secret_key: str) -> None:
     """Release MESSAGE_GROUP of GROUP on FIFO topic TOPIC: its head message goes to
-    %DLQ%GROUP and the group moves on. Offline (the gateway stopped), or over a
-    running gateway's gRPC port with --gateway."""
+    %DLQ%GROUP and the group moves on. Through the admin API of the gateway running on
+    the data directory, over a gateway's gRPC port with --gateway, or offline."""
     if gateway:
         _release_remote(gateway, access_key, secret_key, group, topic, message_group)
         return
+    remote = find_remote(data_dir, None)
+    if remote is not None:  # the gateway running on the data directory: its admin API
+        doc = remote.call("POST", f"/groups/{seg(group)}/release",
+                          {"topic": topic, "message_group": message_group})
+        click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
+                   f" {doc['queue_id']}: offset {doc['offset']} moved to"
+                   f" {doc['dead_letter_topic']}")
+        return
     with open_store(data_dir) as store:
-        dlq = dlq_topic(group)
-        for info in store.lmqs(queue_lmq(topic, 0)[:-1]):
-            parsed = parse_queue_lmq(info.name)
-            if parsed is None or parsed[0] != topic:
-                continue
-            TopicRegistry(store, False, 1).ensure(dlq)
-            offset = store.release_message_group(group, info.name, message_group,
-                                                 queue_lmq(dlq, 0))
-            if offset is not None:
-                click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
-                           f" {parsed[1]}: offset {offset} moved to {dlq}")
-                return
+        topics = TopicRegistry(store, False, 1)
+        released = release_message_group(store, topics.ensure, group, topic, message_group)
+        if released is not None:
+            click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
+                       f" {released.queue_id}: offset {released.offset} moved to"
+                       f" {released.dead_letter_topic}")
+            return
     raise click.ClickException(
         f"message group {message_group!r} of {group!r} has no message out on {topic}")
 
@@ -220,3 +206,71 @@ def _release_remote(address: str, access_key: str, secret_key: str, group: str,
     click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
                f" {answer['queue_id']}: offset {answer['offset']} moved to"
                f" {answer['dead_letter_topic']}")
+
+
+@groups.command("reset")
+@data_dir_option
+@server_option
+@click.argument("group")
+@click.argument("topic")
+@click.option("--earliest", is_flag=True, help="The oldest message held.")
+@click.option("--latest", is_flag=True, help="After the newest (skip everything).")
+@click.option("--time", "at", type=click.DateTime(), help="The first message stored at or"
+              " after this local time (e.g. 2026-12-07T20:00:00).")
+@click.option("--json", "as_json", is_flag=True, help="The new offsets as JSON.")
+def reset(data_dir: Path, server: str | None, group: str, topic: str, earliest: bool,
+          latest: bool, at: Any, as_json: bool) -> None:
+    """Set GROUP's next offset on every queue of TOPIC: --earliest, --latest or --time.
+    Through the running gateway (its pop consumers see it at once; stop remoting
+    consumers first, they keep their own offsets), or in the store."""
+    if sum((earliest, latest, at is not None)) != 1:
+        raise click.UsageError("give exactly one of --earliest, --latest, --time")
+    position = "earliest" if earliest else "latest" if latest else None
+    stamp = int(at.timestamp() * 1000) if at is not None else None
+    remote = find_remote(data_dir, server)
+    if remote is not None:
+        body: dict[str, Any] = {"topic": topic}
+        body.update({"position": position} if position else {"timestamp_ms": stamp})
+        doc = remote.call("POST", f"/groups/{seg(group)}/reset", body)
+        queues = doc["queues"]
+    else:
+        with open_store(data_dir) as store:
+            config = TopicRegistry(store, False, 1).get(topic)
+            if config is None:
+                raise click.ClickException(f"no RocketMQ topic named {topic!r}")
+            offsets = reset_targets(store, config, position, stamp)
+            queues = [{"queue_id": int(lmq.rsplit(":", 1)[1]),
+                       "old_offset": store.get_offset(group, lmq), "offset": offset}
+                      for lmq, offset in offsets.items()]
+            if offsets:
+                store.commit_offsets(group, offsets)
+    if as_json:
+        click.echo(json.dumps({"group": group, "topic": topic, "queues": queues}))
+        return
+    for q in queues:
+        old = "-" if q["old_offset"] is None else q["old_offset"]
+        click.echo(f"{group} on {topic} queue {q['queue_id']}: {old} -> {q['offset']}")
+
+
+@groups.command("delete")
+@data_dir_option
+@server_option
+@click.argument("group")
+@click.option("--keep-offsets", is_flag=True, help="Keep its committed offsets.")
+def delete(data_dir: Path, server: str | None, group: str, keep_offsets: bool) -> None:
+    """Delete GROUP's configuration and (unless --keep-offsets) its committed offsets."""
+    remote = find_remote(data_dir, server)
+    if remote is not None:
+        doc = remote.call("DELETE", f"/groups/{seg(group)}",
+                          keep_offsets="true" if keep_offsets else None)
+        removed = doc["offsets_removed"]
+    else:
+        with open_store(data_dir) as store:
+            rows = group_progress(store, group).get(group, [])
+            existed = GroupRegistry(store, auto_create=False).delete(group)
+            if not existed and not rows:
+                raise click.ClickException(f"no consumer group named {group!r}")
+            removed = 0 if keep_offsets else len(rows)
+            if rows and not keep_offsets:
+                store.delete_offsets(group, [r["lmq"] for r in rows])
+    click.echo(f"deleted group {group}: {removed} committed offset(s) removed")

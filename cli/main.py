@@ -22,6 +22,8 @@ _GROUPS: dict[str, tuple[str, str]] = {
     "transactions": ("cli.transactions", "transactions"),
     "connector": ("cli.connector", "connector"),
     "replication": ("cli.replication", "replication"),
+    "connections": ("cli.connections", "connections"),
+    "status": ("cli.connections", "status"),
 }
 
 

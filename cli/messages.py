@@ -15,7 +15,6 @@ gateway: the store is opened read-only).
 
 from __future__ import annotations
 
-import base64
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,12 +22,10 @@ from typing import Any
 
 import click
 
-from broker_core import MessageStore, Record
 from cli.context import data_dir_option, open_store
+from gateway.rocketmq.lookup import find_message, record_dict
 from gateway.rocketmq.topics import TopicRegistry
-from lmq.rocketmq import DEFAULT_QUEUE_NUMS, parse_queue_lmq
-from protocol.remoting.errors import MessageError
-from protocol.remoting.messages import parse_offset_msg_id
+from lmq.rocketmq import DEFAULT_QUEUE_NUMS
 
 #: Bytes of a body shown in the text output.
 PREVIEW = 200
@@ -41,41 +38,6 @@ def messages() -> None:
 
 def _time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-
-
-def record_dict(record: Record, found_by: str) -> dict[str, Any]:
-    queues = []
-    others = []
-    for lmq, offset in record.dispatch:
-        # a delayed record's list names its LMQs with the due time, not offsets (their
-        # offsets are assigned when its timer fires)
-        at = None if record.delayed else offset
-        parsed = parse_queue_lmq(lmq)
-        if parsed is None:
-            others.append({"lmq": lmq, "offset": at})
-        else:
-            queues.append({"topic": parsed[0], "queue_id": parsed[1], "queue_offset": at})
-    try:
-        body: dict[str, Any] = {"body": record.body.decode("utf-8")}
-    except UnicodeDecodeError:
-        body = {"body_base64": base64.b64encode(record.body).decode()}
-    return {
-        "found_by": found_by,
-        "position": record.position,
-        "topic": record.topic,
-        "tag": record.tag,
-        "protocol": record.protocol.name,
-        "store_ms": record.store_ms,
-        "born_ms": record.born_ms,
-        "origin": record.origin,
-        "queues": queues,
-        # a delayed message: when it is (or was) due for delivery, epoch ms
-        "delayed_until": record.dispatch[0][1] if record.delayed and record.dispatch else None,
-        "other_lmqs": others,
-        "properties": {k: v.decode("utf-8", "replace") for k, v in record.properties.items()},
-        "body_bytes": len(record.body),
-        **body,
-    }
 
 
 def echo_record(data: dict[str, Any]) -> None:
@@ -109,12 +71,6 @@ def _echo_all(found: list[dict[str, Any]], as_json: bool) -> None:
             echo_record(data)
 
 
-def _topics(store: MessageStore, topic: str | None) -> list[str]:
-    if topic is not None:
-        return [topic]
-    return TopicRegistry(store, auto_create=False, default_queues=DEFAULT_QUEUE_NUMS).names()
-
-
 @messages.command("show")
 @data_dir_option
 @click.argument("msgid")
@@ -123,25 +79,10 @@ def _topics(store: MessageStore, topic: str | None) -> list[str]:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
 def show(data_dir: Path, msgid: str, topic: str | None, as_json: bool) -> None:
     """Show the message with offsetMsgId or UNIQ_KEY MSGID."""
-    found: list[dict[str, Any]] = []
     with open_store(data_dir, read_only=True) as store:
-        seen: set[int] = set()
-        try:
-            (host, port), position = parse_offset_msg_id(msgid)
-        except MessageError:
-            position = -1
-        if position >= 0:
-            record = store.record_at(position)
-            if record is not None:
-                seen.add(record.position)
-                found.append(record_dict(record, f"offsetMsgId of {host}:{port}"))
-        for name in _topics(store, topic):
-            for record in store.find_by_key(name, msgid, max_num=16):
-                if record.position not in seen and (
-                    record.properties.get("UNIQ_KEY") == msgid.encode()
-                ):
-                    seen.add(record.position)
-                    found.append(record_dict(record, "UNIQ_KEY"))
+        topics = [topic] if topic is not None else TopicRegistry(
+            store, auto_create=False, default_queues=DEFAULT_QUEUE_NUMS).names()
+        found = find_message(store, msgid, topics)
     if not found:
         raise click.ClickException(f"no message with offsetMsgId or UNIQ_KEY {msgid!r}")
     _echo_all(found, as_json)

@@ -18,32 +18,25 @@ import click
 
 from broker_core import MessageStore
 from cli.context import data_dir_option, format_bytes, open_store
-from gateway.rocketmq.topics import QueueInUse, TopicRegistry, check_name
-from lmq.rocketmq import (
-    DEFAULT_QUEUE_NUMS,
-    InvalidName,
-    MessageType,
-    Perm,
-    TopicConfig,
-    queue_lmq,
+from cli.remote import find_remote, seg, server_option
+from gateway.rocketmq.topics import (
+    QueueInUse,
+    TopicOptionError,
+    TopicRegistry,
+    changed_topic,
+    perm_text,
+    topic_document,
 )
-
-_PERMS = {"rw": Perm.READ | Perm.WRITE, "r": Perm.READ, "w": Perm.WRITE, "-": 0}
+from gateway.rocketmq.topics import parse_perm as _parse_perm
+from lmq.rocketmq import DEFAULT_QUEUE_NUMS, MessageType, TopicConfig, queue_lmq
 
 
 def parse_perm(text: str) -> int:
-    """``rw``, ``r``, ``w``, ``-`` or RocketMQ's number (6, 4, 2, 0; 1 = inherit)."""
-    lowered = text.strip().lower()
-    if lowered in _PERMS:
-        return int(_PERMS[lowered])
-    if lowered.isdigit() and int(lowered) <= 7:
-        return int(lowered)
-    raise click.BadParameter(f"{text!r}: give rw, r, w, - or RocketMQ's number (6, 4, 2)")
-
-
-def perm_text(perm: int) -> str:
-    text = ("r" if perm & Perm.READ else "") + ("w" if perm & Perm.WRITE else "")
-    return text or "-"
+    """``rw``, ``r``, ``w``, ``-`` or RocketMQ's number (a click parameter error)."""
+    try:
+        return _parse_perm(text)
+    except TopicOptionError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def registry(store: MessageStore) -> TopicRegistry:
@@ -53,27 +46,7 @@ def registry(store: MessageStore) -> TopicRegistry:
 
 def topic_dict(store: MessageStore, config: TopicConfig) -> dict[str, Any]:
     """A topic's configuration and each queue's min/max offsets (``show --json``)."""
-    queues = []
-    for q in range(config.queue_count):
-        info = store.lmq(queue_lmq(config.name, q))
-        queues.append({
-            "queue_id": q,
-            "lmq": queue_lmq(config.name, q),
-            "min_offset": info.min_offset if info else 0,
-            "max_offset": info.max_offset if info else 0,
-            "messages": info.messages if info else 0,
-            "bytes": info.bytes if info else 0,
-            "last_write_ms": info.last_write_ms if info else 0,
-        })
-    return {
-        "name": config.name,
-        "read_queues": config.read_queues,
-        "write_queues": config.write_queues,
-        "perm": int(config.perm),
-        "perm_text": perm_text(config.perm),
-        "message_type": config.message_type.value,
-        "queues": queues,
-    }
+    return topic_document(store, config)
 
 
 def echo_topic(data: dict[str, Any]) -> None:
@@ -91,6 +64,7 @@ def echo_topic(data: dict[str, Any]) -> None:
 
 @click.command("create")
 @data_dir_option
+@server_option
 @click.argument("name")
 @click.option("--queues", type=click.IntRange(1, 1024), help="Read and write queues.")
 @click.option("--read-queues", type=click.IntRange(1, 1024))
@@ -103,34 +77,40 @@ def echo_topic(data: dict[str, Any]) -> None:
 @click.option("--perm", help="rw (default), r, w, - or RocketMQ's number (6, 4, 2).")
 @click.option("--json", "as_json", is_flag=True, help="Print the topic as JSON.")
 def create(
-    data_dir: Path, name: str, queues: int | None, read_queues: int | None,
-    write_queues: int | None, message_type: str | None, perm: str | None, as_json: bool,
+    data_dir: Path, server: str | None, name: str, queues: int | None,
+    read_queues: int | None, write_queues: int | None, message_type: str | None,
+    perm: str | None, as_json: bool,
 ) -> None:
-    """Create RocketMQ topic NAME, or change it if it exists (stop the gateway first).
+    """Create RocketMQ topic NAME, or change it if it exists: through the running
+    gateway's admin API, or in the store when no gateway runs.
 
     Without queue options a new topic gets 8 read and 8 write queues and an existing one
     keeps its counts. Lowering the counts removes only empty queues."""
     if queues is not None and (read_queues is not None or write_queues is not None):
         raise click.UsageError("give --queues, or --read-queues and/or --write-queues")
-    try:
-        check_name(name)
-    except InvalidName as exc:
-        raise click.ClickException(str(exc)) from None
-    with open_store(data_dir) as store:
+    if perm is not None:
+        parse_perm(perm)  # a usage error (exit 2), before the store is opened
+    remote = find_remote(data_dir, server)
+    if remote is not None:
+        body = {"queues": queues, "read_queues": read_queues, "write_queues": write_queues,
+                "perm": perm, "message_type": message_type}
+        data = remote.call("PUT", f"/topics/{seg(name)}",
+                           {k: v for k, v in body.items() if v is not None})
+        created = data.pop("created")
+        if as_json:
+            click.echo(json.dumps(data))
+        else:
+            click.echo(_created_line(name, not created, data["read_queues"],
+                                     data["write_queues"], data["perm"],
+                                     data["message_type"]))
+        return
+    with open_store(data_dir, create=True) as store:
         reg = registry(store)
         old = reg.get(name)
-        base = old or TopicConfig(name)
-        if queues is not None:
-            read_queues = write_queues = queues
         try:
-            config = TopicConfig(
-                name,
-                read_queues=read_queues if read_queues is not None else base.read_queues,
-                write_queues=write_queues if write_queues is not None else base.write_queues,
-                perm=parse_perm(perm) if perm is not None else base.perm,
-                message_type=(MessageType(message_type.upper()) if message_type
-                              else base.message_type),
-            )
+            config = changed_topic(name, old, queues=queues, read_queues=read_queues,
+                                   write_queues=write_queues, perm=perm,
+                                   message_type=message_type)
             reg.create(config)
         except (QueueInUse, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
@@ -138,17 +118,30 @@ def create(
     if as_json:
         click.echo(json.dumps(data))
     else:
-        click.echo(f"{'changed' if old else 'created'} topic {name}:"
-                   f" {config.read_queues} read / {config.write_queues} write queues,"
-                   f" perm {perm_text(config.perm)}, {config.message_type.value}")
+        click.echo(_created_line(name, old is not None, config.read_queues,
+                                 config.write_queues, config.perm,
+                                 config.message_type.value))
+
+
+def _created_line(name: str, changed: bool, read: int, write: int, perm: int,
+                  kind: str) -> str:
+    return (f"{'changed' if changed else 'created'} topic {name}: {read} read / {write}"
+            f" write queues, perm {perm_text(perm)}, {kind}")
 
 
 @click.command("delete")
 @data_dir_option
+@server_option
 @click.argument("name")
-def delete(data_dir: Path, name: str) -> None:
+def delete(data_dir: Path, server: str | None, name: str) -> None:
     """Delete RocketMQ topic NAME: its configuration and its queues with their messages
-    and committed offsets (stop the gateway first)."""
+    and committed offsets (through the running gateway, or in the store)."""
+    remote = find_remote(data_dir, server)
+    if remote is not None:
+        doc = remote.call("DELETE", f"/topics/{seg(name)}")
+        click.echo(f"deleted topic {name}: {doc['queues']} queue(s),"
+                   f" {doc['messages']} message(s)")
+        return
     with open_store(data_dir) as store:
         reg = registry(store)
         lmqs = list(store.lmqs(queue_lmq(name, 0)[:-1]))

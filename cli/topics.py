@@ -11,6 +11,7 @@ import click
 
 from cli import rmq_topics
 from cli.context import Duration, data_dir_option, format_age, format_bytes, open_store
+from cli.remote import find_remote, server_option
 from gateway.topic_space import mqtt_lmq
 
 
@@ -123,10 +124,12 @@ def show(data_dir: Path, name: str, as_lmq: bool, as_json: bool) -> None:
 
 @topics.command("clean")
 @data_dir_option
+@server_option
 @click.option("--prefix", default="", help="Only LMQs whose name starts with this.")
 @click.option("--idle-longer-than", "idle", type=Duration(), help="e.g. 7d, 12h, 30m.")
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
-def clean(data_dir: Path, prefix: str, idle: int | None, dry_run: bool) -> None:
+def clean(data_dir: Path, server: str | None, prefix: str, idle: int | None,
+          dry_run: bool) -> None:
     """Remove LMQs (entries, offsets, pop state) by prefix and/or idleness.
 
     An LMQ is idle when nothing was written to it and no consumer committed an offset on
@@ -134,6 +137,22 @@ def clean(data_dir: Path, prefix: str, idle: int | None, dry_run: bool) -> None:
     """
     if not prefix and idle is None:
         raise click.UsageError("give --prefix and/or --idle-longer-than (refusing to remove all)")
+    remote = find_remote(data_dir, server)
+    if remote is not None:
+        body: dict[str, object] = {"prefix": prefix, "dry_run": dry_run}
+        if idle is not None:
+            body["idle_ms"] = idle
+        doc = remote.call("POST", "/lmqs/clean", body)
+        if dry_run:
+            for item in doc["items"]:
+                click.echo(f"would remove {item['name']} ({item['messages']} messages)")
+            click.echo(f"dry run: {doc['lmqs']} LMQ(s), {doc['messages']} messages,"
+                       f" {format_bytes(doc['bytes'])} would be removed")
+            return
+        done = doc.get("removed") or {"lmqs": 0, "messages": 0, "bytes": 0, "offsets": 0}
+        click.echo(f"removed {done['lmqs']} LMQ(s): {done['messages']} messages,"
+                   f" {format_bytes(done['bytes'])}, {done['offsets']} consumer offset(s)")
+        return
     with open_store(data_dir, read_only=dry_run) as store:
         doomed = list(_select(store, prefix, idle))
         messages = sum(i.messages for i in doomed)

@@ -30,6 +30,7 @@ from gateway.auth.users import (
     default_users_file,
     edit_users_file,
     generate_access_key,
+    user_document,
 )
 
 users_file_option = click.option(
@@ -238,16 +239,7 @@ def list_(path: Path, as_json: bool) -> None:
         login += ["access-key"] if user.access_keys else []
         vhosts = sorted(db.permissions.get(name, {}))
         if as_json:
-            row = {
-                "name": name,
-                "tags": list(user.tags),
-                "password": bool(user.password_hash),
-                "certificate_subjects": list(user.certificate_subjects),
-                "access_keys": sorted(user.access_keys),
-                "vhosts": vhosts,
-                "acl_rules": len(db.acl.get(name, [])),
-            }
-            click.echo(json.dumps(row))
+            click.echo(json.dumps(user_document(db, name)))
         else:
             click.echo(
                 f"{name:24} {','.join(user.tags) or '-':20} {'+'.join(login) or 'none':20}"

@@ -21,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from broker_core import MessageStore
+from gateway.admin.views import AdminViews
 from gateway.auth import Authenticator
 from gateway.config import GatewayConfig
 from gateway.metrics import Registry
@@ -94,6 +95,9 @@ class GatewayContext:
     state: ServerState
     #: The gateway's own health document.
     introspection: Introspection
+    #: What front ends and services show the admin API (gateway.admin.views): they
+    #: register providers at start.
+    views: AdminViews = field(default_factory=AdminViews)
 
     @property
     def authenticator(self) -> Authenticator | None:

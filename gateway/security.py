@@ -71,6 +71,8 @@ class Security:
         self._pending = (
             None if authenticator is not None else Authenticator(users_file=users_path(cfg))
         )
+        #: What the gateway does when authentication turns on (set by :meth:`watch`).
+        self._authentication_on: Callable[[], None] = lambda: None
 
     async def watch(self, authentication_on: Callable[[], None]) -> None:
         """Every :data:`WATCH_INTERVAL_S`: read the users file if it changed. When the
@@ -78,22 +80,29 @@ class Security:
         allowed only with ``allow_anonymous``, as at startup), log it and call
         ``authentication_on`` (the gateway closes the connections admitted without a
         login). A malformed file is logged once and changes nothing."""
+        self._authentication_on = authentication_on
         while True:
             await asyncio.sleep(WATCH_INTERVAL_S)
-            auth = self.authenticator or self._pending
-            assert auth is not None
-            await asyncio.to_thread(auth.refresh)
-            if self.authenticator is None and auth.authentication_configured:
-                auth.allow_anonymous = self.config.allow_anonymous
-                self.authenticator, self._pending = auth, None
-                log.warning(
-                    "authentication on: users file loaded, every login is checked from now on",
-                    extra={
-                        "path": str(auth.users_file),
-                        "anonymous": "allowed" if auth.allow_anonymous else "refused",
-                    },
-                )
-                authentication_on()
+            await self.refresh()
+
+    async def refresh(self) -> None:
+        """Read the users file now if it changed (what the watch does every
+        :data:`WATCH_INTERVAL_S`): the admin API calls it after each change of the file,
+        so that the change holds for the next login without waiting for the watch."""
+        auth = self.authenticator or self._pending
+        assert auth is not None
+        await asyncio.to_thread(auth.refresh)
+        if self.authenticator is None and auth.authentication_configured:
+            auth.allow_anonymous = self.config.allow_anonymous
+            self.authenticator, self._pending = auth, None
+            log.warning(
+                "authentication on: users file loaded, every login is checked from now on",
+                extra={
+                    "path": str(auth.users_file),
+                    "anonymous": "allowed" if auth.allow_anonymous else "refused",
+                },
+            )
+            self._authentication_on()
 
 
 def make_tls_context(cfg: GatewayConfig) -> ssl.SSLContext:

@@ -222,6 +222,7 @@ class Gateway:
 
             self._connector = EmbeddedConnector(cfg.connector, self.metrics)
             await self._connector.start()
+            ctx.views.provide("connector.rules", self._connector.connector.snapshot)
         log.info("gateway ready", extra={"front_ends": ",".join(self.front_ends) or "-"})
 
     async def _listen(

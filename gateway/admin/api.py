@@ -7,7 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gateway.admin import connections, overview
+from gateway.admin import (
+    connections,
+    groups,
+    lmqs,
+    messages,
+    overview,
+    protocols,
+    topics,
+    users,
+)
 from gateway.admin.audit import AuditLog
 from gateway.admin.auth import AdminAuth
 from gateway.admin.core import AdminError, Call, Handler, Result
@@ -42,7 +51,7 @@ class Admin:
         )
         self.audit = AuditLog(audit_path)
         self.routes: list[Route] = []
-        for family in (overview, connections):
+        for family in (overview, connections, topics, groups, lmqs, messages, users, protocols):
             for method, pattern, handler, action in family.routes(self):
                 self.routes.append(Route(method, pattern, handler, action))
 
@@ -54,13 +63,28 @@ class Admin:
         except AdminError as exc:
             if route.action:
                 self.audit.record(
-                    call.caller, route.action, _target(call), call.body, exc.status, exc.message
+                    call.caller,
+                    route.action,
+                    _target(call),
+                    _details(call),
+                    exc.status,
+                    exc.message,
                 )
             raise
         result = doc if isinstance(doc, Result) else Result(200, doc)
         if route.action:
-            self.audit.record(call.caller, route.action, _target(call), call.body, result.status)
+            self.audit.record(
+                call.caller, route.action, _target(call), _details(call), result.status
+            )
         return result
+
+
+#: Body fields never written to the audit log (their presence is).
+SECRETS = frozenset({"password", "secret_key"})
+
+
+def _details(call: Call) -> dict[str, Any]:
+    return {k: "(secret)" if k in SECRETS else v for k, v in call.body.items()}
 
 
 def _target(call: Call) -> str:

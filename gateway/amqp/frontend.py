@@ -20,6 +20,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from broker_core import StoreError
+from gateway.amqp import admin
 from gateway.amqp.broker import Broker
 from gateway.amqp.handler import AmqpHandler
 from gateway.amqp.messages import forget_cached_properties
@@ -68,6 +69,7 @@ class AmqpFrontEnd(FrontEnd):
             self._requeue_interrupted()
         ctx.topic_space.set_amq_topic_router(self.broker.amq_topic_lmqs)
         ctx.topic_space.set_exchange_router(self.broker.exchange_route)
+        admin.register(self)
         ctx.topic_space.set_queue_consumers(self.remote)
         ctx.spawn(self._ttl_loop(), "amqp-ttl")
         ctx.spawn(self._revive_loop(), "amqp-revive")

@@ -584,3 +584,18 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _reason(exc: BaseException) -> str:
     return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def user_document(db: UsersDatabase, name: str) -> dict[str, Any]:
+    """What ``lmq users list --json`` and the admin API show of a user (no secret: the
+    access keys without their secrets, whether a password is set)."""
+    user = db.user(name)
+    return {
+        "name": name,
+        "tags": list(user.tags),
+        "password": bool(user.password_hash),
+        "certificate_subjects": list(user.certificate_subjects),
+        "access_keys": sorted(user.access_keys),
+        "vhosts": sorted(db.permissions.get(name, {})),
+        "acl_rules": len(db.acl.get(name, [])),
+    }

@@ -27,6 +27,7 @@ from broker_core import StoreError
 from gateway.auth import Principal
 from gateway.auth.acl import GRANTED, SubscribeDecision, deny_all
 from gateway.frontend import FrontEnd
+from gateway.mqtt import admin
 from gateway.mqtt.delivery import deliver
 from gateway.mqtt.handler import MqttHandler
 from gateway.mqtt.messages import QOS2_KEY, to_store_message
@@ -94,6 +95,7 @@ class MqttFrontEnd(FrontEnd):
 
         m.on_collect(collect)
         self._load_sessions()
+        admin.register(self)
         gw.spawn(self._commit_loop(), "mqtt-commit")
         gw.spawn(self._revive_loop(), "mqtt-revive")
         gw.spawn(self._sys_loop(), "mqtt-sys")
@@ -232,6 +234,11 @@ class MqttFrontEnd(FrontEnd):
         else:
             session.save()
             self._schedule_expiry(session)
+
+    def end_session(self, session: Session) -> None:
+        """End an offline session now (the admin API's kick): its subscriptions, offsets
+        and stored state go, as at its expiry."""
+        self._end_session(session)
 
     def _end_session(self, session: Session) -> None:
         session.end()

@@ -16,11 +16,23 @@ Thread safety: none of its own (event-loop thread in the gateway; the CLI's one 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from broker_core import MessageStore
-from lmq.rocketmq import GROUP_META_PREFIX, GroupConfig, group_meta_key, validate_group
+from lmq.rocketmq import (
+    GROUP_META_PREFIX,
+    LMQ_PREFIX,
+    GroupConfig,
+    dlq_topic,
+    group_meta_key,
+    parse_queue_lmq,
+    queue_lmq,
+    validate_group,
+)
 
-__all__ = ["GroupRegistry"]
+__all__ = ["GroupRegistry", "Released", "group_progress", "release_message_group"]
 
 log = logging.getLogger(__name__)
 
@@ -89,3 +101,60 @@ class GroupRegistry:
             return False
         self.store.delete_meta(group_meta_key(name))
         return True
+
+
+def group_progress(store: MessageStore, group: str | None = None
+                   ) -> dict[str, list[dict[str, Any]]]:
+    """group -> one row per RocketMQ queue it committed an offset on (topic, queue id,
+    offset, the queue's max offset, lag), by topic and queue; of every group, or of
+    ``group``. Reads every committed offset: a worker thread in the gateway."""
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    maxes: dict[str, int] = {}
+    for lmq, name, offset in store.offsets():
+        if group is not None and name != group:
+            continue
+        parsed = parse_queue_lmq(lmq) if lmq.startswith(LMQ_PREFIX) else None
+        if parsed is None:
+            continue
+        if lmq not in maxes:
+            info = store.lmq(lmq)
+            maxes[lmq] = info.max_offset if info else 0
+        rows[name].append({
+            "topic": parsed[0],
+            "queue_id": parsed[1],
+            "lmq": lmq,
+            "offset": offset,
+            "max_offset": maxes[lmq],
+            "lag": max(0, maxes[lmq] - offset),
+        })
+    for group_rows in rows.values():
+        group_rows.sort(key=lambda r: (r["topic"], r["queue_id"]))
+    return rows
+
+
+class Released(NamedTuple):
+    queue_id: int
+    offset: int
+    dead_letter_topic: str
+
+
+def release_message_group(
+    store: MessageStore, ensure_topic: Callable[[str], Any], group: str, topic: str,
+    message_group: str,
+) -> Released | None:
+    """Release a blocked FIFO message group of ``group`` on ``topic``: its head message
+    goes to ``%DLQ%<group>`` (made with ``ensure_topic`` when missing) and the group
+    moves on (:meth:`broker_core.MessageStore.release_message_group`). None when the
+    message group has no message out on the topic's queue LMQs. (``lmq groups
+    release``, the gRPC admin call and the admin API.)"""
+    dlq = dlq_topic(group)
+    for info in store.lmqs(queue_lmq(topic, 0)[:-1]):
+        parsed = parse_queue_lmq(info.name)
+        if parsed is None or parsed[0] != topic:
+            continue
+        ensure_topic(dlq)
+        offset = store.release_message_group(group, info.name, message_group,
+                                             queue_lmq(dlq, 0))
+        if offset is not None:
+            return Released(parsed[1], offset, dlq)
+    return None

@@ -6,8 +6,9 @@ offset of a store time.
 from __future__ import annotations
 
 from broker_core import MessageStore
+from lmq.rocketmq import TopicConfig, queue_lmq
 
-__all__ = ["committed_offset", "offset_at_time"]
+__all__ = ["committed_offset", "offset_at_time", "reset_targets"]
 
 
 def committed_offset(store: MessageStore, group: str, lmq: str) -> int | None:
@@ -44,3 +45,26 @@ def offset_at_time(store: MessageStore, lmq: str, timestamp: int) -> int:
         else:
             hi = mid
     return lo
+
+
+def reset_targets(store: MessageStore, config: TopicConfig, position: str | None,
+                  timestamp_ms: int | None) -> dict[str, int]:
+    """The next offset on every queue LMQ of the topic for a reset of a group: its
+    ``earliest`` held message, its ``latest`` (nothing left to read), or the first
+    message stored at or after ``timestamp_ms`` (a worker thread: a time is a binary
+    search per queue)."""
+    offsets: dict[str, int] = {}
+    for q in range(config.queue_count):
+        lmq = queue_lmq(config.name, q)
+        info = store.lmq(lmq)
+        if info is None:
+            continue
+        if position == "earliest":
+            offsets[lmq] = info.min_offset
+        elif position == "latest":
+            offsets[lmq] = info.max_offset
+        elif timestamp_ms is not None:
+            offsets[lmq] = offset_at_time(store, lmq, timestamp_ms)
+        else:
+            raise ValueError("give position (earliest or latest) or timestamp_ms")
+    return offsets

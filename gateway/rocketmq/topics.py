@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from broker_core import MessageStore
 from lmq.rocketmq import (
@@ -39,6 +40,7 @@ from lmq.rocketmq import (
     TOPIC_META_PREFIX,
     InvalidName,
     MessageType,
+    Perm,
     TopicConfig,
     is_system_topic,
     queue_lmq,
@@ -48,7 +50,8 @@ from lmq.rocketmq import (
 
 __all__ = [
     "AUTO_CREATE_GROUPS", "AUTO_CREATE_TOPICS", "SPECIAL_TOPIC_QUEUES", "QueueInUse",
-    "TopicListener", "TopicRegistry", "check_name",
+    "TopicListener", "TopicOptionError", "TopicRegistry", "changed_topic", "check_name",
+    "parse_perm", "perm_text", "topic_document",
 ]
 
 log = logging.getLogger(__name__)
@@ -227,3 +230,96 @@ def check_name(name: str) -> str:
     if is_system_topic(name):
         raise InvalidName(f"{name!r} is a RocketMQ system topic")
     return name
+
+
+# -- an operator's create or change (``lmq topics create``, the admin API) ---------------
+
+_PERMS = {"rw": Perm.READ | Perm.WRITE, "r": Perm.READ, "w": Perm.WRITE, "-": 0}
+
+
+class TopicOptionError(ValueError):
+    """An option of a topic change refused: ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def parse_perm(text: str) -> int:
+    """``rw``, ``r``, ``w``, ``-`` or RocketMQ's number (6, 4, 2, 0; 1 = inherit)."""
+    lowered = text.strip().lower()
+    if lowered in _PERMS:
+        return int(_PERMS[lowered])
+    if lowered.isdigit() and int(lowered) <= 7:
+        return int(lowered)
+    raise TopicOptionError("perm", f"{text!r}: give rw, r, w, - or RocketMQ's number (6, 4, 2)")
+
+
+def perm_text(perm: int) -> str:
+    text = ("r" if perm & Perm.READ else "") + ("w" if perm & Perm.WRITE else "")
+    return text or "-"
+
+
+def changed_topic(
+    name: str, old: TopicConfig | None, *, queues: int | None = None,
+    read_queues: int | None = None, write_queues: int | None = None,
+    perm: str | None = None, message_type: str | None = None,
+) -> TopicConfig:
+    """The configuration an operator asks for: ``old`` (or a new topic's defaults: 8 read
+    and 8 write queues, ``rw``, NORMAL) with the options given. ``queues`` sets both
+    counts and excludes the other two. Raises :class:`TopicOptionError` naming the
+    option at fault (``name`` for an invalid or system topic name)."""
+    try:
+        check_name(name)
+    except InvalidName as exc:
+        raise TopicOptionError("name", str(exc)) from None
+    if queues is not None:
+        if read_queues is not None or write_queues is not None:
+            raise TopicOptionError("queues", "give queues, or read_queues and/or write_queues")
+        if not 1 <= queues <= 1024:
+            raise TopicOptionError("queues", f"queues must be 1-1024, not {queues}")
+        read_queues = write_queues = queues
+    for field, value in (("read_queues", read_queues), ("write_queues", write_queues)):
+        if value is not None and not 1 <= value <= 1024:
+            raise TopicOptionError(field, f"{field} must be 1-1024, not {value}")
+    kind = None
+    if message_type is not None:
+        try:
+            kind = MessageType(message_type.upper())
+        except ValueError:
+            raise TopicOptionError("message_type", f"message_type must be one of "
+                                   f"{', '.join(t.value for t in MessageType)}") from None
+    base = old or TopicConfig(name)
+    return TopicConfig(
+        name,
+        read_queues=read_queues if read_queues is not None else base.read_queues,
+        write_queues=write_queues if write_queues is not None else base.write_queues,
+        perm=parse_perm(perm) if perm is not None else base.perm,
+        message_type=kind or base.message_type,
+    )
+
+
+def topic_document(store: MessageStore, config: TopicConfig) -> dict[str, Any]:
+    """A topic's configuration and each queue's min/max offsets, messages and bytes
+    (``lmq topics show --json``, the admin API)."""
+    queues = []
+    for q in range(config.queue_count):
+        info = store.lmq(queue_lmq(config.name, q))
+        queues.append({
+            "queue_id": q,
+            "lmq": queue_lmq(config.name, q),
+            "min_offset": info.min_offset if info else 0,
+            "max_offset": info.max_offset if info else 0,
+            "messages": info.messages if info else 0,
+            "bytes": info.bytes if info else 0,
+            "last_write_ms": info.last_write_ms if info else 0,
+        })
+    return {
+        "name": config.name,
+        "read_queues": config.read_queues,
+        "write_queues": config.write_queues,
+        "perm": int(config.perm),
+        "perm_text": perm_text(config.perm),
+        "message_type": config.message_type.value,
+        "queues": queues,
+    }

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.admin.openapi import admin_paths
+
 __all__ = ["OPENAPI"]
 
 
@@ -75,7 +77,10 @@ OPENAPI: dict[str, Any] = {
                         "properties": {"type": {"type": "string"},
                                        "title": {"type": "string"},
                                        "status": {"type": "integer"},
-                                       "detail": {"type": "string"}}},
+                                       "detail": {"type": "string"},
+                                       "field": {"type": "string",
+                                                 "description": "The admin API: the"
+                                                                " input at fault"}}},
             "OutgoingMessage": {
                 "type": "object",
                 "properties": {
@@ -462,3 +467,6 @@ OPENAPI: dict[str, Any] = {
                                       "schema": {"type": "object"}}}}}}},
     },
 }
+
+#: The admin API (gateway/admin, docs/operations.md), in the same document.
+OPENAPI["paths"].update(admin_paths())

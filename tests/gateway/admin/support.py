@@ -35,13 +35,15 @@ class AdminClient:
         self.session = requests.Session()
         self.session.auth = auth
 
-    def call(self, method: str, path: str, body: Any = None, **params: Any
-             ) -> requests.Response:
+    def call(self, method: str, path: str, body: Any = None, **params: Any) -> requests.Response:
         return self.session.request(
-            method, self.base + path, params=params or None,
+            method,
+            self.base + path,
+            params=params or None,
             data=None if body is None else json.dumps(body),
             headers={"content-type": "application/json"} if body is not None else None,
-            timeout=TIMEOUT)
+            timeout=TIMEOUT,
+        )
 
     def get(self, path: str, **params: Any) -> Any:
         response = self.call("GET", path, **params)

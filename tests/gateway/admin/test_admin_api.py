@@ -9,9 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from gateway.admin.address import read_address
 
+from ..amqp_support import ThreadGateway
 from ..gateway_process import GatewayProcess
 from ..mqtt_clients import Paho, RawClient
 from .support import AdminClient, admin_gateway, audit_lines, write_users
@@ -44,8 +46,9 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     # paged, sorted and filtered on the server
     first = api.get("/connections", protocol="mqtt", sort="-client_id", limit=2)
     assert [c["client_id"] for c in first["items"]] == ["sensor-2", "sensor-1"]
-    second = api.get("/connections", protocol="mqtt", sort="-client_id", limit=2,
-                     cursor=first["next"])
+    second = api.get(
+        "/connections", protocol="mqtt", sort="-client_id", limit=2, cursor=first["next"]
+    )
     assert [c["client_id"] for c in second["items"]] == ["sensor-0"]
     assert second["next"] is None
     assert api.get("/connections", filter="sensor-1")["items"][0]["client_id"] == "sensor-1"
@@ -66,12 +69,16 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     assert api.call("GET", "/connections", limit="0").json()["field"] == "limit"
     assert api.call("GET", "/connections", sort="colour").json()["field"] == "sort"
     # the admin port answers the admin API only
-    other = api.session.post(f"http://127.0.0.1:{gw.ports['admin']}/v1/topics/t/messages",
-                             timeout=10)
+    other = api.session.post(
+        f"http://127.0.0.1:{gw.ports['admin']}/v1/topics/t/messages", timeout=10
+    )
     assert other.status_code == 404
     lines = audit_lines(data)
     assert [(a["action"], a["status"]) for a in lines] == [
-        ("connection.close", 202), ("connection.close", 404), ("connection.close", 400)]
+        ("connection.close", 202),
+        ("connection.close", 404),
+        ("connection.close", 400),
+    ]
     assert lines[0]["user"] == "anonymous" and lines[0]["peer"] == "127.0.0.1"
     api.close()
     gw.stop()
@@ -96,8 +103,10 @@ def test_logins_401_403_and_users_taking_effect(tmp_path: Path) -> None:
         root = AdminClient(port, ("root", "root-pw"))
         assert root.get("/overview")["authentication"] == "users"
         # a user added to the file logs in over MQTT at once (the file's watch)
-        write_users(users, {"root": ("root-pw", ("administrator",)), "app": ("app-pw", ()),
-                            "new": ("new-pw", ())})
+        write_users(
+            users,
+            {"root": ("root-pw", ("administrator",)), "app": ("app-pw", ()), "new": ("new-pw", ())},
+        )
         deadline_client = None
         for _ in range(50):
             client = Paho(gw.mqtt_port, "new-client", username="new", password="new-pw")
@@ -113,9 +122,105 @@ def test_logins_401_403_and_users_taking_effect(tmp_path: Path) -> None:
         assert found[0]["user"] == "new"
         closed = root.call("DELETE", f"/connections/{found[0]['id']}")
         assert closed.status_code == 202
+        # a user added over the API logs in at once; bad input names the field
+        bad = root.call("PUT", "/users/api-user", {"password": ""})
+        assert bad.status_code == 400 and bad.json()["field"] == "password"
+        bad = root.call("PUT", "/users/api-user", {"password": "pw", "tags": "admin"})
+        assert bad.status_code == 400 and bad.json()["field"] == "tags"
+        added = root.call("PUT", "/users/api-user", {"password": "api-pw"})
+        assert added.status_code == 201 and added.json()["password"] is True
+        client = Paho(gw.mqtt_port, "api-client", username="api-user", password="api-pw")
+        assert client.rc == 0
+        rule = root.call("POST", "/users/api-user/acl", {"access": "maybe", "filter": "a/#"})
+        assert rule.status_code == 400 and rule.json()["field"] == "access"
+        rule = root.call("POST", "/users/api-user/acl", {"access": "deny", "filter": "a/#"})
+        assert rule.status_code == 201 and rule.json()["rule"] == "deny a/#"
+        key = root.call("POST", "/users/api-user/access-keys", {}).json()
+        assert key["secret_key"] and key["access_key"].startswith("LMQ")
+        shown = root.get("/users/api-user")
+        assert shown["acl"] == ["deny a/#"] and shown["access_keys"] == [key["access_key"]]
+        assert "secret_key" not in str(root.get("/users"))
+        assert root.call("DELETE", "/users/nobody").status_code == 404
+        assert root.call("DELETE", "/users/api-user").status_code == 200
+        refused = Paho(gw.mqtt_port, "api-client-2", username="api-user", password="api-pw")
+        assert refused.rc != 0
         entry = audit_lines(data)[-1]
-        assert (entry["user"], entry["via"], entry["action"]) == (
-            "root", "basic", "connection.close")
+        assert (entry["user"], entry["via"], entry["action"]) == ("root", "basic", "user.delete")
+        actions = [a["action"] for a in audit_lines(data)]
+        assert actions[:2] == ["connection.close", "user.put"]
+        assert "acl.add" in actions and "access_key.add" in actions
+        text = (data / "audit.log").read_text()
+        assert "api-pw" not in text and '"password":"(secret)"' in text
         assert json.dumps(entry)  # one JSON line
     finally:
         gw.stop()
+
+
+def test_lmqs_page_in_name_order_with_prefix_and_filter(open_gateway: GatewayProcess) -> None:
+    api = AdminClient(open_gateway.ports["admin"])
+    for name in ("pageA", "pageB", "pageC"):
+        assert api.call("PUT", f"/topics/{name}", {"queues": 100}).status_code == 201
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params = {"prefix": "rmq:page", "limit": 70}
+        if cursor:
+            params["cursor"] = cursor
+        doc = api.get("/lmqs", **params)
+        seen += [i["name"] for i in doc["items"]]
+        cursor = doc["next"]
+        if cursor is None:
+            break
+    assert len(seen) == 300 and seen == sorted(seen) and len(set(seen)) == 300
+    only = api.get("/lmqs", prefix="rmq:", filter="pageB:9", limit=1000)
+    assert [i["name"] for i in only["items"]] == sorted(
+        ["rmq:pageB:9", *(f"rmq:pageB:{n}" for n in range(90, 100))]
+    )
+    one = api.get("/lmqs/rmq:pageA:7")
+    assert one["messages"] == 0 and one["consumers"] == []
+    topics = api.get("/topics", sort="-name", limit=2)
+    assert [t["name"] for t in topics["items"]] == ["pageC", "pageB"]
+    dry = api.call("POST", "/lmqs/clean", {"prefix": "rmq:pageC:", "dry_run": True}).json()
+    assert dry["lmqs"] == 100 and "removed" not in dry
+    # messages: peek (read-only) and find by id and key
+    from ..mqtt_clients import Paho as Client
+
+    subscriber = Client(open_gateway.mqtt_port, "peek-sub", clean=False)
+    subscriber.subscribe("peek/me", qos=1)  # its filter's LMQ, mqtt:peek/me, holds them
+    subscriber.disconnect()
+    publisher = Client(open_gateway.mqtt_port, "peeker")
+    for i in range(3):
+        publisher.publish("peek/me", f"m{i}".encode(), qos=1)
+    peeked = api.get("/lmqs/mqtt:peek%2Fme/messages", limit=2)
+    assert [m["body"] for m in peeked["items"]] == ["m0", "m1"]
+    again = api.get("/lmqs/mqtt:peek%2Fme/messages", offset=peeked["next_offset"])
+    assert [m["body"] for m in again["items"]] == ["m2"]
+    assert api.get("/lmqs/mqtt:peek%2Fme/messages", limit=2)["items"] == peeked["items"]
+    assert api.call("GET", "/messages", topic="peek").json()["field"] == "key"
+    assert api.call("GET", "/messages/0123456789ABCDEF0123456789ABCDEF").status_code == 404
+    assert api.call("POST", "/lmqs/clean", {}).json()["field"] == "prefix"
+    api.close()
+
+
+def test_every_admin_route_is_in_the_openapi_document(tmp_path: Path) -> None:
+    """The routes of a started gateway's admin API (an in-process gateway: its router)
+    against the paths of the published document, which validates."""
+    from openapi_spec_validator import validate
+
+    from gateway.admin.core import PREFIX
+    from gateway.http.admin import admin_of
+
+    gw = ThreadGateway(tmp_path / "data", http_port="auto").start()
+    try:
+        router = gw.gateway.front_ends["http"].router
+        routes = {(r.method, PREFIX + r.pattern) for r in admin_of(router).routes}
+        port = gw.gateway.listener_address("http")[1]
+        response = requests.get(f"http://127.0.0.1:{port}/v1/openapi.json", timeout=10)
+    finally:
+        gw.stop()
+    spec = response.json()
+    validate(spec)
+    documented = {
+        (m.upper(), p) for p, item in spec["paths"].items() for m in item if p.startswith(PREFIX)
+    }
+    assert routes == documented

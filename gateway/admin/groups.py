@@ -1,0 +1,164 @@
+"""RocketMQ consumer groups: list with lag (paged), show (per-queue offsets, lag, blocked
+FIFO message groups, messages in flight), reset offsets (earliest, latest or a time),
+delete.
+
+A reset commits the group's next offset on every queue of the topic in the store
+before the answer; consumers that pop (RocketMQ 5 gRPC consumers, the HTTP JSON API,
+the Aliyun HTTP API) read it on their next receive. A RocketMQ 4 remoting consumer
+keeps its own offsets and commits them back: stop it (or its group) before a reset,
+as with RocketMQ's ``mqadmin resetOffsetByTime`` on clients too old for the push."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from gateway.admin.core import AdminError, Call, page
+from gateway.rocketmq.groups import group_progress, release_message_group
+from gateway.rocketmq.offsets import reset_targets
+from lmq.rocketmq import InvalidName, parse_queue_lmq, validate_group
+
+if TYPE_CHECKING:
+    from gateway.admin.api import Admin
+
+SORTS = ("name", "lag", "queues")
+
+
+def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
+    ctx = admin.ctx
+    store = ctx.store
+    registry = ctx.rocketmq_groups
+
+    async def list_(call: Call) -> dict[str, Any]:
+        paging = call.paging(SORTS, "name")
+        progress = await asyncio.to_thread(group_progress, store)
+        rows = []
+        for name in sorted(set(registry.names()) | set(progress)):
+            config = registry.get(name)
+            queues = progress.get(name, [])
+            rows.append(
+                {
+                    "name": name,
+                    "configured": config is not None,
+                    "retry_max_times": config.retry_max_times if config else None,
+                    "consume_enable": config.consume_enable if config else None,
+                    "topics": sorted({r["topic"] for r in queues}),
+                    "queues": len(queues),
+                    "lag": sum(r["lag"] for r in queues),
+                }
+            )
+        doc = page(rows, paging)
+        doc["total"] = len(rows)
+        return doc
+
+    def _name(call: Call) -> str:
+        name = call.params["group"]
+        try:
+            validate_group(name)
+        except InvalidName as exc:
+            raise AdminError(400, str(exc), field="group") from None
+        return name
+
+    async def show(call: Call) -> dict[str, Any]:
+        name = _name(call)
+        config = registry.get(name)
+        queues = (await asyncio.to_thread(group_progress, store, name)).get(name, [])
+        if config is None and not queues:
+            raise AdminError(404, f"no consumer group named {name!r}", field="group")
+        for row in queues:
+            row["in_flight"] = store.inflight_count(name, row["lmq"])
+        blocked = []
+        for b in store.blocked_message_groups(name):
+            parsed = parse_queue_lmq(b.lmq)
+            blocked.append(
+                {
+                    "message_group": b.message_group,
+                    "lmq": b.lmq,
+                    "topic": parsed[0] if parsed else None,
+                    "queue_id": parsed[1] if parsed else None,
+                    "offset": b.offset,
+                    "deliveries": b.deliveries,
+                    "since_ms": b.since_ms,
+                    "waiting": b.waiting,
+                }
+            )
+        return {
+            "name": name,
+            "config": None
+            if config is None
+            else {
+                "retry_max_times": config.retry_max_times,
+                "consume_enable": config.consume_enable,
+                "consume_from_min_enable": config.consume_from_min_enable,
+            },
+            "queues": queues,
+            "lag": sum(r["lag"] for r in queues),
+            "in_flight": store.inflight_count(name),
+            "blocked_message_groups": blocked,
+        }
+
+    async def reset(call: Call) -> dict[str, Any]:
+        name = _name(call)
+        topic = call.text("topic", required=True)
+        assert topic is not None
+        config = ctx.rocketmq_topics.get(topic)
+        if config is None:
+            raise AdminError(404, f"no RocketMQ topic named {topic!r}", field="topic")
+        position = call.text("position")
+        stamp = call.integer("timestamp_ms", low=0)
+        if (position is None) == (stamp is None) or position not in (None, "earliest", "latest"):
+            raise AdminError(
+                400, "give position (earliest or latest) or timestamp_ms", field="position"
+            )
+
+        offsets = await asyncio.to_thread(reset_targets, store, config, position, stamp)
+        old = {lmq: store.get_offset(name, lmq) for lmq in offsets}
+        if offsets:
+            store.commit_offsets(name, offsets)
+        return {
+            "group": name,
+            "topic": topic,
+            "queues": [
+                {"queue_id": int(lmq.rsplit(":", 1)[1]), "old_offset": old[lmq], "offset": offset}
+                for lmq, offset in offsets.items()
+            ],
+        }
+
+    async def delete(call: Call) -> dict[str, Any]:
+        name = _name(call)
+        keep_offsets = call.flag("keep_offsets")
+        queues = (await asyncio.to_thread(group_progress, store, name)).get(name, [])
+        existed = registry.delete(name)
+        if not existed and not queues:
+            raise AdminError(404, f"no consumer group named {name!r}", field="group")
+        if queues and not keep_offsets:
+            store.delete_offsets(name, [r["lmq"] for r in queues])
+        return {
+            "name": name,
+            "deleted": True,
+            "offsets_removed": 0 if keep_offsets else len(queues),
+        }
+
+    async def release(call: Call) -> dict[str, Any]:
+        name = _name(call)
+        topic = call.text("topic", required=True)
+        message_group = call.text("message_group", required=True)
+        assert topic is not None and message_group is not None
+        released = release_message_group(
+            store, ctx.rocketmq_topics.ensure, name, topic, message_group
+        )
+        if released is None:
+            raise AdminError(
+                404,
+                f"message group {message_group!r} of {name!r} has no message out on {topic}",
+                field="message_group",
+            )
+        return {"group": name, "topic": topic, "message_group": message_group, **released._asdict()}
+
+    return [
+        ("GET", "/groups", list_, ""),
+        ("POST", "/groups/{group}/release", release, "group.release"),
+        ("GET", "/groups/{group}", show, ""),
+        ("POST", "/groups/{group}/reset", reset, "group.reset"),
+        ("DELETE", "/groups/{group}", delete, "group.delete"),
+    ]

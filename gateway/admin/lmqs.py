@@ -1,0 +1,131 @@
+"""LMQs: ``GET /v1/admin/lmqs`` pages the store's LMQ index in name order (a million
+LMQs are never read whole: a page reads ``limit`` entries after the cursor, and a
+``filter`` reads at most :data:`SCAN_LIMIT` names for one page), ``GET
+/v1/admin/lmqs/{lmq}`` shows one with its consumers, ``POST /v1/admin/lmqs/clean``
+removes idle ones by ``lmq topics clean``'s rules, with ``dry_run``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from broker_core import LmqInfo
+from gateway.admin.core import AdminError, Call, cursor_of
+
+if TYPE_CHECKING:
+    from gateway.admin.api import Admin
+
+#: Names read at most for one page of a filtered listing (the next cursor continues).
+SCAN_LIMIT = 100_000
+#: LMQs a clean names in its answer at most.
+NAMES_SHOWN = 10_000
+
+
+def info_row(info: LmqInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "min_offset": info.min_offset,
+        "max_offset": info.max_offset,
+        "messages": info.messages,
+        "bytes": info.bytes,
+        "created_ms": info.created_ms,
+        "last_write_ms": info.last_write_ms,
+        "touched_ms": info.touched_ms,
+    }
+
+
+def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
+    store = admin.ctx.store
+
+    def _page(prefix: str, after: str, wanted: str, limit: int) -> dict[str, Any]:
+        items: list[dict[str, Any]] = []
+        scanned = 0
+        last = after
+        for info in store.lmqs(prefix, after=after):
+            scanned += 1
+            last = info.name
+            if not wanted or wanted in info.name:
+                items.append(info_row(info))
+                if len(items) > limit:
+                    break
+            if scanned >= SCAN_LIMIT:
+                return {"items": items, "next": cursor_of([last]), "scanned": scanned}
+        more = len(items) > limit
+        items = items[:limit]
+        return {
+            "items": items,
+            "next": cursor_of([items[-1]["name"]]) if more else None,
+            "scanned": scanned,
+        }
+
+    async def list_(call: Call) -> dict[str, Any]:
+        paging = call.paging(("name",), "name")
+        if paging.descending:
+            raise AdminError(400, "LMQs are listed in name order only", field="sort")
+        after = ""
+        if paging.cursor is not None:
+            if not (
+                isinstance(paging.cursor, list)
+                and paging.cursor
+                and isinstance(paging.cursor[-1], str)
+            ):
+                raise AdminError(400, "cursor is not one this API gave", field="cursor")
+            after = paging.cursor[-1]
+        prefix = call.query.get("prefix", "")
+        return await asyncio.to_thread(_page, prefix, after, paging.filter, paging.limit)
+
+    async def show(call: Call) -> dict[str, Any]:
+        name = call.params["lmq"]
+        info = store.lmq(name)
+        if info is None:
+            raise AdminError(404, f"no LMQ named {name!r}", field="lmq")
+        doc = info_row(info)
+        doc["consumers"] = [
+            {"group": group, "offset": offset, "lag": max(0, info.max_offset - offset)}
+            for _, group, offset in store.offsets(name)
+        ]
+        return doc
+
+    async def clean(call: Call) -> dict[str, Any]:
+        prefix = call.text("prefix", "") or ""
+        idle_ms = call.integer("idle_ms", low=0)
+        dry_run = call.flag("dry_run")
+        if not prefix and idle_ms is None:
+            raise AdminError(
+                400, "give prefix and/or idle_ms (refusing to remove all)", field="prefix"
+            )
+
+        def select() -> list[LmqInfo]:
+            now = int(time.time() * 1000)
+            return [
+                i
+                for i in store.lmqs(prefix)
+                if idle_ms is None
+                or max(i.last_write_ms, i.touched_ms, i.created_ms) < now - idle_ms
+            ]
+
+        doomed = await asyncio.to_thread(select)
+        doc: dict[str, Any] = {
+            "dry_run": dry_run,
+            "lmqs": len(doomed),
+            "messages": sum(i.messages for i in doomed),
+            "bytes": sum(i.bytes for i in doomed),
+            # the first NAMES_SHOWN, with their depth (a dry run's list)
+            "items": [{"name": i.name, "messages": i.messages} for i in doomed[:NAMES_SHOWN]],
+        }
+        if not dry_run and doomed:
+            report = await asyncio.to_thread(store.remove_lmqs, [i.name for i in doomed])
+            doc["removed"] = {
+                "lmqs": report.lmqs,
+                "messages": report.entries,
+                "bytes": report.bytes,
+                "offsets": report.offsets,
+            }
+        return doc
+
+    return [
+        ("GET", "/lmqs", list_, ""),
+        ("GET", "/lmqs/{lmq}", show, ""),
+        ("POST", "/lmqs/clean", clean, "lmq.clean"),
+    ]

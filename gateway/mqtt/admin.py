@@ -1,0 +1,86 @@
+"""The MQTT front end's views for the admin API (:mod:`gateway.admin.views`): sessions
+with their subscriptions and offline backlog, and kicking a session."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gateway.topic_space import mqtt_lmq
+
+if TYPE_CHECKING:
+    from gateway.mqtt.frontend import MqttFrontEnd
+    from gateway.mqtt.sessions import Session
+
+__all__ = ["register"]
+
+
+def register(front: MqttFrontEnd) -> None:
+    views = front.ctx.views
+    views.provide("mqtt.sessions", lambda: [_row(front, s) for s in front.sessions.values()])
+    views.provide(
+        "mqtt.session", lambda client_id: _row(front, _find(front, client_id), detail=True)
+    )
+    views.provide("mqtt.kick", lambda client_id: _kick(front, _find(front, client_id)))
+
+
+def _find(front: MqttFrontEnd, client_id: str) -> Session:
+    session = front.sessions.get(client_id)
+    if session is None:
+        raise LookupError(f"no MQTT session {client_id!r}")
+    return session
+
+
+def _row(front: MqttFrontEnd, session: Session, detail: bool = False) -> dict[str, Any]:
+    state = session.state
+    handler = session.handler
+    store = front.store
+    subs = []
+    backlog = 0
+    for sub in state.subscriptions.values():
+        lmq = mqtt_lmq(sub.topic_filter) if sub.share_group is None else None
+        waiting = 0
+        if lmq is not None:
+            info = store.lmq(lmq)
+            offset = store.get_offset(session.group, lmq)
+            if info is not None:
+                waiting = max(
+                    0, info.max_offset - (offset if offset is not None else info.max_offset)
+                )
+        backlog += waiting
+        subs.append(
+            {
+                "filter": sub.topic_filter,
+                "qos": sub.qos,
+                "share_group": sub.share_group,
+                "backlog": waiting,
+            }
+        )
+    row: dict[str, Any] = {
+        "name": state.client_id,
+        "client_id": state.client_id,
+        "connected": handler is not None,
+        "connection": handler.conn.id if handler is not None else None,
+        "user": state.username or "",
+        "persistent": state.persistent,
+        "expiry_seconds": state.expiry,
+        "disconnected_ms": state.disconnected_ms,
+        "subscriptions": len(subs),
+        "backlog": backlog,
+        "inflight": session.qos_inflight(),
+    }
+    if detail:
+        row["subscription_list"] = subs
+    return row
+
+
+def _kick(front: MqttFrontEnd, session: Session) -> dict[str, Any]:
+    """Disconnect the client (if connected) and discard the session: its subscriptions,
+    offsets and stored state, as a clean start would."""
+    handler = session.handler
+    if handler is not None:
+        session.state.expiry = 0  # ended when its connection goes (MqttFrontEnd.disconnected)
+        session.state.will = None
+        handler.close("kicked (admin API)")
+    else:
+        front.end_session(session)
+    return {"client_id": session.client_id, "kicked": True, "was_connected": handler is not None}
