@@ -3,8 +3,8 @@ over the last :data:`SPAN_S`, kept in memory, as RabbitMQ's management plugin ke
 rates, so that the console draws its live charts without a Prometheus.
 
 A sample is taken from what the gateway counts anyway (:mod:`gateway.metrics`, after
-its ``on_collect`` callbacks; the connection table; the publisher), never from the
-store's disk: sampling costs a few dictionary reads on the event loop, however many
+its cheap ``on_sample`` callbacks, not the scrape's gauges; the publisher), never from
+the store's disk: sampling costs a few dictionary reads on the event loop, however many
 LMQs the store holds. Each sample holds
 
 - ``in`` / ``out``: messages per second per protocol over the interval, from the
@@ -108,7 +108,7 @@ class History:
 
     def sample(self) -> Sample | None:
         """Take one sample; None the first time (a rate needs two readings)."""
-        self.metrics.collect()
+        self.metrics.sample()  # the counters only: no gauge is computed here
         now = self._clock()
         counters = self._counters()
         last, self._last = self._last, (now, counters)

@@ -118,8 +118,6 @@ class RemotingFrontEnd(FrontEnd):
                 for code, n in counts.items():
                     label = str(code)
                     counter.inc(n - counter.value(code=label), code=label)
-            self.messages_sent.inc(self.sent - self.messages_sent.value())
-            self.messages_pulled.inc(self.pulled - self.messages_pulled.value())
             duplicates.inc(self.copies_duplicate - duplicates.value())
             loops.inc(self.copies_looped - loops.value())
             connections.set(len(self.handlers))
@@ -127,6 +125,11 @@ class RemotingFrontEnd(FrontEnd):
             suspended.set(self.suspended)
             locks.set(self.locks.count())
 
+        def counters() -> None:
+            self.messages_sent.inc(self.sent - self.messages_sent.value())
+            self.messages_pulled.inc(self.pulled - self.messages_pulled.value())
+
+        m.on_sample(counters)
         m.on_collect(collect)
 
     # -- life --------------------------------------------------------------------------

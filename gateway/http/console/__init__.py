@@ -45,8 +45,19 @@ import math
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from gateway.admin.auth import Unauthorized
+from gateway.admin.core import AdminError, Caller
 from gateway.auth.authenticator import Principal, Refusal, RefusalReason, is_loopback
-from gateway.http.auth import HttpLogins, Session, Sessions, csrf_refusal, peer_host
+from gateway.http.admin import admin_of
+from gateway.http.auth import (
+    SESSION_COOKIE,
+    HttpLogins,
+    Session,
+    Sessions,
+    cookie,
+    csrf_refusal,
+    peer_host,
+)
 from gateway.http.messages import Request, Response
 from gateway.http.server import problem
 from gateway.http.v1.documents import json_response
@@ -184,6 +195,20 @@ class ConsoleLogin:
         response.headers.append(Sessions.set_cookie(token, tls=self._tls(request)))
         return response
 
+    async def credential(self, request: Request) -> Caller | None:
+        """The admin API's credential kind for the session cookie: None without the
+        cookie (Basic is asked next), the session's user, or refused: 401 when the
+        session ended, 403 without its CSRF token on a change."""
+        if not cookie(request, SESSION_COOKIE):
+            return None
+        session = self.current(request)
+        if session is None:
+            raise Unauthorized("the console session ended: log in again")
+        refused = csrf_refusal(request, session)
+        if refused:
+            raise AdminError(403, refused)
+        return Caller(session.principal.username or "", "session", peer_host(request) or "")
+
     async def logout(self, request: Request) -> Response:
         session = self.current(request)
         refused = csrf_refusal(request, session)
@@ -213,6 +238,7 @@ def register_routes(router: Router, ctx: GatewayContext) -> None:
     """Called by the HTTP front end at start (:mod:`gateway.http`)."""
     assets = Assets()
     console = ConsoleLogin(ctx)
+    admin_of(router).auth.add(console.credential)
 
     async def redirect(request: Request) -> Response:
         return Response(301, [("location", "/console/"), *SECURITY_HEADERS])

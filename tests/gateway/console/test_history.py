@@ -1,6 +1,7 @@
 """The overview's history (gateway/history.py) over a real metrics registry: rates per
-protocol from the message counters, connections per protocol, the store's size and
-lag; memory bounded to the span; ``since`` answers only newer samples."""
+protocol from the message counters (brought up to date by the on_sample callbacks, the
+scrape's gauges not computed), connections per protocol, the store's size and lag;
+memory bounded to the span; ``since`` answers only newer samples."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ def test_rates_connections_size_and_lag() -> None:
     conns = m.gauge("lmq_connections", "open", ("protocol",))
     mqtt_sent = {"n": 0}
     sent = m.counter("lmq_mqtt_messages_sent_total", "out")
-    m.on_collect(lambda: sent.inc(mqtt_sent["n"] - sent.value()))  # as the MQTT door does
+    m.on_sample(lambda: sent.inc(mqtt_sent["n"] - sent.value()))  # as the MQTT door does
+    gauges: list[int] = []
+    m.on_collect(lambda: gauges.append(1))  # a scrape's gauges: not the history's cost
     appended = {"n": 0}
     clock = Clock()
     h = History(
@@ -54,6 +57,9 @@ def test_rates_connections_size_and_lag() -> None:
     assert doc["interval_s"] == 5 and doc["span_s"] == 15
     assert doc["samples"][0]["in"]["mqtt"] == 10.0
     assert h.document(since=s.t)["samples"] == []
+    assert gauges == []
+    m.render()
+    assert gauges == [1]
 
 
 def test_memory_is_bounded_to_the_span() -> None:

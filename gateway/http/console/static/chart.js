@@ -31,8 +31,10 @@ function clock(ms) {
 }
 
 export class LineChart {
-  constructor(title, format = (v) => String(v)) {
+  // integer: the values are counts (axis ticks stay whole numbers)
+  constructor(title, format = (v) => String(v), { integer = false } = {}) {
     this.format = format;
+    this.integer = integer;
     this.svg = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': title });
     this.legend = h('ul', { class: 'legend' });
     this.node = h('figure', { class: 'chart' }, h('figcaption', {}, title), this.svg, this.legend);
@@ -49,7 +51,8 @@ export class LineChart {
     }
     const t0 = Math.min(...all.map((p) => p[0]));
     const t1 = Math.max(t0 + 1, ...all.map((p) => p[0]));
-    const vmax = niceMax(Math.max(...all.map((p) => p[1])));
+    let vmax = niceMax(Math.max(...all.map((p) => p[1])));
+    if (this.integer) vmax = Math.max(2, Math.ceil(vmax / 2) * 2);
     const x = (t) => PAD.left + ((t - t0) / (t1 - t0)) * (W - PAD.left - PAD.right);
     const y = (v) => H - PAD.bottom - (v / vmax) * (H - PAD.top - PAD.bottom);
     for (const frac of [0, 0.5, 1]) {
@@ -65,6 +68,10 @@ export class LineChart {
       const color = COLORS[i % COLORS.length];
       const d = s.points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(' ');
       this.svg.append(svg('polyline', { points: d, fill: 'none', stroke: color, 'stroke-width': 1.5 }));
+      if (s.points.length) { // the newest value as a dot (a lone first sample shows too)
+        const [t, v] = s.points[s.points.length - 1];
+        this.svg.append(svg('circle', { cx: x(t).toFixed(1), cy: y(v).toFixed(1), r: 2.5, fill: color }));
+      }
       const last = s.points.length ? s.points[s.points.length - 1][1] : 0;
       const swatch = h('span', { class: 'swatch' });
       swatch.style.backgroundColor = color; // CSSOM: the CSP allows no style attribute

@@ -28,9 +28,9 @@ function overview(container) {
   const charts = {
     in: new LineChart('Messages in / s', rate),
     out: new LineChart('Messages out / s', rate),
-    connections: new LineChart('Connections', (v) => number(v)),
+    connections: new LineChart('Connections', (v) => number(v), { integer: true }),
     store: new LineChart('Store size', bytes),
-    lag: new LineChart('Store lag (appends waiting)', (v) => number(v)),
+    lag: new LineChart('Store lag (appends waiting)', (v) => number(v), { integer: true }),
   };
   container.append(heading('Overview'), error, cards,
     h('div', { class: 'charts' }, Object.values(charts).map((c) => c.node)));
@@ -108,7 +108,7 @@ function connections(container) {
       { key: 'age_seconds', label: 'Age', sort: true, num: true, render: (r) => duration(r.age_seconds) },
     ],
     actions: (row, t) => [actionButton('Close', () => api.del(`/connections/${seg(row.id)}`), {
-      notice, danger: true, confirm: `Close connection ${row.id} (${row.protocol} from ${row.peer})? The client sees its connection end.`,
+      notice, danger: true, confirm: `Close connection ${row.id} (${row.protocol} ${row.client_id || ''} from ${row.peer})? The client sees its connection end.`,
       done: `Connection ${row.id} closed.`, after: () => t.reload(),
     })],
   });
@@ -122,13 +122,16 @@ function sessions(container) {
     path: '/mqtt/sessions', filterLabel: 'Filter by client id', sort: 'client_id',
     columns: [
       { key: 'client_id', label: 'Client id', sort: true },
-      { key: 'connected', label: 'Connected', render: (r) => (r.connected ? 'yes' : 'no') },
-      { key: 'subscriptions', label: 'Subscriptions', render: (r) => (r.subscriptions || []).map((s) => s.filter ?? s).join(', ') },
-      { key: 'backlog', label: 'Offline backlog', sort: true, num: true },
-      { key: 'expiry_seconds', label: 'Expiry', num: true },
+      { key: 'connected', label: 'Connected', sort: true, render: (r) => (r.connected ? 'yes' : 'no') },
+      { key: 'user', label: 'User', sort: true },
+      { key: 'subscriptions', label: 'Subscriptions', render: (r) => (r.subscriptions || []).map((x) => `${x.filter} (QoS ${x.qos})`).join(', ') },
+      { key: 'backlog', label: 'Backlog', num: true },
+      { key: 'inflight', label: 'In flight', sort: true, num: true },
+      { key: 'offline_seconds', label: 'Offline for', sort: true, num: true, render: (r) => duration(r.offline_seconds) },
+      { key: 'expiry_seconds', label: 'Expiry', sort: true, num: true, render: (r) => (r.expiry_seconds === null ? 'never' : duration(r.expiry_seconds)) },
     ],
     actions: (row, t) => [actionButton('Kick', () => api.del(`/mqtt/sessions/${seg(row.client_id)}`), {
-      notice, danger: true, confirm: `Kick session ${row.client_id}? Its connection is closed and its state discarded.`,
+      notice, danger: true, confirm: `Kick session ${row.client_id}? Its connection is closed and its subscriptions and state discarded.`,
       done: `Session ${row.client_id} kicked.`, after: () => t.reload(),
     })],
   });
@@ -145,15 +148,16 @@ function topics(container) {
     columns: [
       { key: 'name', label: 'Topic', sort: true },
       { key: 'message_type', label: 'Type', sort: true },
-      { key: 'read_queues', label: 'Read queues', num: true },
-      { key: 'write_queues', label: 'Write queues', num: true },
-      { key: 'messages', label: 'Messages', sort: true, num: true },
+      { key: 'read_queues', label: 'Read queues', sort: true, num: true },
+      { key: 'write_queues', label: 'Write queues', sort: true, num: true },
+      { key: 'perm_text', label: 'Permission' },
+      { key: 'messages', label: 'Messages', num: true },
     ],
     actions: (row, t) => [
       actionButton('Change', async () => {
         const queues = window.prompt(`Queues of ${row.name} (read and write):`, row.write_queues);
         if (queues === null) return null;
-        return api.patch(`/topics/${seg(row.name)}`, { queues: Number(queues) });
+        return api.put(`/topics/${seg(row.name)}`, { queues: Number(queues) });
       }, { notice, done: (r) => (r ? `Topic ${row.name} changed.` : ''), after: () => t.reload() }),
       actionButton('Delete', () => api.del(`/topics/${seg(row.name)}`), {
         notice, danger: true, typed: row.name,
@@ -171,7 +175,13 @@ function topics(container) {
     ],
     submit: async (v) => {
       const queues = v.queues === '' ? undefined : Number(v.queues);
-      await api.post('/topics', { name: v.name, queues, message_type: v.message_type });
+      // PUT creates or changes: a create form must not change an existing topic
+      const exists = await api.get(`/topics/${seg(v.name)}`).then(() => true, (err) => {
+        if (err.status === 404) return false;
+        throw err;
+      });
+      if (exists) throw new Error(`topic ${v.name} exists already (change it in the table)`);
+      await api.put(`/topics/${seg(v.name)}`, { queues, message_type: v.message_type });
       table.restart();
       return `Topic ${v.name} created.`;
     },
@@ -183,22 +193,27 @@ function topics(container) {
 function lmqs(container) {
   const notice = new Notice();
   const table = new PagedTable({
-    path: '/lmqs', filterLabel: 'Filter by name (prefix)', sort: 'name',
+    path: '/lmqs', filterLabel: 'Filter by name', sort: 'name',
     columns: [
-      { key: 'name', label: 'LMQ', sort: true, render: (r) => link(`#/messages/lmq/${encodeURIComponent(r.name)}`, r.name) },
-      { key: 'depth', label: 'Depth', num: true },
+      { key: 'name', label: 'LMQ', render: (r) => link(`#/messages/lmq/${encodeURIComponent(r.name)}`, r.name) },
+      { key: 'messages', label: 'Messages', num: true },
+      { key: 'bytes', label: 'Bytes', num: true, render: (r) => bytes(r.bytes) },
       { key: 'min_offset', label: 'First offset', num: true },
       { key: 'max_offset', label: 'End offset', num: true },
-      { key: 'consumers', label: 'Consumers', num: true },
+      { key: 'last_write_ms', label: 'Last write', render: (r) => time(r.last_write_ms) },
     ],
   });
   const clean = actionButton('Clean idle LMQs\u2026', async () => {
     const dry = await api.post('/lmqs/clean', { dry_run: true });
-    const n = (dry.removed || dry.lmqs || []).length ?? dry.count;
-    if (!n) return { none: true };
-    if (!(await confirmAction(`Remove ${n} idle LMQs (the topics clean rules)?`, { action: 'Remove' }))) return { cancelled: true };
+    if (!dry.lmqs) return { none: true };
+    const text = `Remove ${number(dry.lmqs)} idle LMQs (${number(dry.messages)} messages, ${bytes(dry.bytes)}), by the topics clean rules?`;
+    if (!(await confirmAction(text, { action: 'Remove' }))) return { cancelled: true };
     return api.post('/lmqs/clean', { dry_run: false });
-  }, { notice, done: (r) => (r.none ? 'No idle LMQ to clean.' : r.cancelled ? 'Nothing removed.' : 'Idle LMQs removed.'), after: () => table.restart() });
+  }, {
+    notice,
+    done: (r) => (r.none ? 'No idle LMQ to clean.' : r.cancelled ? 'Nothing removed.' : `${number(r.lmqs)} idle LMQs removed.`),
+    after: () => table.restart(),
+  });
   container.append(heading('LMQs', clean), notice.node, table.node);
   table.load();
 }
@@ -212,9 +227,10 @@ function groups(container, args) {
     path: '/groups', filterLabel: 'Filter by group', sort: 'name',
     columns: [
       { key: 'name', label: 'Group', sort: true, render: (r) => link(`#/groups/${encodeURIComponent(r.name)}`, r.name) },
-      { key: 'consume_type', label: 'Type' },
+      { key: 'topics', label: 'Topics', render: (r) => (r.topics || []).join(', ') },
+      { key: 'queues', label: 'Queues', sort: true, num: true },
       { key: 'lag', label: 'Lag', sort: true, num: true },
-      { key: 'inflight', label: 'In flight', num: true },
+      { key: 'configured', label: 'Configured', render: (r) => (r.configured ? 'yes' : 'no') },
     ],
   });
   container.append(heading('Consumer groups'), notice.node, table.node);
@@ -233,12 +249,13 @@ function group(container, name) {
     } catch (err) { notice.fail(err.message); return; }
     const rows = (doc.queues || []).map((q) => h('tr', {},
       h('td', {}, q.topic), h('td', { class: 'num' }, number(q.queue_id)),
-      h('td', { class: 'num' }, number(q.offset)), h('td', { class: 'num' }, number(q.end_offset)),
+      h('td', { class: 'num' }, number(q.offset)), h('td', { class: 'num' }, number(q.max_offset)),
       h('td', { class: 'num' }, number(q.lag))));
     body.replaceChildren(
-      h('p', {}, `Total lag: ${number(doc.lag)}`),
+      h('p', { class: 'summary' }, `Total lag: ${number(doc.lag)} \u00b7 in flight: ${number(doc.in_flight)}`
+        + ` \u00b7 blocked FIFO message groups: ${number((doc.blocked_message_groups || []).length)}`),
       h('div', { class: 'scroll' }, h('table', { class: 'queues' },
-        h('thead', {}, h('tr', {}, ['Topic', 'Queue', 'Offset', 'End offset', 'Lag'].map((t) => h('th', {}, t)))),
+        h('thead', {}, h('tr', {}, ['Topic', 'Queue', 'Offset', 'End offset', 'Lag'].map((t, i) => h('th', { class: i ? 'num' : undefined }, t)))),
         h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 5, class: 'none' }, 'no queue consumed yet'))))));
   }
   const reset = form({
@@ -246,10 +263,15 @@ function group(container, name) {
     fields: [
       { name: 'topic', label: 'Topic', required: true },
       { name: 'to', label: 'To', options: ['earliest', 'latest', 'time'], value: 'earliest' },
-      { name: 'time', label: 'Time (ISO 8601, for "time")', placeholder: '2026-12-07T10:00:00Z' },
+      { name: 'time', label: 'Time (for "time")', type: 'datetime-local' },
     ],
     submit: async (v) => {
-      const to = v.to === 'time' ? { timestamp: v.time } : { to: v.to };
+      let to = { position: v.to };
+      if (v.to === 'time') {
+        const ms = Date.parse(v.time);
+        if (Number.isNaN(ms)) throw new Error('give the time to reset to');
+        to = { timestamp_ms: ms };
+      }
       await api.post(`/groups/${seg(name)}/reset`, { topic: v.topic, ...to });
       await load();
       return `Group ${name} reset to ${v.to === 'time' ? v.time : v.to} on ${v.topic}.`;
@@ -270,35 +292,38 @@ function group(container, name) {
 function amqp(container) {
   const notice = new Notice();
   const queues = new PagedTable({
-    path: '/amqp/queues', filterLabel: 'Filter queues', sort: 'name',
+    path: '/amqp/queues', filterLabel: 'Filter queues (vhost/name)', sort: 'id',
     columns: [
       { key: 'vhost', label: 'Vhost', sort: true },
       { key: 'name', label: 'Queue', sort: true },
-      { key: 'messages_ready', label: 'Ready', sort: true, num: true },
-      { key: 'messages_unacked', label: 'Unacked', num: true },
-      { key: 'consumers', label: 'Consumers', num: true },
+      { key: 'messages_ready', label: 'Ready', num: true },
+      { key: 'messages_unacked', label: 'Unacked', sort: true, num: true },
+      { key: 'consumers', label: 'Consumers', sort: true, num: true },
+      { key: 'durable', label: 'Durable', render: (r) => (r.durable ? 'yes' : 'no') },
+      { key: 'exclusive', label: 'Exclusive', render: (r) => (r.exclusive ? 'yes' : 'no') },
     ],
     actions: (row, t) => {
       const path = `/amqp/vhosts/${seg(row.vhost)}/queues/${seg(row.name)}`;
       return [
         actionButton('Purge', () => api.del(`${path}/messages`), {
-          notice, danger: true, confirm: `Purge every ready message of queue ${row.name}?`,
-          done: `Queue ${row.name} purged.`, after: () => t.reload(),
+          notice, danger: true, confirm: `Purge every ready message of queue ${row.name} (vhost ${row.vhost})?`,
+          done: (r) => `Queue ${row.name} purged: ${number(r.purged)} messages dropped.`, after: () => t.reload(),
         }),
         actionButton('Delete', () => api.del(path), {
-          notice, danger: true, typed: row.name, confirm: `Delete queue ${row.name} (vhost ${row.vhost})?`,
+          notice, danger: true, typed: row.name, confirm: `Delete queue ${row.name} (vhost ${row.vhost})? Its consumers are cancelled.`,
           done: `Queue ${row.name} deleted.`, after: () => t.reload(),
         }),
       ];
     },
   });
   const exchanges = new PagedTable({
-    path: '/amqp/exchanges', filterLabel: 'Filter exchanges', sort: 'name',
+    path: '/amqp/exchanges', filterLabel: 'Filter exchanges (vhost/name)', sort: 'id',
     columns: [
       { key: 'vhost', label: 'Vhost', sort: true },
-      { key: 'name', label: 'Exchange', sort: true },
+      { key: 'name', label: 'Exchange', sort: true, render: (r) => r.name || '(default)' },
       { key: 'type', label: 'Type', sort: true },
       { key: 'durable', label: 'Durable', render: (r) => (r.durable ? 'yes' : 'no') },
+      { key: 'bindings', label: 'Bindings', render: (r) => (r.bindings || []).map((b) => `\u2192 ${b.destination_type} ${b.destination} (${b.routing_key})`).join(', ') },
     ],
   });
   container.append(heading('AMQP'), notice.node, h('h3', {}, 'Queues'), queues.node,
@@ -309,18 +334,21 @@ function amqp(container) {
 
 // -- users and ACLs ------------------------------------------------------------------
 
-function users(container) {
+function users(container, args) {
+  if (args[0]) return user(container, args[0]);
   const notice = new Notice();
   const table = new PagedTable({
     path: '/users', filterLabel: 'Filter users', sort: 'name',
     columns: [
-      { key: 'name', label: 'User', sort: true },
+      { key: 'name', label: 'User', sort: true, render: (r) => link(`#/users/${encodeURIComponent(r.name)}`, r.name) },
       { key: 'tags', label: 'Tags', render: (r) => (r.tags || []).join(', ') },
-      { key: 'acl', label: 'ACL rules', render: (r) => (r.acl || []).map((a) => `${a.permission} ${a.action} ${a.topic}`).join('; ') },
+      { key: 'password', label: 'Password', render: (r) => (r.password ? 'yes' : 'no') },
+      { key: 'acl_rules', label: 'ACL rules', num: true },
+      { key: 'vhosts', label: 'AMQP vhosts', render: (r) => (r.vhosts || []).join(', ') },
       { key: 'access_keys', label: 'Access keys', render: (r) => (r.access_keys || []).join(', ') },
     ],
     actions: (row, t) => [actionButton('Delete', () => api.del(`/users/${seg(row.name)}`), {
-      notice, danger: true, typed: row.name, confirm: `Delete user ${row.name}? Its connections can no longer log in.`,
+      notice, danger: true, typed: row.name, confirm: `Delete user ${row.name}? It can no longer log in.`,
       done: `User ${row.name} deleted.`, after: () => t.reload(),
     })],
   });
@@ -332,14 +360,118 @@ function users(container) {
       { name: 'tags', label: 'Tags (comma separated)', placeholder: 'administrator' },
     ],
     submit: async (v) => {
+      const exists = await api.get(`/users/${seg(v.name)}`).then(() => true, (err) => {
+        if (err.status === 404) return false;
+        throw err;
+      });
+      if (exists) throw new Error(`user ${v.name} exists already`);
       const tags = v.tags.split(',').map((t) => t.trim()).filter(Boolean);
-      await api.post('/users', { name: v.name, password: v.password, tags });
+      await api.put(`/users/${seg(v.name)}`, { password: v.password, tags });
       table.restart();
       return `User ${v.name} added.`;
     },
   });
   container.append(heading('Users and ACLs'), notice.node, add, table.node);
   table.load();
+  return null;
+}
+
+function user(container, name) {
+  const notice = new Notice();
+  const body = h('div');
+  const base = `/users/${seg(name)}`;
+  async function load() {
+    let doc;
+    try {
+      doc = await api.get(base);
+    } catch (err) { notice.fail(err.message); return; }
+    const rules = (doc.acl || []).map((rule, i) => h('tr', {},
+      h('td', { class: 'num' }, String(i + 1)), h('td', {}, h('code', {}, rule)),
+      h('td', { class: 'actions' }, actionButton('Remove', () => api.del(`${base}/acl/${i + 1}`), {
+        notice, danger: true, confirm: `Remove rule ${i + 1} (${rule}) of ${name}?`,
+        done: `Rule ${i + 1} removed.`, after: load,
+      }))));
+    const perms = Object.entries(doc.permissions || {}).map(([vhost, p]) => h('tr', {},
+      h('td', {}, vhost), h('td', {}, h('code', {}, p.configure)), h('td', {}, h('code', {}, p.write)),
+      h('td', {}, h('code', {}, p.read)),
+      h('td', { class: 'actions' }, actionButton('Clear', () => api.del(`${base}/permissions/${seg(vhost)}`), {
+        notice, danger: true, confirm: `Clear ${name}'s permissions on vhost ${vhost}?`, done: 'Permissions cleared.', after: load,
+      }))));
+    const keys = (doc.access_keys || []).map((key) => h('tr', {}, h('td', {}, h('code', {}, key)),
+      h('td', { class: 'actions' }, actionButton('Delete', () => api.del(`/access-keys/${seg(key)}`), {
+        notice, danger: true, confirm: `Delete access key ${key}? Clients signing with it are refused.`,
+        done: `Access key ${key} deleted.`, after: load,
+      }))));
+    const none = (n) => h('tr', {}, h('td', { colspan: n, class: 'none' }, 'none'));
+    body.replaceChildren(
+      h('p', { class: 'summary' }, `Tags: ${(doc.tags || []).join(', ') || 'none'} \u00b7 password: ${doc.password ? 'yes' : 'no'}`
+        + ` \u00b7 certificate subjects: ${(doc.certificate_subjects || []).join('; ') || 'none'}`),
+      h('h3', {}, 'ACL rules (first match decides)'),
+      h('div', { class: 'scroll' }, h('table', { class: 'acl' },
+        h('thead', {}, h('tr', {}, h('th', { class: 'num' }, '#'), h('th', {}, 'Rule'), h('th', {}, ''))),
+        h('tbody', {}, rules.length ? rules : none(3)))),
+      h('h3', {}, 'AMQP permissions'),
+      h('div', { class: 'scroll' }, h('table', {},
+        h('thead', {}, h('tr', {}, ['Vhost', 'Configure', 'Write', 'Read', ''].map((t) => h('th', {}, t)))),
+        h('tbody', {}, perms.length ? perms : none(5)))),
+      h('h3', {}, 'Access keys'),
+      h('div', { class: 'scroll' }, h('table', {},
+        h('thead', {}, h('tr', {}, h('th', {}, 'Access key'), h('th', {}, ''))),
+        h('tbody', {}, keys.length ? keys : none(2)))));
+  }
+  const rule = form({
+    title: 'Add an ACL rule', submitLabel: 'Add rule', notice,
+    fields: [
+      { name: 'access', label: 'Access', options: ['publish', 'subscribe', 'both', 'deny'], value: 'both' },
+      { name: 'filter', label: 'Topic filter', required: true, placeholder: 'orders/#' },
+      { name: 'position', label: 'Position (empty: last)', type: 'number', min: 1 },
+    ],
+    submit: async (v) => {
+      const doc = await api.post(`${base}/acl`, {
+        access: v.access, filter: v.filter, position: v.position === '' ? undefined : Number(v.position),
+      });
+      await load();
+      return `Rule added: ${doc.rule}.`;
+    },
+  });
+  const perms = form({
+    title: 'Set AMQP permissions', submitLabel: 'Set', notice,
+    fields: [
+      { name: 'vhost', label: 'Vhost', required: true, value: '/' },
+      { name: 'configure', label: 'Configure (regex)', value: '.*' },
+      { name: 'write', label: 'Write (regex)', value: '.*' },
+      { name: 'read', label: 'Read (regex)', value: '.*' },
+    ],
+    submit: async (v) => {
+      await api.put(`${base}/permissions/${seg(v.vhost)}`, { configure: v.configure, write: v.write, read: v.read });
+      await load();
+      return `Permissions on ${v.vhost} set.`;
+    },
+  });
+  const change = form({
+    title: 'Change password or tags', submitLabel: 'Change', notice,
+    fields: [
+      { name: 'password', label: 'New password (empty: unchanged)', type: 'password' },
+      { name: 'tags', label: 'Tags (comma separated; empty: unchanged)' },
+    ],
+    submit: async (v) => {
+      const change = {};
+      if (v.password) change.password = v.password;
+      if (v.tags.trim()) change.tags = v.tags.split(',').map((t) => t.trim()).filter(Boolean);
+      if (!Object.keys(change).length) throw new Error('give a new password or tags');
+      await api.put(base, change);
+      await load();
+      return `User ${name} changed.`;
+    },
+  });
+  const key = actionButton('Add an access key', () => api.post(`${base}/access-keys`, {}), {
+    notice, after: load,
+    done: (doc) => `Access key ${doc.access_key}, secret key ${doc.secret_key} (shown this once: keep it now).`,
+  });
+  container.append(heading(`User ${name}`, link('#/users', '\u2190 all users')), notice.node, body,
+    h('div', { class: 'forms' }, rule, perms, change), h('p', {}, key));
+  load();
+  return null;
 }
 
 // -- connector -------------------------------------------------------------------------
@@ -350,10 +482,14 @@ function connectors(container) {
     path: '/connector/rules', filterLabel: 'Filter rules', sort: 'name',
     columns: [
       { key: 'name', label: 'Rule', sort: true },
+      { key: 'route', label: 'Copies', render: (r) => `${r.source} \u2192 ${r.target}` },
+      { key: 'enabled', label: 'Enabled', render: (r) => (r.enabled ? 'yes' : 'no') },
       { key: 'state', label: 'State', sort: true },
       { key: 'lag', label: 'Lag', sort: true, num: true },
-      { key: 'delay_ms', label: 'Delay (ms)', num: true },
-      { key: 'errors', label: 'Errors', num: true },
+      { key: 'delay_ms', label: 'Delay (ms)', sort: true, num: true },
+      { key: 'messages_per_second', label: 'Msg/s', num: true },
+      { key: 'messages', label: 'Copied', sort: true, num: true },
+      { key: 'errors', label: 'Errors', sort: true, num: true },
       { key: 'last_error', label: 'Last error' },
     ],
     actions: (row, t) => [row.enabled === false
@@ -369,40 +505,59 @@ function connectors(container) {
 
 // -- message browser -----------------------------------------------------------------
 
-function messageTable(items) {
+function messageTable(items, peeked) {
   if (!items.length) return h('p', { class: 'none' }, 'no message found');
+  const head = [peeked ? 'Offset' : 'Found by', 'Position', 'Topic', 'Tag', 'Keys', 'Message id', 'Stored', 'Size', 'Body'];
   return h('div', { class: 'scroll' }, h('table', { class: 'messages' },
-    h('thead', {}, h('tr', {}, ['Offset', 'Message id', 'Topic', 'Keys', 'Tag', 'Stored', 'Body'].map((t) => h('th', {}, t)))),
-    h('tbody', {}, items.map((m) => h('tr', {},
-      h('td', { class: 'num' }, number(m.offset)), h('td', {}, m.msg_id || m.id || ''),
-      h('td', {}, m.topic || ''), h('td', {}, [].concat(m.keys || []).join(' ')), h('td', {}, m.tag || ''),
-      h('td', {}, time(m.store_time_ms || m.stored_ms)),
-      h('td', {}, h('code', {}, m.body ?? m.body_base64 ?? '')))))));
+    h('thead', {}, h('tr', {}, head.map((t) => h('th', {}, t)))),
+    h('tbody', {}, items.map((m) => {
+      const props = m.properties || {};
+      return h('tr', {},
+        h('td', { class: peeked ? 'num' : undefined }, peeked ? number(m.offset) : m.found_by),
+        h('td', { class: 'num' }, number(m.position)), h('td', {}, m.topic || ''), h('td', {}, m.tag || ''),
+        h('td', {}, props.KEYS || ''), h('td', {}, props.UNIQ_KEY || ''), h('td', {}, time(m.store_ms)),
+        h('td', { class: 'num' }, bytes(m.body_bytes)),
+        h('td', {}, h('code', {}, m.body ?? (m.body_base64 ? `base64: ${m.body_base64}` : ''))));
+    }))));
 }
 
 function messages(container, args) {
   const notice = new Notice();
   const results = h('div', { class: 'results' });
-  const show = (doc) => { results.replaceChildren(messageTable(doc.items || doc.messages || [])); };
+  const show = (doc, peeked) => {
+    const rows = messageTable(doc.items || [], peeked);
+    const nodes = [rows];
+    if (peeked) {
+      nodes.unshift(h('p', { class: 'summary' },
+        `${doc.lmq}: offsets ${number(doc.min_offset)} to ${number(doc.max_offset)} (read-only: nothing consumed)`));
+      if (doc.next_offset !== undefined && doc.next_offset < doc.max_offset) {
+        nodes.push(h('p', {}, h('button', { type: 'button', onclick: async () => {
+          try { show(await api.get(`/lmqs/${seg(doc.lmq)}/messages`, { offset: doc.next_offset, limit: 20 }), true); }
+          catch (err) { notice.fail(err.message); }
+        } }, 'Next messages \u203a')));
+      }
+    }
+    results.replaceChildren(...nodes);
+  };
   const byId = form({
     title: 'Find by message id', submitLabel: 'Find', notice,
-    fields: [{ name: 'id', label: 'Message id', required: true }],
-    submit: async (v) => { show(await api.get('/messages', { id: v.id })); return ''; },
+    fields: [{ name: 'id', label: 'Message id (UNIQ_KEY or offsetMsgId)', required: true }],
+    submit: async (v) => { show(await api.get(`/messages/${seg(v.id)}`), false); return ''; },
   });
   const byKey = form({
     title: 'Find by key', submitLabel: 'Find', notice,
     fields: [{ name: 'topic', label: 'Topic', required: true }, { name: 'key', label: 'Key', required: true }],
-    submit: async (v) => { show(await api.get('/messages', { topic: v.topic, key: v.key })); return ''; },
+    submit: async (v) => { show(await api.get('/messages', { topic: v.topic, key: v.key }), false); return ''; },
   });
   const peek = form({
     title: 'Peek (read-only: consumes nothing)', submitLabel: 'Peek', notice,
     fields: [
-      { name: 'lmq', label: 'LMQ or queue', required: true, value: args[0] === 'lmq' ? args[1] : undefined },
+      { name: 'lmq', label: 'LMQ (rmq:TOPIC:QUEUE, mqtt:TOPIC...)', required: true, value: args[0] === 'lmq' ? args[1] : undefined },
       { name: 'offset', label: 'From offset (empty: the first)', type: 'number', min: 0 },
-      { name: 'count', label: 'Messages', type: 'number', value: '20', min: 1 },
+      { name: 'limit', label: 'Messages', type: 'number', value: '20', min: 1 },
     ],
     submit: async (v) => {
-      show(await api.get(`/lmqs/${seg(v.lmq)}/messages`, { offset: v.offset, count: v.count }));
+      show(await api.get(`/lmqs/${seg(v.lmq)}/messages`, { offset: v.offset, limit: v.limit }), true);
       return '';
     },
   });

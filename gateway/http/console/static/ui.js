@@ -61,8 +61,9 @@ export function actionButton(label, fn, { notice, confirm, typed, done, after, d
 }
 
 // A form: fields [{name, label, type, options, value, required, placeholder, help}];
-// `submit(values)` may throw an ApiError, shown under the form. The browser's own
-// checks (required, min) run first.
+// `submit(values)` may throw an ApiError, shown under the form; a change returns its
+// message (shown, and the form cleared), a query returns '' (the form kept). The
+// browser's own checks (required, min) run first.
 export function form({ title, fields, submitLabel, submit, notice }) {
   const error = h('p', { class: 'error', role: 'alert', hidden: true });
   const inputs = {};
@@ -89,8 +90,10 @@ export function form({ title, fields, submitLabel, submit, notice }) {
     error.hidden = true;
     try {
       const message = await submit(values);
-      if (notice && message) notice.ok(message);
-      node.reset();
+      if (message) { // a change was made: say so, and clear the form for the next one
+        if (notice) notice.ok(message);
+        node.reset();
+      }
     } catch (err) {
       error.hidden = false;
       error.textContent = err.message;
