@@ -66,7 +66,11 @@ class ReplicationService:
         self._loop_thread = threading.get_ident()
         #: One event per slave session's sender, set on every write to the log.
         self.wakes: set[asyncio.Event] = set()
-        self.insync = InSync(on_wait=self._wake_threadsafe)
+        self.insync = InSync(
+            on_wait=self._wake_threadsafe,
+            min_insync=cfg.replication_min_insync,
+            hold_s=cfg.replication_max_lag,
+        )
         self.role = "slave"
         self.epoch = store.replica.epoch if store.replica else 0
         self.member = cfg.replication_name
@@ -261,6 +265,7 @@ class ReplicationService:
             await asyncio.sleep(SET_CHECK_S)
             if not self.is_master:
                 continue
+            self.insync.expire()
             wanted = self.insync.wanted(self.cfg.replication_max_lag)
             if wanted == self.insync.members:
                 continue
@@ -291,6 +296,7 @@ class ReplicationService:
             "role": self.role,
             "epoch": self.epoch,
             "ack": "sync" if self.sync else "async",
+            "min_insync": self.insync.min_insync,
             "log_end": store.log_end,
             "master": parse_clients(self.master_clients),
             "pid": os.getpid(),
