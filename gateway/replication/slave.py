@@ -27,6 +27,7 @@ from protocol.replication import (
     Hello,
     Refuse,
     State,
+    Trim,
     Welcome,
     encode,
 )
@@ -55,11 +56,6 @@ class Follower:
         self.master_address = master_address
         #: Called with (epoch, the master's client addresses) after each WELCOME.
         self.on_master = on_master
-        #: The newest epoch this member knows of (the controller's): an older master is
-        #: refused.
-        self.min_epoch = min_epoch
-        #: The files a master ships beside the store (the users file), by name.
-        self.files = files or {}
         #: The newest epoch this member knows of (the controller's): an older master is
         #: refused.
         self.min_epoch = min_epoch
@@ -131,6 +127,9 @@ class Follower:
                     return
                 if isinstance(message, Refuse):
                     raise StoreError(f"the master refused: {message.reason}")
+                if isinstance(message, Trim):  # the master's retention moved its log start
+                    await asyncio.to_thread(replica.trim_to, message.log_start)
+                    continue
                 if isinstance(message, File):
                     await asyncio.to_thread(self.write_file, message.name, message.content)
                     continue

@@ -68,6 +68,7 @@ class Kind(enum.IntEnum):
     REFUSE = 5
     STATE = 6
     FILE = 7
+    TRIM = 8
 
 
 class FrameError(ValueError):
@@ -120,7 +121,15 @@ class File:
     content: bytes
 
 
-Message = Hello | Welcome | Data | Ack | Refuse | State | File
+@dataclass(frozen=True, slots=True)
+class Trim:
+    """The master's log now starts at ``log_start`` (its retention removed what was
+    before): the slave removes its segments that end at or before it."""
+
+    log_start: int
+
+
+Message = Hello | Welcome | Data | Ack | Refuse | State | File | Trim
 
 
 def _s16(text: str) -> bytes:
@@ -151,6 +160,8 @@ def _payload(message: Message) -> tuple[Kind, bytes]:
         return Kind.ACK, _U64.pack(message.position)
     if isinstance(message, File):
         return Kind.FILE, _s16(message.name) + message.content
+    if isinstance(message, Trim):
+        return Kind.TRIM, _U64.pack(message.log_start)
     if isinstance(message, State):
         parts = [bytes((int(message.wipe),)), _U32.pack(len(message.ops))]
         for kind, key, value in message.ops:
@@ -219,6 +230,8 @@ def _decode(kind: Kind, payload: bytes) -> Message:
         r.pos = len(payload)
     elif kind == Kind.ACK:
         message = Ack(r.u64())
+    elif kind == Kind.TRIM:
+        message = Trim(r.u64())
     elif kind == Kind.FILE:
         name = r.s16()
         message = File(name, payload[r.pos :])

@@ -8,6 +8,7 @@ clients of a slave are sent to the master."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 
 import pika
@@ -370,6 +371,35 @@ def test_a_new_slave_of_a_master_whose_log_was_trimmed(tmp_path: Path) -> None:
         wait_for("b caught up", lambda: caught_up(b, a))
         assert log_bytes(b.data_dir) == log_bytes(a.data_dir)
         assert b.says(f"this empty log starts at {start}")
+    finally:
+        b.stop()
+        a.stop()
+
+
+def test_a_slave_removes_what_the_masters_retention_removed(tmp_path: Path) -> None:
+    """A slave holding the master's whole log (a copy of it) joins after the master's
+    retention removed its first segments: the master's TRIM removes the same segments
+    on the slave, whose log then starts where the master's does."""
+    cfg = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=4096, retention_bytes=192 * 1024)
+    with MessageStore.open(tmp_path / "a", cfg) as store:
+        for i in range(1500):
+            store.append(Message(topic="t", body=b"%d-" % i + b"x" * 300), ["q"])
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    with MessageStore.open(tmp_path / "a", cfg) as store:
+        store.apply_retention()
+        start = store.log_start
+    assert start > 0
+    a = Member(tmp_path / "a", "--replication-role", "master").start()
+    b = Member(
+        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
+    )
+    try:
+        b.start()
+        wait_for("b trimmed", lambda: b.says(f"below the master's log start {start}"))
+        wait_for("b caught up", lambda: caught_up(b, a))
+        segments = sorted(p.name for p in (tmp_path / "b" / "commitlog").iterdir())
+        assert segments == sorted(p.name for p in (tmp_path / "a" / "commitlog").iterdir())
+        assert log_bytes(b.data_dir) == log_bytes(a.data_dir)
     finally:
         b.stop()
         a.stop()
