@@ -367,6 +367,13 @@ class Gateway:
         """``host:port`` of the master for clients of ``listener`` ("" if unknown)."""
         return self.replication.master_address(listener) if self.replication else ""
 
+    def replication_slaves(self, listener: str) -> list[str]:
+        rep = self.replication
+        return rep.slave_addresses(listener) if rep is not None and rep.is_master else []
+
+    def replication_following(self) -> bool:
+        return self.replication is not None and self.replication.following
+
     def uptime(self) -> float:
         return time.monotonic() - self.started_at
 

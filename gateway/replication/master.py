@@ -185,7 +185,7 @@ class SlaveSession:
             cut,
             hello.log_end,
         )
-        service.slave_joined(self.member)
+        service.slave_joined(self.member, hello.clients)
 
     def _on_ack(self, position: int) -> None:
         if position > self.store.log_end or position > self.position:

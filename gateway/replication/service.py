@@ -77,6 +77,8 @@ class ReplicationService:
         #: The master's client addresses as a slave last heard them (``master_clients``).
         self._master_clients = ""
         self.sessions: set[asyncio.Task[None]] = set()
+        #: A master: each connected slave's client addresses (from its HELLO).
+        self.slave_clients: dict[str, str] = {}
         #: Files beside the store that are replicated whole (name -> this member's path).
         self.files: dict[str, Path] = {"users": users_path(cfg)}
         #: Per slave session, the consumer-state changes still to ship (appended by
@@ -200,6 +202,7 @@ class ReplicationService:
         replica.on_log_write(None)
         self.store.ack_gate = None
         self.role = "slave"
+        self.slave_clients.clear()
         for task in list(self.sessions):
             task.cancel()
         if was_master:
@@ -214,6 +217,7 @@ class ReplicationService:
             self._on_master,
             lambda: self.epoch,
             self.files,
+            self.client_addresses,
         )
         self._follower = self._tasks.spawn(self._follower_obj.run(), "replication-follower")
 
@@ -251,11 +255,29 @@ class ReplicationService:
         finally:
             self.sessions.discard(task)
 
-    def slave_joined(self, member: str) -> None:
+    def slave_joined(self, member: str, clients: str = "") -> None:
+        self.slave_clients[member] = clients
         self._wake()
 
     def slave_gone(self, member: str) -> None:
+        self.slave_clients.pop(member, None)
         self.insync.gone(member)
+
+    def slave_addresses(self, listener: str) -> list[str]:
+        """A master: the connected slaves' addresses for clients of ``listener`` (else
+        their unified one), in member-name order: the route's brokers 1, 2, ..."""
+        out = []
+        for member in sorted(self.slave_clients):
+            clients = parse_clients(self.slave_clients[member])
+            address = clients.get(listener) or clients.get("unified")
+            if address:
+                out.append(address)
+        return out
+
+    @property
+    def following(self) -> bool:
+        """A slave connected to its master now (its stream is live)."""
+        return self._follower_obj is not None and self._follower_obj.connected
 
     async def _maintain_set(self) -> None:
         """The master's in-sync set follows the slaves that are caught up: a change is

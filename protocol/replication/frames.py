@@ -81,6 +81,10 @@ class Hello:
     member: str
     log_end: int
     history: list[EpochEntry]
+    #: The slave's client addresses (``name=host:port,...``): what the master's routes
+    #: name for reads from this slave. Absent (``""``) in a HELLO that ends after the
+    #: history.
+    clients: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,8 @@ def _payload(message: Message) -> tuple[Kind, bytes]:
             _U32.pack(len(message.history)),
         ]
         body += [_U64X2.pack(e.epoch, e.start) for e in message.history]
+        if message.clients:
+            body.append(_s16(message.clients))
         return Kind.HELLO, b"".join(body)
     if isinstance(message, Welcome):
         fixed = _U64X3.pack(message.truncate_to, message.log_start, message.log_end)
@@ -218,10 +224,11 @@ def _decode(kind: Kind, payload: bytes) -> Message:
     message: Message
     if kind == Kind.HELLO:
         group, member, end, n = r.s16(), r.s16(), r.u64(), r.u32()
-        if n * 16 != len(payload) - r.pos:
+        if n * 16 > len(payload) - r.pos:
             raise FrameError(f"HELLO: {n} epoch entries do not fit the payload")
         history = [EpochEntry(r.u64(), r.u64()) for _ in range(n)]
-        message = Hello(group, member, end, history)
+        clients = r.s16() if r.pos < len(payload) else ""
+        message = Hello(group, member, end, history, clients)
     elif kind == Kind.WELCOME:
         message = Welcome(r.u64(), r.u64(), r.u64(), r.s16())
     elif kind == Kind.DATA:
