@@ -352,20 +352,36 @@ def test_delayed_and_half_messages_across_a_failover(tmp_path: Path) -> None:
         a.stop()
 
 
-def test_a_new_slave_of_a_master_whose_log_was_trimmed(tmp_path: Path) -> None:
-    """Retention removed the beginning of the master's log: a slave started on an empty
-    data directory begins its log at the master's log start and holds the same bytes."""
+def _retained_master(data_dir: Path, copy_to: Path | None = None) -> int:
+    """A store of 1,500 messages in ``data_dir`` (copied whole to ``copy_to`` when
+    given), then its retention (192 KiB): the log start, above 0."""
     cfg = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=4096, retention_bytes=192 * 1024)
-    with MessageStore.open(tmp_path / "a", cfg) as store:
+    with MessageStore.open(data_dir, cfg) as store:
         for i in range(1500):
             store.append(Message(topic="t", body=b"%d-" % i + b"x" * 300), ["q"])
+    if copy_to is not None:
+        shutil.copytree(data_dir, copy_to)
+    with MessageStore.open(data_dir, cfg) as store:
         store.apply_retention()
         start = store.log_start
     assert start > 0
+    return start
+
+
+def _static_pair(tmp_path: Path) -> tuple[Member, Member]:
+    """Master a started, slave b of it not yet started."""
     a = Member(tmp_path / "a", "--replication-role", "master").start()
     b = Member(
         tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
     )
+    return a, b
+
+
+def test_a_new_slave_of_a_master_whose_log_was_trimmed(tmp_path: Path) -> None:
+    """Retention removed the beginning of the master's log: a slave started on an empty
+    data directory begins its log at the master's log start and holds the same bytes."""
+    start = _retained_master(tmp_path / "a")
+    a, b = _static_pair(tmp_path)
     try:
         b.start()
         wait_for("b caught up", lambda: caught_up(b, a))
@@ -380,19 +396,8 @@ def test_a_slave_removes_what_the_masters_retention_removed(tmp_path: Path) -> N
     """A slave holding the master's whole log (a copy of it) joins after the master's
     retention removed its first segments: the master's TRIM removes the same segments
     on the slave, whose log then starts where the master's does."""
-    cfg = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=4096, retention_bytes=192 * 1024)
-    with MessageStore.open(tmp_path / "a", cfg) as store:
-        for i in range(1500):
-            store.append(Message(topic="t", body=b"%d-" % i + b"x" * 300), ["q"])
-    shutil.copytree(tmp_path / "a", tmp_path / "b")
-    with MessageStore.open(tmp_path / "a", cfg) as store:
-        store.apply_retention()
-        start = store.log_start
-    assert start > 0
-    a = Member(tmp_path / "a", "--replication-role", "master").start()
-    b = Member(
-        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
-    )
+    start = _retained_master(tmp_path / "a", copy_to=tmp_path / "b")
+    a, b = _static_pair(tmp_path)
     try:
         b.start()
         wait_for("b trimmed", lambda: b.says(f"below the master's log start {start}"))
