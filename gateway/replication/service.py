@@ -94,6 +94,8 @@ class ReplicationService:
         #: Called (on the loop) each time this member becomes the master: what a slave
         #: does not run (timer firing, pop revive) is armed from the replicated state.
         self.on_master: list[Callable[[], None]] = []
+        #: Called (on the loop) each time this member stops being the master.
+        self.on_slave: list[Callable[[], None]] = []
         self.controller: Any = None
 
     @property
@@ -207,6 +209,8 @@ class ReplicationService:
             task.cancel()
         if was_master:
             log.warning("replication: no longer the master of group %s (%s)", self.group, reason)
+            for hook in self.on_slave:
+                hook()
         if self._follower is not None:
             self._follower.cancel()
         self._follower_obj = Follower(
