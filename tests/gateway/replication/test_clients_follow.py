@@ -4,12 +4,10 @@ log line and damages nothing (real gateway processes, real clients)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pika
 import pika.exceptions
@@ -17,16 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import main
-from gateway.clients import Producer, PullConsumer, RemotingClient
-from gateway.clients.remoting import RemotingConnection
-from lmq.rocketmq import BROKER_NAME
-from protocol.remoting.bodies import MessageQueue
 from protocol.remoting.codes import RequestCode
 from protocol.replication import Ack, Data, EpochEntry, FrameDecoder, Hello, Refuse, encode
 from tests.gateway.remoting.remoting_support import Client
 from tests.grpc.grpc_core_support import channel, query_route, stub
 
-from .group_support import Member, caught_up, log_bytes, wait_for
+from .group_support import Member, log_bytes, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -207,64 +201,3 @@ def test_the_users_file_is_replicated(pair) -> None:  # type: ignore[no-untyped-
             f"authentication on at {member.name}",
             lambda m=member: m.says("authentication on"),
         )
-
-
-class _SlavePuller(PullConsumer):
-    """A pull consumer reading from broker ``broker_id`` of the route, as RocketMQ's
-    clients do when the route has no master (findBrokerAddressInSubscribe)."""
-
-    def __init__(self, client: RemotingClient, group: str, address: str) -> None:
-        super().__init__(client, group)
-        self.address = address
-
-    async def _conn(self, mq: MessageQueue) -> RemotingConnection:
-        return await self.client.connection(self.address)
-
-
-async def _route_of(port: int) -> dict[str, str]:
-    addrs: dict[str, str] = json.loads(await _broker_addrs(port))["brokerDatas"][0]["brokerAddrs"]
-    return addrs
-
-
-async def _pull_from(port: int, address: str) -> list[bytes]:
-    async with RemotingClient(f"127.0.0.1:{port}") as client:
-        consumer = _SlavePuller(client, "CG_reads", address)
-        mq = MessageQueue("reads", BROKER_NAME, 0)
-        # with the commit flag, as the Java client's pulls carry it: a slave ignores it
-        result = await consumer.pull(mq, 0, max_nums=64, commit_offset=0)
-        return [m.body for m in result.messages]
-
-
-def test_reads_from_the_slave_while_the_master_is_gone(tmp_path: Path) -> None:
-    """The master killed: the slave's route names only itself (broker 1), as RocketMQ's
-    name server once it dropped the dead master, and pulls from it (with the commit
-    flag) return what the master had written; no write is taken."""
-    a = Member(tmp_path / "a", "--replication-role", "master").start()
-    b = Member(
-        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
-    )
-    try:
-        b.start()
-        at_b = f"127.0.0.1:{b.ports['unified']}"
-        wait_for("b connected", lambda: b.replication().get("connected") is True)
-        bodies = asyncio.run(_send_to(a.ports["unified"], "reads", 10))
-        wait_for("b caught up", lambda: caught_up(b, a))
-        a.kill()
-        wait_for(
-            "a gone from b's route", lambda: "0" not in asyncio.run(_route_of(b.ports["unified"]))
-        )
-        assert asyncio.run(_route_of(b.ports["unified"])) == {"1": at_b}
-        assert asyncio.run(_pull_from(b.ports["unified"], at_b)) == bodies
-        assert b.replication()["role"] == "slave"
-    finally:
-        b.stop()
-        a.stop()
-
-
-async def _send_to(port: int, topic: str, n: int) -> list[bytes]:
-    async with RemotingClient(f"127.0.0.1:{port}") as client:
-        producer = Producer(client, "PG_reads")
-        bodies = [b"r-%d" % i for i in range(n)]
-        for body in bodies:
-            await producer.send(topic, body, queue_id=0)
-        return bodies

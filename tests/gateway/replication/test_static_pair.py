@@ -23,7 +23,16 @@ from tests.gateway.mqtt_clients import Paho, RawClient
 from tests.gateway.remoting.remoting_support import Client
 from tests.grpc.test_grpc_send import create_topic
 
-from .group_support import Member, Publisher, bodies_in_log, caught_up, log_bytes, wait_for
+from .group_support import (
+    Member,
+    Publisher,
+    bodies_in_log,
+    caught_up,
+    log_bytes,
+    pull_at,
+    route_addrs,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -124,6 +133,15 @@ def test_sync_pair_kill9_promote_and_rejoin(tmp_path: Path) -> None:
         # nothing acknowledged is missing on the slave (sync mode)
         on_b = set(bodies_in_log(b.data_dir))
         assert [m for m in acked if m not in on_b] == []
+        # before the promotion the slave's route names only itself, broker 1, as
+        # RocketMQ's name server once it dropped the dead master: RocketMQ consumers
+        # pull from it (the commit flag of the pull ignored)
+        at_b = f"127.0.0.1:{b.ports['remoting']}"
+        wait_for(
+            "a gone from b's route", lambda: asyncio.run(route_addrs(at_b, "off")) == {"1": at_b}
+        )
+        assert asyncio.run(pull_at(at_b, "off", 1)) == [b"%d" % i for i in range(5)]
+        assert b.replication()["role"] == "slave"
         # promoted by hand (the old master is down), it takes writes in epoch 2
         b.promote()
         wait_for("b is master", lambda: b.replication()["role"] == "master")
