@@ -611,11 +611,13 @@ def _rate(port: int, seconds: float, window: int) -> float:
     return done[0] / elapsed
 
 
-def throughput(root: Path, seconds: float, window: int, rounds: int) -> list[dict]:
+def throughput(
+    root: Path, seconds: float, window: int, rounds: int, modes: list[str]
+) -> list[dict]:
     out = []
     for n in range(rounds):
         row: dict[str, float] = {}
-        for mode in ("single", "async", "sync"):
+        for mode in modes:
             d = root / f"{mode}-{n}"
             if mode == "single":
                 a = Member(d / "a")
@@ -652,10 +654,19 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--window", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument(
+        "--modes", default="single,async,sync", help="the order within a round (comma-separated)"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="lmq-repl-bench-") as tmp:
         if args.throughput:
-            print(json.dumps(throughput(Path(tmp), args.seconds, args.window, args.rounds)))
+            print(
+                json.dumps(
+                    throughput(
+                        Path(tmp), args.seconds, args.window, args.rounds, args.modes.split(",")
+                    )
+                )
+            )
         else:
             print(json.dumps(failover_loop(Path(tmp), args.failovers, args.lease, args.load_s)))
 

@@ -28,10 +28,10 @@ from broker_core.clock import now_ms
 from broker_core.fifo import BlockedGroup
 from cli.context import data_dir_option, open_store
 from cli.remote import find_remote, seg, server_option
-from gateway.rocketmq.groups import GroupRegistry, group_progress
+from gateway.rocketmq.groups import GroupRegistry, group_progress, release_message_group
 from gateway.rocketmq.offsets import reset_targets
 from gateway.rocketmq.topics import TopicRegistry
-from lmq.rocketmq import dlq_topic, parse_queue_lmq, queue_lmq
+from lmq.rocketmq import parse_queue_lmq
 
 
 @click.group()
@@ -153,24 +153,27 @@ def _blocked_row(b: BlockedGroup) -> dict[str, Any]:
 def release(data_dir: Path, group: str, topic: str, message_group: str,
             gateway: str | None, access_key: str, secret_key: str) -> None:
     """Release MESSAGE_GROUP of GROUP on FIFO topic TOPIC: its head message goes to
-    %DLQ%GROUP and the group moves on. Offline (the gateway stopped), or over a
-    running gateway's gRPC port with --gateway."""
+    %DLQ%GROUP and the group moves on. Through the admin API of the gateway running on
+    the data directory, over a gateway's gRPC port with --gateway, or offline."""
     if gateway:
         _release_remote(gateway, access_key, secret_key, group, topic, message_group)
         return
+    remote = find_remote(data_dir, None)
+    if remote is not None:  # the gateway running on the data directory: its admin API
+        doc = remote.call("POST", f"/groups/{seg(group)}/release",
+                          {"topic": topic, "message_group": message_group})
+        click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
+                   f" {doc['queue_id']}: offset {doc['offset']} moved to"
+                   f" {doc['dead_letter_topic']}")
+        return
     with open_store(data_dir) as store:
-        dlq = dlq_topic(group)
-        for info in store.lmqs(queue_lmq(topic, 0)[:-1]):
-            parsed = parse_queue_lmq(info.name)
-            if parsed is None or parsed[0] != topic:
-                continue
-            TopicRegistry(store, False, 1).ensure(dlq)
-            offset = store.release_message_group(group, info.name, message_group,
-                                                 queue_lmq(dlq, 0))
-            if offset is not None:
-                click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
-                           f" {parsed[1]}: offset {offset} moved to {dlq}")
-                return
+        topics = TopicRegistry(store, False, 1)
+        released = release_message_group(store, topics.ensure, group, topic, message_group)
+        if released is not None:
+            click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
+                       f" {released.queue_id}: offset {released.offset} moved to"
+                       f" {released.dead_letter_topic}")
+            return
     raise click.ClickException(
         f"message group {message_group!r} of {group!r} has no message out on {topic}")
 

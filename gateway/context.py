@@ -63,6 +63,15 @@ class Introspection(Protocol):
         unknown or not in a group)."""
         ...
 
+    def replication_slaves(self, listener: str) -> list[str]:
+        """A master: its connected slaves' addresses for clients of ``listener`` (else
+        their unified ones); [] elsewhere."""
+        ...
+
+    def replication_following(self) -> bool:
+        """A slave whose stream from the master is live now (False elsewhere)."""
+        ...
+
     def listener_address(self, name: str) -> tuple[str, int] | None:
         """``(host, port)`` the listener ``name`` (``unified``, ``remoting``...) is bound
         to, ``None`` when it is not listening (yet)."""

@@ -106,6 +106,7 @@ class Gateway:
         self.listeners: list[BoundListener] = []
         self.metrics = Registry()
         self._connector: Any = None
+        self._connector_task: asyncio.Task[None] | None = None
         self.state = ServerState(config, self.metrics)
         #: MQTT filters and AMQP amq.topic bindings: one topic space (DESIGN.md).
         self.topic_space = TopicSpace()
@@ -221,13 +222,19 @@ class Gateway:
             from gateway.connector.runner import EmbeddedConnector
 
             self._connector = EmbeddedConnector(cfg.connector, self.metrics)
-            await self._connector.start()
+            rep = self.replication
+            if rep is not None:  # a broker group: the rules run on its master only
+                rep.on_master.append(functools.partial(self._connector_role, True))
+                rep.on_slave.append(functools.partial(self._connector_role, False))
+            await self._connector.start(rules=rep is None or rep.is_master)
             connector = self._connector.connector
             ctx.views.provide("connector.rules", connector.snapshot)
             ctx.views.provide("connector.enable",
                               lambda rule: connector.set_enabled(rule, True))
             ctx.views.provide("connector.disable",
                               lambda rule: connector.set_enabled(rule, False))
+            if rep is not None and not rep.is_master:
+                log.info("connector rules wait: this member is a slave of its group")
         log.info("gateway ready", extra={"front_ends": ",".join(self.front_ends) or "-"})
 
     async def _listen(
@@ -364,6 +371,25 @@ class Gateway:
         bl = self.listener(name)
         return None if bl is None else (bl.host, bl.port)
 
+    def _connector_role(self, master: bool) -> None:
+        """The embedded connector's rules start when this member becomes its group's
+        master and stop when it stops being it (one task at a time, in order)."""
+        connector = self._connector
+        if connector is None:
+            return
+
+        async def follow(previous: asyncio.Task[None] | None) -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            if master:
+                await connector.start_rules()
+                log.info("connector rules started: this member is its group's master")
+            else:
+                await connector.stop_rules(self.config.shutdown_timeout)
+                log.info("connector rules stopped: this member is a slave of its group")
+
+        self._connector_task = self.spawn(follow(self._connector_task), "connector-role")
+
     def _front_ends_promoted(self) -> None:
         for name, front_end in self.front_ends.items():
             try:
@@ -388,6 +414,13 @@ class Gateway:
     def replication_master(self, listener: str) -> str:
         """``host:port`` of the master for clients of ``listener`` ("" if unknown)."""
         return self.replication.master_address(listener) if self.replication else ""
+
+    def replication_slaves(self, listener: str) -> list[str]:
+        rep = self.replication
+        return rep.slave_addresses(listener) if rep is not None and rep.is_master else []
+
+    def replication_following(self) -> bool:
+        return self.replication is not None and self.replication.following
 
     def uptime(self) -> float:
         return time.monotonic() - self.started_at

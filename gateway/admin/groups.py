@@ -14,7 +14,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from gateway.admin.core import AdminError, Call, page
-from gateway.rocketmq.groups import group_progress
+from gateway.rocketmq.groups import group_progress, release_message_group
 from gateway.rocketmq.offsets import reset_targets
 from lmq.rocketmq import InvalidName, parse_queue_lmq, validate_group
 
@@ -139,8 +139,25 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
             "offsets_removed": 0 if keep_offsets else len(queues),
         }
 
+    async def release(call: Call) -> dict[str, Any]:
+        name = _name(call)
+        topic = call.text("topic", required=True)
+        message_group = call.text("message_group", required=True)
+        assert topic is not None and message_group is not None
+        released = release_message_group(
+            store, ctx.rocketmq_topics.ensure, name, topic, message_group
+        )
+        if released is None:
+            raise AdminError(
+                404,
+                f"message group {message_group!r} of {name!r} has no message out on {topic}",
+                field="message_group",
+            )
+        return {"group": name, "topic": topic, "message_group": message_group, **released._asdict()}
+
     return [
         ("GET", "/groups", list_, ""),
+        ("POST", "/groups/{group}/release", release, "group.release"),
         ("GET", "/groups/{group}", show, ""),
         ("POST", "/groups/{group}/reset", reset, "group.reset"),
         ("DELETE", "/groups/{group}", delete, "group.delete"),

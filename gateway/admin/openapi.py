@@ -138,6 +138,11 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
             "required": ["topic"],
         },
     ),
+    ("POST", "/groups/{group}/release"): (
+        "Release a blocked FIFO message group: its head goes to %DLQ%<group>",
+        [],
+        {**_obj(topic=_S, message_group=_S), "required": ["topic", "message_group"]},
+    ),
     ("DELETE", "/groups/{group}"): (
         "Delete a group (and its offsets unless keep_offsets)",
         [_q("keep_offsets", "boolean")],

@@ -126,6 +126,11 @@ class RuleRunner:
     def stop(self) -> None:
         self._stopping.set()
 
+    def rearm(self) -> None:
+        """After a stop, let :meth:`run` run again (the connector inside a broker
+        group's member starts and stops with the member's mastership)."""
+        self._stopping.clear()
+
     async def run(self) -> None:
         if not self.rule.enabled:
             self.stats.state = "disabled"
@@ -547,13 +552,18 @@ class Connector:
         self.rules = rules
         self.runners = [RuleRunner(rules, rule) for rule in rules.rules]
         self._tasks: list[asyncio.Task[None]] = []
+        #: Between start and stop (a broker group's slave does not run its rules).
+        self.running = False
 
     @property
     def stats(self) -> list[RuleStats]:
         return [r.stats for r in self.runners]
 
     def start(self) -> None:
+        self.running = True
+        self._tasks = [t for t in self._tasks if not t.done()]
         for runner in self.runners:
+            runner.rearm()
             self._tasks.append(asyncio.create_task(self._run(runner), name=runner.rule.name))
 
     async def _run(self, runner: RuleRunner) -> None:
@@ -565,6 +575,7 @@ class Connector:
     async def stop(self, timeout: float = 10.0) -> None:
         """Stop every rule: each ends its batch in flight (bounded by ``timeout``), then
         closes its endpoints."""
+        self.running = False
         for runner in self.runners:
             runner.stop()
         if self._tasks:
@@ -592,20 +603,21 @@ class Connector:
         if runner.rule.enabled == enabled:
             return next(r for r in self.snapshot() if r["rule"] == name)
         runner.stop()
-        if i < len(self._tasks):
-            task = self._tasks[i]
-            _, pending = await asyncio.wait([task], timeout=timeout)
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        live = [t for t in self._tasks if t.get_name() == name and not t.done()]
+        if live:
+            _, pending = await asyncio.wait(live, timeout=timeout)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*live, return_exceptions=True)
+        self._tasks = [t for t in self._tasks if not t.done()]
         rule = replace(runner.rule, enabled=enabled)
         fresh = RuleRunner(self.rules, rule, runner.stats)
         fresh.positions = runner.positions
         if not enabled:
             runner.stats.state = "disabled"
         self.runners[i] = fresh
-        if i < len(self._tasks):
-            self._tasks[i] = asyncio.create_task(self._run(fresh), name=rule.name)
+        if self.running:  # (else it starts with the others, on mastership)
+            self._tasks.append(asyncio.create_task(self._run(fresh), name=rule.name))
         return next(r for r in self.snapshot() if r["rule"] == name)
 
 
@@ -621,8 +633,12 @@ class EmbeddedConnector:
         register_metrics(registry, self.connector.stats)
         self._registry = registry
         self._listener: Any = None
+        #: Whether the rules run (a broker group's slave keeps them stopped).
+        self.running = False
 
-    async def start(self) -> None:
+    async def start(self, rules: bool = True) -> None:
+        """The status listener, and the rules unless ``rules`` is False (a slave of a
+        broker group: :meth:`start_rules` once it is the master)."""
         from .listener import StatusListener
 
         address = self.connector.rules.settings.status_address
@@ -637,9 +653,20 @@ class EmbeddedConnector:
                 log.info("connector status on %s:%d", *bound)
             except OSError as exc:
                 log.warning("connector status listener not started: %s", exc)
-        self.connector.start()
+        if rules:
+            await self.start_rules()
+
+    async def start_rules(self) -> None:
+        if not self.running:
+            self.running = True
+            self.connector.start()
+
+    async def stop_rules(self, timeout: float = 10.0) -> None:
+        if self.running:
+            self.running = False
+            await self.connector.stop(timeout)
 
     async def stop(self, timeout: float = 10.0) -> None:
-        await self.connector.stop(timeout)
+        await self.stop_rules(timeout)
         if self._listener is not None:
             await self._listener.close()

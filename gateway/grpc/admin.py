@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from gateway.grpc.records import group_config, readable_topic
-from lmq.rocketmq import dlq_topic, queue_lmq
+from gateway.rocketmq.groups import release_message_group as release_message_group_in
 from protocol.grpc import Code, StatusError
 
 if TYPE_CHECKING:
@@ -44,18 +44,12 @@ def release_message_group(call: Call, request: dict[str, Any]) -> dict[str, Any]
                           "group, topic and message_group must be non-empty strings")
     assert isinstance(group, str) and isinstance(topic, str) and isinstance(mgroup, str)
     group_config(call, group)
-    config = readable_topic(call, topic, group)
-    store = call.services.store
-    dlq = dlq_topic(group)
-    for queue_id in range(max(config.read_queues, config.write_queues)):
-        lmq = queue_lmq(topic, queue_id)
-        if store.lmq(lmq) is None:
-            continue
-        call.services.topics.ensure(dlq)
-        offset = store.release_message_group(group, lmq, mgroup, queue_lmq(dlq, 0))
-        if offset is not None:
-            return {"code": int(Code.OK), "message": "released", "queue_id": queue_id,
-                    "offset": offset, "dead_letter_topic": dlq}
+    readable_topic(call, topic, group)
+    released = release_message_group_in(call.services.store, call.services.topics.ensure,
+                                        group, topic, mgroup)
+    if released is not None:
+        return {"code": int(Code.OK), "message": "released", "queue_id": released.queue_id,
+                "offset": released.offset, "dead_letter_topic": released.dead_letter_topic}
     raise StatusError(Code.MESSAGE_NOT_FOUND,
                       f"message group {mgroup!r} of {group!r} has no message out on {topic}")
 

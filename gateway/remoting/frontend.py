@@ -77,7 +77,7 @@ class RemotingFrontEnd(FrontEnd):
         #: This gateway's id for the connector (gateway.cluster_id), and the copies
         #: dropped: duplicates (at or below their origin's high-water mark) and loops
         #: (their ``__LMQ_PATH`` names this gateway).
-        self.cluster_id = cluster_id(ctx.store, cfg.cluster_id)
+        self._cluster_id = cluster_id(ctx.store, cfg.cluster_id)
         self.copies_duplicate = 0
         self.copies_looped = 0
         self._register_metrics()
@@ -139,11 +139,20 @@ class RemotingFrontEnd(FrontEnd):
         for hook in self.table.on_start:
             hook(self)
 
+    @property
+    def cluster_id(self) -> str:
+        """This gateway's id for the connector. In a broker group, the group's: the one
+        its first master kept in the store's metadata, replicated (a copy's origin and
+        the connector's high-water marks name it, so it must not change at a failover).
+        A slave reads it from the replicated metadata at each use (a connector asking a
+        slave about to be promoted gets the group's id, not the one the slave generated
+        at its own first start); a master keeps it, read again when promoted."""
+        if self.ctx.store.log.fence is not None:
+            return cluster_id(self.ctx.store, self.ctx.config.cluster_id)
+        return self._cluster_id
+
     def promoted(self) -> None:
-        """The broker group's master now: its cluster id is the group's, the one the old
-        master kept in the store's metadata and shipped (a copy's origin and the
-        connector's high-water marks name it, so it must not change at a failover)."""
-        self.cluster_id = cluster_id(self.ctx.store, self.ctx.config.cluster_id)
+        self._cluster_id = cluster_id(self.ctx.store, self.ctx.config.cluster_id)
 
     async def _sweep_loop(self) -> None:
         while True:

@@ -17,19 +17,22 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from broker_core import MessageStore
 from lmq.rocketmq import (
     GROUP_META_PREFIX,
     LMQ_PREFIX,
     GroupConfig,
+    dlq_topic,
     group_meta_key,
     parse_queue_lmq,
+    queue_lmq,
     validate_group,
 )
 
-__all__ = ["GroupRegistry", "group_progress"]
+__all__ = ["GroupRegistry", "Released", "group_progress", "release_message_group"]
 
 log = logging.getLogger(__name__)
 
@@ -127,3 +130,31 @@ def group_progress(store: MessageStore, group: str | None = None
     for group_rows in rows.values():
         group_rows.sort(key=lambda r: (r["topic"], r["queue_id"]))
     return rows
+
+
+class Released(NamedTuple):
+    queue_id: int
+    offset: int
+    dead_letter_topic: str
+
+
+def release_message_group(
+    store: MessageStore, ensure_topic: Callable[[str], Any], group: str, topic: str,
+    message_group: str,
+) -> Released | None:
+    """Release a blocked FIFO message group of ``group`` on ``topic``: its head message
+    goes to ``%DLQ%<group>`` (made with ``ensure_topic`` when missing) and the group
+    moves on (:meth:`broker_core.MessageStore.release_message_group`). None when the
+    message group has no message out on the topic's queue LMQs. (``lmq groups
+    release``, the gRPC admin call and the admin API.)"""
+    dlq = dlq_topic(group)
+    for info in store.lmqs(queue_lmq(topic, 0)[:-1]):
+        parsed = parse_queue_lmq(info.name)
+        if parsed is None or parsed[0] != topic:
+            continue
+        ensure_topic(dlq)
+        offset = store.release_message_group(group, info.name, message_group,
+                                             queue_lmq(dlq, 0))
+        if offset is not None:
+            return Released(parsed[1], offset, dlq)
+    return None

@@ -17,6 +17,7 @@ Each way every message arrives once: none skipped, none twice."""
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from tests.gateway.connector.connector_support import (
 )
 from tests.gateway.gateway_process import GatewayProcess
 
+from .etcd_support import free_port
 from .group_support import Member, caught_up, wait_for
 
 pytestmark = pytest.mark.slow
@@ -138,3 +140,85 @@ def test_connector_rules_across_a_failover(tmp_path: Path) -> None:
         outside.stop()
         b.stop()
         a.stop()
+
+
+def _copied_by(member: Member, rule: str) -> float:
+    """``lmq_connector_messages_total`` of ``rule`` on ``member``'s /metrics."""
+    url = f"http://127.0.0.1:{member.ports['unified']}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(f'lmq_connector_messages_total{{rule="{rule}"}}'):
+                return float(line.split()[-1])
+    return 0.0
+
+
+def test_rules_inside_the_group_run_on_its_master_only(tmp_path: Path) -> None:
+    """Both members carry the same [connector] rule (a topic of the group copied to
+    an outside gateway): it runs on the master only; after kill -9 and promotion it
+    runs on the new master, which carries on from the outside gateway's marks (every
+    message once); the old master, back as a slave, does not run it."""
+    outside = GatewayProcess(tmp_path / "outside").start()
+    ports = {"a": free_port(), "b": free_port()}
+    rules = tmp_path / "rules.toml"
+    rules.write_text(
+        f"""status_address = ""
+heartbeat_interval = 0
+retry_initial = 0.05
+retry_max = 0.5
+
+[clusters.grp]
+kind = "gateway"
+endpoints = ["127.0.0.1:{ports["a"]}", "127.0.0.1:{ports["b"]}"]
+
+[clusters.outside]
+kind = "gateway"
+endpoints = ["127.0.0.1:{outside.ports["unified"]}"]
+
+[[rules]]
+name = "out"
+source = "grp"
+topic = "events"
+target = "outside"
+target_topic = "events-copy"
+start = "earliest"
+"""
+    )
+    config = tmp_path / "lmq.toml"
+    config.write_text(f'[connector]\nrules = "{rules}"\n')
+
+    def member(name: str, *role: str) -> Member:
+        return Member(
+            tmp_path / name, "--config", str(config), "--unified-port", str(ports[name]), *role
+        )
+
+    a = member("a", "--replication-role", "master", "--replication-ack", "sync").start()
+    b = member("b", "--replication-role", "slave", "--replication-master", a.replication_address)
+    at_outside = f"127.0.0.1:{outside.ports['unified']}"
+
+    async def copies() -> list[bytes]:
+        return [m.body for m in await pull_all(at_outside, "events-copy")]
+
+    try:
+        b.start()
+        wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
+        first = asyncio.run(send(a.ports["unified"], "events", 100, prefix="e1"))
+        wait_for("the first copies", lambda: len(asyncio.run(copies())) >= 100)
+        assert _copied_by(a, "out") == 100
+        assert _copied_by(b, "out") == 0 and b.says("connector rules wait")
+        wait_for("b caught up", lambda: caught_up(b, a))
+        a.kill()
+        b.promote()
+        wait_for("b's rules", lambda: b.says("connector rules started"))
+        second = asyncio.run(send(b.ports["unified"], "events", 100, prefix="e2"))
+        wait_for("every copy", lambda: len(asyncio.run(copies())) >= 200)
+        _once(asyncio.run(copies()), {e.encode() for e in first + second})
+        a = member(
+            "a", "--replication-role", "slave", "--replication-master", b.replication_address
+        )
+        a.start()
+        wait_for("a in sync", lambda: b.replication()["in_sync"] != [])
+        assert a.says("connector rules wait") and _copied_by(a, "out") == 0
+    finally:
+        b.stop()
+        a.stop()
+        outside.stop()
