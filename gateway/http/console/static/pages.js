@@ -257,12 +257,26 @@ function group(container, name) {
       h('td', {}, q.topic), h('td', { class: 'num' }, number(q.queue_id)),
       h('td', { class: 'num' }, number(q.offset)), h('td', { class: 'num' }, number(q.max_offset)),
       h('td', { class: 'num' }, number(q.lag))));
+    const blocked = (doc.blocked_message_groups || []).map((b) => h('tr', {},
+      h('td', {}, b.topic ?? b.lmq), h('td', { class: 'num' }, number(b.queue_id)), h('td', {}, b.message_group),
+      h('td', { class: 'num' }, number(b.deliveries)), h('td', { class: 'num' }, number(b.waiting)),
+      h('td', {}, time(b.since_ms)),
+      h('td', { class: 'actions' }, actionButton('Release', () => api.post(`/groups/${seg(name)}/release`,
+        { topic: b.topic, message_group: b.message_group }), {
+        notice, confirm: `Release FIFO message group ${b.message_group} of ${name} on ${b.topic}? Its head message is given up (dead-lettered) so the messages behind it flow.`,
+        done: `Message group ${b.message_group} released.`, after: load,
+      }))));
+    const blockedTable = blocked.length ? [h('h3', {}, 'Blocked FIFO message groups'),
+      h('div', { class: 'scroll' }, h('table', { class: 'blocked' },
+        h('thead', {}, h('tr', {}, ['Topic', 'Queue', 'Message group', 'Deliveries', 'Waiting', 'Since', ''].map((t) => h('th', {}, t)))),
+        h('tbody', {}, blocked)))] : [];
     body.replaceChildren(
       h('p', { class: 'summary' }, `Total lag: ${number(doc.lag)} \u00b7 in flight: ${number(doc.in_flight)}`
         + ` \u00b7 blocked FIFO message groups: ${number((doc.blocked_message_groups || []).length)}`),
       h('div', { class: 'scroll' }, h('table', { class: 'queues' },
         h('thead', {}, h('tr', {}, ['Topic', 'Queue', 'Offset', 'End offset', 'Lag'].map((t, i) => h('th', { class: i ? 'num' : undefined }, t)))),
-        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 5, class: 'none' }, 'no queue consumed yet'))))));
+        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 5, class: 'none' }, 'no queue consumed yet'))))),
+      ...blockedTable);
   }
   const reset = form({
     title: 'Reset offsets', submitLabel: 'Reset', notice,
