@@ -5,6 +5,7 @@ with real clients: the overview, connections (list, page, close), authentication
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,8 +111,6 @@ def test_logins_401_403_and_users_taking_effect(tmp_path: Path) -> None:
                 deadline_client = client
                 break
             client.close()
-            import time
-
             time.sleep(0.1)
         assert deadline_client is not None
         found = root.get("/connections", filter="new-client")["items"]
@@ -194,6 +193,18 @@ def test_lmqs_page_in_name_order_with_prefix_and_filter(open_gateway: GatewayPro
     assert api.get("/lmqs/mqtt:peek%2Fme/messages", limit=2)["items"] == peeked["items"]
     assert api.call("GET", "/messages", topic="peek").json()["field"] == "key"
     assert api.call("GET", "/messages/0123456789ABCDEF0123456789ABCDEF").status_code == 404
+    # a verify run: started (202), then its result
+    assert api.call("GET", "/store/verify").status_code == 404
+    started = api.call("POST", "/store/verify", {})
+    assert started.status_code == 202 and started.json()["state"] in ("running", "done")
+    for _ in range(600):
+        run = api.get("/store/verify")
+        if run["state"] == "done":
+            break
+        time.sleep(0.05)
+    assert run["state"] == "done" and run["ok"] is True and run["records"] >= 3, run
+    released = api.call("POST", "/groups/GID/release", {"topic": "pageA", "message_group": "g"})
+    assert released.status_code == 404 and released.json()["field"] == "message_group"
     assert api.call("POST", "/lmqs/clean", {}).json()["field"] == "prefix"
     api.close()
 
