@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from click.testing import CliRunner
 
+from cli.main import main
 from gateway.admin.address import read_address
 
 from ..amqp_support import ThreadGateway
@@ -38,6 +40,13 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     clients[0].publish("a/b", b"x", qos=1)
     doc = api.get("/overview")
     assert doc["status"] == "ok" and doc["authentication"] == "open"
+    for _ in range(100):  # the rates move while a client publishes (samples every 5 s)
+        clients[1].publish("a/b", b"y", qos=1)
+        rates = api.get("/overview")["rates"]
+        if rates["in"]["mqtt"] > 0:
+            break
+        time.sleep(0.1)
+    assert rates["in"]["mqtt"] > 0, rates
     assert doc["connections"]["by_protocol"]["mqtt"] == 3
     assert doc["store"]["segments"] >= 1 and doc["process"]["open_files"] > 0
     # paged, sorted and filtered on the server
@@ -99,6 +108,21 @@ def test_logins_401_403_and_users_taking_effect(tmp_path: Path) -> None:
         assert app.status_code == 403 and "administrator" in app.json()["detail"]
         root = AdminClient(port, ("root", "root-pw"))
         assert root.get("/overview")["authentication"] == "users"
+        # the CLI with and without the administrator's credentials
+        cli = CliRunner()
+        out = cli.invoke(
+            main,
+            ["status", "--data-dir", str(data)],
+            env={"LMQ_SERVER": None, "LMQ_ADMIN_USER": None},
+        )
+        assert out.exit_code == 1 and out.output.count("\n") == 1
+        assert "LMQ_ADMIN_USER" in out.output
+        out = cli.invoke(
+            main,
+            ["status", "--data-dir", str(data)],
+            env={"LMQ_SERVER": None, "LMQ_ADMIN_USER": "root", "LMQ_ADMIN_PASSWORD": "root-pw"},
+        )
+        assert out.exit_code == 0 and "authentication users" in out.output, out.output
         # a user added to the file logs in over MQTT at once (the file's watch)
         write_users(
             users,
