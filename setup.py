@@ -20,6 +20,8 @@ COMPILED = [
     "protocol/mqtt/codec.py",
     "protocol/mqtt/connection.py",
     "protocol/mqtt/primitives.py",
+    "protocol/remoting/command.py",
+    "protocol/remoting/frames.py",
 ]
 
 #: Written in C (no Python twin to compile): the record walk of the Spark reader

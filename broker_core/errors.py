@@ -58,6 +58,13 @@ class NotMaster(StoreError):
         self.master = master
 
 
+class InSyncTooSmall(StoreError):
+    """A master in ``sync`` mode whose in-sync set (itself included) stayed smaller than
+    ``replication_min_insync`` while the write waited (RocketMQ's
+    IN_SYNC_REPLICAS_NOT_ENOUGH): the write is in the master's log but was not
+    acknowledged."""
+
+
 class StorageFull(StoreError):
     """The disk refused a write (ENOSPC/EDQUOT). Nothing was acknowledged."""
 

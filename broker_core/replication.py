@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from broker_core import recovery
+from broker_core import cleanup, recovery
 from broker_core.commit_log import fsync_dir
 from broker_core.consumer_state import PUT, StateOp
 from broker_core.errors import CorruptRecord, InsufficientData, NotMaster, StoreError
@@ -228,10 +228,13 @@ class Replica:
             if data_epoch > self.epoch:
                 self.epochs.append(Epoch(data_epoch, position))
                 save_epochs(self.data_dir, self.epochs)
+            # roll where the master rolled: before a record that does not fit in the
+            # active segment with the records of this chunk not yet written to it
             start = 0
             for i, record in enumerate(records):
-                if not clog.fits(record.size) and clog.active_size:
-                    if i > start:  # what fits in this segment first
+                pending = record.position - records[start].position
+                if not clog.fits(pending + record.size) and clog.active_size + pending:
+                    if pending:  # what fits in this segment first
                         first = records[start].position - position
                         clog.write(view[first : record.position - position], replicated=True)
                     clog.roll()
@@ -240,6 +243,33 @@ class Replica:
             clog.write(view[first:], replicated=True)
             recovery.replay_records(parts, records, clog.end)
             return clog.end
+
+    def trim_to(self, log_start: int) -> int:
+        """A slave: remove the segments that end at or before ``log_start``, the master's
+        log start after its retention, and trim the index as retention does (never the
+        active segment). With the master's ``segment_bytes`` the slave's segments are
+        the master's and its log start becomes the master's; with other sizes it keeps
+        the segment holding ``log_start``. Returns the segments removed."""
+        parts = self._parts
+        clog = parts.log
+        with parts.locks.append:
+            parts.locks.check_open()
+            segments = clog.segments()
+            keep_from = segments[-1]
+            for seg in segments[:-1]:
+                if seg.end > log_start:
+                    keep_from = seg
+                    break
+            dropped = clog.drop_before(keep_from)
+        if parts.lmqs.cleaned_to < clog.min_position:
+            cleanup.trim_index(parts, clog.min_position)
+        if dropped:
+            log.info(
+                "replication: removed %d segment(s) below the master's log start %d",
+                len(dropped),
+                log_start,
+            )
+        return len(dropped)
 
     def start_at(self, position: int) -> None:
         """An empty log starts at ``position`` instead of 0: a new slave of a master

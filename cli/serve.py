@@ -83,6 +83,7 @@ _FLAGS = {
     "replication_etcd": "replication_etcd",
     "replication_lease": "replication_lease",
     "replication_max_lag": "replication_max_lag",
+    "replication_min_insync": "replication_min_insync",
 }
 
 
@@ -220,6 +221,11 @@ _FLAGS = {
     "--replication-max-lag", type=float, callback=_checked("replication_max_lag"),
     help="Seconds a slave may lag (or be gone) before it leaves the in-sync set."
     " [default: 15]",
+)
+@click.option(
+    "--replication-min-insync", type=int, callback=_checked("replication_min_insync"),
+    help="sync mode: members (the master included) the in-sync set needs for a write to"
+    " be acknowledged. [default: 1]",
 )
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), help="[default: text]")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), help="[default: info]")

@@ -271,6 +271,10 @@ class GatewayConfig:
     replication_lease: float = 5.0
     #: A slave behind the master this long (or disconnected) leaves the in-sync set.
     replication_max_lag: float = 15.0
+    #: ``sync`` mode: the members (the master included) the in-sync set must have for a
+    #: write to be acknowledged (RocketMQ's minInSyncReplicas); a write waits up to
+    #: ``replication_max_lag`` for it, then fails. 1: the master alone is enough.
+    replication_min_insync: int = 1
 
     #: The message connector's rules run inside the gateway (the ``[connector]`` table:
     #: ``rules = "FILE"`` or the rules inline, docs/connector.md); None: no connector.
@@ -294,6 +298,8 @@ class GatewayConfig:
             )
         if self.replication_role == "slave" and not self.replication_master:
             raise ConfigError("replication_role slave needs replication_master (host:port)")
+        if self.replication_min_insync > 1 and self.replication_ack != "sync":
+            raise ConfigError("replication_min_insync above 1 needs replication_ack sync")
         if self.replication_role == "auto" and not self.replication_etcd:
             raise ConfigError("replication_role auto needs replication_etcd (endpoints)")
         if self.write_buffer_max < self.max_packet_size + self.write_buffer_high:
@@ -543,6 +549,7 @@ _GATEWAY_OPTIONS: dict[str, Callable[[object], object]] = {
     "replication_etcd": _list_of(_host_port),
     "replication_lease": _seconds,
     "replication_max_lag": _seconds,
+    "replication_min_insync": _int(1),
 }
 
 

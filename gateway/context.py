@@ -49,6 +49,11 @@ class Introspection(Protocol):
         """The store's statistics (also refreshes the ``lmq_store_*`` gauges)."""
         ...
 
+    def overview_history(self, since: int = 0) -> dict[str, Any]:
+        """The overview's samples taken after ``since`` (ms since the epoch), oldest
+        first (:meth:`gateway.history.History.document`)."""
+        ...
+
     def replication_role(self) -> str:
         """``master``, ``slave`` or ``single`` (docs/replication.md)."""
         ...
@@ -56,6 +61,15 @@ class Introspection(Protocol):
     def replication_master(self, listener: str) -> str:
         """``host:port`` of the group's master for clients of ``listener`` ("" when
         unknown or not in a group)."""
+        ...
+
+    def replication_slaves(self, listener: str) -> list[str]:
+        """A master: its connected slaves' addresses for clients of ``listener`` (else
+        their unified ones); [] elsewhere."""
+        ...
+
+    def replication_following(self) -> bool:
+        """A slave whose stream from the master is live now (False elsewhere)."""
         ...
 
     def listener_address(self, name: str) -> tuple[str, int] | None:

@@ -39,7 +39,8 @@ def _in_use(store: MessageStore, topic_space: TopicSpace, name: str) -> bool:
 def run_once(store: MessageStore, topic_space: TopicSpace) -> None:
     """One pass of retention and idle-LMQ removal (blocking: run it in a thread).
     Nothing on a slave of a broker group: its log is its master's, cut and cleaned
-    there (docs/replication.md)."""
+    there; the master's TRIM frames remove the slave's segments below the master's log
+    start (docs/replication.md)."""
     if store.replica is not None and store.replica.fenced is not None:
         return
     report = store.apply_retention()

@@ -11,7 +11,11 @@ Front ends register their own metrics on the gateway's registry::
 
 Registering the same name again with the same type and labels returns the existing
 metric. ``on_collect`` callbacks run (synchronously, on the event loop) just before each
-scrape, to sample gauges that are cheaper to read than to keep updated.
+scrape, to sample gauges that are cheaper to read than to keep updated. ``on_sample``
+callbacks are the cheap part: they copy counters kept as plain ints on a hot path into
+their metrics, and also run before the overview's history reads them every few seconds
+(:mod:`gateway.history`), which must not pay for the gauges (an AMQP queue's depth is a
+store read per queue).
 
 Event-loop thread only: no locking.
 
@@ -30,7 +34,7 @@ scrape of 100 labelled series           437,761      3,333,356
 
 On the hot paths neither is used per message: the MQTT and AMQP front ends count with
 a plain attribute (``self.received += 1``: 88 ns in the same run) and copy it into the
-counter at scrape time (``on_collect``); the library's counters take a lock per
+counter at scrape time (``on_sample``); the library's counters take a lock per
 ``inc`` (the 940 ns), which an event-loop-only gateway does not need. A labelled
 ``inc`` here costs about 60% of the library's ``labels().inc()``, a scrape about 13%,
 and the module is 170 lines without a dependency. So it stays; a metric type it lacks
@@ -70,6 +74,10 @@ class _Metric:
 
     def value(self, **labels: str) -> float:
         return self._values.get(self._key(labels), 0.0)
+
+    def series(self) -> dict[LabelValues, float]:
+        """Every labelled value now (label values in ``labelnames`` order)."""
+        return dict(self._values)
 
     def total(self) -> float:
         """The sum over every label set."""
@@ -123,6 +131,7 @@ class Registry:
     def __init__(self) -> None:
         self._metrics: dict[str, _Metric] = {}
         self._collectors: list[Callable[[], None]] = []
+        self._samplers: list[Callable[[], None]] = []
 
     def counter(self, name: str, help: str, labelnames: tuple[str, ...] = ()) -> Counter:
         return self._register(Counter, name, help, labelnames)
@@ -132,6 +141,15 @@ class Registry:
 
     def on_collect(self, callback: Callable[[], None]) -> None:
         self._collectors.append(callback)
+
+    def on_sample(self, callback: Callable[[], None]) -> None:
+        """A cheap callback bringing counters up to date (module doc)."""
+        self._samplers.append(callback)
+
+    def sample(self) -> None:
+        """Run the ``on_sample`` callbacks: the counters read after this are current."""
+        for sample in self._samplers:
+            sample()
 
     def _register(
         self, cls: type[_M], name: str, help: str, labelnames: tuple[str, ...]
@@ -154,8 +172,9 @@ class Registry:
         return self._metrics.get(name)
 
     def collect(self) -> None:
-        """Run the ``on_collect`` callbacks (a scrape does; so does a reader of values
-        that are copied in at scrape time)."""
+        """Run the ``on_sample`` and ``on_collect`` callbacks: every metric read after
+        this is current (a scrape does it)."""
+        self.sample()
         for collect in self._collectors:
             collect()
 

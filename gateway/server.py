@@ -40,6 +40,7 @@ from gateway.connection import Connection, GatewayProtocol, ListenerSpec, format
 from gateway.context import GatewayContext
 from gateway.frontend import FrontEnd
 from gateway.frontends import FRONT_ENDS, FrontEndSpec, load_front_end
+from gateway.history import INTERVAL_S, SPAN_S, History
 from gateway.housekeeping import housekeeping_loop
 from gateway.metrics import Registry
 from gateway.publisher import Publisher
@@ -105,6 +106,7 @@ class Gateway:
         self.listeners: list[BoundListener] = []
         self.metrics = Registry()
         self._connector: Any = None
+        self._connector_task: asyncio.Task[None] | None = None
         self.state = ServerState(config, self.metrics)
         #: MQTT filters and AMQP amq.topic bindings: one topic space (DESIGN.md).
         self.topic_space = TopicSpace()
@@ -114,6 +116,8 @@ class Gateway:
         #: The broker group membership (docs/replication.md); None: one node.
         self.replication: ReplicationService | None = None
         self._tls_context: ssl.SSLContext | None = None
+        #: The overview's last hour of samples (gateway/history.py); set by start.
+        self.history: History | None = None
         self._servers: list[asyncio.Server] = []
         self._stop_requested = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -209,13 +213,23 @@ class Gateway:
         if url is not None:  # for the lmq CLI (gateway.admin.address)
             await asyncio.to_thread(write_address, Path(cfg.data_dir), url)
         self.spawn(housekeeping_loop(store, self.topic_space), "housekeeping")
+        self.history = History(
+            self.metrics, appended=lambda: publisher.appended,
+            pending=lambda: publisher.pending, log_bytes=lambda: store.log_bytes)
+        self.spawn(self.history.run(), "overview-history")
         self.spawn(security.watch(self._authentication_on), "users-file-watch")
         if cfg.connector is not None:  # the message connector's rules (docs/connector.md)
             from gateway.connector.runner import EmbeddedConnector
 
             self._connector = EmbeddedConnector(cfg.connector, self.metrics)
-            await self._connector.start()
+            rep = self.replication
+            if rep is not None:  # a broker group: the rules run on its master only
+                rep.on_master.append(functools.partial(self._connector_role, True))
+                rep.on_slave.append(functools.partial(self._connector_role, False))
+            await self._connector.start(rules=rep is None or rep.is_master)
             ctx.views.provide("connector.rules", self._connector.connector.snapshot)
+            if rep is not None and not rep.is_master:
+                log.info("connector rules wait: this member is a slave of its group")
         log.info("gateway ready", extra={"front_ends": ",".join(self.front_ends) or "-"})
 
     async def _listen(
@@ -352,6 +366,25 @@ class Gateway:
         bl = self.listener(name)
         return None if bl is None else (bl.host, bl.port)
 
+    def _connector_role(self, master: bool) -> None:
+        """The embedded connector's rules start when this member becomes its group's
+        master and stop when it stops being it (one task at a time, in order)."""
+        connector = self._connector
+        if connector is None:
+            return
+
+        async def follow(previous: asyncio.Task[None] | None) -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            if master:
+                await connector.start_rules()
+                log.info("connector rules started: this member is its group's master")
+            else:
+                await connector.stop_rules(self.config.shutdown_timeout)
+                log.info("connector rules stopped: this member is a slave of its group")
+
+        self._connector_task = self.spawn(follow(self._connector_task), "connector-role")
+
     def _front_ends_promoted(self) -> None:
         for name, front_end in self.front_ends.items():
             try:
@@ -377,8 +410,20 @@ class Gateway:
         """``host:port`` of the master for clients of ``listener`` ("" if unknown)."""
         return self.replication.master_address(listener) if self.replication else ""
 
+    def replication_slaves(self, listener: str) -> list[str]:
+        rep = self.replication
+        return rep.slave_addresses(listener) if rep is not None and rep.is_master else []
+
+    def replication_following(self) -> bool:
+        return self.replication is not None and self.replication.following
+
     def uptime(self) -> float:
         return time.monotonic() - self.started_at
+
+    def overview_history(self, since: int = 0) -> dict[str, Any]:
+        if self.history is None:
+            return {"interval_s": INTERVAL_S, "span_s": SPAN_S, "samples": []}
+        return self.history.document(since)
 
     def count_rejected(self, reason: str) -> None:
         self.state.count_rejected(reason)

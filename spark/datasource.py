@@ -6,7 +6,7 @@ session, then read the log from DataFrames or SQL::
     from spark.datasource import register
     register(spark)
     df = spark.read.format("lmq").option("since", "2024-05-01").load("/var/lib/lmq")
-    spark.sql("CREATE TABLE log USING lmq OPTIONS (path '/var/lib/lmq')")
+    spark.sql("CREATE TEMPORARY VIEW log USING lmq OPTIONS (path '/var/lib/lmq')")
 
 Rows: :data:`spark.schema.SOURCE_SCHEMA`, one per message (the columns of
 :data:`~spark.schema.RECORD_SCHEMA`, times and dates in UTC, and ``kind``). Planning
@@ -42,6 +42,13 @@ Options (all strings, as Spark passes them):
 
 Paths are local (or ``file:`` URIs) seen by every executor; for ``hdfs://`` and other
 Hadoop URIs use :func:`spark.reader.read_commit_log` with ``mode="hadoop"``.
+
+SQL: ``CREATE TEMPORARY VIEW ... USING lmq OPTIONS (path ...)`` keeps its options. A
+catalog table (``CREATE TABLE t USING lmq ...``) does not: pyspark 4's wrapper of a
+Python data source (``PythonDataSourceV2.getTable``) drops the table's options and
+location, so a read of ``t`` gets only the options of the query itself:
+``SELECT ... FROM t WITH ('dataDir' = '/var/lib/lmq')`` (or
+``spark.read.option("dataDir", ...).table("t")``).
 """
 
 from __future__ import annotations
@@ -100,13 +107,16 @@ class LmqDataSource(DataSource):
 class LmqReader(DataSourceReader):
     def __init__(self, options: dict, schema: StructType) -> None:
         options = {k.lower(): v for k, v in options.items()}
-        # load(path) passes ``path``; SQL's CREATE TABLE keeps ``path`` as the table's
-        # location and does not hand it back: ``dataDir`` there
+        # load(path) and a temporary view's OPTIONS pass ``path``; a catalog table's
+        # read passes only the query's own options (see the module's documentation)
         path = options.get("datadir") or options.get("path")
         if not path:
             raise ValueError(
-                "format('lmq') needs the data directory: .load(data_dir), or the option "
-                "dataDir (SQL: USING lmq OPTIONS (dataDir '...'))"
+                "format('lmq') needs the data directory: .load(data_dir), the option "
+                "dataDir, or in SQL a temporary view (CREATE TEMPORARY VIEW v USING lmq "
+                "OPTIONS (path '...')); a table made by CREATE TABLE ... USING lmq does not "
+                "keep its OPTIONS or LOCATION (pyspark 4 drops them), so give them where "
+                "it is read: SELECT ... FROM t WITH ('dataDir' = '...')"
             )
         if not R.is_local(path):
             raise ValueError(

@@ -211,7 +211,7 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
             records = _records(scan, config, tables)
             scan.unpersist()
         progress(f"computing figures and writing Parquet tables to {tables}")
-        summary = _summarise(records, report, segments, log_bytes, config, tables)
+        summary = _summarise(records, report, segments, log_bytes, config, tables, progress)
         summary["include_sys"] = config.include_sys
         hist, minutes = _small_tables(session, tables)
         progress(
@@ -261,9 +261,10 @@ def _read_direct(session, segments, config: JobConfig, records_dir: str) -> list
     ).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         report = _rows(side.where(F.col("report").isNotNull()).select("report.*"))
-        later = dispatched(side)  # only held records and dispatches are left in side
-        if later.take(1):
-            later.write.mode("append").partitionBy("date").parquet(records_dir)
+        # only held records and dispatches are left in side; a dispatch joins only a
+        # held record read, so without one there is nothing to join (and no job to run)
+        if sum(r["held_records"] for r in report):
+            dispatched(side).write.mode("append").partitionBy("date").parquet(records_dir)
     finally:
         side.unpersist()
     return report
@@ -294,46 +295,59 @@ def _records(scan, config: JobConfig, tables: str):
     return records
 
 
-def _summarise(records, report, segments, log_bytes, config: JobConfig, tables: str) -> dict:
-    """Compute and write every table but the per-record one; the summary of them."""
+def _summarise(
+    records, report, segments, log_bytes, config: JobConfig, tables: str, progress: Progress
+) -> dict:
+    """Compute and write every table but the per-record one; the summary of them.
+    ``progress`` is told each step (so a caller can time them)."""
     from pyspark.sql import functions as F
 
     session = records.sparkSession
-    stats = T.fanout_stats(records, (0.5, 0.9, 0.99)).collect()[0]
-    totals = records.agg(
-        F.countDistinct("device").alias("devices"),
-        F.sum("payload_size").cast("long").alias("bytes"),
-        F.unix_millis(F.min("store_time")).alias("first_ms"),
-        F.unix_millis(F.max("store_time")).alias("last_ms"),
-    ).collect()[0]
-    # epoch ms, not collected timestamps: PySpark converts those to the *process's*
-    # local zone as naive datetimes
-    first = _from_ms(totals["first_ms"])
-    last = _from_ms(totals["last_ms"])
+
+    def save(df, name: str, *partition_by: str) -> None:
+        progress(f"table {name}")
+        _save(df, tables, name, *partition_by)
 
     def table(name: str):
         return session.read.parquet(f"{tables}/{name}")
 
-    _save(T.device_stats(records), tables, "devices")
-    _save(T.topic_stats(records), tables, "topics")
+    progress("percentiles")
+    stats = T.fanout_stats(records, (0.5, 0.9, 0.99)).collect()[0]
+    save(T.device_stats(records), "devices")
+    # the totals from the devices table (a row per device, null included), not
+    # another pass over the records: the same sums, minimum and maximum
+    totals = (
+        table("devices")
+        .agg(
+            F.count("device").alias("devices"),
+            F.sum("bytes").cast("long").alias("bytes"),
+            F.unix_millis(F.min("first_seen")).alias("first_ms"),
+            F.unix_millis(F.max("last_seen")).alias("last_ms"),
+        )
+        .collect()[0]
+    )
+    # epoch ms, not collected timestamps: PySpark converts those to the *process's*
+    # local zone as naive datetimes
+    first = _from_ms(totals["first_ms"])
+    last = _from_ms(totals["last_ms"])
+    save(T.topic_stats(records), "topics")
     prefix_frames = [T.topic_prefix_stats(records, d) for d in config.prefix_depths]
     if prefix_frames:
-        _save(
-            reduce(lambda a, b: a.unionByName(b), prefix_frames), tables, "topic_prefixes", "depth"
-        )
-    _save(T.lmq_fan_in(records), tables, "lmq_fan_in")
-    _save(T.fanout_histogram(records), tables, "fanout_histogram")
-    _save(T.traffic_per_minute(records), tables, "traffic_per_minute", "date")
+        save(reduce(lambda a, b: a.unionByName(b), prefix_frames), "topic_prefixes", "depth")
+    save(T.lmq_fan_in(records), "lmq_fan_in")
+    save(T.fanout_histogram(records), "fanout_histogram")
+    save(T.traffic_per_minute(records), "traffic_per_minute", "date")
     changes: list[dict] = []
     if first is not None and last is not None and last > first:
         before, after = halves(first, last)
-        _save(T.fanout_change(records, before, after), tables, "fanout_change")
+        save(T.fanout_change(records, before, after), "fanout_change")
         changes = _rows(
             table("fanout_change")
             .orderBy(F.abs("change").desc(), F.col("device").asc())
             .limit(config.top)
         )
 
+    progress("top lists")
     lmqs = table("lmq_fan_in").count()
     top_devices = _rows(T.top_n(table("devices"), config.top, key="device"))
     top_topics = _rows(T.top_n(table("topics"), config.top, key="topic"))

@@ -304,8 +304,14 @@ def scan_range(
 
 
 def skip_damage(
-    data: bytes, view: memoryview, base: int, pos: int, limit: int, is_last: bool,
-    report: RangeReport, exc: Exception,
+    data: bytes,
+    view: memoryview,
+    base: int,
+    pos: int,
+    limit: int,
+    is_last: bool,
+    report: RangeReport,
+    exc: Exception,
 ) -> int | None:
     """A record at ``pos`` failed to decode with ``exc``: the position of the next valid
     record before ``limit``, the bytes between reported as damage; or None when there is

@@ -20,7 +20,6 @@ from gateway.admin import (
 from gateway.admin.audit import AuditLog
 from gateway.admin.auth import AdminAuth
 from gateway.admin.core import AdminError, Call, Handler, Result
-from gateway.admin.samples import Samples
 
 if TYPE_CHECKING:
     from gateway.context import GatewayContext
@@ -51,15 +50,10 @@ class Admin:
             Path(cfg.admin_audit_log) if cfg.admin_audit_log else Path(cfg.data_dir) / "audit.log"
         )
         self.audit = AuditLog(audit_path)
-        self.samples = Samples(ctx)
         self.routes: list[Route] = []
         for family in (overview, connections, topics, groups, lmqs, messages, users, protocols):
             for method, pattern, handler, action in family.routes(self):
                 self.routes.append(Route(method, pattern, handler, action))
-
-    def start(self) -> None:
-        """Start what runs beside the calls (the rate samples)."""
-        self.ctx.spawn(self.samples.run(), "admin-samples")
 
     async def call(self, route: Route, call: Call) -> Result:
         """Run ``route``'s handler; a change is written to the audit log, refused or

@@ -13,7 +13,12 @@
   request and answers ``None`` (not mine: the next kind is asked), a :class:`Caller`
   (authenticated administrator) or raises :class:`~gateway.admin.core.AdminError`
   (mine, refused). Kinds are asked in the order added, Basic last. The console's
-  session cookie (with its CSRF token on changes) is one.
+  session cookie (with its CSRF token on changes) is one (:mod:`gateway.http.console`).
+- **Cross-site requests**: a change (POST, PUT, PATCH, DELETE) that a browser marks as
+  sent by another site's page (``Sec-Fetch-Site``, ``Origin``) is refused (403) before
+  any credential is looked at, so that neither open mode nor Basic credentials a
+  browser remembered can be ridden by another page
+  (:func:`gateway.http.auth.csrf_refusal`). The CLI sends neither header.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from gateway.admin.core import AdminError, Caller
 from gateway.auth.authenticator import Principal, Refusal, RefusalReason, is_loopback
-from gateway.http.auth import HttpLogins, peer_host
+from gateway.http.auth import HttpLogins, csrf_refusal, peer_host
 
 if TYPE_CHECKING:
     from gateway.http.messages import Request
@@ -63,6 +68,9 @@ class AdminAuth:
         """The caller of ``request``, an administrator; raises :class:`Unauthorized`
         (401) or AdminError 403."""
         peer = peer_host(request) or ""
+        refused = csrf_refusal(request, None)
+        if refused:  # before any credential: open mode and remembered Basic included
+            raise AdminError(403, refused)
         login = self._logins.current()
         if login is None:  # open mode
             if is_loopback(peer):

@@ -69,8 +69,10 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
         None,
     ),
     ("GET", "/overview/history"): (
-        "Rate samples of the last hour (every 5 s)",
-        [_q("since", "number", "Unix seconds")],
+        "The gateway's samples of the last hour (every 5 s; gateway/history.py): messages"
+        " in/out a second per protocol, stored a second, connections per protocol, store"
+        " bytes and lag; those taken after since",
+        [_q("since", "integer", "ms since the epoch")],
         None,
     ),
     ("GET", "/store"): ("The store's statistics", [], None),

@@ -1,5 +1,5 @@
 """``GET /v1/admin/overview``: the gateway at a glance; ``GET /v1/admin/overview/history``:
-the rate samples of the last hour (:mod:`gateway.admin.samples`)."""
+the samples of the last hour the gateway keeps (:mod:`gateway.history`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from broker_core import MessageStore, StoreError, VerifyReport
 from gateway.admin.core import AdminError, Call, Result
-from gateway.admin.samples import INTERVAL
 
 if TYPE_CHECKING:
     from gateway.admin.api import Admin
@@ -40,7 +39,7 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
                 "by_protocol": dict(by_protocol),
                 "by_listener": dict(by_listener),
             },
-            "rates": admin.samples.rates(),
+            "rates": _rates(ctx.introspection.overview_history()),
             "store": {
                 "bytes": store.get("log_bytes"),
                 "segments": store.get("segments"),
@@ -61,10 +60,12 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
     async def history(call: Call) -> dict[str, Any]:
         raw = call.query.get("since", "0")
         try:
-            since = float(raw)
+            since = int(raw)
         except ValueError:
-            raise AdminError(400, "since must be a unix time in seconds", field="since") from None
-        return {"interval_seconds": INTERVAL, "samples": admin.samples.history(since)}
+            raise AdminError(
+                400, "since must be a time in milliseconds since the epoch", field="since"
+            ) from None
+        return admin.ctx.introspection.overview_history(since)
 
     async def store_stats(call: Call) -> dict[str, Any]:
         try:
@@ -139,6 +140,16 @@ def _verify_doc(state: dict[str, Any]) -> dict[str, Any]:
         "ok": (report.ok and state["error"] is None) if done else None,
         "error": state["error"],
     }
+
+
+def _rates(history: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Messages a second in and out per protocol over the last sample's interval (empty
+    before the second sample)."""
+    samples = history.get("samples") or []
+    if not samples:
+        return {"in": {}, "out": {}}
+    last = samples[-1]
+    return {"in": dict(last["in"]), "out": dict(last["out"])}
 
 
 def _version() -> str:

@@ -112,7 +112,7 @@ class AmqpFrontEnd(FrontEnd):
             "lmq_amqp_queue_messages_unacked", "Unacknowledged deliveries per queue", labels)
         q_consumers = m.gauge("lmq_amqp_queue_consumers", "Consumers per queue", labels)
 
-        def collect() -> None:
+        def counters() -> None:
             stats = self.stats
             if stats.published:
                 self.published.inc(stats.published)
@@ -120,6 +120,8 @@ class AmqpFrontEnd(FrontEnd):
             if stats.delivered:
                 self.delivered.inc(stats.delivered)
                 stats.delivered = 0
+
+        def collect() -> None:
             all_queues = list(self.broker.all_queues())
             connections.set(len(self.handlers))
             queues.set(len(all_queues))
@@ -132,6 +134,7 @@ class AmqpFrontEnd(FrontEnd):
                 q_unacked.set(q.unacked, vhost=q.vhost, queue=q.name)
                 q_consumers.set(len(q.consumers), vhost=q.vhost, queue=q.name)
 
+        m.on_sample(counters)
         m.on_collect(collect)
 
     # -- connections -------------------------------------------------------------------

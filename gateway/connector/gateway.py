@@ -97,7 +97,6 @@ class _Endpoint:
         self.cluster = cluster
         self.rule = rule
         self.client: RemotingClient | None = None
-        self._next_endpoint = 0
         self._id: str | None = None
 
     @property
@@ -106,10 +105,20 @@ class _Endpoint:
         return self.cluster.kind == "gateway"
 
     async def open(self) -> None:
+        """Connect to the cluster's first endpoint that answers, in the file's order
+        (a broker group's members: a dead master's address is passed over at once);
+        EndpointUnavailable when none does."""
         await self.close()
         endpoints = self.cluster.endpoints
-        address = endpoints[self._next_endpoint % len(endpoints)]
-        self._next_endpoint += 1  # the next open (after a failure) tries the next one
+        for n, address in enumerate(endpoints):
+            try:
+                await self._open(address)
+                return
+            except EndpointUnavailable:
+                if n == len(endpoints) - 1:
+                    raise
+
+    async def _open(self, address: str) -> None:
         timeout = float(self.cluster.options.get("timeout", 5.0))
         client = RemotingClient(
             address,

@@ -126,6 +126,11 @@ class RuleRunner:
     def stop(self) -> None:
         self._stopping.set()
 
+    def rearm(self) -> None:
+        """After a stop, let :meth:`run` run again (the connector inside a broker
+        group's member starts and stops with the member's mastership)."""
+        self._stopping.clear()
+
     async def run(self) -> None:
         if not self.rule.enabled:
             self.stats.state = "disabled"
@@ -553,7 +558,9 @@ class Connector:
         return [r.stats for r in self.runners]
 
     def start(self) -> None:
+        self._tasks = [t for t in self._tasks if not t.done()]
         for runner in self.runners:
+            runner.rearm()
             self._tasks.append(asyncio.create_task(self._run(runner), name=runner.rule.name))
 
     async def _run(self, runner: RuleRunner) -> None:
@@ -589,8 +596,12 @@ class EmbeddedConnector:
         register_metrics(registry, self.connector.stats)
         self._registry = registry
         self._listener: Any = None
+        #: Whether the rules run (a broker group's slave keeps them stopped).
+        self.running = False
 
-    async def start(self) -> None:
+    async def start(self, rules: bool = True) -> None:
+        """The status listener, and the rules unless ``rules`` is False (a slave of a
+        broker group: :meth:`start_rules` once it is the master)."""
         from .listener import StatusListener
 
         address = self.connector.rules.settings.status_address
@@ -605,9 +616,20 @@ class EmbeddedConnector:
                 log.info("connector status on %s:%d", *bound)
             except OSError as exc:
                 log.warning("connector status listener not started: %s", exc)
-        self.connector.start()
+        if rules:
+            await self.start_rules()
+
+    async def start_rules(self) -> None:
+        if not self.running:
+            self.running = True
+            self.connector.start()
+
+    async def stop_rules(self, timeout: float = 10.0) -> None:
+        if self.running:
+            self.running = False
+            await self.connector.stop(timeout)
 
     async def stop(self, timeout: float = 10.0) -> None:
-        await self.connector.stop(timeout)
+        await self.stop_rules(timeout)
         if self._listener is not None:
             await self._listener.close()

@@ -1,6 +1,6 @@
 """The gRPC door on the gateway's own event loop: one :class:`GrpcConnection` per HTTP/2
 connection (the dedicated ``grpc_port`` / ``grpc_tls_port`` and the unified ports,
-whose sniffer tells the HTTP/2 preface), one task per call.
+whose sniffer tells the HTTP/2 preface), a task per call that waits.
 
 The connection's bytes go through the sans-IO :class:`protocol.grpc.server.
 ServerConnection` (HTTP/2 and gRPC framing); its events become calls of the servicer
@@ -12,6 +12,12 @@ cancellation); the servicer builds its :class:`~gateway.grpc.call.Call` from it.
 - Unary and server-streaming calls start when the request is complete (one message and
   the client's half-close; no message or two: INTERNAL); Telemetry (bidirectional)
   starts at its headers and reads its commands from a queue as they arrive.
+- A unary call runs at once, inside the read that completed it, up to its first wait;
+  only a call that waits (a send until the store acknowledges it) goes on as a task
+  (:func:`_resume`). Most unary calls never wait (a heartbeat, a route, an ack): they
+  cost no task and no extra turn of the loop. So a unary handler must not need
+  ``asyncio.current_task()`` before its first wait (``asyncio.timeout`` does: wait on
+  a future first, or make the call streaming); the streaming calls start as tasks.
 - Deadlines (``grpc-timeout``): a timer cancels the call's task and answers
   DEADLINE_EXCEEDED.
 - Cancellation: a client's RST_STREAM (or a closed connection) cancels the call's task
@@ -36,7 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+import types
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -92,6 +99,32 @@ def methods(front: GrpcFrontEnd) -> dict[str, Method]:
         table[f"/{service.full_name}/{rpc.name}"] = Method(kind, parse, handler)
     table[admin.RELEASE] = Method(UNARY, bytes, admin.handler(front))
     return table
+
+
+@types.coroutine
+def _resumed(coro: Coroutine[Any, Any, None], waiting: Any) -> Generator[Any, Any, None]:
+    """Drive ``coro``, which was stepped outside a task until it yielded ``waiting``
+    (the future it waits for, or None for a bare yield): hand what it yields to the
+    task running this, and what the task sends or throws in (a result, a
+    cancellation) back to it."""
+    while True:
+        try:
+            value = yield waiting
+        except BaseException as exc:  # a cancellation: passed on to coro
+            try:
+                waiting = coro.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                waiting = coro.send(value)
+            except StopIteration:
+                return
+
+
+async def _resume(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+    """The rest of a unary call that waited, as a task (see :meth:`GrpcConnection._start`)."""
+    await _resumed(coro, waiting)
 
 
 class ServerCall:
@@ -237,12 +270,16 @@ class GrpcConnection(ConnectionHandler):
     # -- calls -------------------------------------------------------------------------
 
     def _start(self, call: ServerCall) -> None:
-        kind = call.method.kind
-        if kind == UNARY:
+        if call.method.kind == UNARY:
+            # At once, up to the first wait (module doc): a task only if it waits.
             coro = self._unary(call)
+            try:
+                waiting = coro.send(None)
+            except StopIteration:
+                return
+            call.task = self.loop.create_task(_resume(coro, waiting))
         else:
-            coro = self._stream(call)
-        call.task = self.loop.create_task(coro)
+            call.task = self.loop.create_task(self._stream(call))
 
     async def _unary(self, call: ServerCall) -> None:
         method = call.method

@@ -39,7 +39,6 @@ def admin_of(router: Router) -> Admin:
 
 def register_routes(router: Router, ctx: GatewayContext) -> None:
     admin = Admin(ctx)
-    admin.start()
     _ADMINS[router] = admin
     for route in admin.routes:
         router.add(route.method, PREFIX + route.pattern, _door(admin, route))
@@ -57,7 +56,10 @@ def _door(admin: Admin, route: Route) -> Any:
             )
             result = await admin.call(route, call)
         except Unauthorized as exc:
-            return problem(401, exc.message, headers=CHALLENGE)
+            # the console's calls (X-Lmq-Console) get no challenge: a browser would
+            # answer it with its own login popup instead of the console's form
+            console = request.header("x-lmq-console") is not None
+            return problem(401, exc.message, headers=None if console else CHALLENGE)
         except AdminError as exc:
             if exc.field:
                 return problem(exc.status, exc.message, field=exc.field)

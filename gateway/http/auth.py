@@ -14,7 +14,18 @@ place for their logins.
   JSON API): :meth:`HttpLogin.signed`, an HMAC, cheap, not cached
   (:mod:`gateway.http.mq_signature`).
 
-Event-loop thread only (the cache); the scrypt runs in ``asyncio.to_thread``.
+- **Console sessions** (the web console, issue 31): :class:`Sessions`. A login by
+  password gives a session: a random id in a cookie (``HttpOnly``, ``SameSite=Strict``,
+  ``Secure`` over TLS, path ``/``; never in a URL) and a CSRF token the page keeps in
+  memory and sends as ``X-CSRF-Token`` with every state-changing call
+  (:func:`csrf_refusal`). Only a hash of the id is kept; a session ends after
+  :data:`SESSION_IDLE_SECONDS` without use, :data:`SESSION_MAX_SECONDS` after login, at
+  logout, or when more than :data:`MAX_SESSIONS` exist (the oldest goes). Whether the
+  user may still do what it asks (still there, still an administrator) is checked by
+  the caller against the users file at each request, not here.
+
+Event-loop thread only (the cache, the sessions); the scrypt runs in
+``asyncio.to_thread``.
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import hmac
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gateway.auth.authenticator import Principal, Refusal
@@ -35,12 +47,31 @@ if TYPE_CHECKING:
     from gateway.http.messages import Request
     from gateway.security import Security
 
-__all__ = ["CACHE_SECONDS", "CACHE_SIZE", "HttpLogin", "HttpLogins", "peer_host"]
+__all__ = [
+    "CACHE_SECONDS", "CACHE_SIZE", "CSRF_HEADER", "HttpLogin", "HttpLogins", "MAX_SESSIONS",
+    "SESSION_COOKIE", "SESSION_IDLE_SECONDS", "SESSION_MAX_SECONDS", "Session", "Sessions",
+    "csrf_refusal", "peer_host",
+]
 
 #: How long a verified password login is reused without a new scrypt.
 CACHE_SECONDS = 30.0
 #: Verified logins kept at most (the oldest go first).
 CACHE_SIZE = 1024
+
+
+#: The console's session cookie.
+SESSION_COOKIE = "lmq_session"
+#: The header carrying a session's CSRF token on state-changing calls.
+CSRF_HEADER = "x-csrf-token"
+#: A session unused this long ends.
+SESSION_IDLE_SECONDS = 30 * 60.0
+#: A session ends this long after its login, used or not.
+SESSION_MAX_SECONDS = 12 * 3600.0
+#: Sessions kept at most (the oldest login goes first).
+MAX_SESSIONS = 1024
+
+#: Methods that change nothing (no CSRF token asked).
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def peer_host(request: Request) -> str | None:
@@ -108,3 +139,131 @@ class HttpLogins:
         if self._login is None or self._login.authenticator is not auth:
             self._login = HttpLogin(auth)
         return self._login
+
+
+class Session:
+    """One console login: who, its CSRF token, and when it ends."""
+
+    __slots__ = ("principal", "csrf", "created", "used", "peer", "stamp")
+
+    def __init__(self, principal: Principal, peer: str | None, now: float,
+                 stamp: str | None = None) -> None:
+        self.principal = principal
+        #: The user's password hash at login: a session ends when the password changes.
+        self.stamp = stamp
+        self.csrf = secrets.token_urlsafe(32)
+        self.created = now
+        self.used = now
+        self.peer = peer
+
+
+class Sessions:
+    """The console's sessions (module doc). ``clock`` is monotonic seconds."""
+
+    def __init__(self, idle: float = SESSION_IDLE_SECONDS, lifetime: float = SESSION_MAX_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.idle = idle
+        self.lifetime = lifetime
+        self._clock = clock
+        #: SHA-256 of the cookie value -> session, oldest login first
+        self._by_hash: OrderedDict[bytes, Session] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._by_hash)
+
+    def create(self, principal: Principal, peer: str | None = None,
+               stamp: str | None = None) -> tuple[str, Session]:
+        """A new session for ``principal``: (the cookie value, the session)."""
+        token = secrets.token_urlsafe(32)
+        session = Session(principal, peer, self._clock(), stamp)
+        self._by_hash[_digest(token)] = session
+        while len(self._by_hash) > MAX_SESSIONS:
+            self._by_hash.popitem(last=False)
+        return token, session
+
+    def get(self, request: Request) -> Session | None:
+        """The live session named by the request's cookie (its idle time restarts)."""
+        token = cookie(request, SESSION_COOKIE)
+        if not token:
+            return None
+        key = _digest(token)
+        session = self._by_hash.get(key)
+        if session is None:
+            return None
+        now = self._clock()
+        if now - session.used > self.idle or now - session.created > self.lifetime:
+            del self._by_hash[key]
+            return None
+        session.used = now
+        return session
+
+    def end(self, request: Request) -> bool:
+        """Log the request's session out; False when it had none."""
+        token = cookie(request, SESSION_COOKIE)
+        if not token:
+            return False
+        return self._by_hash.pop(_digest(token), None) is not None
+
+    def end_user(self, username: str) -> int:
+        """End every session of ``username`` (removed, or its password changed)."""
+        keys = [k for k, s in self._by_hash.items() if s.principal.username == username]
+        for key in keys:
+            del self._by_hash[key]
+        return len(keys)
+
+    @staticmethod
+    def set_cookie(token: str, *, tls: bool) -> tuple[str, str]:
+        """The ``Set-Cookie`` header of a new session (a session cookie: no
+        ``Max-Age``, the browser drops it when it closes)."""
+        secure = "; Secure" if tls else ""
+        return ("set-cookie",
+                f"{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}")
+
+    @staticmethod
+    def clear_cookie(*, tls: bool) -> tuple[str, str]:
+        secure = "; Secure" if tls else ""
+        return ("set-cookie",
+                f"{SESSION_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict{secure}")
+
+
+def csrf_refusal(request: Request, session: Session | None) -> str | None:
+    """Why a request must be refused as a possible cross-site request forgery, or None.
+
+    - Every request that comes from another site is refused when it would change
+      something: a browser says so in ``Sec-Fetch-Site`` or, for older ones, in an
+      ``Origin`` that is not this host. This also covers open mode and HTTP Basic
+      credentials a browser remembered, which a cookie-less attacker page could
+      otherwise ride. Clients that are not browsers (the CLI, curl) send neither.
+    - A state-changing call with the session cookie must carry the session's token in
+      ``X-CSRF-Token`` (a page of another site can neither read it nor set the header
+      without a CORS preflight, which the gateway never grants).
+    """
+    if request.method in SAFE_METHODS:
+        return None
+    site = request.header("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return f"a {site} request from a browser page (cross-site request forgery?)"
+    origin = request.header("origin")
+    if origin is not None and origin.partition("://")[2] != (request.header("host") or ""):
+        return f"a request from another origin ({origin})"
+    if session is not None:
+        sent = request.header(CSRF_HEADER) or ""
+        if not hmac.compare_digest(sent.encode(), session.csrf.encode()):
+            return f"missing or wrong {CSRF_HEADER} header for this session"
+    return None
+
+
+def cookie(request: Request, name: str) -> str | None:
+    """The value of cookie ``name`` in the request's ``Cookie`` headers."""
+    for key, value in request.headers:
+        if key != "cookie":
+            continue
+        for part in value.split(";"):
+            k, _, v = part.strip().partition("=")
+            if k == name:
+                return v
+    return None
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()

@@ -16,6 +16,7 @@ PAGE = """<!doctype html>
 light-message-queue store. This port speaks every one of them; this page is for
 browsers.</p>
 <ul>
+<li><a href="/console/">/console</a> &mdash; the web console (administrators)</li>
 <li><a href="/health">/health</a> &mdash; the gateway's health document (JSON)</li>
 <li><a href="/metrics">/metrics</a> &mdash; Prometheus metrics</li>
 <li><a href="/v1/openapi.json">/v1/openapi.json</a> &mdash; the JSON API (OpenAPI 3.1)</li>

@@ -86,13 +86,16 @@ class MqttFrontEnd(FrontEnd):
         online = m.gauge("lmq_mqtt_sessions_online", "MQTT sessions with a connection")
         filters = m.gauge("lmq_mqtt_filters", "Distinct subscription filters")
 
-        def collect() -> None:
+        def counters() -> None:
             self.messages_sent.inc(self.sent - self.messages_sent.value())
             self.messages_received.inc(self.received - self.messages_received.value())
+
+        def collect() -> None:
             sessions.set(len(self.sessions))
             online.set(len(self.handlers))
             filters.set(self.topic_space.filter_count())
 
+        m.on_sample(counters)
         m.on_collect(collect)
         self._load_sessions()
         admin.register(self)

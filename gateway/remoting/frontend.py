@@ -77,7 +77,7 @@ class RemotingFrontEnd(FrontEnd):
         #: This gateway's id for the connector (gateway.cluster_id), and the copies
         #: dropped: duplicates (at or below their origin's high-water mark) and loops
         #: (their ``__LMQ_PATH`` names this gateway).
-        self.cluster_id = cluster_id(ctx.store, cfg.cluster_id)
+        self._cluster_id = cluster_id(ctx.store, cfg.cluster_id)
         self.copies_duplicate = 0
         self.copies_looped = 0
         self._register_metrics()
@@ -118,8 +118,6 @@ class RemotingFrontEnd(FrontEnd):
                 for code, n in counts.items():
                     label = str(code)
                     counter.inc(n - counter.value(code=label), code=label)
-            self.messages_sent.inc(self.sent - self.messages_sent.value())
-            self.messages_pulled.inc(self.pulled - self.messages_pulled.value())
             duplicates.inc(self.copies_duplicate - duplicates.value())
             loops.inc(self.copies_looped - loops.value())
             connections.set(len(self.handlers))
@@ -127,6 +125,11 @@ class RemotingFrontEnd(FrontEnd):
             suspended.set(self.suspended)
             locks.set(self.locks.count())
 
+        def counters() -> None:
+            self.messages_sent.inc(self.sent - self.messages_sent.value())
+            self.messages_pulled.inc(self.pulled - self.messages_pulled.value())
+
+        m.on_sample(counters)
         m.on_collect(collect)
 
     # -- life --------------------------------------------------------------------------
@@ -135,6 +138,21 @@ class RemotingFrontEnd(FrontEnd):
         self.ctx.spawn(self._sweep_loop(), "remoting-sweep")
         for hook in self.table.on_start:
             hook(self)
+
+    @property
+    def cluster_id(self) -> str:
+        """This gateway's id for the connector. In a broker group, the group's: the one
+        its first master kept in the store's metadata, replicated (a copy's origin and
+        the connector's high-water marks name it, so it must not change at a failover).
+        A slave reads it from the replicated metadata at each use (a connector asking a
+        slave about to be promoted gets the group's id, not the one the slave generated
+        at its own first start); a master keeps it, read again when promoted."""
+        if self.ctx.store.log.fence is not None:
+            return cluster_id(self.ctx.store, self.ctx.config.cluster_id)
+        return self._cluster_id
+
+    def promoted(self) -> None:
+        self._cluster_id = cluster_id(self.ctx.store, self.ctx.config.cluster_id)
 
     async def _sweep_loop(self) -> None:
         while True:

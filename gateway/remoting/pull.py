@@ -133,7 +133,9 @@ class PullRequest:
         self.suspend_ms = (
             min(get_int(cmd, "suspendTimeoutMillis", 0), MAX_SUSPEND_MS)
             if sys_flag & _SUSPEND else 0)
-        if sys_flag & _COMMIT_OFFSET:
+        if sys_flag & _COMMIT_OFFSET and ctx.services.store.log.fence is None:
+            # a slave of a broker group serves the pull, not the commit (RocketMQ's
+            # slaves do not take the pull's commit either)
             commit(ctx, self.group, self.topic, self.queue_id, get_int(cmd, "commitOffset", -1))
         self.store_host = pack_host("{}:{}".format(*ctx.store_address))
 

@@ -1,7 +1,8 @@
 """The name server's answers: GET_ROUTEINFO_BY_TOPIC and GET_BROKER_CLUSTER_INFO.
 
 Like RocketMQ 5's proxy, the gateway is the name server and the one broker: a route
-names one broker (id 0) whose address is ``advertised_address`` when configured, else
+names one broker name, its master as broker id 0 (and, in a broker group, its slaves
+as ids 1.., :func:`broker_addrs`), whose address is ``advertised_address`` when configured, else
 the gateway address this client connected to (so ``namesrvAddr=host:8080`` is all a
 client needs, and a client reuses the connection it already has when the two are the
 same string).
@@ -43,12 +44,7 @@ def register(table: DispatchTable) -> None:
     table.register(RequestCode.GET_BROKER_CLUSTER_INFO, get_broker_cluster_info)
 
 
-def broker_address(ctx: RequestContext) -> str:
-    intro = ctx.front.ctx.introspection
-    if intro.replication_role() == "slave":  # docs/replication.md: routes name the master
-        master = intro.replication_master("remoting") or intro.replication_master("unified")
-        if master:
-            return master
+def own_address(ctx: RequestContext) -> str:
     advertised = ctx.front.advertised_address
     if advertised:
         return advertised
@@ -56,17 +52,41 @@ def broker_address(ctx: RequestContext) -> str:
     return f"{host}:{port}"
 
 
+def broker_addrs(ctx: RequestContext) -> dict[int, str]:
+    """The broker ids and addresses of the one broker name (docs/replication.md, as
+    RocketMQ's name server has them for a master/slave group): 0 the master, 1.. the
+    slaves, which RocketMQ clients read from when the route has no master (or the
+    master suggests it). A master names its connected slaves; a slave names the master
+    and itself while its stream from the master is live, and only itself while not
+    (the master is gone or unreachable: pulls go on from the slave, sends have no
+    route until a master is back, as when RocketMQ's name server dropped a dead
+    master). No group: this gateway as broker 0."""
+    intro = ctx.front.ctx.introspection
+    own = own_address(ctx)
+    role = intro.replication_role()
+    if role == "master":
+        return {0: own, **dict(enumerate(intro.replication_slaves("remoting"), 1))}
+    if role == "slave":
+        master = intro.replication_master("remoting") or intro.replication_master("unified")
+        if master and intro.replication_following():
+            return {0: master, 1: own}
+        return {1: own}
+    return {0: own}
+
+
 def _standard(cmd: RemotingCommand) -> bool:
     return int(cmd.version or 0) >= STANDARD_JSON_VERSION or get_bool(
         cmd, "acceptStandardJsonOnly")
 
 
-def _broker_addrs(address: str, standard: bool) -> str:
-    """The ``brokerAddrs`` map, already serialised (fastjson's unquoted key if asked)."""
-    return json.dumps({"0": address}) if standard else "{0:" + json.dumps(address) + "}"
+def _broker_addrs(addrs: dict[int, str], standard: bool) -> str:
+    """The ``brokerAddrs`` map, already serialised (fastjson's unquoted keys if asked)."""
+    if standard:
+        return json.dumps({str(k): v for k, v in sorted(addrs.items())})
+    return "{" + ",".join(f"{k}:{json.dumps(v)}" for k, v in sorted(addrs.items())) + "}"
 
 
-def route_json(config: TopicConfig, address: str, standard: bool) -> bytes:
+def route_json(config: TopicConfig, address: dict[int, str], standard: bool) -> bytes:
     queue_data = json.dumps([{
         "brokerName": BROKER_NAME,
         "perm": int(config.perm),
@@ -96,11 +116,11 @@ def get_routeinfo_by_topic(ctx: RequestContext, cmd: RemotingCommand) -> Remotin
         return error(
             ResponseCode.TOPIC_NOT_EXIST,
             f"No topic route info in name server for the topic: {topic}")
-    return response(body=route_json(config, broker_address(ctx), _standard(cmd)))
+    return response(body=route_json(config, broker_addrs(ctx), _standard(cmd)))
 
 
 def get_broker_cluster_info(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-    address = broker_address(ctx)
+    address = broker_addrs(ctx)
     standard = _standard(cmd)
     broker = (
         '{"brokerAddrs":' + _broker_addrs(address, standard)

@@ -12,8 +12,12 @@ acknowledged record.
 
 In ``sync`` mode :meth:`InSync.wait` is the store's ``ack_gate``: the future completes
 once every required member acknowledged the position (the master's own durability is
-the store's flusher). Thread safety: :meth:`wait` may be called from any thread (the
-store's flusher completes the other half); everything else runs on the event loop.
+the store's flusher) and the set, the master included, has at least ``min_insync``
+members (RocketMQ's minInSyncReplicas): a write waits up to ``hold_s`` for that, then
+fails with :class:`~broker_core.errors.InSyncTooSmall` (:meth:`expire`).
+
+Thread safety: :meth:`wait` may be called from any thread (the store's flusher
+completes the other half); everything else runs on the event loop.
 """
 
 from __future__ import annotations
@@ -25,10 +29,21 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from broker_core.errors import InSyncTooSmall
+
 
 class InSync:
-    def __init__(self, on_wait: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        on_wait: Callable[[], None] | None = None,
+        min_insync: int = 1,
+        hold_s: float = 15.0,
+    ) -> None:
         self._lock = threading.Lock()
+        #: The members (the master included) the set needs for an acknowledgement.
+        self.min_insync = min_insync
+        #: How long a write waits for the set to be large enough.
+        self.hold_s = hold_s
         #: Acknowledged log end per connected slave.
         self.acked: dict[str, int] = {}
         #: When each slave was last caught up (monotonic seconds).
@@ -38,6 +53,8 @@ class InSync:
         #: A change written to the controller but not yet confirmed.
         self.proposed: frozenset[str] | None = None
         self._waiters: list[tuple[int, int, Future[int]]] = []
+        #: When each waiter began (by its sequence number), for :meth:`expire`.
+        self._since: dict[int, float] = {}
         self._seq = itertools.count()
         self._error: BaseException | None = None
         #: Called (from any thread) when a wait starts: the senders wake up.
@@ -56,6 +73,12 @@ class InSync:
     def _confirmed_locked(self, master_end: int) -> int:
         return min((self.acked.get(m, 0) for m in self.required), default=master_end)
 
+    def _large_enough_locked(self) -> bool:
+        return 1 + len(self.members) >= self.min_insync
+
+    def _done_locked(self, position: int) -> bool:
+        return self._large_enough_locked() and self._confirmed_locked(position) >= position
+
     # -- the store's ack gate ------------------------------------------------------------
 
     def wait(self, position: int) -> Future[int]:
@@ -64,10 +87,12 @@ class InSync:
             if self._error is not None:
                 fut.set_exception(self._error)
                 return fut
-            if self._confirmed_locked(position) >= position:
+            if self._done_locked(position):
                 fut.set_result(position)
                 return fut
-            heapq.heappush(self._waiters, (position, next(self._seq), fut))
+            seq = next(self._seq)
+            self._since[seq] = time.monotonic()
+            heapq.heappush(self._waiters, (position, seq, fut))
         if self._on_wait is not None:
             self._on_wait()
         return fut
@@ -77,12 +102,39 @@ class InSync:
         with self._lock:
             while self._waiters:
                 position = self._waiters[0][0]
-                if self._confirmed_locked(position) < position:
+                if not self._done_locked(position):
                     break
                 done.append(heapq.heappop(self._waiters))
+                self._since.pop(done[-1][1], None)
         for position, _, fut in done:
             if not fut.done():
                 fut.set_result(position)
+
+    def expire(self) -> None:
+        """Fail the writes that waited ``hold_s`` for a set of ``min_insync`` members
+        (called periodically); nothing to do while the set is large enough."""
+        now = time.monotonic()
+        failed = []
+        with self._lock:
+            if self._large_enough_locked() or not self._waiters:
+                return
+            keep = []
+            for waiter in self._waiters:
+                if now - self._since.get(waiter[1], now) >= self.hold_s:
+                    failed.append(waiter)
+                    self._since.pop(waiter[1], None)
+                else:
+                    keep.append(waiter)
+            heapq.heapify(keep)
+            self._waiters = keep
+            size = 1 + len(self.members)
+        exc = InSyncTooSmall(
+            f"the in-sync set has {size} member(s), fewer than replication_min_insync"
+            f" {self.min_insync}, for {self.hold_s:g} s"
+        )
+        for _, _, fut in failed:
+            if not fut.done():
+                fut.set_exception(exc)
 
     def fail_all(self, exc: BaseException) -> None:
         """Stop acknowledging: every waiting append and every later one fails with
@@ -90,6 +142,7 @@ class InSync:
         with self._lock:
             self._error = exc
             waiters, self._waiters = self._waiters, []
+            self._since.clear()
         for _, _, fut in waiters:
             if not fut.done():
                 fut.set_exception(exc)

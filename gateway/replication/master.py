@@ -12,6 +12,8 @@ Consumer state (offsets, pop and FIFO state, front-end metadata) goes beside the
 in STATE frames: a snapshot when the slave joins, then every change the store's tap
 queued, in write order, ahead of the next chunk of records. The users file goes whole
 in a FILE frame when the slave joins and whenever it changes (a ``stat`` per look).
+The master's log start goes in a TRIM frame when the slave joins and whenever retention
+moves it: the slave removes its segments below it (``Replica.trim_to``).
 
 New records wake the sessions: the store's log calls a hook after every write
 (``Replica.on_log_write``), and in sync mode a wait on the ack gate does too; a caught-up
@@ -39,6 +41,7 @@ from protocol.replication import (
     Message,
     Refuse,
     State,
+    Trim,
     Welcome,
     divergence,
     encode,
@@ -182,7 +185,7 @@ class SlaveSession:
             cut,
             hello.log_end,
         )
-        service.slave_joined(self.member)
+        service.slave_joined(self.member, hello.clients)
 
     def _on_ack(self, position: int) -> None:
         if position > self.store.log_end or position > self.position:
@@ -212,9 +215,14 @@ class SlaveSession:
         loop = asyncio.get_running_loop()
         idle_since = loop.time()
         files: dict[str, tuple[int, int, int] | None] = {}
+        trimmed = -1  # the log start the slave was last told (the first look tells it)
         while True:
             wake.clear()  # before looking: a write after the look sets it again
             await self._ship_files(files)
+            if self.store.log_start > trimmed:  # retention moved this log's start
+                trimmed = self.store.log_start
+                self.writer.write(encode(self.epoch, Trim(trimmed)))
+                await self.writer.drain()
             while self.state_queue:  # consumer state first: it is small and ordered
                 ops: list[StateOp] = []
                 while self.state_queue and len(ops) < STATE_CHUNK:

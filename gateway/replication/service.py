@@ -66,13 +66,19 @@ class ReplicationService:
         self._loop_thread = threading.get_ident()
         #: One event per slave session's sender, set on every write to the log.
         self.wakes: set[asyncio.Event] = set()
-        self.insync = InSync(on_wait=self._wake_threadsafe)
+        self.insync = InSync(
+            on_wait=self._wake_threadsafe,
+            min_insync=cfg.replication_min_insync,
+            hold_s=cfg.replication_max_lag,
+        )
         self.role = "slave"
         self.epoch = store.replica.epoch if store.replica else 0
         self.member = cfg.replication_name
         #: The master's client addresses as a slave last heard them (``master_clients``).
         self._master_clients = ""
         self.sessions: set[asyncio.Task[None]] = set()
+        #: A master: each connected slave's client addresses (from its HELLO).
+        self.slave_clients: dict[str, str] = {}
         #: Files beside the store that are replicated whole (name -> this member's path).
         self.files: dict[str, Path] = {"users": users_path(cfg)}
         #: Per slave session, the consumer-state changes still to ship (appended by
@@ -88,6 +94,8 @@ class ReplicationService:
         #: Called (on the loop) each time this member becomes the master: what a slave
         #: does not run (timer firing, pop revive) is armed from the replicated state.
         self.on_master: list[Callable[[], None]] = []
+        #: Called (on the loop) each time this member stops being the master.
+        self.on_slave: list[Callable[[], None]] = []
         self.controller: Any = None
 
     @property
@@ -196,10 +204,13 @@ class ReplicationService:
         replica.on_log_write(None)
         self.store.ack_gate = None
         self.role = "slave"
+        self.slave_clients.clear()
         for task in list(self.sessions):
             task.cancel()
         if was_master:
             log.warning("replication: no longer the master of group %s (%s)", self.group, reason)
+            for hook in self.on_slave:
+                hook()
         if self._follower is not None:
             self._follower.cancel()
         self._follower_obj = Follower(
@@ -210,6 +221,7 @@ class ReplicationService:
             self._on_master,
             lambda: self.epoch,
             self.files,
+            self.client_addresses,
         )
         self._follower = self._tasks.spawn(self._follower_obj.run(), "replication-follower")
 
@@ -247,11 +259,29 @@ class ReplicationService:
         finally:
             self.sessions.discard(task)
 
-    def slave_joined(self, member: str) -> None:
+    def slave_joined(self, member: str, clients: str = "") -> None:
+        self.slave_clients[member] = clients
         self._wake()
 
     def slave_gone(self, member: str) -> None:
+        self.slave_clients.pop(member, None)
         self.insync.gone(member)
+
+    def slave_addresses(self, listener: str) -> list[str]:
+        """A master: the connected slaves' addresses for clients of ``listener`` (else
+        their unified one), in member-name order: the route's brokers 1, 2, ..."""
+        out = []
+        for member in sorted(self.slave_clients):
+            clients = parse_clients(self.slave_clients[member])
+            address = clients.get(listener) or clients.get("unified")
+            if address:
+                out.append(address)
+        return out
+
+    @property
+    def following(self) -> bool:
+        """A slave connected to its master now (its stream is live)."""
+        return self._follower_obj is not None and self._follower_obj.connected
 
     async def _maintain_set(self) -> None:
         """The master's in-sync set follows the slaves that are caught up: a change is
@@ -261,6 +291,7 @@ class ReplicationService:
             await asyncio.sleep(SET_CHECK_S)
             if not self.is_master:
                 continue
+            self.insync.expire()
             wanted = self.insync.wanted(self.cfg.replication_max_lag)
             if wanted == self.insync.members:
                 continue
@@ -291,6 +322,7 @@ class ReplicationService:
             "role": self.role,
             "epoch": self.epoch,
             "ack": "sync" if self.sync else "async",
+            "min_insync": self.insync.min_insync,
             "log_end": store.log_end,
             "master": parse_clients(self.master_clients),
             "pid": os.getpid(),

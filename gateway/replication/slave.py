@@ -27,6 +27,7 @@ from protocol.replication import (
     Hello,
     Refuse,
     State,
+    Trim,
     Welcome,
     encode,
 )
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 RETRY_S = 0.5
 #: No frame (data or heartbeat) from the master for this long: the connection is dead.
 SILENCE_S = 5.0
+#: At most this long before the first HELLO for this member's client listeners to start.
+CLIENTS_WAIT_S = 5.0
 
 
 class Follower:
@@ -48,6 +51,7 @@ class Follower:
         on_master: Callable[[int, str], None],
         min_epoch: Callable[[], int] = lambda: 0,
         files: dict[str, Path] | None = None,
+        clients: Callable[[], str] = lambda: "",
     ) -> None:
         self.store = store
         self.group = group
@@ -60,11 +64,8 @@ class Follower:
         self.min_epoch = min_epoch
         #: The files a master ships beside the store (the users file), by name.
         self.files = files or {}
-        #: The newest epoch this member knows of (the controller's): an older master is
-        #: refused.
-        self.min_epoch = min_epoch
-        #: The files a master ships beside the store (the users file), by name.
-        self.files = files or {}
+        #: This member's client addresses, told to the master in the HELLO.
+        self.clients = clients
         self.connected = False
         self.master_end = 0
 
@@ -87,6 +88,12 @@ class Follower:
             await asyncio.sleep(RETRY_S)
 
     async def _session(self, address: str) -> None:
+        # the HELLO names this member's client listeners, which start just after the
+        # replication service: wait for them a little (a member without any goes on)
+        for _ in range(int(CLIENTS_WAIT_S / 0.05)):
+            if self.clients():
+                break
+            await asyncio.sleep(0.05)
         host, _, port = address.rpartition(":")
         reader, writer = await asyncio.open_connection(host.strip("[]"), int(port))
         store = self.store
@@ -96,7 +103,10 @@ class Follower:
         try:
             history = [EpochEntry(*e) for e in replica.epochs]
             writer.write(
-                encode(replica.epoch, Hello(self.group, self.member, store.log_end, history))
+                encode(
+                    replica.epoch,
+                    Hello(self.group, self.member, store.log_end, history, self.clients()),
+                )
             )
             await writer.drain()
             async with asyncio.timeout(SILENCE_S):
@@ -131,6 +141,9 @@ class Follower:
                     return
                 if isinstance(message, Refuse):
                     raise StoreError(f"the master refused: {message.reason}")
+                if isinstance(message, Trim):  # the master's retention moved its log start
+                    await asyncio.to_thread(replica.trim_to, message.log_start)
+                    continue
                 if isinstance(message, File):
                     await asyncio.to_thread(self.write_file, message.name, message.content)
                     continue

@@ -127,7 +127,29 @@ class TopicRegistry:
 
     def get(self, name: str) -> TopicConfig | None:
         """The topic's configuration, or None if there is no such topic."""
-        return self._topics.get(name)
+        config = self._topics.get(name)
+        if config is None and self._replica_fenced():
+            config = self._replicated(name)
+        return config
+
+    def _replica_fenced(self) -> bool:
+        replica = self.store.replica
+        return replica is not None and replica.fenced is not None
+
+    def _replicated(self, name: str) -> TopicConfig | None:
+        """A slave of a broker group: a topic its master created since this member
+        loaded the registry (its configuration came replicated), so that reads from the
+        slave find it (docs/replication.md, "routes name the slaves")."""
+        raw = self.store.get_meta(topic_meta_key(name))
+        if raw is None:
+            return None
+        try:
+            config = TopicConfig.decode(raw)
+        except (ValueError, TypeError):
+            return None
+        self._topics[name] = config
+        self._changed(name)
+        return config
 
     def __contains__(self, name: object) -> bool:
         return name in self._topics
@@ -189,7 +211,7 @@ class TopicRegistry:
         when the topic does not exist and may not be created. An auto-created topic is
         of type ``auto_type``; a retry or dead-letter topic is NORMAL. Raises
         :class:`~lmq.rocketmq.InvalidName` for a name RocketMQ would refuse."""
-        config = self._topics.get(name)
+        config = self.get(name)
         if config is not None:
             return config
         validate_topic(name)

@@ -21,6 +21,7 @@ from .frames import (
     Message,
     Refuse,
     State,
+    Trim,
     Welcome,
     encode,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "Message",
     "Refuse",
     "State",
+    "Trim",
     "Welcome",
     "check_history",
     "divergence",

@@ -68,6 +68,7 @@ class Kind(enum.IntEnum):
     REFUSE = 5
     STATE = 6
     FILE = 7
+    TRIM = 8
 
 
 class FrameError(ValueError):
@@ -80,6 +81,10 @@ class Hello:
     member: str
     log_end: int
     history: list[EpochEntry]
+    #: The slave's client addresses (``name=host:port,...``): what the master's routes
+    #: name for reads from this slave. Absent (``""``) in a HELLO that ends after the
+    #: history.
+    clients: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +125,15 @@ class File:
     content: bytes
 
 
-Message = Hello | Welcome | Data | Ack | Refuse | State | File
+@dataclass(frozen=True, slots=True)
+class Trim:
+    """The master's log now starts at ``log_start`` (its retention removed what was
+    before): the slave removes its segments that end at or before it."""
+
+    log_start: int
+
+
+Message = Hello | Welcome | Data | Ack | Refuse | State | File | Trim
 
 
 def _s16(text: str) -> bytes:
@@ -139,6 +152,8 @@ def _payload(message: Message) -> tuple[Kind, bytes]:
             _U32.pack(len(message.history)),
         ]
         body += [_U64X2.pack(e.epoch, e.start) for e in message.history]
+        if message.clients:
+            body.append(_s16(message.clients))
         return Kind.HELLO, b"".join(body)
     if isinstance(message, Welcome):
         fixed = _U64X3.pack(message.truncate_to, message.log_start, message.log_end)
@@ -151,6 +166,8 @@ def _payload(message: Message) -> tuple[Kind, bytes]:
         return Kind.ACK, _U64.pack(message.position)
     if isinstance(message, File):
         return Kind.FILE, _s16(message.name) + message.content
+    if isinstance(message, Trim):
+        return Kind.TRIM, _U64.pack(message.log_start)
     if isinstance(message, State):
         parts = [bytes((int(message.wipe),)), _U32.pack(len(message.ops))]
         for kind, key, value in message.ops:
@@ -207,10 +224,11 @@ def _decode(kind: Kind, payload: bytes) -> Message:
     message: Message
     if kind == Kind.HELLO:
         group, member, end, n = r.s16(), r.s16(), r.u64(), r.u32()
-        if n * 16 != len(payload) - r.pos:
+        if n * 16 > len(payload) - r.pos:
             raise FrameError(f"HELLO: {n} epoch entries do not fit the payload")
         history = [EpochEntry(r.u64(), r.u64()) for _ in range(n)]
-        message = Hello(group, member, end, history)
+        clients = r.s16() if r.pos < len(payload) else ""
+        message = Hello(group, member, end, history, clients)
     elif kind == Kind.WELCOME:
         message = Welcome(r.u64(), r.u64(), r.u64(), r.s16())
     elif kind == Kind.DATA:
@@ -219,6 +237,8 @@ def _decode(kind: Kind, payload: bytes) -> Message:
         r.pos = len(payload)
     elif kind == Kind.ACK:
         message = Ack(r.u64())
+    elif kind == Kind.TRIM:
+        message = Trim(r.u64())
     elif kind == Kind.FILE:
         name = r.s16()
         message = File(name, payload[r.pos :])

@@ -186,19 +186,30 @@ def test_consumer_state_ships_beside_the_log(tmp_path: Path) -> None:
         slave.close()
 
 
-def test_a_new_slave_starts_at_the_masters_log_start(tmp_path: Path) -> None:
-    """Retention removed the master's first segments: an empty slave starts its log at
-    the master's log start and then holds the same bytes at the same positions."""
+def _retained_pair(tmp_path: Path, known: str = "") -> tuple[MessageStore, MessageStore]:
+    """A master (epoch 1) holding 1,500 messages in nine 64 KiB segments, under a
+    192 KiB retention not yet applied, and an empty fenced slave (that knew the empty
+    LMQ ``known``, when given)."""
     cfg = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=4096, retention_bytes=192 * 1024)
     master = MessageStore.open(tmp_path / "m", cfg)
     slave = MessageStore.open(tmp_path / "s", cfg)
+    assert master.replica is not None and slave.replica is not None
+    master.replica.become_master(1)
+    if known:
+        slave.create_lmq(known)
+    slave.replica.fence("slave")
+    for i in range(1500):
+        master.append(Message(topic="t", body=b"%d-" % i + b"x" * 300), ["q"])
+    return master, slave
+
+
+def test_a_new_slave_starts_at_the_masters_log_start(tmp_path: Path) -> None:
+    """Retention removed the master's first segments: an empty slave starts its log at
+    the master's log start and then holds the same bytes at the same positions."""
+    # "q": an LMQ the slave knew (empty) before its first record
+    master, slave = _retained_pair(tmp_path, known="q")
     try:
         assert master.replica is not None and slave.replica is not None
-        master.replica.become_master(1)
-        slave.create_lmq("q")  # an LMQ the slave knew (empty) before its first record
-        slave.replica.fence("slave")
-        for i in range(1500):
-            master.append(Message(topic="t", body=b"%d-" % i + b"x" * 300), ["q"])
         master.apply_retention()
         start = master.log_start
         assert start > 0
@@ -214,6 +225,34 @@ def test_a_new_slave_starts_at_the_masters_log_start(tmp_path: Path) -> None:
         assert slave.verify().ok
         with pytest.raises(StoreError, match="only an empty log"):
             slave.replica.start_at(start * 2)
+    finally:
+        master.close()
+        slave.close()
+
+
+def test_a_slave_trims_to_the_masters_log_start(tmp_path: Path) -> None:
+    """Retention on the master, then the master's log start given to the slave
+    (a TRIM frame): the slave removes the same segments (it rolled where the master
+    did: apply once let a chunk overfill a segment, so the files differed) and its LMQs
+    start where the master's do; the active segment is never removed."""
+    master, slave = _retained_pair(tmp_path)
+    try:
+        _copy_all(master, slave)
+        master.apply_retention()
+        assert master.log_start > 0
+        assert slave.replica is not None
+        assert slave.replica.trim_to(master.log_start) > 0
+        assert slave.log_start == master.log_start
+        assert _segment_bytes(slave) == _segment_bytes(master)
+        a, b = master.lmq("q"), slave.lmq("q")
+        assert a is not None and b is not None and b.min_offset == a.min_offset > 0
+        pulled = slave.pull("q", 0, 10)
+        assert pulled.messages and pulled.messages[0].offset == a.min_offset
+        assert slave.verify().ok
+        assert slave.replica.trim_to(master.log_start) == 0  # nothing more to remove
+        end = slave.log_end
+        slave.replica.trim_to(end)  # never the active segment
+        assert slave.log_end == end and len(list((slave.data_dir / "commitlog").iterdir())) == 1
     finally:
         master.close()
         slave.close()

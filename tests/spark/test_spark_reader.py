@@ -337,6 +337,35 @@ def test_data_source_from_pyspark_and_sql(spark_session, segment_writer):
     assert row.devices == len({m.message.origin for m in messages})
 
 
+def test_data_source_as_a_sql_table(spark_session, segment_writer, tmp_path):
+    """CREATE TABLE ... USING lmq: pyspark 4 keeps no OPTIONS (nor LOCATION) for a Python
+    data source's table, so a plain read of it is a clear error, and the options go
+    with the query (WITH)."""
+    from pyspark.errors import AnalysisException
+
+    w = segment_writer(segment_bytes=4096)
+    fill(w, 40)
+    register(spark_session)
+    path = str(w.data_dir)
+    # an external table in an empty directory: nothing goes to the warehouse directory
+    spark_session.sql(
+        f"CREATE TABLE lmq_table USING lmq OPTIONS (dataDir '{path}') "
+        f"LOCATION '{tmp_path / 'table'}'"
+    )
+    try:
+        assert spark_session.table("lmq_table").schema == SOURCE_SCHEMA
+        with pytest.raises(AnalysisException, match="CREATE TABLE ... USING lmq does not keep"):
+            spark_session.sql("SELECT count(*) FROM lmq_table").collect()
+        row = spark_session.sql(
+            f"SELECT count(*) AS n, sum(fanout) AS deliveries FROM lmq_table "
+            f"WITH ('dataDir' = '{path}', 'splitBytes' = '1000')"
+        ).collect()[0]
+    finally:
+        spark_session.sql("DROP TABLE lmq_table")
+    assert row.n == len(w.messages()) == 40
+    assert row.deliveries == sum(len(m.lmqs) for m in w.messages())
+
+
 def test_data_source_reports_damage(spark_session, segment_writer):
     w = segment_writer(segment_bytes=4096)
     fill(w, 80)

@@ -40,15 +40,19 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     clients[0].publish("a/b", b"x", qos=1)
     doc = api.get("/overview")
     assert doc["status"] == "ok" and doc["authentication"] == "open"
-    for _ in range(100):  # the rates move while a client publishes (samples every 5 s)
+    for _ in range(300):  # the rates move while a client publishes (samples every 5 s)
         clients[1].publish("a/b", b"y", qos=1)
         rates = api.get("/overview")["rates"]
-        if rates["in"]["mqtt"] > 0:
+        if rates["in"].get("mqtt", 0) > 0:
             break
         time.sleep(0.1)
-    assert rates["in"]["mqtt"] > 0, rates
+    assert rates["in"].get("mqtt", 0) > 0, rates
     assert doc["connections"]["by_protocol"]["mqtt"] == 3
     assert doc["store"]["segments"] >= 1 and doc["process"]["open_files"] > 0
+    assert set(doc["rates"]) == {"in", "out"}
+    history = api.get("/overview/history", since=0)
+    assert history["interval_s"] > 0 and isinstance(history["samples"], list)
+    assert api.call("GET", "/overview/history", since="yesterday").status_code == 400
     # paged, sorted and filtered on the server
     first = api.get("/connections", protocol="mqtt", sort="-client_id", limit=2)
     assert [c["client_id"] for c in first["items"]] == ["sensor-2", "sensor-1"]

@@ -18,6 +18,11 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion
 
 from broker_core import MessageStore, RecordType
+from gateway.clients import PullConsumer, RemotingClient
+from gateway.clients.remoting import RemotingConnection
+from lmq.rocketmq import BROKER_NAME
+from protocol.remoting.bodies import MessageQueue
+from protocol.remoting.codes import RequestCode
 from tests.gateway.gateway_process import GatewayProcess
 
 WAIT_S = 30.0
@@ -142,3 +147,36 @@ class Publisher:
         self.stopped.set()
         self.thread.join(timeout=60)
         return self.acked
+
+
+async def route_addrs(address: str, topic: str) -> dict[str, str]:
+    """The ``brokerAddrs`` of ``topic``'s route from the gateway at ``address``."""
+    async with RemotingClient(address) as client:
+        conn = await client.connection(client.namesrv)
+        reply = await conn.call(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic, "acceptStandardJsonOnly": True}
+        )
+        addrs: dict[str, str] = json.loads(reply.body)["brokerDatas"][0]["brokerAddrs"]
+        return addrs
+
+
+class _PullerAt(PullConsumer):
+    """A pull consumer reading from one broker address of the route, as RocketMQ's
+    clients read from a slave when the route has no master (findBrokerAddressInSubscribe)."""
+
+    def __init__(self, client: RemotingClient, group: str, address: str) -> None:
+        super().__init__(client, group)
+        self.address = address
+
+    async def _conn(self, mq: MessageQueue) -> RemotingConnection:
+        return await self.client.connection(self.address)
+
+
+async def pull_at(address: str, topic: str, queue_id: int) -> list[bytes]:
+    """The bodies of queue ``queue_id`` of ``topic`` pulled from the broker at
+    ``address``, with the commit flag set as the Java client's pulls carry it."""
+    async with RemotingClient(address) as client:
+        consumer = _PullerAt(client, "CG_reads", address)
+        mq = MessageQueue(topic, BROKER_NAME, queue_id)
+        result = await consumer.pull(mq, 0, max_nums=64, commit_offset=0)
+        return [m.body for m in result.messages]

@@ -93,15 +93,27 @@ def test_amqp_connection_to_a_slave_is_refused(pair) -> None:  # type: ignore[no
     assert f"the master is at 127.0.0.1:{a.ports['amqp']}" in str(err.value)
 
 
-async def test_remoting_route_names_the_master(pair) -> None:  # type: ignore[no-untyped-def]
-    a, b = pair
-    client = await Client.connect(b.ports["remoting"])
+async def _broker_addrs(port: int, version: int = 479) -> object:
+    client = await Client.connect(port)
     try:
-        route = await client.ok(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "r1"}, version=479)
-        addrs = json.loads(route.body)["brokerDatas"][0]["brokerAddrs"]
-        assert addrs == {"0": f"127.0.0.1:{a.ports['remoting']}"}
+        route = await client.ok(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "r1"}, version=version
+        )
+        return route.body
     finally:
         await client.close()
+
+
+async def test_remoting_route_names_the_master_and_the_slave(pair) -> None:  # type: ignore[no-untyped-def]
+    """Broker 0 the master, broker 1 the slave (RocketMQ's brokerAddrs of a
+    master/slave group), from either member; fastjson's unquoted keys for old clients."""
+    a, b = pair
+    want = {"0": f"127.0.0.1:{a.ports['remoting']}", "1": f"127.0.0.1:{b.ports['remoting']}"}
+    for member in (a, b):
+        body = await _broker_addrs(member.ports["remoting"])
+        assert json.loads(body)["brokerDatas"][0]["brokerAddrs"] == want
+    old = await _broker_addrs(a.ports["remoting"], version=400)
+    assert b'"brokerAddrs":{0:"%s",1:"%s"}' % (want["0"].encode(), want["1"].encode()) in old
 
 
 def _exchange(port: int, *frames: bytes) -> list[object]:

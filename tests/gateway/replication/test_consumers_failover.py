@@ -12,6 +12,7 @@ import asyncio
 import itertools
 from pathlib import Path
 
+import pika
 import pytest
 import requests
 
@@ -19,6 +20,7 @@ from broker_core import MessageStore, RecordType
 from broker_core.transactions import CONTROL, Action
 from gateway.clients import Producer, PullConsumer, RemotingClient, TransactionProducer
 from gateway.clients.pop import PopConsumer, PoppedMessage
+from tests.gateway.amqp.test_amqp_crash import close_quietly
 from tests.grpc.test_grpc_send import create_topic
 
 from .group_support import Member, caught_up, wait_for
@@ -242,5 +244,83 @@ def test_a_transaction_check_back_across_a_failover(tmp_path: Path) -> None:
         assert all(later - earlier >= 1000 for earlier, later in itertools.pairwise(times))
         assert b.says("replication: master of group")
     finally:
+        b.stop()
+        a.stop()
+
+
+def _amqp_in_flight(
+    port: int, n: int, acked: int
+) -> tuple[pika.BlockingConnection, list[bytes], list[bytes]]:
+    """Publish ``n`` bodies with confirms to the durable queue ``iq``, then consume
+    with manual acks and a prefetch of 10: ten delivered, the first ``acked`` acked,
+    the rest left in flight (the connection stays open: the master is killed under it).
+    Returns (the connection, acked bodies, bodies in flight)."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare("iq", durable=True)
+    for i in range(n):
+        ch.basic_publish("", "iq", b"q-%d" % i, pika.BasicProperties(delivery_mode=2))
+    ch.basic_qos(prefetch_count=10)
+    delivered = []
+    for method, _props, body in ch.consume("iq", inactivity_timeout=BOUND):
+        assert method is not None, "no delivery in time"
+        delivered.append((method.delivery_tag, body))
+        if len(delivered) == 10:
+            break
+    for tag, _ in delivered[:acked]:
+        ch.basic_ack(tag)
+    # a confirmed publish after the acks: the acks were handled before it, so a slave
+    # holding it holds them (consumer state ships ahead of the next records)
+    ch.basic_publish("", "marker", b"after-the-acks")
+    conn.process_data_events(0)
+    return conn, [b for _, b in delivered[:acked]], [b for _, b in delivered[acked:]]
+
+
+def _amqp_drain(port: int) -> list[tuple[bytes, bool]]:
+    """Every message of ``iq`` (body, redelivered), acked, until one second of nothing."""
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+    try:
+        ch = conn.channel()
+        out = []
+        for method, _props, body in ch.consume("iq", inactivity_timeout=1.0):
+            if method is None:
+                return out
+            out.append((body, bool(method.redelivered)))
+            ch.basic_ack(method.delivery_tag)
+        return out
+    finally:
+        conn.close()
+
+
+def test_amqp_deliveries_in_flight_at_the_kill_are_redelivered(tmp_path: Path) -> None:
+    """An AMQP consumer with ten deliveries of a durable queue in flight, four of them
+    acked, when the master is killed: on the promoted slave the six unacked come again,
+    flagged redelivered (and so do the up to four more the master had sent to refill
+    the prefetch after the acks), the rest of the queue once, the four acked never."""
+    a = Member(tmp_path / "a", "--replication-role", "master", "--replication-ack", "sync")
+    a.start()
+    b = Member(
+        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
+    )
+    conn = None
+    try:
+        b.start()
+        wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
+        conn, acked, in_flight = _amqp_in_flight(a.ports["amqp"], 30, 4)
+        wait_for("b caught up", lambda: caught_up(b, a))
+        a.kill()  # the consumer's connection dies with it, its deliveries unsettled
+        b.promote()
+        wait_for("b is master", lambda: b.replication()["role"] == "master")
+        got = _amqp_drain(b.ports["amqp"])
+        bodies = [body for body, _ in got]
+        assert sorted(bodies) == sorted({b"q-%d" % i for i in range(30)} - set(acked)), (
+            "every unacked message exactly once, no acked one"
+        )
+        redelivered = {body for body, again in got if again}
+        assert set(in_flight) <= redelivered <= {b"q-%d" % i for i in range(14)} - set(acked)
+    finally:
+        if conn is not None:
+            close_quietly(conn)  # its broker was killed under it
         b.stop()
         a.stop()

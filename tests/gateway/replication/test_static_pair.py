@@ -8,6 +8,7 @@ clients of a slave are sent to the master."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 
 import pika
@@ -15,14 +16,23 @@ import pytest
 
 from broker_core import Message, MessageStore, StoreConfig
 from gateway.clients import Producer, PullConsumer, RemotingClient, TransactionProducer
-from gateway.clients.remoting import SendResult
+from gateway.clients.remoting import RemotingError, SendResult
 from protocol.mqtt import Connect, MQTTVersion, ReasonCode
 from protocol.remoting.codes import RequestCode
 from tests.gateway.mqtt_clients import Paho, RawClient
 from tests.gateway.remoting.remoting_support import Client
 from tests.grpc.test_grpc_send import create_topic
 
-from .group_support import Member, Publisher, bodies_in_log, caught_up, log_bytes, wait_for
+from .group_support import (
+    Member,
+    Publisher,
+    bodies_in_log,
+    caught_up,
+    log_bytes,
+    pull_at,
+    route_addrs,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -123,6 +133,15 @@ def test_sync_pair_kill9_promote_and_rejoin(tmp_path: Path) -> None:
         # nothing acknowledged is missing on the slave (sync mode)
         on_b = set(bodies_in_log(b.data_dir))
         assert [m for m in acked if m not in on_b] == []
+        # before the promotion the slave's route names only itself, broker 1, as
+        # RocketMQ's name server once it dropped the dead master: RocketMQ consumers
+        # pull from it (the commit flag of the pull ignored)
+        at_b = f"127.0.0.1:{b.ports['remoting']}"
+        wait_for(
+            "a gone from b's route", lambda: asyncio.run(route_addrs(at_b, "off")) == {"1": at_b}
+        )
+        assert asyncio.run(pull_at(at_b, "off", 1)) == [b"%d" % i for i in range(5)]
+        assert b.replication()["role"] == "slave"
         # promoted by hand (the old master is down), it takes writes in epoch 2
         b.promote()
         wait_for("b is master", lambda: b.replication()["role"] == "master")
@@ -192,6 +211,52 @@ def test_sync_ack_waits_for_the_in_sync_slave(tmp_path: Path) -> None:
         wait_for("b back in the set", lambda: a.replication()["in_sync"] != [])
         wait_for("b caught up", lambda: caught_up(b, a))
         assert log_bytes(a.data_dir) == log_bytes(b.data_dir)
+    finally:
+        b.resume()
+        b.stop()
+        a.stop()
+
+
+async def _send_one(port: int, body: bytes) -> tuple[int, str]:
+    """A remoting send: (response code, remark); 0 is SEND_OK."""
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        try:
+            result = await Producer(client, "PG_min").send("mins", body, queue_id=0)
+        except RemotingError as exc:
+            return exc.code, str(exc)
+        return result.code, ""
+
+
+def test_min_insync_refuses_writes_the_set_cannot_hold(tmp_path: Path) -> None:
+    """replication_min_insync 2 (the master and one slave): with the slave in the set a
+    send is acknowledged; with the slave paused and out of the set, a send waits
+    replication_max_lag for it and is refused (the record is in the master's log, not
+    acknowledged); once the slave is back, sends are acknowledged again."""
+    a = Member(
+        tmp_path / "a",
+        *("--replication-role", "master", "--replication-ack", "sync"),
+        *("--replication-max-lag", "1", "--replication-min-insync", "2"),
+    )
+    a.start()
+    b = Member(
+        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
+    )
+    port = a.ports["unified"]
+    try:
+        b.start()
+        wait_for("b in the in-sync set", lambda: a.replication()["in_sync"] != [])
+        assert asyncio.run(_send_one(port, b"with-b")) == (0, "")
+        b.pause()
+        wait_for("b out of the set", lambda: a.replication()["in_sync"] == [])
+        code, remark = asyncio.run(_send_one(port, b"without-b"))
+        assert code != 0 and "replication_min_insync 2" in remark, (code, remark)
+        assert a.replication()["min_insync"] == 2
+        b.resume()
+        wait_for("b back in the set", lambda: a.replication()["in_sync"] != [])
+        assert asyncio.run(_send_one(port, b"b-back")) == (0, "")
+        wait_for("b caught up", lambda: caught_up(b, a))
+        # refused, not lost from the log: the client was told it failed (it may send again)
+        assert bodies_in_log(b.data_dir)[-3:] == [b"with-b", b"without-b", b"b-back"]
     finally:
         b.resume()
         b.stop()
@@ -305,25 +370,59 @@ def test_delayed_and_half_messages_across_a_failover(tmp_path: Path) -> None:
         a.stop()
 
 
-def test_a_new_slave_of_a_master_whose_log_was_trimmed(tmp_path: Path) -> None:
-    """Retention removed the beginning of the master's log: a slave started on an empty
-    data directory begins its log at the master's log start and holds the same bytes."""
+def _retained_master(data_dir: Path, copy_to: Path | None = None) -> int:
+    """A store of 1,500 messages in ``data_dir`` (copied whole to ``copy_to`` when
+    given), then its retention (192 KiB): the log start, above 0."""
     cfg = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=4096, retention_bytes=192 * 1024)
-    with MessageStore.open(tmp_path / "a", cfg) as store:
+    with MessageStore.open(data_dir, cfg) as store:
         for i in range(1500):
             store.append(Message(topic="t", body=b"%d-" % i + b"x" * 300), ["q"])
+    if copy_to is not None:
+        shutil.copytree(data_dir, copy_to)
+    with MessageStore.open(data_dir, cfg) as store:
         store.apply_retention()
         start = store.log_start
     assert start > 0
+    return start
+
+
+def _static_pair(tmp_path: Path) -> tuple[Member, Member]:
+    """Master a started, slave b of it not yet started."""
     a = Member(tmp_path / "a", "--replication-role", "master").start()
     b = Member(
         tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
     )
+    return a, b
+
+
+def test_a_new_slave_of_a_master_whose_log_was_trimmed(tmp_path: Path) -> None:
+    """Retention removed the beginning of the master's log: a slave started on an empty
+    data directory begins its log at the master's log start and holds the same bytes."""
+    start = _retained_master(tmp_path / "a")
+    a, b = _static_pair(tmp_path)
     try:
         b.start()
         wait_for("b caught up", lambda: caught_up(b, a))
         assert log_bytes(b.data_dir) == log_bytes(a.data_dir)
         assert b.says(f"this empty log starts at {start}")
+    finally:
+        b.stop()
+        a.stop()
+
+
+def test_a_slave_removes_what_the_masters_retention_removed(tmp_path: Path) -> None:
+    """A slave holding the master's whole log (a copy of it) joins after the master's
+    retention removed its first segments: the master's TRIM removes the same segments
+    on the slave, whose log then starts where the master's does."""
+    start = _retained_master(tmp_path / "a", copy_to=tmp_path / "b")
+    a, b = _static_pair(tmp_path)
+    try:
+        b.start()
+        wait_for("b trimmed", lambda: b.says(f"below the master's log start {start}"))
+        wait_for("b caught up", lambda: caught_up(b, a))
+        segments = sorted(p.name for p in (tmp_path / "b" / "commitlog").iterdir())
+        assert segments == sorted(p.name for p in (tmp_path / "a" / "commitlog").iterdir())
+        assert log_bytes(b.data_dir) == log_bytes(a.data_dir)
     finally:
         b.stop()
         a.stop()

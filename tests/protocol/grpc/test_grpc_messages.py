@@ -75,6 +75,12 @@ def test_delay_and_transaction_properties() -> None:
     (sent(tag="a\nb"), Code.ILLEGAL_MESSAGE_TAG),
     (sent(keys=["ok", " "]), Code.ILLEGAL_MESSAGE_KEY),
     (sent(keys=["a\x01"]), Code.ILLEGAL_MESSAGE_KEY),
+    # Java's javaIsoControl: U+0000-U+001F and U+007F-U+009F, both ends
+    (sent(message_id="01\x00"), Code.ILLEGAL_MESSAGE_ID),
+    (sent(message_id="01\x1f"), Code.ILLEGAL_MESSAGE_ID),
+    (sent(message_id="01\x7f"), Code.ILLEGAL_MESSAGE_ID),
+    (sent(message_id="\x9f01"), Code.ILLEGAL_MESSAGE_ID),
+    (sent(message_group="g\x85"), Code.ILLEGAL_MESSAGE_GROUP),
     (sent(message_group="x" * 64), Code.ILLEGAL_MESSAGE_GROUP),
     (sent(message_group=" "), Code.ILLEGAL_MESSAGE_GROUP),
     (sent(body=b"x" * 11), Code.MESSAGE_BODY_TOO_LARGE),
@@ -88,6 +94,11 @@ def test_send_checks(msg: pb.Message, code: Code) -> None:
     with pytest.raises(StatusError) as err:
         decode(msg, max_body=10)
     assert err.value.code == code
+
+
+def test_characters_beside_the_control_ranges_are_accepted() -> None:
+    for text in ("01\x20", "01~", "01\xa0", "01\u0100", "01\U0001f600"):
+        assert decode(sent(message_id=text, tag=f"t{text}")).message_id == text
 
 
 def test_user_property_checks() -> None:

@@ -19,6 +19,7 @@ from protocol.replication import (
     Hello,
     Refuse,
     State,
+    Trim,
     Welcome,
     divergence,
     encode,
@@ -35,6 +36,7 @@ MESSAGES = [
     State(True, [(0, b"Okey", b"\x00" * 8), (1, b"Pgone", b""), (2, b"O", b"P")]),
     State(False, []),
     File("users", b'{"users": {}}'),
+    Trim(4096),
 ]
 
 

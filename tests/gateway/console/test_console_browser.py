@@ -1,0 +1,446 @@
+"""The console in a real browser: Playwright (PyPI) driving Debian's Chromium
+(scripts/install-system-deps.sh; Playwright's own browser download is not used), one
+browser for the module, against ``lmq serve`` with a users file and real clients: log
+in (a wrong password refused with its message), the overview's rates move while an MQTT
+client publishes, a topic created on the Topics page is used at once by an HTTP client
+(the gateway creates no topic by itself here), a form with a bad topic name is refused
+with the API's message, a group reset to earliest is seen by its consumer, a connection
+closed from its table is closed.
+
+With ``LMQ_CONSOLE_SCREENSHOTS=DIR`` the tests also save screenshots of the pages they
+visit there (docs/console.md's come from ``LMQ_CONSOLE_SCREENSHOTS=docs/images``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+import requests
+from click.testing import CliRunner
+from playwright.sync_api import expect, sync_playwright
+
+from cli.main import main
+
+from ..gateway_process import GatewayProcess
+from ..mqtt_clients import Paho
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+#: The longest wait for something the page shows (a bound, not a speed assertion):
+#: the overview samples every 5 s and a rate needs two samples.
+WAIT_MS = 30_000
+expect.set_options(timeout=WAIT_MS)
+
+#: A rate above zero as the legend prints it (1, 12.5, 1,234, 0.4).
+NONZERO = re.compile(r"^([1-9][\d,]*(\.\d+)?|0\.\d*[1-9]\d*)$")
+
+
+AUTH = ("root", "secret")
+BOUND = 10.0
+
+
+def lmq(*args: str) -> None:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+
+
+class Console:
+    def __init__(self, gw: GatewayProcess) -> None:
+        self.gw = gw
+        self.base = f"http://127.0.0.1:{gw.ports['unified']}"
+        self.mqtt_port = gw.mqtt_port
+        shots = os.environ.get("LMQ_CONSOLE_SCREENSHOTS")
+        self.shots = Path(shots) if shots else None
+
+    def shot(self, page, name: str) -> None:
+        if self.shots is not None:
+            self.shots.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(self.shots / f"console-{name}.png"), full_page=True)
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+    data = tmp_path_factory.mktemp("console") / "data"
+    d = ["--data-dir", str(data)]
+    lmq("users", "add", "root", "--password", "secret", "--tag", "administrator", *d)
+    lmq("users", "acl", "add", "root", "--both", "#", *d)  # its clients publish and consume
+    lmq(
+        "users",
+        "set-permissions",
+        "root",
+        "--vhost",
+        "/",
+        "--configure",
+        ".*",
+        "--write",
+        ".*",
+        "--read",
+        ".*",
+        *d,
+    )
+    config = data.parent / "gateway.toml"
+    config.write_text("rocketmq_auto_create_topics = false\n")
+    gw = GatewayProcess(data, "--config", str(config)).start()
+    try:
+        yield Console(gw)
+    finally:
+        gw.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} missing: make system-deps installs it"
+    with sync_playwright() as p:
+        profile = tempfile.mkdtemp(prefix="lmq-console-chromium-")
+        context = p.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport={"width": 1280, "height": 900},
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+            shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def page(console: Console, browser):
+    """One page, logged in as root (the first test logs in through the form)."""
+    page = browser.new_page()
+    page.set_default_timeout(WAIT_MS)
+    yield page
+    page.close()
+
+
+def login(page, console: Console) -> None:
+    page.goto(console.base + "/console/")
+    if page.locator("#nav a").count():
+        return
+    page.fill("#login-user", "root")
+    page.fill("#login-password", "secret")
+    page.click("form.login button[type=submit]")
+    expect(page.locator("#who")).to_contain_text("root")
+
+
+def test_login(page, console: Console) -> None:
+    page.goto(console.base + "/console/")
+    page.fill("#login-user", "root")
+    page.fill("#login-password", "wrong")
+    page.click("form.login button[type=submit]")
+    expect(page.locator("form.login .error")).to_have_text("wrong user name or password")
+    console.shot(page, "login")
+    page.fill("#login-password", "secret")
+    page.click("form.login button[type=submit]")
+    expect(page.locator("#who")).to_contain_text("root")
+    expect(page.locator("#nav a[aria-current=page]")).to_have_text("Overview")
+    # the session is a cookie the page cannot read, and nothing of it is in the URL
+    assert page.evaluate("document.cookie") == ""
+    assert "secret" not in page.url and "csrf" not in page.url
+
+
+def test_overview_rates_move(page, console: Console) -> None:
+    login(page, console)
+    stop = threading.Event()
+    publisher = Paho(console.mqtt_port, "console-publisher", username="root", password="secret")
+
+    def publish() -> None:
+        while not stop.is_set():
+            publisher.publish("console/rates", b"x", qos=1)
+
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    try:
+        page.goto(console.base + "/console/#/overview")
+        rate = page.locator("figure", has_text="Messages in / s").locator(
+            "[data-series=mqtt] .value"
+        )
+        expect(rate).to_have_text(NONZERO)
+        if console.shots is not None:  # a chart worth a picture: a minute of samples
+            page.wait_for_timeout(60_000)
+            console.shot(page, "overview")
+    finally:
+        stop.set()
+        thread.join(10)
+        publisher.close()
+
+
+def test_close_connection(page, console: Console) -> None:
+    login(page, console)
+    client = Paho(console.mqtt_port, "console-victim", username="root", password="secret")
+    gone = threading.Event()
+    client.client.on_disconnect = lambda *args: gone.set()
+    try:
+        page.goto(console.base + "/console/#/connections")
+        row = page.locator("tr", has_text="console-victim")
+        expect(row).to_have_count(1)
+        console.shot(page, "connections")
+        row.get_by_role("button", name="Close").click()
+        dialog = page.locator("dialog#confirm")
+        expect(dialog).to_contain_text("console-victim")
+        dialog.get_by_role("button", name="Close").click()
+        expect(page.locator(".notice.ok")).to_contain_text("closed")
+        assert gone.wait(10), "the client's connection was not closed"
+    finally:
+        client.close()
+
+
+def publish(console: Console, topic: str, body: str) -> requests.Response:
+    """A publish by the JSON API (a real HTTP client)."""
+    return requests.post(
+        f"{console.base}/v1/topics/{topic}/messages", auth=AUTH, json={"body": body}, timeout=BOUND
+    )
+
+
+def receive(console: Console, group: str, topic: str, n: int) -> list[str]:
+    """The bodies of ``n`` messages received (and acked) by ``group``."""
+    bodies: list[str] = []
+    for _ in range(20):
+        r = requests.post(
+            f"{console.base}/v1/groups/{group}/topics/{topic}/receive",
+            params={"wait_seconds": 2, "max_messages": n - len(bodies)},
+            auth=AUTH,
+            timeout=BOUND,
+        )
+        assert r.status_code == 200, r.text
+        messages = r.json()["messages"]
+        if messages:
+            bodies += [m["body"] for m in messages]
+            ack = requests.post(
+                f"{console.base}/v1/groups/{group}/ack",
+                auth=AUTH,
+                timeout=BOUND,
+                json={"receipt_handles": [m["receipt_handle"] for m in messages]},
+            )
+            assert ack.status_code == 200, ack.text
+        if len(bodies) >= n:
+            return bodies
+    raise AssertionError(f"{group} received {bodies}, not {n} messages")
+
+
+def test_create_topic_then_a_client_uses_it(page, console: Console) -> None:
+    login(page, console)
+    early = publish(console, "console-orders", "early")
+    assert early.status_code == 404, early.text  # no such topic, and none made by a send
+    page.goto(console.base + "/console/#/topics")
+    create = page.locator("form[aria-label='Create a topic']")
+    create.locator("[name=name]").fill("console-orders")
+    create.locator("[name=queues]").fill("2")
+    create.locator("[name=message_type]").select_option("NORMAL")
+    create.get_by_role("button", name="Create").click()
+    expect(page.locator(".notice.ok")).to_have_text("Topic console-orders created.")
+    row = page.locator("tr", has_text="console-orders")
+    expect(row).to_contain_text("NORMAL")
+    r = publish(console, "console-orders", "hello")
+    assert r.status_code == 201, r.text
+    page.reload()
+    expect(page.locator("tr", has_text="console-orders").locator("td").nth(5)).to_have_text("1")
+    console.shot(page, "topics")
+
+
+def test_bad_form_is_refused_with_a_clear_message(page, console: Console) -> None:
+    login(page, console)
+    page.goto(console.base + "/console/#/topics")
+    create = page.locator("form[aria-label='Create a topic']")
+    create.locator("[name=name]").fill("bad name!")
+    create.get_by_role("button", name="Create").click()
+    expect(create.locator(".error")).to_have_text(
+        "the topic name 'bad name!' contains characters other than [%|a-zA-Z0-9_-]"
+    )
+    expect(page.locator("tr", has_text="bad name!")).to_have_count(0)
+
+
+def test_reset_group_seen_by_its_consumer(page, console: Console) -> None:
+    login(page, console)
+    made = requests.put(
+        f"{console.base}/v1/admin/topics/console-reset",
+        auth=AUTH,
+        json={"queues": 1},
+        timeout=BOUND,
+    )
+    assert made.status_code in (200, 201), made.text
+    for i in range(3):
+        assert publish(console, "console-reset", f"m{i}").status_code == 201
+    assert sorted(receive(console, "console-group", "console-reset", 3)) == ["m0", "m1", "m2"]
+    page.goto(console.base + "/console/#/groups/console-group")
+    summary = page.locator(".summary")
+    expect(summary).to_contain_text("Total lag: 0")
+    reset = page.locator("form[aria-label='Reset offsets']")
+    reset.locator("[name=topic]").fill("console-reset")
+    reset.locator("[name=to]").select_option("earliest")
+    reset.get_by_role("button", name="Reset").click()
+    expect(page.locator(".notice.ok")).to_contain_text("reset to earliest")
+    expect(summary).to_contain_text("Total lag: 3")
+    console.shot(page, "group")
+    assert sorted(receive(console, "console-group", "console-reset", 3)) == ["m0", "m1", "m2"]
+
+
+def test_message_browser_finds_and_peeks(page, console: Console) -> None:
+    login(page, console)
+    made = requests.put(
+        f"{console.base}/v1/admin/topics/console-browse",
+        auth=AUTH,
+        json={"queues": 1},
+        timeout=BOUND,
+    )
+    assert made.status_code in (200, 201), made.text
+    sent = [publish(console, "console-browse", f"b{i}").json() for i in range(3)]
+    page.goto(console.base + "/console/#/messages")
+    peek = page.locator("form[aria-label^='Peek']")
+    peek.locator("[name=lmq]").fill("rmq:console-browse:0")
+    peek.get_by_role("button", name="Peek").click()
+    rows = page.locator(".results tbody tr")
+    expect(rows).to_have_count(3)
+    expect(rows.nth(1)).to_contain_text("b1")
+    expect(page.locator(".results .summary")).to_contain_text("offsets 0 to 3")
+    console.shot(page, "messages")
+    find = page.locator("form[aria-label='Find by message id']")
+    find.locator("[name=id]").fill(sent[2]["message_id"])
+    find.get_by_role("button", name="Find").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("b2")
+    # peeking consumed nothing: a group still receives every message
+    assert sorted(receive(console, "console-browser", "console-browse", 3)) == ["b0", "b1", "b2"]
+
+
+@pytest.mark.parametrize(
+    "section", ["connections", "sessions", "topics", "lmqs", "groups", "amqp", "users"]
+)
+def test_tables_load_without_error(page, console: Console, section: str) -> None:
+    login(page, console)
+    page.goto(f"{console.base}/console/#/{section}")
+    table = page.locator("section.paged").first
+    expect(table.locator("tbody tr").first).to_be_visible()
+    expect(table.locator(".error")).to_be_hidden()
+    expect(page.locator(".notice.error")).to_have_count(0)
+    console.shot(page, section)
+
+
+def test_table_pages_sorts_and_filters_on_the_server(page, console: Console) -> None:
+    login(page, console)
+    with requests.Session() as http:
+        for i in range(60):
+            r = http.put(
+                f"{console.base}/v1/admin/topics/console-p-{i:02d}",
+                auth=AUTH,
+                json={"queues": 1},
+                timeout=BOUND,
+            )
+            assert r.status_code in (200, 201), r.text
+        every = http.get(
+            f"{console.base}/v1/admin/topics", auth=AUTH, params={"limit": 1000}, timeout=BOUND
+        ).json()["items"]
+    names = [t["name"] for t in every]
+    total = len(names)
+    page.goto(console.base + "/console/#/topics")
+    table = page.locator("section.paged")
+    status = table.locator(".toolbar .status")
+    expect(status).to_have_text(f"1\u201350 of {total}")
+    expect(table.locator("tbody tr")).to_have_count(50)
+    table.get_by_role("button", name="Next").click()
+    expect(status).to_have_text(f"51\u2013{total} of {total}")
+    table.get_by_role("button", name="Previous").click()
+    expect(status).to_have_text(f"1\u201350 of {total}")
+    table.get_by_role("button", name="Topic").click()  # sorted by name: now descending
+    expect(table.locator("tbody tr").first.locator("td").first).to_have_text(max(names))
+    table.get_by_placeholder("Filter by topic").fill("console-p-4")
+    expect(table.locator("tbody tr")).to_have_count(10)
+    expect(table.locator("tbody tr").first.locator("td").first).to_have_text("console-p-49")
+
+
+def test_add_user_who_logs_in_then_an_acl_rule(page, console: Console) -> None:
+    login(page, console)
+    page.goto(console.base + "/console/#/users")
+    add = page.locator("form[aria-label='Add a user']")
+    add.locator("[name=name]").fill("console-dev")
+    add.locator("[name=password]").fill("dev-pw")
+    add.get_by_role("button", name="Add").click()
+    expect(page.locator(".notice.ok")).to_have_text("User console-dev added.")
+    client = Paho(
+        console.mqtt_port, "console-dev-client", username="console-dev", password="dev-pw"
+    )
+    try:
+        assert client.rc == 0  # the users file was reloaded at once
+    finally:
+        client.close()
+    page.locator("a", has_text="console-dev").click()
+    rule = page.locator("form[aria-label='Add an ACL rule']")
+    rule.locator("[name=access]").select_option("publish")
+    rule.locator("[name=filter]").fill("devices/+/up")
+    rule.get_by_role("button", name="Add rule").click()
+    expect(page.locator(".notice.ok")).to_contain_text("Rule added")
+    expect(page.locator("table.acl tbody tr")).to_have_count(1)
+    expect(page.locator("table.acl tbody")).to_contain_text("devices/+/up")
+    console.shot(page, "user")
+
+
+def test_kick_an_offline_session(page, console: Console) -> None:
+    login(page, console)
+    client = Paho(
+        console.mqtt_port, "console-sleeper", clean=False, username="root", password="secret"
+    )
+    client.subscribe("console/alerts/#", qos=1)
+    client.disconnect()
+    client.close()
+    page.goto(console.base + "/console/#/sessions")
+    row = page.locator("tr", has_text="console-sleeper")
+    expect(row).to_contain_text("console/alerts/# (QoS 1)")
+    expect(row.locator("td").nth(1)).to_have_text("no")
+    console.shot(page, "sessions")
+    row.get_by_role("button", name="Kick").click()
+    page.locator("dialog#confirm").get_by_role("button", name="Kick").click()
+    expect(page.locator(".notice.ok")).to_have_text("Session console-sleeper kicked.")
+    expect(page.locator("tr", has_text="console-sleeper")).to_have_count(0)
+    again = Paho(
+        console.mqtt_port, "console-sleeper", clean=False, username="root", password="secret"
+    )
+    try:
+        assert not again.session_present
+    finally:
+        again.close()
+
+
+def test_purge_an_amqp_queue(page, console: Console) -> None:
+    login(page, console)
+    params = pika.ConnectionParameters(
+        "127.0.0.1", console.gw.ports["amqp"], credentials=pika.PlainCredentials(*AUTH)
+    )
+    conn = pika.BlockingConnection(params)
+    try:
+        ch = conn.channel()
+        ch.queue_declare("console-q", durable=True)
+        ch.confirm_delivery()
+        for i in range(4):
+            ch.basic_publish("", "console-q", f"q{i}".encode())
+        page.goto(console.base + "/console/#/amqp")
+        row = page.locator("section.paged").first.locator("tr", has_text="console-q")
+        expect(row.locator("td").nth(2)).to_have_text("4")
+        console.shot(page, "amqp")
+        row.get_by_role("button", name="Purge").click()
+        page.locator("dialog#confirm").get_by_role("button", name="Purge").click()
+        expect(page.locator(".notice.ok")).to_have_text(
+            "Queue console-q purged: 4 messages dropped."
+        )
+        expect(row.locator("td").nth(2)).to_have_text("0")
+        method, _, _ = ch.basic_get("console-q", auto_ack=True)
+        assert method is None
+    finally:
+        conn.close()
