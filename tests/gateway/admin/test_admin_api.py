@@ -199,6 +199,7 @@ def test_lmqs_page_in_name_order_with_prefix_and_filter(open_gateway: GatewayPro
     assert [i["name"] for i in only["items"]] == sorted(
         ["rmq:pageB:9", *(f"rmq:pageB:{n}" for n in range(90, 100))]
     )
+    assert {i["consumers"] for i in only["items"]} == {0}
     one = api.get("/lmqs/rmq:pageA:7")
     assert one["messages"] == 0 and one["consumers"] == []
     topics = api.get("/topics", sort="-name", limit=2)
