@@ -58,11 +58,13 @@ def make_store(data: Path, lmqs: int) -> list[str]:
     return names
 
 
-def start_gateway(data: Path, port: int) -> tuple[subprocess.Popen[str], int, int]:
+def start_gateway(data: Path, port: int, connections: int
+                  ) -> tuple[subprocess.Popen[str], int, int]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli.serve", "--data-dir", str(data), "--bind", "127.0.0.1",
          "--mqtt-port", str(port), "--amqp-port", "0", "--unified-port", str(port + 1),
-         "--grpc-port", "0", "--admin-port", str(port + 2), "--log-level", "warning"],
+         "--grpc-port", "0", "--admin-port", str(port + 2), "--log-level", "warning",
+         "--max-connections", str(connections + 100)],  # the admin calls' own too
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.stdout is not None
@@ -126,7 +128,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=21100)
     args = parser.parse_args()
     names = make_store(args.data, args.lmqs)
-    proc, mqtt_port, admin_port = start_gateway(args.data, args.port)
+    proc, mqtt_port, admin_port = start_gateway(args.data, args.port, args.connections)
     loop = asyncio.new_event_loop()
     try:
         started = time.perf_counter()

@@ -15,6 +15,7 @@ from broker_core.errors import (
 from broker_core.origins import OriginTable
 from broker_core.pop import PoppedMessage
 from broker_core.record import Message, Protocol, Record, RecordType
+from broker_core.recovery import VerifyReport
 from broker_core.store import AppendResult, LmqInfo, MessageStore, PullResult, StoredMessage
 from broker_core.timers import DelayTooLong, Timers
 from broker_core.transactions import EndResult, Outcome, PendingTransaction, TransactionTable
@@ -47,4 +48,5 @@ __all__ = [
     "TransactionTable",
     "UnknownLmq",
     "UnknownReceipt",
+    "VerifyReport",
 ]

@@ -421,13 +421,15 @@ def verify(store: MessageStore, check_index: bool = True, max_problems: int = 10
 
 
 def verify_log(
-    clog: CommitLog, index: ConsumeQueueIndex, check_index: bool = True, max_problems: int = 100
+    clog: CommitLog, index: ConsumeQueueIndex, check_index: bool = True, max_problems: int = 100,
+    report: VerifyReport | None = None,
 ) -> VerifyReport:
     """Check every record of the log (magic, size, CRC, position) and, with
     ``check_index``, that each dispatch pair of a live LMQ is in the index at the same
     position. Two passes: the first also finds where each LMQ was last removed, so that
-    records of an earlier incarnation of a name are not held against the current one."""
-    report = VerifyReport()
+    records of an earlier incarnation of a name are not held against the current one.
+    ``report``: fill this one (another thread may read its counts as they grow)."""
+    report = report if report is not None else VerifyReport()
 
     def problem(text: str) -> None:
         if len(report.problems) < max_problems:

@@ -921,9 +921,13 @@ class MessageStore:
         """Drop the index and rebuild it from the log (``lmq store rebuild-index``)."""
         return recovery.rebuild(self._parts())
 
-    def verify(self, check_index: bool = True, max_problems: int = 100) -> recovery.VerifyReport:
-        """Check every record of the log and, with ``check_index``, the index."""
-        return recovery.verify_log(self.log, self.index, check_index, max_problems)
+    def verify(
+        self, check_index: bool = True, max_problems: int = 100,
+        report: recovery.VerifyReport | None = None,
+    ) -> recovery.VerifyReport:
+        """Check every record of the log and, with ``check_index``, the index (into
+        ``report`` when given: its counts grow as the check goes, for a progress view)."""
+        return recovery.verify_log(self.log, self.index, check_index, max_problems, report)
 
     def _lmq_count(self) -> int:
         """The number of LMQs, counted at most once a minute: counting is a scan of one

@@ -89,7 +89,12 @@ def open_store(
             else MessageStore.open(data_dir, config)
         )
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        message = str(exc)
+        if "in use" in message and not read_only:
+            # a running gateway holds it: this command has no online form
+            message += (" (a gateway runs on it: this command works offline only; stop"
+                        " the gateway first)")
+        raise click.ClickException(message) from None
     try:
         yield store
     except StoreError as exc:

@@ -7,6 +7,7 @@ expiry)."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gateway.admin.core import AdminError, Call, Result, page
@@ -26,6 +27,33 @@ SORTS = (
     "bytes_out",
     "age_seconds",
 )
+
+
+#: How each sort field is read off a connection (numbers first, then text, by id).
+_FIELDS: dict[str, Any] = {
+    "id": lambda c, now: c.id,
+    "protocol": lambda c, now: c.protocol or "pending",
+    "listener": lambda c, now: c.listener,
+    "peer": lambda c, now: c.peer,
+    "client_id": lambda c, now: c.client_id,
+    "user": lambda c, now: c.user,
+    "bytes_in": lambda c, now: c.bytes_in,
+    "bytes_out": lambda c, now: c.bytes_out,
+    # by when it opened (stable across the pages of one listing), youngest first
+    "age_seconds": lambda c, now: -c.opened_at,
+}
+
+
+def _sort_key(sort: str, now: float) -> Any:
+    read = _FIELDS[sort]
+
+    def key(conn: Connection) -> tuple[Any, ...]:
+        value = read(conn, now)
+        if isinstance(value, int | float):
+            return (0, value, conn.id)
+        return (1, value, conn.id)
+
+    return key
 
 
 def row(conn: Connection, now: float) -> dict[str, Any]:
@@ -51,20 +79,21 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         paging = call.paging(SORTS, "id")
         protocol = call.query.get("protocol")
         now = time.monotonic()
-        rows = (
-            row(c, now)
-            for c in state.connections.values()
-            if protocol is None or c.protocol == protocol
-        )
+        conns: Any = state.connections.values()
+        if protocol is not None:
+            conns = (c for c in conns if c.protocol == protocol)
         wanted = paging.filter
         if wanted:  # the filter matches peer, client id or user as well as the id
-            rows = (
-                r
-                for r in rows
-                if any(wanted in str(r[k]) for k in ("name", "peer", "client_id", "user"))
+            conns = (
+                c
+                for c in conns
+                if wanted in str(c.id)
+                or wanted in c.peer
+                or wanted in c.client_id
+                or wanted in c.user
             )
-            paging = type(paging)(paging.limit, paging.sort, paging.descending, paging.cursor, "")
-        doc = page(rows, paging)
+            paging = replace(paging, filter="")
+        doc = page(conns, paging, key=_sort_key(paging.sort, now), render=lambda c: row(c, now))
         doc["total"] = len(state.connections)
         return doc
 

@@ -15,6 +15,7 @@ counting the rows before it), ``sort`` (a field, ``-field`` descending) and ``fi
 from __future__ import annotations
 
 import base64
+import heapq
 import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -175,24 +176,45 @@ class Result:
 Handler = Callable[[Call], Awaitable[Any]]
 
 
-def page(rows: Iterable[dict[str, Any]], paging: Paging, *, name: str = "name") -> dict[str, Any]:
-    """One page of ``rows`` (dicts with a unique ``name`` key) as ``{"items": [...],
-    "next": cursor or null}``: filtered by ``paging.filter`` on the name, sorted by
-    ``paging.sort`` then the name, after ``paging.cursor``. For rows already in memory
-    (connections, topics, groups, users); the LMQ listing pages in the store."""
-    key_of = _key(paging.sort, name)
+def page(
+    rows: Iterable[Any],
+    paging: Paging,
+    *,
+    name: str = "name",
+    key: Callable[[Any], tuple[Any, ...]] | None = None,
+    render: Callable[[Any], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One page of ``rows`` as ``{"items": [...], "next": cursor or null}``: filtered by
+    ``paging.filter`` on the name, in the order of ``paging.sort`` then the name, after
+    ``paging.cursor``. For rows already in memory (connections, topics, groups, users);
+    the LMQ listing pages in the store.
+
+    Rows are dicts with a unique ``name`` key; or any objects with ``key`` (their sort
+    tuple, unique) and ``render`` (the dict of a row on the page), so that only the
+    page's rows are made. A page is a partial selection (``heapq``), not a sort of every
+    row: O(rows x log limit)."""
+    key_of = key or _key(paging.sort, name)
     wanted = paging.filter
-    selected = [r for r in rows if not wanted or wanted in str(r.get(name, ""))]
-    selected.sort(key=key_of, reverse=paging.descending)
+    selected: Iterable[Any] = rows
+    if wanted:
+        selected = (r for r in selected if wanted in str(r.get(name, "")))
     if paging.cursor is not None:
-        after = tuple(paging.cursor)
+        after = _tupled(paging.cursor)
         if paging.descending:
-            selected = [r for r in selected if key_of(r) < after]
+            selected = (r for r in selected if key_of(r) < after)
         else:
-            selected = [r for r in selected if key_of(r) > after]
-    items = selected[: paging.limit]
-    more = len(selected) > paging.limit
-    return {"items": items, "next": cursor_of(list(key_of(items[-1]))) if more else None}
+            selected = (r for r in selected if key_of(r) > after)
+    pick = heapq.nlargest if paging.descending else heapq.nsmallest
+    chosen = pick(paging.limit + 1, selected, key=key_of)
+    more = len(chosen) > paging.limit
+    chosen = chosen[: paging.limit]
+    items = [render(r) for r in chosen] if render is not None else chosen
+    return {"items": items, "next": cursor_of(list(key_of(chosen[-1]))) if more else None}
+
+
+def _tupled(value: Any) -> Any:
+    """A cursor read back from JSON: lists (of lists) as tuples, to compare with keys."""
+    return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
 
 
 def cursor_of(value: Any) -> str:

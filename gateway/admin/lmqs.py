@@ -41,21 +41,22 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
     def _page(prefix: str, after: str, wanted: str, limit: int) -> dict[str, Any]:
         items: list[dict[str, Any]] = []
         scanned = 0
-        last = after
+        next_after: str | None = None
         for info in store.lmqs(prefix, after=after):
             scanned += 1
-            last = info.name
             if not wanted or wanted in info.name:
-                items.append(info_row(info))
-                if len(items) > limit:
+                if len(items) == limit:  # one more: there is a next page
+                    next_after = items[-1]["name"]
                     break
-            if scanned >= SCAN_LIMIT:
-                return {"items": items, "next": cursor_of([last]), "scanned": scanned}
-        more = len(items) > limit
-        items = items[:limit]
+                items.append(info_row(info))
+            if scanned >= SCAN_LIMIT:  # a filter that matches little: go on from here
+                next_after = info.name
+                break
+        for item in items:  # the page's rows only: one index lookup each
+            item["consumers"] = sum(1 for _ in store.offsets(item["name"]))
         return {
             "items": items,
-            "next": cursor_of([items[-1]["name"]]) if more else None,
+            "next": cursor_of([next_after]) if next_after is not None else None,
             "scanned": scanned,
         }
 

@@ -76,6 +76,12 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
         None,
     ),
     ("GET", "/store"): ("The store's statistics", [], None),
+    ("POST", "/store/verify"): (
+        "Start a verify run (202; 409 while one runs)",
+        [],
+        _obj(check_index=_B),
+    ),
+    ("GET", "/store/verify"): ("The verify run: progress, then the result", [], None),
     ("GET", "/connections"): (
         "Connections (paged; sort by id, protocol, listener, peer,"
         " client_id, user, bytes_in, bytes_out, age_seconds)",

@@ -3,14 +3,17 @@ the samples of the last hour the gateway keeps (:mod:`gateway.history`)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import resource
+import time
 from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker_core import StoreError
-from gateway.admin.core import AdminError, Call
+from broker_core import MessageStore, StoreError, VerifyReport
+from gateway.admin.core import AdminError, Call, Result
 
 if TYPE_CHECKING:
     from gateway.admin.api import Admin
@@ -70,11 +73,73 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         except StoreError as exc:
             raise AdminError(503, f"store statistics unavailable: {exc}") from None
 
+    verify_state: dict[str, Any] = {}
+
+    async def verify_start(call: Call) -> Result:
+        """Start a verify run in a worker thread, on a read-only view of the store (as
+        ``lmq store verify`` beside a running gateway); one at a time."""
+        if verify_state.get("state") == "running":
+            raise AdminError(409, "a verify run is already running")
+        check_index = call.flag("check_index", True)
+        report = VerifyReport()
+        data_dir = Path(admin.ctx.config.data_dir)
+        verify_state.clear()
+        verify_state.update(
+            state="running",
+            report=report,
+            check_index=check_index,
+            started=time.time(),
+            finished=None,
+            error=None,
+            log_bytes=admin.ctx.store.log_bytes,
+        )
+
+        def run() -> None:
+            with MessageStore.open_read_only(data_dir, admin.ctx.config.store) as store:
+                store.verify(check_index=check_index, report=report)
+
+        async def background() -> None:
+            try:
+                await asyncio.to_thread(run)
+            except StoreError as exc:
+                verify_state["error"] = str(exc)
+            verify_state["state"] = "done"
+            verify_state["finished"] = time.time()
+
+        admin.ctx.spawn(background(), "admin-verify")
+        return Result(202, _verify_doc(verify_state))
+
+    async def verify_status(call: Call) -> dict[str, Any]:
+        if not verify_state:
+            raise AdminError(404, "no verify run yet (POST /v1/admin/store/verify)")
+        return _verify_doc(verify_state)
+
     return [
+        ("POST", "/store/verify", verify_start, "store.verify"),
+        ("GET", "/store/verify", verify_status, ""),
         ("GET", "/overview", overview, ""),
         ("GET", "/overview/history", history, ""),
         ("GET", "/store", store_stats, ""),
     ]
+
+
+def _verify_doc(state: dict[str, Any]) -> dict[str, Any]:
+    report: VerifyReport = state["report"]
+    done = state["state"] == "done"
+    total = state["log_bytes"] or 1
+    return {
+        "state": state["state"],
+        "check_index": state["check_index"],
+        "started": state["started"],
+        "finished": state["finished"],
+        "records": report.records,
+        "bytes": report.bytes,
+        "log_progress": round(min(1.0, report.bytes / total), 4),
+        "entries_checked": report.entries_checked,
+        "problems": list(report.problems),
+        "ok": (report.ok and state["error"] is None) if done else None,
+        "error": state["error"],
+    }
 
 
 def _rates(history: dict[str, Any]) -> dict[str, dict[str, float]]:

@@ -5,12 +5,15 @@ with real clients: the overview, connections (list, page, close), authentication
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
+from click.testing import CliRunner
 
+from cli.main import main
 from gateway.admin.address import read_address
 
 from ..amqp_support import ThreadGateway
@@ -37,6 +40,13 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     clients[0].publish("a/b", b"x", qos=1)
     doc = api.get("/overview")
     assert doc["status"] == "ok" and doc["authentication"] == "open"
+    for _ in range(300):  # the rates move while a client publishes (samples every 5 s)
+        clients[1].publish("a/b", b"y", qos=1)
+        rates = api.get("/overview")["rates"]
+        if rates["in"].get("mqtt", 0) > 0:
+            break
+        time.sleep(0.1)
+    assert rates["in"].get("mqtt", 0) > 0, rates
     assert doc["connections"]["by_protocol"]["mqtt"] == 3
     assert doc["store"]["segments"] >= 1 and doc["process"]["open_files"] > 0
     assert set(doc["rates"]) == {"in", "out"}
@@ -102,6 +112,21 @@ def test_logins_401_403_and_users_taking_effect(tmp_path: Path) -> None:
         assert app.status_code == 403 and "administrator" in app.json()["detail"]
         root = AdminClient(port, ("root", "root-pw"))
         assert root.get("/overview")["authentication"] == "users"
+        # the CLI with and without the administrator's credentials
+        cli = CliRunner()
+        out = cli.invoke(
+            main,
+            ["status", "--data-dir", str(data)],
+            env={"LMQ_SERVER": None, "LMQ_ADMIN_USER": None},
+        )
+        assert out.exit_code == 1 and out.output.count("\n") == 1
+        assert "LMQ_ADMIN_USER" in out.output
+        out = cli.invoke(
+            main,
+            ["status", "--data-dir", str(data)],
+            env={"LMQ_SERVER": None, "LMQ_ADMIN_USER": "root", "LMQ_ADMIN_PASSWORD": "root-pw"},
+        )
+        assert out.exit_code == 0 and "authentication users" in out.output, out.output
         # a user added to the file logs in over MQTT at once (the file's watch)
         write_users(
             users,
@@ -114,8 +139,6 @@ def test_logins_401_403_and_users_taking_effect(tmp_path: Path) -> None:
                 deadline_client = client
                 break
             client.close()
-            import time
-
             time.sleep(0.1)
         assert deadline_client is not None
         found = root.get("/connections", filter="new-client")["items"]
@@ -176,6 +199,7 @@ def test_lmqs_page_in_name_order_with_prefix_and_filter(open_gateway: GatewayPro
     assert [i["name"] for i in only["items"]] == sorted(
         ["rmq:pageB:9", *(f"rmq:pageB:{n}" for n in range(90, 100))]
     )
+    assert {i["consumers"] for i in only["items"]} == {0}
     one = api.get("/lmqs/rmq:pageA:7")
     assert one["messages"] == 0 and one["consumers"] == []
     topics = api.get("/topics", sort="-name", limit=2)
@@ -198,6 +222,18 @@ def test_lmqs_page_in_name_order_with_prefix_and_filter(open_gateway: GatewayPro
     assert api.get("/lmqs/mqtt:peek%2Fme/messages", limit=2)["items"] == peeked["items"]
     assert api.call("GET", "/messages", topic="peek").json()["field"] == "key"
     assert api.call("GET", "/messages/0123456789ABCDEF0123456789ABCDEF").status_code == 404
+    # a verify run: started (202), then its result
+    assert api.call("GET", "/store/verify").status_code == 404
+    started = api.call("POST", "/store/verify", {})
+    assert started.status_code == 202 and started.json()["state"] in ("running", "done")
+    for _ in range(600):
+        run = api.get("/store/verify")
+        if run["state"] == "done":
+            break
+        time.sleep(0.05)
+    assert run["state"] == "done" and run["ok"] is True and run["records"] >= 3, run
+    released = api.call("POST", "/groups/GID/release", {"topic": "pageA", "message_group": "g"})
+    assert released.status_code == 404 and released.json()["field"] == "message_group"
     assert api.call("POST", "/lmqs/clean", {}).json()["field"] == "prefix"
     api.close()
 

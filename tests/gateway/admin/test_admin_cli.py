@@ -99,6 +99,9 @@ def test_cli_online_and_offline_alike(data: Path) -> None:
         assert code == 0 and json.loads(out)["read_queues"] == 2
         code, out = run("status", "--server", "http://127.0.0.1:1", *d)
         assert code == 1 and out.count("\n") == 1 and "127.0.0.1:1" in out
+        # a command with no online form says so in one line
+        code, out = run("offsets", "set", "G", "rmq:early:0", "--earliest", *d)
+        assert code == 1 and out.count("\n") == 1 and "works offline only" in out
     finally:
         gw.stop()
     before = len(audit_lines(data))
