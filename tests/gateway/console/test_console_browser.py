@@ -490,3 +490,11 @@ def test_disable_and_enable_a_connector_rule(page, console: Console) -> None:
     row.get_by_role("button", name="Enable").click()
     expect(page.locator(".notice.ok")).to_have_text("Rule console-out enabled.")
     expect(row.locator("td").nth(2)).to_have_text("yes")
+
+
+def test_verify_the_store_from_the_overview(page, console: Console) -> None:
+    login(page, console)
+    page.goto(console.base + "/console/#/overview")
+    page.get_by_role("button", name="Verify the store").click()
+    expect(page.locator(".status.verify")).to_contain_text("no problem")
+    expect(page.locator(".status.verify")).to_contain_text("verified:")

@@ -32,7 +32,33 @@ function overview(container) {
     store: new LineChart('Store size', bytes),
     lag: new LineChart('Store lag (appends waiting)', (v) => number(v), { integer: true }),
   };
-  container.append(heading('Overview'), error, cards,
+  const notice = new Notice();
+  const verifyStatus = h('span', { class: 'status verify', role: 'status' });
+  let verifyTimer = 0;
+  const showVerify = (v) => {
+    const pct = `${(100 * (v.log_progress || 0)).toFixed(1)}%`;
+    if (v.state === 'running') {
+      verifyStatus.textContent = `verifying: ${pct} of the log, ${number(v.records)} records`;
+    } else if (v.ok) {
+      verifyStatus.textContent = `verified: ${number(v.records)} records, ${bytes(v.bytes)}, ${number(v.entries_checked)} index entries: no problem`;
+    } else {
+      verifyStatus.textContent = `verify found problems: ${[v.error, ...(v.problems || [])].filter(Boolean).join('; ')}`;
+    }
+  };
+  const pollVerify = async () => {
+    try {
+      const v = await api.get('/store/verify');
+      showVerify(v);
+      if (v.state === 'running') verifyTimer = setTimeout(pollVerify, 1000);
+    } catch (err) { verifyStatus.textContent = err.message; }
+  };
+  const verify = actionButton('Verify the store', async () => {
+    await api.post('/store/verify', { check_index: true });
+    clearTimeout(verifyTimer);
+    await pollVerify();
+  }, { notice });
+  container.append(heading('Overview'), notice.node, error, cards,
+    h('p', { class: 'store-tools' }, verify, ' ', verifyStatus),
     h('div', { class: 'charts' }, Object.values(charts).map((c) => c.node)));
   const samples = [];
   let since = 0;
@@ -87,7 +113,7 @@ function overview(container) {
   }
   refresh();
   const timer = setInterval(refresh, 5000);
-  return { stop: () => clearInterval(timer) };
+  return { stop: () => { clearInterval(timer); clearTimeout(verifyTimer); } };
 }
 
 // -- connections and sessions --------------------------------------------------------
