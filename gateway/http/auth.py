@@ -230,8 +230,9 @@ def csrf_refusal(request: Request, session: Session | None) -> str | None:
     """Why a request must be refused as a possible cross-site request forgery, or None.
 
     - Every request that comes from another site is refused when it would change
-      something: a browser says so in ``Sec-Fetch-Site`` or, for older ones, in an
-      ``Origin`` that is not this host. This also covers open mode and HTTP Basic
+      something: a browser says so in ``Sec-Fetch-Site`` (trusted as it is, so a proxy
+      rewriting ``Host`` does not matter) or, for older ones without it, in an
+      ``Origin`` that is not the ``Host`` it sent. This also covers open mode and HTTP Basic
       credentials a browser remembered, which a cookie-less attacker page could
       otherwise ride. Clients that are not browsers (the CLI, curl) send neither.
     - A state-changing call with the session cookie must carry the session's token in
@@ -241,11 +242,13 @@ def csrf_refusal(request: Request, session: Session | None) -> str | None:
     if request.method in SAFE_METHODS:
         return None
     site = request.header("sec-fetch-site")
-    if site is not None and site not in ("same-origin", "none"):
-        return f"a {site} request from a browser page (cross-site request forgery?)"
-    origin = request.header("origin")
-    if origin is not None and origin.partition("://")[2] != (request.header("host") or ""):
-        return f"a request from another origin ({origin})"
+    if site is not None:  # the browser's own word (behind a proxy that rewrites Host too)
+        if site not in ("same-origin", "none"):
+            return f"a {site} request from a browser page (cross-site request forgery?)"
+    else:  # an older browser: its Origin against the Host it sent
+        origin = request.header("origin")
+        if origin is not None and origin.partition("://")[2] != (request.header("host") or ""):
+            return f"a request from another origin ({origin})"
     if session is not None:
         sent = request.header(CSRF_HEADER) or ""
         if not hmac.compare_digest(sent.encode(), session.csrf.encode()):

@@ -64,3 +64,7 @@ def test_csrf() -> None:
     assert csrf_refusal(request("DELETE", sec_fetch_site="cross-site"), None) is not None
     assert csrf_refusal(request("POST", origin="http://evil.example"), None) is not None
     assert csrf_refusal(request("POST", origin="null"), None) is not None
+    # a browser's Sec-Fetch-Site is trusted as it is (a proxy may rewrite Host)
+    proxied = request("POST", origin="https://console.example", sec_fetch_site="same-origin")
+    assert csrf_refusal(proxied, None) is None
+    assert csrf_refusal(request("POST", sec_fetch_site="same-site"), None) is not None
