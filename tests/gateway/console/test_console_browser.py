@@ -277,7 +277,15 @@ def test_create_topic_then_a_client_uses_it(page, console: Console) -> None:
     r = publish(console, "console-orders", "hello")
     assert r.status_code == 201, r.text
     page.reload()
-    expect(page.locator("tr", has_text="console-orders").locator("td").nth(5)).to_have_text("1")
+    row = page.locator("tr", has_text="console-orders")
+    expect(row.locator("td").nth(5)).to_have_text("1")
+    row.get_by_role("button", name="Change").click()
+    change = page.locator("form[aria-label='Change a topic']")
+    expect(change.locator("[name=name]")).to_have_value("console-orders")
+    change.locator("[name=queues]").fill("4")
+    change.get_by_role("button", name="Change").click()
+    expect(page.locator(".notice.ok")).to_have_text("Topic console-orders changed.")
+    expect(row.locator("td").nth(2)).to_have_text("4")  # read queues
     console.shot(page, "topics")
 
 

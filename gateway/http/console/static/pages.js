@@ -186,11 +186,14 @@ function topics(container) {
       { key: 'messages', label: 'Messages', num: true },
     ],
     actions: (row, t) => [
-      actionButton('Change', async () => {
-        const queues = window.prompt(`Queues of ${row.name} (read and write):`, row.write_queues);
-        if (queues === null) return null;
-        return api.put(`/topics/${seg(row.name)}`, { queues: Number(queues) });
-      }, { notice, done: (r) => (r ? `Topic ${row.name} changed.` : ''), after: () => t.reload() }),
+      h('button', { type: 'button', class: 'small', onclick: () => {
+        const f = (field) => change.elements.namedItem(field);
+        f('name').value = row.name;
+        f('queues').value = String(row.write_queues);
+        f('message_type').value = row.message_type;
+        f('perm').value = row.perm_text;
+        f('queues').focus();
+      } }, 'Change'),
       actionButton('Delete', () => api.del(`/topics/${seg(row.name)}`), {
         notice, danger: true, typed: row.name,
         confirm: `Delete topic ${row.name} and its queues? Its messages can no longer be consumed.`,
@@ -218,7 +221,24 @@ function topics(container) {
       return `Topic ${v.name} created.`;
     },
   });
-  container.append(heading('RocketMQ topics'), notice.node, create, table.node);
+  const change = form({
+    title: 'Change a topic', submitLabel: 'Change', notice,
+    fields: [
+      { name: 'name', label: 'Topic', required: true },
+      { name: 'queues', label: 'Queues (read and write)', type: 'number', min: 1 },
+      { name: 'message_type', label: 'Message type', options: MESSAGE_TYPES, value: 'NORMAL' },
+      { name: 'perm', label: 'Permission', options: ['rw', 'r', 'w', '-'], value: 'rw' },
+    ],
+    submit: async (v) => {
+      await api.get(`/topics/${seg(v.name)}`); // 404 for a topic that does not exist
+      const body = { message_type: v.message_type, perm: v.perm };
+      if (v.queues !== '') body.queues = Number(v.queues);
+      await api.put(`/topics/${seg(v.name)}`, body);
+      table.reload();
+      return `Topic ${v.name} changed.`;
+    },
+  });
+  container.append(heading('RocketMQ topics'), notice.node, h('div', { class: 'forms' }, create, change), table.node);
   table.load();
 }
 
