@@ -1,5 +1,5 @@
 // A time-series line chart in SVG, drawn from scratch each update (a few hundred
-// points: cheaper than diffing). Series: [{name, points: [[tMs, value], ...]}]. The
+// points: cheaper than diffing). Series: [{name, points: [[tMs, value], ...], dash?}]. The
 // legend shows each series' latest value (data-series / .value, which the browser tests
 // read too).
 
@@ -67,7 +67,9 @@ export class LineChart {
     series.forEach((s, i) => {
       const color = COLORS[i % COLORS.length];
       const d = s.points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(' ');
-      this.svg.append(svg('polyline', { points: d, fill: 'none', stroke: color, 'stroke-width': 1.5 }));
+      const line = { points: d, fill: 'none', stroke: color, 'stroke-width': s.dash ? 2.5 : 1.5 };
+      if (s.dash) line['stroke-dasharray'] = '6 4'; // a total under the per-protocol lines
+      this.svg.append(svg('polyline', line));
       if (s.points.length) { // the newest value as a dot (a lone first sample shows too)
         const [t, v] = s.points[s.points.length - 1];
         this.svg.append(svg('circle', { cx: x(t).toFixed(1), cy: y(v).toFixed(1), r: 2.5, fill: color }));

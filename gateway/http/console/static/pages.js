@@ -101,7 +101,8 @@ function overview(container) {
         since = Math.max(since, s.t);
       }
       samples.splice(0, Math.max(0, samples.length - SAMPLES_KEPT));
-      charts.in.update([...series((s) => s.in), { name: 'stored', points: samples.map((s) => [s.t, s.stored]) }]);
+      // stored (every door) first and dashed: the protocols' lines stay visible over it
+      charts.in.update([{ name: 'stored', dash: true, points: samples.map((s) => [s.t, s.stored]) }, ...series((s) => s.in)]);
       charts.out.update(series((s) => s.out));
       charts.connections.update(series((s) => s.connections));
       charts.store.update([{ name: 'commit log', points: samples.map((s) => [s.t, s.store_bytes]) }]);
