@@ -506,3 +506,29 @@ def test_verify_the_store_from_the_overview(page, console: Console) -> None:
     page.get_by_role("button", name="Verify the store").click()
     expect(page.locator(".status.verify")).to_contain_text("no problem")
     expect(page.locator(".status.verify")).to_contain_text("verified:")
+
+
+def test_clean_lmqs_after_a_dry_run(page, console: Console) -> None:
+    login(page, console)
+    made = requests.put(
+        f"{console.base}/v1/admin/topics/console-clean",
+        auth=AUTH,
+        json={"queues": 1},
+        timeout=BOUND,
+    )
+    assert made.status_code in (200, 201), made.text
+    assert publish(console, "console-clean", "x").status_code == 201
+    page.goto(console.base + "/console/#/lmqs")
+    clean = page.locator("form[aria-label^='Clean idle LMQs']")
+    clean.locator("[name=prefix]").fill("rmq:console-clean:")
+    clean.locator("[name=idle]").fill("0")
+    clean.get_by_role("button", name="Clean").click()
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_contain_text("Remove 1 LMQs (1 messages")
+    expect(dialog).to_contain_text("rmq:console-clean:0")
+    dialog.get_by_role("button", name="Remove").click()
+    expect(page.locator(".notice.ok")).to_have_text("1 LMQs removed.")
+    gone = requests.get(
+        f"{console.base}/v1/admin/lmqs/rmq:console-clean:0", auth=AUTH, timeout=BOUND
+    )
+    assert gone.status_code == 404

@@ -256,18 +256,25 @@ function lmqs(container) {
       { key: 'last_write_ms', label: 'Last write', render: (r) => time(r.last_write_ms) },
     ],
   });
-  const clean = actionButton('Clean idle LMQs\u2026', async () => {
-    const dry = await api.post('/lmqs/clean', { dry_run: true });
-    if (!dry.lmqs) return { none: true };
-    const text = `Remove ${number(dry.lmqs)} idle LMQs (${number(dry.messages)} messages, ${bytes(dry.bytes)}), by the topics clean rules?`;
-    if (!(await confirmAction(text, { action: 'Remove' }))) return { cancelled: true };
-    return api.post('/lmqs/clean', { dry_run: false });
-  }, {
-    notice,
-    done: (r) => (r.none ? 'No idle LMQ to clean.' : r.cancelled ? 'Nothing removed.' : `${number(r.lmqs)} idle LMQs removed.`),
-    after: () => table.restart(),
+  const clean = form({
+    title: 'Clean idle LMQs (the topics clean rules)', submitLabel: 'Clean\u2026', notice,
+    fields: [
+      { name: 'prefix', label: 'Name prefix (empty: any)', placeholder: 'mqtt:sensors/' },
+      { name: 'idle', label: 'Idle for at least (seconds; empty: any)', type: 'number', min: 0 },
+    ],
+    submit: async (v) => {
+      const body = { prefix: v.prefix || undefined, idle_ms: v.idle === '' ? undefined : Number(v.idle) * 1000 };
+      const dry = await api.post('/lmqs/clean', { ...body, dry_run: true });
+      if (!dry.lmqs) return 'No LMQ matches: nothing to clean.';
+      const names = (dry.items || []).slice(0, 5).map((i) => i.name).join(', ');
+      const text = `Remove ${number(dry.lmqs)} LMQs (${number(dry.messages)} messages, ${bytes(dry.bytes)}): ${names}${dry.lmqs > 5 ? ', \u2026' : ''}?`;
+      if (!(await confirmAction(text, { action: 'Remove' }))) return 'Nothing removed.';
+      const done = await api.post('/lmqs/clean', { ...body, dry_run: false });
+      table.restart();
+      return `${number((done.removed || {}).lmqs ?? done.lmqs)} LMQs removed.`;
+    },
   });
-  container.append(heading('LMQs', clean), notice.node, table.node);
+  container.append(heading('LMQs'), notice.node, clean, table.node);
   table.load();
 }
 
