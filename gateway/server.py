@@ -227,7 +227,10 @@ class Gateway:
                 rep.on_master.append(functools.partial(self._connector_role, True))
                 rep.on_slave.append(functools.partial(self._connector_role, False))
             await self._connector.start(rules=rep is None or rep.is_master)
-            ctx.views.provide("connector.rules", self._connector.connector.snapshot)
+            connector = self._connector.connector
+            ctx.views.provide("connector.rules", connector.snapshot)
+            ctx.views.provide("connector.rule.disable", connector.disable)
+            ctx.views.provide("connector.rule.enable", connector.enable)
             if rep is not None and not rep.is_master:
                 log.info("connector rules wait: this member is a slave of its group")
         log.info("gateway ready", extra={"front_ends": ",".join(self.front_ends) or "-"})

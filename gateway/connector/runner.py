@@ -552,6 +552,8 @@ class Connector:
         self.rules = rules
         self.runners = [RuleRunner(rules, rule) for rule in rules.rules]
         self._tasks: list[asyncio.Task[None]] = []
+        #: rule name -> its task (the last started)
+        self._task_of: dict[str, asyncio.Task[None]] = {}
 
     @property
     def stats(self) -> list[RuleStats]:
@@ -560,8 +562,44 @@ class Connector:
     def start(self) -> None:
         self._tasks = [t for t in self._tasks if not t.done()]
         for runner in self.runners:
-            runner.rearm()
-            self._tasks.append(asyncio.create_task(self._run(runner), name=runner.rule.name))
+            self._start_one(runner)
+
+    def _start_one(self, runner: RuleRunner) -> None:
+        runner.rearm()
+        task = asyncio.create_task(self._run(runner), name=runner.rule.name)
+        self._tasks.append(task)
+        self._task_of[runner.rule.name] = task
+
+    def _runner(self, name: str) -> RuleRunner:
+        for runner in self.runners:
+            if runner.rule.name == name:
+                return runner
+        raise LookupError(f"no connector rule {name!r}")
+
+    async def disable(self, name: str, timeout: float = 10.0) -> dict[str, Any]:
+        """Stop rule ``name`` (its batch in flight ends, its endpoints close; its
+        positions are kept) until :meth:`enable` or the next start (the admin API)."""
+        runner = self._runner(name)
+        runner.stop()
+        task = self._task_of.get(name)
+        if task is not None and not task.done():
+            _, pending = await asyncio.wait({task}, timeout=timeout)
+            for left in pending:
+                left.cancel()
+        runner.stats.state = "stopped"
+        return runner.stats.snapshot()
+
+    def enable(self, name: str) -> dict[str, Any]:
+        """Run rule ``name`` again after :meth:`disable` (a rule ``enabled = false`` in
+        its configuration stays off: ValueError)."""
+        runner = self._runner(name)
+        if not runner.rule.enabled:
+            raise ValueError(f"rule {name!r} is disabled in the connector's configuration")
+        task = self._task_of.get(name)
+        if task is None or task.done():
+            self._tasks = [t for t in self._tasks if not t.done()]
+            self._start_one(runner)
+        return runner.stats.snapshot()
 
     async def _run(self, runner: RuleRunner) -> None:
         await runner.run()
