@@ -58,15 +58,39 @@ def make_store(data: Path, lmqs: int) -> list[str]:
     return names
 
 
-def start_gateway(data: Path, port: int, connections: int
-                  ) -> tuple[subprocess.Popen[str], int, int]:
+def start_gateway(
+    data: Path, port: int, connections: int
+) -> tuple[subprocess.Popen[str], int, int]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.serve", "--data-dir", str(data), "--bind", "127.0.0.1",
-         "--mqtt-port", str(port), "--amqp-port", "0", "--unified-port", str(port + 1),
-         "--grpc-port", "0", "--admin-port", str(port + 2), "--log-level", "warning",
-         "--max-connections", str(connections + 100)],  # the admin calls' own too
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        [
+            sys.executable,
+            "-m",
+            "cli.serve",
+            "--data-dir",
+            str(data),
+            "--bind",
+            "127.0.0.1",
+            "--mqtt-port",
+            str(port),
+            "--amqp-port",
+            "0",
+            "--unified-port",
+            str(port + 1),
+            "--grpc-port",
+            "0",
+            "--admin-port",
+            str(port + 2),
+            "--log-level",
+            "warning",
+            "--max-connections",
+            str(connections + 100),
+        ],  # the admin calls' own too
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 300
     for line in proc.stdout:
@@ -86,8 +110,7 @@ def connect_packet(client_id: str) -> bytes:
     return b"\x10" + bytes([len(body)]) + body
 
 
-async def open_connections(port: int, count: int, batch: int = 250
-                           ) -> list[asyncio.StreamWriter]:
+async def open_connections(port: int, count: int, batch: int = 250) -> list[asyncio.StreamWriter]:
     writers: list[asyncio.StreamWriter] = []
 
     async def one(i: int) -> None:
@@ -133,8 +156,10 @@ def main() -> None:
     try:
         started = time.perf_counter()
         writers = loop.run_until_complete(open_connections(mqtt_port, args.connections))
-        print(f"{len(writers):,} MQTT connections in {time.perf_counter() - started:.0f} s",
-              file=sys.stderr)
+        print(
+            f"{len(writers):,} MQTT connections in {time.perf_counter() - started:.0f} s",
+            file=sys.stderr,
+        )
         http_conn = http.client.HTTPConnection("127.0.0.1", admin_port, timeout=60)
         rng = random.Random(7)
         results: dict[str, list[float]] = {}
@@ -148,19 +173,24 @@ def main() -> None:
             results.setdefault("lmqs prefix (limit 100)", []).append(ms)
             ms, doc = timed(http_conn, f"{base}/connections?limit=100&sort=-bytes_in")
             results.setdefault("connections first page (sort -bytes_in)", []).append(ms)
-            ms, _ = timed(http_conn, f"{base}/connections?limit=100&sort=-bytes_in"
-                                     f"&cursor={doc['next']}")
+            ms, _ = timed(
+                http_conn, f"{base}/connections?limit=100&sort=-bytes_in&cursor={doc['next']}"
+            )
             results.setdefault("connections next page", []).append(ms)
             ms, _ = timed(http_conn, f"{base}/overview")
             results.setdefault("overview", []).append(ms)
         load = os.getloadavg()
-        print(f"# {args.lmqs:,} LMQs, {len(writers):,} MQTT connections, {args.calls} calls"
-              f" each; loadavg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()}"
-              " CPUs)")
+        print(
+            f"# {args.lmqs:,} LMQs, {len(writers):,} MQTT connections, {args.calls} calls"
+            f" each; loadavg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()}"
+            " CPUs)"
+        )
         print(f"{'call':44} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
         for name, values in results.items():
-            print(f"{name:44} {statistics.median(values):8.1f} {percentile(values, 0.99):8.1f}"
-                  f" {max(values):8.1f}")
+            print(
+                f"{name:44} {statistics.median(values):8.1f} {percentile(values, 0.99):8.1f}"
+                f" {max(values):8.1f}"
+            )
         http_conn.close()
         for writer in writers:
             writer.close()

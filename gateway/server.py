@@ -229,10 +229,8 @@ class Gateway:
             await self._connector.start(rules=rep is None or rep.is_master)
             connector = self._connector.connector
             ctx.views.provide("connector.rules", connector.snapshot)
-            ctx.views.provide("connector.enable",
-                              lambda rule: connector.set_enabled(rule, True))
-            ctx.views.provide("connector.disable",
-                              lambda rule: connector.set_enabled(rule, False))
+            ctx.views.provide("connector.rule.disable", connector.disable)
+            ctx.views.provide("connector.rule.enable", connector.enable)
             if rep is not None and not rep.is_master:
                 log.info("connector rules wait: this member is a slave of its group")
         log.info("gateway ready", extra={"front_ends": ",".join(self.front_ends) or "-"})

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker_core import StoreError
 from gateway.admin import (
     connections,
     groups,
@@ -57,9 +58,12 @@ class Admin:
 
     async def call(self, route: Route, call: Call) -> Result:
         """Run ``route``'s handler; a change is written to the audit log, refused or
-        not, before the answer."""
+        not, before the answer. A store error (full, closed) is 503."""
         try:
-            doc: Any = await route.handler(call)
+            try:
+                doc: Any = await route.handler(call)
+            except StoreError as exc:
+                raise AdminError(503, f"store: {exc}") from None
         except AdminError as exc:
             if route.action:
                 self.audit.record(

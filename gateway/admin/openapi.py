@@ -237,17 +237,17 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
     ("POST", "/amqp/queues/{vhost}/{queue}/purge"): ("Purge a queue's ready messages", [], None),
     ("DELETE", "/amqp/queues/{vhost}/{queue}"): ("Delete a queue", [], None),
     ("DELETE", "/amqp/exchanges/{vhost}/{exchange}"): ("Delete an exchange", [], None),
-    ("GET", "/connector/rules"): ("The connector's rules: state, lag, delay, errors", [], None),
     ("POST", "/connector/rules/{rule}/enable"): (
-        "Run a rule again (the running connector only; the rules file is unchanged)",
+        "Run a rule again (after disable; until the gateway restarts)",
         [],
         None,
     ),
     ("POST", "/connector/rules/{rule}/disable"): (
-        "Stop a rule after its batch in flight (the running connector only)",
+        "Stop a rule (its positions kept; until enable or the gateway's restart)",
         [],
         None,
     ),
+    ("GET", "/connector/rules"): ("The connector's rules: state, lag, delay, errors", [], None),
 }
 
 

@@ -18,13 +18,15 @@ QUEUE_SORTS = ("name", "vhost", "messages", "unacked", "consumers")
 def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
     views = admin.ctx.views
 
-    async def ask(view: str, **kwargs: Any) -> Any:
+    async def ask(view: str, field: str | None = None, **kwargs: Any) -> Any:
+        """The view's answer; its LookupError is 404, its ValueError 400, naming
+        ``field``."""
         try:
             return await views.ask(view, **kwargs)
         except LookupError as exc:
-            raise AdminError(404, str(exc).strip("'\""), field=next(iter(kwargs), None)) from None
+            raise AdminError(404, str(exc).strip("'\""), field=field) from None
         except ValueError as exc:
-            raise AdminError(400, str(exc), field=next(iter(kwargs), None)) from None
+            raise AdminError(400, str(exc), field=field) from None
 
     async def sessions(call: Call) -> dict[str, Any]:
         paging = call.paging(SESSION_SORTS, "name")
@@ -37,10 +39,10 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         return doc
 
     async def session(call: Call) -> Any:
-        return await ask("mqtt.session", client_id=call.params["client_id"])
+        return await ask("mqtt.session", "client_id", client_id=call.params["client_id"])
 
     async def kick(call: Call) -> Any:
-        return await ask("mqtt.kick", client_id=call.params["client_id"])
+        return await ask("mqtt.kick", "client_id", client_id=call.params["client_id"])
 
     async def amqp_list(kind: str, call: Call, sorts: tuple[str, ...]) -> dict[str, Any]:
         paging = call.paging(sorts, sorts[0])
@@ -75,26 +77,35 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         return await amqp_list("bindings", call, ("source", "vhost", "destination", "routing_key"))
 
     async def purge(call: Call) -> Any:
-        return await ask("amqp.queue.purge", vhost=call.params["vhost"], name=call.params["queue"])
+        return await ask(
+            "amqp.queue.purge", "queue", vhost=call.params["vhost"], name=call.params["queue"]
+        )
 
     async def delete_queue(call: Call) -> Any:
-        return await ask("amqp.queue.delete", vhost=call.params["vhost"], name=call.params["queue"])
+        return await ask(
+            "amqp.queue.delete", "queue", vhost=call.params["vhost"], name=call.params["queue"]
+        )
 
     async def delete_exchange(call: Call) -> Any:
         return await ask(
-            "amqp.exchange.delete", vhost=call.params["vhost"], name=call.params["exchange"]
+            "amqp.exchange.delete",
+            "exchange",
+            vhost=call.params["vhost"],
+            name=call.params["exchange"],
         )
 
     async def connector(call: Call) -> dict[str, Any]:
         return {"items": await ask("connector.rules")}
 
-    async def enable_rule(call: Call) -> Any:
-        return await ask("connector.enable", rule=call.params["rule"])
+    async def rule_enable(call: Call) -> Any:
+        return await ask("connector.rule.enable", "rule", name=call.params["rule"])
 
-    async def disable_rule(call: Call) -> Any:
-        return await ask("connector.disable", rule=call.params["rule"])
+    async def rule_disable(call: Call) -> Any:
+        return await ask("connector.rule.disable", "rule", name=call.params["rule"])
 
     return [
+        ("POST", "/connector/rules/{rule}/enable", rule_enable, "connector.enable"),
+        ("POST", "/connector/rules/{rule}/disable", rule_disable, "connector.disable"),
         ("GET", "/mqtt/sessions", sessions, ""),
         ("GET", "/mqtt/sessions/{client_id}", session, ""),
         ("DELETE", "/mqtt/sessions/{client_id}", kick, "mqtt.kick"),
@@ -106,6 +117,4 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         ("DELETE", "/amqp/queues/{vhost}/{queue}", delete_queue, "amqp.queue.delete"),
         ("DELETE", "/amqp/exchanges/{vhost}/{exchange}", delete_exchange, "amqp.exchange.delete"),
         ("GET", "/connector/rules", connector, ""),
-        ("POST", "/connector/rules/{rule}/enable", enable_rule, "connector.rule.enable"),
-        ("POST", "/connector/rules/{rule}/disable", disable_rule, "connector.rule.disable"),
     ]

@@ -552,19 +552,54 @@ class Connector:
         self.rules = rules
         self.runners = [RuleRunner(rules, rule) for rule in rules.rules]
         self._tasks: list[asyncio.Task[None]] = []
-        #: Between start and stop (a broker group's slave does not run its rules).
-        self.running = False
+        #: rule name -> its task (the last started)
+        self._task_of: dict[str, asyncio.Task[None]] = {}
 
     @property
     def stats(self) -> list[RuleStats]:
         return [r.stats for r in self.runners]
 
     def start(self) -> None:
-        self.running = True
         self._tasks = [t for t in self._tasks if not t.done()]
         for runner in self.runners:
-            runner.rearm()
-            self._tasks.append(asyncio.create_task(self._run(runner), name=runner.rule.name))
+            self._start_one(runner)
+
+    def _start_one(self, runner: RuleRunner) -> None:
+        runner.rearm()
+        task = asyncio.create_task(self._run(runner), name=runner.rule.name)
+        self._tasks.append(task)
+        self._task_of[runner.rule.name] = task
+
+    def _runner(self, name: str) -> RuleRunner:
+        for runner in self.runners:
+            if runner.rule.name == name:
+                return runner
+        raise LookupError(f"no connector rule {name!r}")
+
+    async def disable(self, name: str, timeout: float = 10.0) -> dict[str, Any]:
+        """Stop rule ``name`` (its batch in flight ends, its endpoints close; its
+        positions are kept) until :meth:`enable` or the next start (the admin API)."""
+        runner = self._runner(name)
+        runner.stop()
+        task = self._task_of.get(name)
+        if task is not None and not task.done():
+            _, pending = await asyncio.wait({task}, timeout=timeout)
+            for left in pending:
+                left.cancel()
+        runner.stats.state = "stopped"
+        return runner.stats.snapshot()
+
+    def enable(self, name: str) -> dict[str, Any]:
+        """Run rule ``name`` again after :meth:`disable` (a rule ``enabled = false`` in
+        its configuration stays off: ValueError)."""
+        runner = self._runner(name)
+        if not runner.rule.enabled:
+            raise ValueError(f"rule {name!r} is disabled in the connector's configuration")
+        task = self._task_of.get(name)
+        if task is None or task.done():
+            self._tasks = [t for t in self._tasks if not t.done()]
+            self._start_one(runner)
+        return runner.stats.snapshot()
 
     async def _run(self, runner: RuleRunner) -> None:
         await runner.run()
@@ -575,7 +610,6 @@ class Connector:
     async def stop(self, timeout: float = 10.0) -> None:
         """Stop every rule: each ends its batch in flight (bounded by ``timeout``), then
         closes its endpoints."""
-        self.running = False
         for runner in self.runners:
             runner.stop()
         if self._tasks:
@@ -585,40 +619,7 @@ class Connector:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Each rule's status, with whether it is enabled (it may be switched while the
-        gateway runs: :meth:`set_enabled`)."""
-        enabled = {r.rule.name: r.rule.enabled for r in self.runners}
-        return [{**s.snapshot(), "enabled": enabled.get(s.name, False)} for s in self.stats]
-
-    async def set_enabled(self, name: str, enabled: bool, timeout: float = 10.0) -> dict[str, Any]:
-        """Enable or disable rule ``name`` on the running connector (the admin API; the
-        rules file is not changed, so a restart runs the file's rules): a disabled
-        rule's runner ends its batch in flight (bounded by ``timeout``) and closes its
-        endpoints; an enabled one starts again from the target's high-water marks. Its
-        statistics carry on. Raises LookupError when there is no such rule."""
-        i = next((n for n, r in enumerate(self.runners) if r.rule.name == name), None)
-        if i is None:
-            raise LookupError(f"no connector rule {name!r}")
-        runner = self.runners[i]
-        if runner.rule.enabled == enabled:
-            return next(r for r in self.snapshot() if r["rule"] == name)
-        runner.stop()
-        live = [t for t in self._tasks if t.get_name() == name and not t.done()]
-        if live:
-            _, pending = await asyncio.wait(live, timeout=timeout)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*live, return_exceptions=True)
-        self._tasks = [t for t in self._tasks if not t.done()]
-        rule = replace(runner.rule, enabled=enabled)
-        fresh = RuleRunner(self.rules, rule, runner.stats)
-        fresh.positions = runner.positions
-        if not enabled:
-            runner.stats.state = "disabled"
-        self.runners[i] = fresh
-        if self.running:  # (else it starts with the others, on mastership)
-            self._tasks.append(asyncio.create_task(self._run(fresh), name=rule.name))
-        return next(r for r in self.snapshot() if r["rule"] == name)
+        return [s.snapshot() for s in self.stats]
 
 
 class EmbeddedConnector:

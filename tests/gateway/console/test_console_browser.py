@@ -485,19 +485,18 @@ def test_disable_and_enable_a_connector_rule(page, console: Console) -> None:
     login(page, console)
     page.goto(console.base + "/console/#/connector")
     row = page.locator("tr", has_text="console-out")
-    expect(row.locator("td").nth(2)).to_have_text("yes")  # enabled
     expect(row).to_contain_text("here \u2192 away")
+    expect(row.locator("td").nth(2)).not_to_have_text("stopped")
     row.get_by_role("button", name="Disable").click()
     page.locator("dialog#confirm").get_by_role("button", name="Disable").click()
     expect(page.locator(".notice.ok")).to_have_text("Rule console-out disabled.")
-    expect(row.locator("td").nth(2)).to_have_text("no")
-    expect(row.locator("td").nth(3)).to_have_text("disabled")
+    expect(row.locator("td").nth(2)).to_have_text("stopped")
     console.shot(page, "connector")
     rules = requests.get(f"{console.base}/v1/admin/connector/rules", auth=AUTH, timeout=BOUND)
-    assert [(r["rule"], r["enabled"]) for r in rules.json()["items"]] == [("console-out", False)]
+    assert [(r["rule"], r["state"]) for r in rules.json()["items"]] == [("console-out", "stopped")]
     row.get_by_role("button", name="Enable").click()
     expect(page.locator(".notice.ok")).to_have_text("Rule console-out enabled.")
-    expect(row.locator("td").nth(2)).to_have_text("yes")
+    expect(row.locator("td").nth(2)).not_to_have_text("stopped")
 
 
 def test_verify_the_store_from_the_overview(page, console: Console) -> None:

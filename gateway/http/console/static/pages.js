@@ -572,7 +572,6 @@ function connectors(container) {
     columns: [
       { key: 'rule', label: 'Rule' },
       { key: 'route', label: 'Copies', render: (r) => `${r.source} \u2192 ${r.target}` },
-      { key: 'enabled', label: 'Enabled', render: (r) => (r.enabled ? 'yes' : 'no') },
       { key: 'state', label: 'State' },
       { key: 'lag', label: 'Lag', num: true },
       { key: 'delay_ms', label: 'Delay (ms)', num: true },
@@ -581,14 +580,16 @@ function connectors(container) {
       { key: 'errors', label: 'Errors', num: true },
       { key: 'last_error', label: 'Last error' },
     ],
-    actions: (row, t) => [row.enabled
-      ? actionButton('Disable', () => api.post(`/connector/rules/${seg(row.rule)}/disable`), {
+    // "stopped": disabled here (until enabled or a restart); "disabled": in the
+    // connector's configuration, which the console does not change
+    actions: (row, t) => (row.state === 'disabled' ? [] : [row.state === 'stopped'
+      ? actionButton('Enable', () => api.post(`/connector/rules/${seg(row.rule)}/enable`), {
+        notice, done: `Rule ${row.rule} enabled.`, after: () => t.reload(),
+      })
+      : actionButton('Disable', () => api.post(`/connector/rules/${seg(row.rule)}/disable`), {
         notice, danger: true, confirm: `Disable rule ${row.rule}? Copying stops after its batch in flight, until the rule is enabled again or the gateway restarts.`,
         done: `Rule ${row.rule} disabled.`, after: () => t.reload(),
-      })
-      : actionButton('Enable', () => api.post(`/connector/rules/${seg(row.rule)}/enable`), {
-        notice, done: `Rule ${row.rule} enabled.`, after: () => t.reload(),
-      })],
+      })]),
   });
   container.append(heading('Connector rules'), notice.node, table.node);
   table.load();
