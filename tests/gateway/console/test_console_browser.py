@@ -235,6 +235,14 @@ def publish(console: Console, topic: str, body: str) -> requests.Response:
     )
 
 
+def one_queue_topic(console: Console, topic: str) -> None:
+    """A topic of one queue, made through the admin API (auto-creation is off here)."""
+    made = requests.put(
+        f"{console.base}/v1/admin/topics/{topic}", auth=AUTH, json={"queues": 1}, timeout=BOUND
+    )
+    assert made.status_code in (200, 201), made.text
+
+
 def receive(console: Console, group: str, topic: str, n: int) -> list[str]:
     """The bodies of ``n`` messages received (and acked) by ``group``."""
     bodies: list[str] = []
@@ -303,13 +311,7 @@ def test_bad_form_is_refused_with_a_clear_message(page, console: Console) -> Non
 
 def test_reset_group_seen_by_its_consumer(page, console: Console) -> None:
     login(page, console)
-    made = requests.put(
-        f"{console.base}/v1/admin/topics/console-reset",
-        auth=AUTH,
-        json={"queues": 1},
-        timeout=BOUND,
-    )
-    assert made.status_code in (200, 201), made.text
+    one_queue_topic(console, "console-reset")
     for i in range(3):
         assert publish(console, "console-reset", f"m{i}").status_code == 201
     assert sorted(receive(console, "console-group", "console-reset", 3)) == ["m0", "m1", "m2"]
@@ -328,13 +330,7 @@ def test_reset_group_seen_by_its_consumer(page, console: Console) -> None:
 
 def test_message_browser_finds_and_peeks(page, console: Console) -> None:
     login(page, console)
-    made = requests.put(
-        f"{console.base}/v1/admin/topics/console-browse",
-        auth=AUTH,
-        json={"queues": 1},
-        timeout=BOUND,
-    )
-    assert made.status_code in (200, 201), made.text
+    one_queue_topic(console, "console-browse")
     sent = [publish(console, "console-browse", f"b{i}").json() for i in range(3)]
     page.goto(console.base + "/console/#/messages")
     peek = page.locator("form[aria-label^='Peek']")
@@ -509,13 +505,7 @@ def test_verify_the_store_from_the_overview(page, console: Console) -> None:
 
 def test_clean_lmqs_after_a_dry_run(page, console: Console) -> None:
     login(page, console)
-    made = requests.put(
-        f"{console.base}/v1/admin/topics/console-clean",
-        auth=AUTH,
-        json={"queues": 1},
-        timeout=BOUND,
-    )
-    assert made.status_code in (200, 201), made.text
+    one_queue_topic(console, "console-clean")
     assert publish(console, "console-clean", "x").status_code == 201
     page.goto(console.base + "/console/#/lmqs")
     clean = page.locator("form[aria-label^='Clean idle LMQs']")
