@@ -19,7 +19,9 @@ LMQs the store holds. Each sample holds
   down, past ``LAG_LIMIT``).
 
 Memory is bounded: at most ``SPAN_S / INTERVAL_S`` samples (720), the oldest dropped.
-Event-loop thread only.
+Measured on a started gateway (2 cores at a load average of 18.5): a sample costs 28-49
+us of the event loop every 5 s; answering all 720 samples 0.7 ms (the console then asks
+only for the new ones). Event-loop thread only.
 """
 
 from __future__ import annotations
