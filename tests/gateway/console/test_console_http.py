@@ -98,3 +98,24 @@ def test_login_session_and_csrf(base: str) -> None:
     assert s.delete(url, headers={"X-CSRF-Token": "x" + token}, timeout=BOUND).status_code == 403
     assert s.delete(url, headers={"X-CSRF-Token": token}, timeout=BOUND).status_code == 204
     assert s.get(url, timeout=BOUND).status_code == 401  # logged out
+
+
+def test_open_mode_console_and_cross_site_changes(tmp_path: Path) -> None:
+    """Open mode (no users file, loopback): the console needs no login, and the admin
+    API still refuses a change a browser marks as sent by another site's page (any page
+    the operator's browser visits could otherwise post to it); the CLI's calls, which
+    carry neither header, pass."""
+    gw = GatewayProcess(tmp_path / "data").start()
+    try:
+        base = f"http://127.0.0.1:{gw.ports['unified']}"
+        doc = requests.get(base + "/console/session", timeout=BOUND).json()
+        assert doc == {"mode": "open", "user": "anonymous", "csrf_token": ""}
+        url = base + "/v1/admin/topics/from-evil"
+        for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+            r = requests.put(url, json={"queues": 1}, headers=headers, timeout=BOUND)
+            assert r.status_code == 403, (headers, r.text)
+        assert requests.get(url, timeout=BOUND).status_code == 404  # nothing was made
+        same = {"Origin": base, "Sec-Fetch-Site": "same-origin"}  # the console's own call
+        assert requests.put(url, json={"queues": 1}, headers=same, timeout=BOUND).status_code == 201
+    finally:
+        gw.stop()
