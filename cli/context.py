@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from broker_core import MessageStore, StoreConfig, StoreError
+from cli.remote import find_remote
 
 data_dir_option = click.option(
     "--data-dir",
@@ -91,9 +92,12 @@ def open_store(
     except StoreError as exc:
         message = str(exc)
         if "in use" in message and not read_only:
-            # a running gateway holds it: this command has no online form
-            message += (" (a gateway runs on it: this command works offline only; stop"
-                        " the gateway first)")
+            if find_remote(data_dir, None) is not None:  # it has an admin API: no online form
+                message += (" (a gateway runs on it: this command works offline only;"
+                            " stop the gateway first)")
+            else:
+                message += (" (a gateway runs on it without an HTTP listener for its admin"
+                            " API: stop it first)")
         raise click.ClickException(message) from None
     try:
         yield store

@@ -62,13 +62,20 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
     async def show(call: Call) -> dict[str, Any]:
         name = _name(call)
         config = registry.get(name)
-        queues = (await asyncio.to_thread(group_progress, store, name)).get(name, [])
+
+        def read() -> tuple[list[dict[str, Any]], int, list[Any]]:
+            """Offsets, in-flight counts (each a scan of the pop state) and blocked FIFO
+            groups: in a worker thread, off the event loop."""
+            rows = group_progress(store, name).get(name, [])
+            for row in rows:
+                row["in_flight"] = store.inflight_count(name, row["lmq"])
+            return rows, store.inflight_count(name), store.blocked_message_groups(name)
+
+        queues, in_flight, blocked_groups = await asyncio.to_thread(read)
         if config is None and not queues:
             raise AdminError(404, f"no consumer group named {name!r}", field="group")
-        for row in queues:
-            row["in_flight"] = store.inflight_count(name, row["lmq"])
         blocked = []
-        for b in store.blocked_message_groups(name):
+        for b in blocked_groups:
             parsed = parse_queue_lmq(b.lmq)
             blocked.append(
                 {
@@ -93,7 +100,7 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
             },
             "queues": queues,
             "lag": sum(r["lag"] for r in queues),
-            "in_flight": store.inflight_count(name),
+            "in_flight": in_flight,
             "blocked_message_groups": blocked,
         }
 
