@@ -22,6 +22,9 @@ COMPILED = [
     "protocol/mqtt/primitives.py",
     "protocol/remoting/command.py",
     "protocol/remoting/frames.py",
+    "protocol/grpc/framing.py",
+    "protocol/grpc/messages.py",
+    "protocol/grpc/server.py",
 ]
 
 #: Written in C (no Python twin to compile): the record walk of the Spark reader

@@ -66,8 +66,17 @@ def status(code: Code | int, message: str = "") -> definition_pb2.Status:
     return definition_pb2.Status(code=int(code), message=message)
 
 
+_OK = definition_pb2.Status(code=Code.OK, message="OK")
+
+
 def ok(message: str = "OK") -> definition_pb2.Status:
-    """``Status{code: OK}``; the Java proxy's message is ``OK`` too."""
+    """``Status{code: OK}``; the Java proxy's message is ``OK`` too.
+
+    The default one is one shared instance (built once, not per response: a response
+    given a status, ``Response(status=ok())``, takes a copy of it, about half the cost
+    of adopting a new one): use it as a field value, never change it in place."""
+    if message == "OK":
+        return _OK
     return definition_pb2.Status(code=Code.OK, message=message)
 
 

@@ -8,12 +8,8 @@ or no build): there is nothing to compare.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -22,27 +18,15 @@ from hypothesis import strategies as st
 from protocol.remoting import command as compiled_command
 from protocol.remoting import frames as compiled_frames
 from protocol.remoting.errors import CommandError, FrameError
+from tests.protocol.compiled_sources import is_compiled, source_of
 
-NOT_COMPILED = (compiled_command.__file__ or "").endswith(".py")
 pytestmark = pytest.mark.skipif(
-    NOT_COMPILED, reason="protocol.remoting.command is its Python source here (not compiled)"
+    not is_compiled(compiled_command),
+    reason="protocol.remoting.command is its Python source here (not compiled)",
 )
-
-
-def _source(name: str) -> ModuleType:
-    """``protocol.remoting.<name>`` loaded from its ``.py`` beside the extension."""
-    path = Path(compiled_command.__file__).with_name(f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"protocol.remoting._source_{name}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-if not NOT_COMPILED:
-    source_command = _source("command")
-    source_frames = _source("frames")
+if is_compiled(compiled_command):
+    source_command = source_of(compiled_command)
+    source_frames = source_of(compiled_frames)
 
 
 def _fields(cmd: object) -> tuple:
