@@ -20,6 +20,7 @@ from broker_core import MessageStore, RecordType
 from broker_core.transactions import CONTROL, Action
 from gateway.clients import Producer, PullConsumer, RemotingClient, TransactionProducer
 from gateway.clients.pop import PopConsumer, PoppedMessage
+from gateway.clients.remoting import RemotingError, SendResult
 from tests.gateway.amqp.test_amqp_crash import close_quietly
 from tests.grpc.test_grpc_send import create_topic
 
@@ -322,5 +323,76 @@ def test_amqp_deliveries_in_flight_at_the_kill_are_redelivered(tmp_path: Path) -
     finally:
         if conn is not None:
             close_quietly(conn)  # its broker was killed under it
+        b.stop()
+        a.stop()
+
+
+async def _half(port: int, topic: str) -> SendResult:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        return await TransactionProducer(client, "PG_7709").send_half(topic, b"commit-me")
+
+
+async def _commit(port: int, half: SendResult) -> str:
+    """END_TRANSACTION (commit): "" when answered SUCCESS, else the error."""
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        try:
+            await TransactionProducer(client, "PG_7709").end(half, True)
+        except RemotingError as exc:
+            return str(exc)
+        return ""
+
+
+async def _pull_topic(port: int, topic: str) -> list[bytes]:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        consumer = PullConsumer(client, "CG_7709")
+        out: list[bytes] = []
+        for mq in await consumer.queues(topic):
+            out += [m.body for m in (await consumer.pull(mq, 0, max_nums=64)).messages]
+        return out
+
+
+def test_a_commit_while_the_in_sync_set_shrinks(tmp_path: Path) -> None:
+    """apache/rocketmq#7709 (two replicas, minInSyncReplicas 2: a commit made as the
+    slave dropped out of the set, its half message dropped after retries): here the
+    commit is a record of the log, written before its acknowledgement waits for the
+    set. The slave paused and out of the set, the commit is held, then answered with
+    the refusal (min_insync 2) but not undone; the producer commits again once the
+    slave is back: the message is delivered once, on the master and, after kill -9 and
+    promotion, on the slave, and nothing is pending."""
+    create_topic(tmp_path / "a", "t7709", "--type", "transaction", "--queues", "1")
+    a = Member(
+        tmp_path / "a",
+        *("--replication-role", "master", "--replication-ack", "sync"),
+        *("--replication-max-lag", "1", "--replication-min-insync", "2"),
+    )
+    a.start()
+    b = Member(
+        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
+    )
+    try:
+        b.start()
+        wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
+        half = asyncio.run(_half(a.ports["unified"], "t7709"))
+        b.pause()
+        wait_for("b out of the set", lambda: a.replication()["in_sync"] == [])
+        refused = asyncio.run(_commit(a.ports["unified"], half))
+        assert "replication_min_insync 2" in refused, refused
+        b.resume()
+        wait_for("b back in the set", lambda: a.replication()["in_sync"] != [])
+        again = asyncio.run(_commit(a.ports["unified"], half))  # the producer's retry
+        wait_for("b caught up", lambda: caught_up(b, a))
+        assert again == ""  # answered SUCCESS: the half message was committed already
+        assert asyncio.run(_pull_topic(a.ports["unified"], "t7709")) == [b"commit-me"]
+        a.kill()
+        b.promote()
+        wait_for("b is master", lambda: b.replication()["role"] == "master")
+        assert asyncio.run(_pull_topic(b.ports["unified"], "t7709")) == [b"commit-me"]
+        store = MessageStore.open_read_only(b.data_dir)
+        try:
+            assert list(store.txns.iter_pending()) == []
+        finally:
+            store.close()
+    finally:
+        b.resume()
         b.stop()
         a.stop()
