@@ -24,7 +24,7 @@ from gateway.clients.remoting import RemotingError, SendResult
 from tests.gateway.amqp.test_amqp_crash import close_quietly
 from tests.grpc.test_grpc_send import create_topic
 
-from .group_support import Member, caught_up, wait_for
+from .group_support import Member, bodies_in_log, caught_up, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -342,6 +342,16 @@ async def _commit(port: int, half: SendResult) -> str:
         return ""
 
 
+async def _send_one(port: int, body: bytes) -> tuple[int, str]:
+    """A remoting send to topic ``mins``: (response code, remark); 0 is SEND_OK."""
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        try:
+            result = await Producer(client, "PG_min").send("mins", body, queue_id=0)
+        except RemotingError as exc:
+            return exc.code, str(exc)
+        return result.code, ""
+
+
 async def _pull_topic(port: int, topic: str) -> list[bytes]:
     async with RemotingClient(f"127.0.0.1:{port}") as client:
         consumer = PullConsumer(client, "CG_7709")
@@ -351,14 +361,17 @@ async def _pull_topic(port: int, topic: str) -> list[bytes]:
         return out
 
 
-def test_a_commit_while_the_in_sync_set_shrinks(tmp_path: Path) -> None:
-    """apache/rocketmq#7709 (two replicas, minInSyncReplicas 2: a commit made as the
-    slave dropped out of the set, its half message dropped after retries): here the
-    commit is a record of the log, written before its acknowledgement waits for the
-    set. The slave paused and out of the set, the commit is held, then answered with
-    the refusal (min_insync 2) but not undone; the producer commits again once the
-    slave is back: the message is delivered once, on the master and, after kill -9 and
-    promotion, on the slave, and nothing is pending."""
+def test_min_insync_and_a_commit_while_the_in_sync_set_shrinks(tmp_path: Path) -> None:
+    """replication_min_insync 2 (the master and one slave), and apache/rocketmq#7709
+    (two replicas, minInSyncReplicas 2: a commit made as the slave dropped out of the
+    set, its half message dropped after retries). With the slave in the set a send is
+    acknowledged. The slave paused and out of the set: a send waits
+    replication_max_lag and is refused (its record is in the log, not acknowledged);
+    the commit of a half message (a record of the log, written before its
+    acknowledgement waits for the set) is held and refused the same way, but not
+    undone. The slave back: sends are acknowledged again, the producer's retried commit
+    is answered SUCCESS, the message is delivered once, on the master and, after kill
+    -9 and promotion, on the slave, and nothing is pending."""
     create_topic(tmp_path / "a", "t7709", "--type", "transaction", "--queues", "1")
     a = Member(
         tmp_path / "a",
@@ -372,15 +385,24 @@ def test_a_commit_while_the_in_sync_set_shrinks(tmp_path: Path) -> None:
     try:
         b.start()
         wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
-        half = asyncio.run(_half(a.ports["unified"], "t7709"))
+        port = a.ports["unified"]
+        assert a.replication()["min_insync"] == 2
+        assert asyncio.run(_send_one(port, b"with-b")) == (0, "")
+        half = asyncio.run(_half(port, "t7709"))
         b.pause()
         wait_for("b out of the set", lambda: a.replication()["in_sync"] == [])
-        refused = asyncio.run(_commit(a.ports["unified"], half))
+        code, remark = asyncio.run(_send_one(port, b"without-b"))
+        assert code != 0 and "replication_min_insync 2" in remark, (code, remark)
+        refused = asyncio.run(_commit(port, half))
         assert "replication_min_insync 2" in refused, refused
         b.resume()
         wait_for("b back in the set", lambda: a.replication()["in_sync"] != [])
-        again = asyncio.run(_commit(a.ports["unified"], half))  # the producer's retry
+        assert asyncio.run(_send_one(port, b"b-back")) == (0, "")
+        again = asyncio.run(_commit(port, half))  # the producer's retry
         wait_for("b caught up", lambda: caught_up(b, a))
+        # the refused send is in the log (the client was told it failed; it may resend)
+        sends = [m for m in bodies_in_log(b.data_dir) if m in (b"with-b", b"without-b", b"b-back")]
+        assert sends == [b"with-b", b"without-b", b"b-back"]
         assert again == ""  # answered SUCCESS: the half message was committed already
         assert asyncio.run(_pull_topic(a.ports["unified"], "t7709")) == [b"commit-me"]
         a.kill()
