@@ -24,7 +24,7 @@ from gateway.clients.remoting import RemotingError, SendResult
 from tests.gateway.amqp.test_amqp_crash import close_quietly
 from tests.grpc.test_grpc_send import create_topic
 
-from .group_support import Member, bodies_in_log, caught_up, wait_for
+from .group_support import Member, bodies_in_log, caught_up, static_pair, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -299,11 +299,7 @@ def test_amqp_deliveries_in_flight_at_the_kill_are_redelivered(tmp_path: Path) -
     acked, when the master is killed: on the promoted slave the six unacked come again,
     flagged redelivered (and so do the up to four more the master had sent to refill
     the prefetch after the acks), the rest of the queue once, the four acked never."""
-    a = Member(tmp_path / "a", "--replication-role", "master", "--replication-ack", "sync")
-    a.start()
-    b = Member(
-        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
-    )
+    a, b = static_pair(tmp_path, "--replication-ack", "sync")
     conn = None
     try:
         b.start()
@@ -373,14 +369,10 @@ def test_min_insync_and_a_commit_while_the_in_sync_set_shrinks(tmp_path: Path) -
     is answered SUCCESS, the message is delivered once, on the master and, after kill
     -9 and promotion, on the slave, and nothing is pending."""
     create_topic(tmp_path / "a", "t7709", "--type", "transaction", "--queues", "1")
-    a = Member(
-        tmp_path / "a",
-        *("--replication-role", "master", "--replication-ack", "sync"),
-        *("--replication-max-lag", "1", "--replication-min-insync", "2"),
-    )
-    a.start()
-    b = Member(
-        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
+    a, b = static_pair(
+        tmp_path,
+        *("--replication-ack", "sync", "--replication-max-lag", "1"),
+        *("--replication-min-insync", "2"),
     )
     try:
         b.start()

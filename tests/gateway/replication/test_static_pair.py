@@ -31,6 +31,7 @@ from .group_support import (
     log_bytes,
     pull_at,
     route_addrs,
+    static_pair,
     wait_for,
 )
 
@@ -340,20 +341,11 @@ def _retained_master(data_dir: Path, copy_to: Path | None = None) -> int:
     return start
 
 
-def _static_pair(tmp_path: Path) -> tuple[Member, Member]:
-    """Master a started, slave b of it not yet started."""
-    a = Member(tmp_path / "a", "--replication-role", "master").start()
-    b = Member(
-        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
-    )
-    return a, b
-
-
 def test_a_new_slave_of_a_master_whose_log_was_trimmed(tmp_path: Path) -> None:
     """Retention removed the beginning of the master's log: a slave started on an empty
     data directory begins its log at the master's log start and holds the same bytes."""
     start = _retained_master(tmp_path / "a")
-    a, b = _static_pair(tmp_path)
+    a, b = static_pair(tmp_path)
     try:
         b.start()
         wait_for("b caught up", lambda: caught_up(b, a))
@@ -369,7 +361,7 @@ def test_a_slave_removes_what_the_masters_retention_removed(tmp_path: Path) -> N
     retention removed its first segments: the master's TRIM removes the same segments
     on the slave, whose log then starts where the master's does."""
     start = _retained_master(tmp_path / "a", copy_to=tmp_path / "b")
-    a, b = _static_pair(tmp_path)
+    a, b = static_pair(tmp_path)
     try:
         b.start()
         wait_for("b trimmed", lambda: b.says(f"below the master's log start {start}"))
