@@ -68,6 +68,16 @@ class Member(GatewayProcess):
         return any(text in line for line in self.output)
 
 
+def static_pair(root: Path, *master_args: str) -> tuple[Member, Member]:
+    """Master ``root/a`` (started; ``master_args`` after its role) and its slave
+    ``root/b`` (not started: the caller starts it inside its ``try``)."""
+    a = Member(root / "a", "--replication-role", "master", *master_args).start()
+    b = Member(
+        root / "b", "--replication-role", "slave", "--replication-master", a.replication_address
+    )
+    return a, b
+
+
 def wait_for(what: str, check: Callable[[], bool], timeout: float = WAIT_S) -> None:
     """Until ``check()`` holds (a bound on waiting, not a timed assertion). A check that
     raises (a member answering between two states) counts as not yet."""

@@ -43,9 +43,13 @@ N = 300
 RATE = 100  # messages a second per rule: about three seconds of copying each way
 
 
-def _rules(outside: int, group: list[int]) -> str:
+def _rules(outside: int, group: list[int], *, into: bool = True, rate: int = RATE) -> str:
+    """Clusters ``outside`` and ``grp`` (every member), the rule ``out-of-the-group``
+    (grp's ``events`` to outside's ``events-copy``) and, with ``into``, the rule
+    ``into-the-group`` (outside's ``orders`` to grp); ``rate``: msg/s each (0: none)."""
     endpoints = ", ".join(f'"127.0.0.1:{p}"' for p in group)
-    return f"""
+    limit = f"rate_limit = {rate}\n" if rate else ""
+    text = f"""status_address = ""
 heartbeat_interval = 0
 retry_initial = 0.05
 retry_max = 0.5
@@ -59,22 +63,23 @@ kind = "gateway"
 endpoints = [{endpoints}]
 
 [[rules]]
-name = "into-the-group"
-source = "outside"
-topic = "orders"
-target = "grp"
-start = "earliest"
-rate_limit = {RATE}
-
-[[rules]]
 name = "out-of-the-group"
 source = "grp"
 topic = "events"
 target = "outside"
 target_topic = "events-copy"
 start = "earliest"
-rate_limit = {RATE}
-"""
+{limit}"""
+    if into:
+        text += f"""
+[[rules]]
+name = "into-the-group"
+source = "outside"
+topic = "orders"
+target = "grp"
+start = "earliest"
+{limit}"""
+    return text
 
 
 async def _cluster_id(port: int) -> str:
@@ -160,29 +165,7 @@ def test_rules_inside_the_group_run_on_its_master_only(tmp_path: Path) -> None:
     outside = GatewayProcess(tmp_path / "outside").start()
     ports = {"a": free_port(), "b": free_port()}
     rules = tmp_path / "rules.toml"
-    rules.write_text(
-        f"""status_address = ""
-heartbeat_interval = 0
-retry_initial = 0.05
-retry_max = 0.5
-
-[clusters.grp]
-kind = "gateway"
-endpoints = ["127.0.0.1:{ports["a"]}", "127.0.0.1:{ports["b"]}"]
-
-[clusters.outside]
-kind = "gateway"
-endpoints = ["127.0.0.1:{outside.ports["unified"]}"]
-
-[[rules]]
-name = "out"
-source = "grp"
-topic = "events"
-target = "outside"
-target_topic = "events-copy"
-start = "earliest"
-"""
-    )
+    rules.write_text(_rules(outside.ports["unified"], [ports["a"], ports["b"]], into=False, rate=0))
     config = tmp_path / "lmq.toml"
     config.write_text(f'[connector]\nrules = "{rules}"\n')
 
@@ -203,8 +186,8 @@ start = "earliest"
         wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
         first = asyncio.run(send(a.ports["unified"], "events", 100, prefix="e1"))
         wait_for("the first copies", lambda: len(asyncio.run(copies())) >= 100)
-        assert _copied_by(a, "out") == 100
-        assert _copied_by(b, "out") == 0 and b.says("connector rules wait")
+        assert _copied_by(a, "out-of-the-group") == 100
+        assert _copied_by(b, "out-of-the-group") == 0 and b.says("connector rules wait")
         wait_for("b caught up", lambda: caught_up(b, a))
         a.kill()
         b.promote()
@@ -217,7 +200,7 @@ start = "earliest"
         )
         a.start()
         wait_for("a in sync", lambda: b.replication()["in_sync"] != [])
-        assert a.says("connector rules wait") and _copied_by(a, "out") == 0
+        assert a.says("connector rules wait") and _copied_by(a, "out-of-the-group") == 0
     finally:
         b.stop()
         a.stop()

@@ -20,10 +20,11 @@ from broker_core import MessageStore, RecordType
 from broker_core.transactions import CONTROL, Action
 from gateway.clients import Producer, PullConsumer, RemotingClient, TransactionProducer
 from gateway.clients.pop import PopConsumer, PoppedMessage
+from gateway.clients.remoting import RemotingError, SendResult
 from tests.gateway.amqp.test_amqp_crash import close_quietly
 from tests.grpc.test_grpc_send import create_topic
 
-from .group_support import Member, caught_up, wait_for
+from .group_support import Member, bodies_in_log, caught_up, static_pair, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -298,11 +299,7 @@ def test_amqp_deliveries_in_flight_at_the_kill_are_redelivered(tmp_path: Path) -
     acked, when the master is killed: on the promoted slave the six unacked come again,
     flagged redelivered (and so do the up to four more the master had sent to refill
     the prefetch after the acks), the rest of the queue once, the four acked never."""
-    a = Member(tmp_path / "a", "--replication-role", "master", "--replication-ack", "sync")
-    a.start()
-    b = Member(
-        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
-    )
+    a, b = static_pair(tmp_path, "--replication-ack", "sync")
     conn = None
     try:
         b.start()
@@ -322,5 +319,94 @@ def test_amqp_deliveries_in_flight_at_the_kill_are_redelivered(tmp_path: Path) -
     finally:
         if conn is not None:
             close_quietly(conn)  # its broker was killed under it
+        b.stop()
+        a.stop()
+
+
+async def _half(port: int, topic: str) -> SendResult:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        return await TransactionProducer(client, "PG_7709").send_half(topic, b"commit-me")
+
+
+async def _commit(port: int, half: SendResult) -> str:
+    """END_TRANSACTION (commit): "" when answered SUCCESS, else the error."""
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        try:
+            await TransactionProducer(client, "PG_7709").end(half, True)
+        except RemotingError as exc:
+            return str(exc)
+        return ""
+
+
+async def _send_one(port: int, body: bytes) -> tuple[int, str]:
+    """A remoting send to topic ``mins``: (response code, remark); 0 is SEND_OK."""
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        try:
+            result = await Producer(client, "PG_min").send("mins", body, queue_id=0)
+        except RemotingError as exc:
+            return exc.code, str(exc)
+        return result.code, ""
+
+
+async def _pull_topic(port: int, topic: str) -> list[bytes]:
+    async with RemotingClient(f"127.0.0.1:{port}") as client:
+        consumer = PullConsumer(client, "CG_7709")
+        out: list[bytes] = []
+        for mq in await consumer.queues(topic):
+            out += [m.body for m in (await consumer.pull(mq, 0, max_nums=64)).messages]
+        return out
+
+
+def test_min_insync_and_a_commit_while_the_in_sync_set_shrinks(tmp_path: Path) -> None:
+    """replication_min_insync 2 (the master and one slave), and apache/rocketmq#7709
+    (two replicas, minInSyncReplicas 2: a commit made as the slave dropped out of the
+    set, its half message dropped after retries). With the slave in the set a send is
+    acknowledged. The slave paused and out of the set: a send waits
+    replication_max_lag and is refused (its record is in the log, not acknowledged);
+    the commit of a half message (a record of the log, written before its
+    acknowledgement waits for the set) is held and refused the same way, but not
+    undone. The slave back: sends are acknowledged again, the producer's retried commit
+    is answered SUCCESS, the message is delivered once, on the master and, after kill
+    -9 and promotion, on the slave, and nothing is pending."""
+    create_topic(tmp_path / "a", "t7709", "--type", "transaction", "--queues", "1")
+    a, b = static_pair(
+        tmp_path,
+        *("--replication-ack", "sync", "--replication-max-lag", "1"),
+        *("--replication-min-insync", "2"),
+    )
+    try:
+        b.start()
+        wait_for("b in sync", lambda: a.replication()["in_sync"] != [])
+        port = a.ports["unified"]
+        assert a.replication()["min_insync"] == 2
+        assert asyncio.run(_send_one(port, b"with-b")) == (0, "")
+        half = asyncio.run(_half(port, "t7709"))
+        b.pause()
+        wait_for("b out of the set", lambda: a.replication()["in_sync"] == [])
+        code, remark = asyncio.run(_send_one(port, b"without-b"))
+        assert code != 0 and "replication_min_insync 2" in remark, (code, remark)
+        refused = asyncio.run(_commit(port, half))
+        assert "replication_min_insync 2" in refused, refused
+        b.resume()
+        wait_for("b back in the set", lambda: a.replication()["in_sync"] != [])
+        assert asyncio.run(_send_one(port, b"b-back")) == (0, "")
+        again = asyncio.run(_commit(port, half))  # the producer's retry
+        wait_for("b caught up", lambda: caught_up(b, a))
+        # the refused send is in the log (the client was told it failed; it may resend)
+        sends = [m for m in bodies_in_log(b.data_dir) if m in (b"with-b", b"without-b", b"b-back")]
+        assert sends == [b"with-b", b"without-b", b"b-back"]
+        assert again == ""  # answered SUCCESS: the half message was committed already
+        assert asyncio.run(_pull_topic(a.ports["unified"], "t7709")) == [b"commit-me"]
+        a.kill()
+        b.promote()
+        wait_for("b is master", lambda: b.replication()["role"] == "master")
+        assert asyncio.run(_pull_topic(b.ports["unified"], "t7709")) == [b"commit-me"]
+        store = MessageStore.open_read_only(b.data_dir)
+        try:
+            assert list(store.txns.iter_pending()) == []
+        finally:
+            store.close()
+    finally:
+        b.resume()
         b.stop()
         a.stop()

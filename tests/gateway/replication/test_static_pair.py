@@ -16,7 +16,7 @@ import pytest
 
 from broker_core import Message, MessageStore, StoreConfig
 from gateway.clients import Producer, PullConsumer, RemotingClient, TransactionProducer
-from gateway.clients.remoting import RemotingError, SendResult
+from gateway.clients.remoting import SendResult
 from protocol.mqtt import Connect, MQTTVersion, ReasonCode
 from protocol.remoting.codes import RequestCode
 from tests.gateway.mqtt_clients import Paho, RawClient
@@ -31,6 +31,7 @@ from .group_support import (
     log_bytes,
     pull_at,
     route_addrs,
+    static_pair,
     wait_for,
 )
 
@@ -217,52 +218,6 @@ def test_sync_ack_waits_for_the_in_sync_slave(tmp_path: Path) -> None:
         a.stop()
 
 
-async def _send_one(port: int, body: bytes) -> tuple[int, str]:
-    """A remoting send: (response code, remark); 0 is SEND_OK."""
-    async with RemotingClient(f"127.0.0.1:{port}") as client:
-        try:
-            result = await Producer(client, "PG_min").send("mins", body, queue_id=0)
-        except RemotingError as exc:
-            return exc.code, str(exc)
-        return result.code, ""
-
-
-def test_min_insync_refuses_writes_the_set_cannot_hold(tmp_path: Path) -> None:
-    """replication_min_insync 2 (the master and one slave): with the slave in the set a
-    send is acknowledged; with the slave paused and out of the set, a send waits
-    replication_max_lag for it and is refused (the record is in the master's log, not
-    acknowledged); once the slave is back, sends are acknowledged again."""
-    a = Member(
-        tmp_path / "a",
-        *("--replication-role", "master", "--replication-ack", "sync"),
-        *("--replication-max-lag", "1", "--replication-min-insync", "2"),
-    )
-    a.start()
-    b = Member(
-        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
-    )
-    port = a.ports["unified"]
-    try:
-        b.start()
-        wait_for("b in the in-sync set", lambda: a.replication()["in_sync"] != [])
-        assert asyncio.run(_send_one(port, b"with-b")) == (0, "")
-        b.pause()
-        wait_for("b out of the set", lambda: a.replication()["in_sync"] == [])
-        code, remark = asyncio.run(_send_one(port, b"without-b"))
-        assert code != 0 and "replication_min_insync 2" in remark, (code, remark)
-        assert a.replication()["min_insync"] == 2
-        b.resume()
-        wait_for("b back in the set", lambda: a.replication()["in_sync"] != [])
-        assert asyncio.run(_send_one(port, b"b-back")) == (0, "")
-        wait_for("b caught up", lambda: caught_up(b, a))
-        # refused, not lost from the log: the client was told it failed (it may send again)
-        assert bodies_in_log(b.data_dir)[-3:] == [b"with-b", b"without-b", b"b-back"]
-    finally:
-        b.resume()
-        b.stop()
-        a.stop()
-
-
 async def _send_delayed(port: int, body: bytes, seconds: int) -> int:
     async with RemotingClient(f"127.0.0.1:{port}") as client:
         result = await Producer(client, "PG_delay").send(
@@ -386,20 +341,11 @@ def _retained_master(data_dir: Path, copy_to: Path | None = None) -> int:
     return start
 
 
-def _static_pair(tmp_path: Path) -> tuple[Member, Member]:
-    """Master a started, slave b of it not yet started."""
-    a = Member(tmp_path / "a", "--replication-role", "master").start()
-    b = Member(
-        tmp_path / "b", "--replication-role", "slave", "--replication-master", a.replication_address
-    )
-    return a, b
-
-
 def test_a_new_slave_of_a_master_whose_log_was_trimmed(tmp_path: Path) -> None:
     """Retention removed the beginning of the master's log: a slave started on an empty
     data directory begins its log at the master's log start and holds the same bytes."""
     start = _retained_master(tmp_path / "a")
-    a, b = _static_pair(tmp_path)
+    a, b = static_pair(tmp_path)
     try:
         b.start()
         wait_for("b caught up", lambda: caught_up(b, a))
@@ -415,7 +361,7 @@ def test_a_slave_removes_what_the_masters_retention_removed(tmp_path: Path) -> N
     retention removed its first segments: the master's TRIM removes the same segments
     on the slave, whose log then starts where the master's does."""
     start = _retained_master(tmp_path / "a", copy_to=tmp_path / "b")
-    a, b = _static_pair(tmp_path)
+    a, b = static_pair(tmp_path)
     try:
         b.start()
         wait_for("b trimmed", lambda: b.says(f"below the master's log start {start}"))
