@@ -213,7 +213,7 @@ def run(session, config: JobConfig, progress: Progress = lambda _msg: None) -> J
         progress(f"computing figures and writing Parquet tables to {tables}")
         summary = _summarise(records, report, segments, log_bytes, config, tables, progress)
         summary["include_sys"] = config.include_sys
-        hist, minutes = _small_tables(session, tables)
+        hist, minutes = _small_tables(session, tables, records)
         progress(
             f"read {summary['messages']:,} messages from {summary['devices']:,} devices "
             f"to {summary['lmqs']:,} LMQs"
@@ -300,36 +300,29 @@ def _summarise(
 ) -> dict:
     """Compute and write every table but the per-record one; the summary of them.
     ``progress`` is told each step (so a caller can time them)."""
-    from pyspark.sql import functions as F
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     session = records.sparkSession
 
+    written: dict = {}
+
     def save(df, name: str, *partition_by: str) -> None:
         progress(f"table {name}")
+        written[name] = df
         _save(df, tables, name, *partition_by)
 
-    def table(name: str):
-        return session.read.parquet(f"{tables}/{name}")
+    def read_back(name: str):
+        return _read_back(session, tables, name, written[name].schema)
 
     progress("percentiles")
     stats = T.fanout_stats(records, (0.5, 0.9, 0.99)).collect()[0]
     save(T.device_stats(records), "devices")
     # the totals from the devices table (a row per device, null included), not
     # another pass over the records: the same sums, minimum and maximum
-    totals = (
-        table("devices")
-        .agg(
-            F.count("device").alias("devices"),
-            F.sum("bytes").cast("long").alias("bytes"),
-            F.unix_millis(F.min("first_seen")).alias("first_ms"),
-            F.unix_millis(F.max("last_seen")).alias("last_ms"),
-        )
-        .collect()[0]
-    )
-    # epoch ms, not collected timestamps: PySpark converts those to the *process's*
-    # local zone as naive datetimes
-    first = _from_ms(totals["first_ms"])
-    last = _from_ms(totals["last_ms"])
+    devices = read_back("devices")
+    first = _from_ms(_ms(pc.min(devices["first_seen"])))
+    last = _from_ms(_ms(pc.max(devices["last_seen"])))
     save(T.topic_stats(records), "topics")
     prefix_frames = [T.topic_prefix_stats(records, d) for d in config.prefix_depths]
     if prefix_frames:
@@ -341,34 +334,29 @@ def _summarise(
     if first is not None and last is not None and last > first:
         before, after = halves(first, last)
         save(T.fanout_change(records, before, after), "fanout_change")
-        changes = _rows(
-            table("fanout_change")
-            .orderBy(F.abs("change").desc(), F.col("device").asc())
-            .limit(config.top)
-        )
+        change = read_back("fanout_change")
+        change = change.append_column("_abs", pc.abs(change["change"]))
+        changes = _top(change, config.top, by="_abs", key="device").drop(["_abs"]).to_pylist()
 
     progress("top lists")
-    lmqs = table("lmq_fan_in").count()
-    top_devices = _rows(T.top_n(table("devices"), config.top, key="device"))
-    top_topics = _rows(T.top_n(table("topics"), config.top, key="topic"))
-    prefixes = {
-        str(d): _rows(
-            T.top_n(
-                table("topic_prefixes").where(F.col("depth") == d).drop("depth"),
-                config.top,
-                key="prefix",
-            )
-        )
-        for d in config.prefix_depths
-    }
+    lmqs = _table_rows(session, tables, "lmq_fan_in")
+    top_devices = _top(devices, config.top, key="device").to_pylist()
+    top_topics = _top(read_back("topics"), config.top, key="topic").to_pylist()
+    prefixes: dict[str, list[dict]] = {}
+    if prefix_frames:
+        prefix_table = read_back("topic_prefixes")
+        depths = pc.cast(prefix_table["depth"], pa.int32())
+        for d in config.prefix_depths:
+            rows = prefix_table.filter(pc.equal(depths, d))
+            prefixes[str(d)] = _top(rows, config.top, key="prefix").to_pylist()
 
     problems = [{"segment": r["segment"], **p} for r in report for p in r["problems"]]
     problems.sort(key=lambda p: p["position"])
     return {
         "messages": int(stats["messages"]),
-        "devices": int(totals["devices"]),
+        "devices": devices["device"].length() - devices["device"].null_count,
         "lmqs": int(lmqs),
-        "bytes": int(totals["bytes"] or 0),
+        "bytes": int(pc.sum(devices["bytes"]).as_py() or 0),
         "deliveries": int(stats["deliveries"] or 0),
         "fanout": {
             "mean": _num(stats["mean_fanout"]),
@@ -430,20 +418,73 @@ def _summarise(
     }
 
 
-def _small_tables(session, tables: str):
-    """The histogram and per-minute rows for the charts, read back from their tables."""
-    from pyspark.sql import functions as F
+def _read_back(session, tables: str, name: str, schema, columns: list[str] | None = None):
+    """A table the job wrote (``schema``: the Spark schema it was written with), as an
+    Arrow table on the driver: read with pyarrow where the tables are local (no Spark
+    job: the summary reads a handful of small tables back, and each Spark read of one
+    cost several jobs), else collected by Spark. Partition columns come back too
+    (``depth`` as a dictionary); an empty partitioned table (no file) as ``schema``."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    # small tables, collected as rows: pandas 3 is not supported by pyspark 4.3's toPandas
-    hist_rows = session.read.parquet(f"{tables}/fanout_histogram").orderBy("lower").collect()
-    minute_rows = [
-        {"minute": _from_ms(r["minute_ms"]), **r.asDict()}
-        for r in session.read.parquet(f"{tables}/traffic_per_minute")
-        .select(F.unix_millis("minute").alias("minute_ms"), "messages", "deliveries")
-        .orderBy("minute_ms")
-        .collect()
-    ]
-    return hist_rows, minute_rows
+    if is_local(tables):
+        table = pq.read_table(os.path.join(local_path(tables), name), partitioning="hive")
+        if table.num_columns == 0:
+            table = to_arrow_schema(schema, timezone="UTC").empty_table()
+        return table.select(columns) if columns else table
+    df = session.read.parquet(f"{tables}/{name}")
+    return (df.select(*columns) if columns else df).toArrow()
+
+
+def _table_rows(session, tables: str, name: str) -> int:
+    """Rows of a table the job wrote (local: from the Parquet footers)."""
+    import pyarrow.dataset as ds
+
+    if is_local(tables):
+        path = os.path.join(local_path(tables), name)
+        return ds.dataset(path, format="parquet", partitioning="hive").count_rows()
+    return session.read.parquet(f"{tables}/{name}").count()
+
+
+def _ms(scalar) -> int | None:
+    """Epoch milliseconds of an Arrow timestamp scalar (any unit; Spark's Parquet
+    timestamps are UTC), None for null."""
+    import pyarrow as pa
+
+    if not scalar.is_valid:
+        return None
+    return scalar.cast(pa.timestamp("ms")).cast(pa.int64()).as_py()
+
+
+def _top(table, n: int, key: str, by: str = "messages"):
+    """The ``n`` rows of an Arrow ``table`` with the largest ``by``, ties by ``key``
+    ascending (as :func:`spark.transforms.top_n` orders them: byte order of the UTF-8,
+    a null key first)."""
+    import pyarrow.compute as pc
+
+    # a null key first without null_placement (its form differs across pyarrow versions)
+    keyed = table.append_column("_has_key", pc.is_valid(table[key]))
+    order = pc.sort_indices(
+        keyed, sort_keys=[(by, "descending"), ("_has_key", "ascending"), (key, "ascending")]
+    )
+    return table.take(order[:n])
+
+
+def _small_tables(session, tables: str, records):
+    """The histogram and per-minute rows for the charts, read back from their tables."""
+    hist = _read_back(session, tables, "fanout_histogram", T.fanout_histogram(records).schema)
+    minutes = _read_back(
+        session,
+        tables,
+        "traffic_per_minute",
+        T.traffic_per_minute(records).schema,
+        ["minute", "messages", "deliveries"],
+    )
+    rows = minutes.sort_by("minute").to_pylist()
+    # Parquet timestamps are UTC (naive in Arrow): as aware datetimes, as the charts want
+    for row, minute in zip(rows, minutes.sort_by("minute")["minute"], strict=True):
+        row["minute"] = _from_ms(_ms(minute))
+    return hist.sort_by("lower").to_pylist(), rows
 
 
 def draw_charts(charts_dir: Path, hist, top_devices: list[dict], minutes) -> list[Path]:
