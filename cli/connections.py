@@ -97,7 +97,7 @@ def status(data_dir: Path, server: str | None, as_json: bool) -> None:
     click.echo(f"connections: {conns['total']} ({by})")
     for side in ("in", "out"):
         rates = ", ".join(f"{k} {v:g}/s" for k, v in sorted(doc["rates"][side].items()))
-        click.echo(f"messages {side}: {rates}")
+        click.echo(f"messages {side}: {rates or 'no rate yet (one sample every 5 s)'}")
     click.echo(
         f"store: {format_bytes(store['bytes'] or 0)} in {store['segments']}"
         f" segment(s), {store['lmqs']} LMQ(s)"
