@@ -129,6 +129,10 @@ class CommitLog:
         #: only the replication stream writes (``write(..., replicated=True)``), so no
         #: path of the store can put a record of its own into a slave's log.
         self.fence: NotMaster | None = None
+        #: Set on a master whose in-sync set is smaller than its minimum (sync
+        #: replication, ``replication_min_insync``): its own writes are refused, nothing
+        #: written, until the set is large enough again.
+        self.refusal: StoreError | None = None
         #: Called after every successful write (a master's replication wakes its slave
         #: sessions); under the append lock: it must be quick and must not block.
         self.on_write: Callable[[], None] | None = None
@@ -223,9 +227,13 @@ class CommitLog:
         """Write ``data`` (whole records, already encoded for positions from ``end``) to
         the active segment and return the position it starts at. The caller checked with
         :meth:`fits` and rolled when needed. Raises the :attr:`fence` (nothing written)
-        on a member that is not the master, unless ``replicated``."""
-        if self.fence is not None and not replicated:
-            raise self.fence
+        on a member that is not the master, and the :attr:`refusal` on a master whose
+        in-sync set is too small, unless ``replicated``."""
+        if not replicated:
+            if self.fence is not None:
+                raise self.fence
+            if self.refusal is not None:
+                raise self.refusal
         seg = self._segments[-1]
         start = seg.end
         view = memoryview(data)

@@ -118,6 +118,15 @@ class Replica:
             self._parts.state.fence = fence
             self._parts.state.tap = None
 
+    @property
+    def refusal(self) -> StoreError | None:
+        return self._parts.log.refusal
+
+    def refuse_writes(self, refusal: StoreError | None) -> None:
+        """A master: refuse the store's own writes with ``refusal`` (its in-sync set is
+        smaller than its minimum), nothing written; None: take them again."""
+        self._parts.log.refusal = refusal
+
     def become_master(self, epoch: int) -> None:
         """Write as the master of ``epoch`` from the log's end: the entry is saved (with
         an fsync) before the fence is lifted. ``epoch`` must be newer than every epoch

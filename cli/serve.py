@@ -224,8 +224,8 @@ _FLAGS = {
 )
 @click.option(
     "--replication-min-insync", type=int, callback=_checked("replication_min_insync"),
-    help="sync mode: members (the master included) the in-sync set needs for a write to"
-    " be acknowledged. [default: 1]",
+    help="sync mode: members (the master included) the in-sync set needs; writes are"
+    " refused while it has fewer. [default: 1]",
 )
 @click.option("--log-format", type=click.Choice(LOG_FORMATS), help="[default: text]")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS), help="[default: info]")

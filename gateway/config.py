@@ -271,9 +271,10 @@ class GatewayConfig:
     replication_lease: float = 5.0
     #: A slave behind the master this long (or disconnected) leaves the in-sync set.
     replication_max_lag: float = 15.0
-    #: ``sync`` mode: the members (the master included) the in-sync set must have for a
-    #: write to be acknowledged (RocketMQ's minInSyncReplicas); a write waits up to
-    #: ``replication_max_lag`` for it, then fails. 1: the master alone is enough.
+    #: ``sync`` mode: the members (the master included) the in-sync set must have
+    #: (RocketMQ's minInSyncReplicas): while it has fewer, writes are refused; one made
+    #: just before it shrank waits ``replication_max_lag``, then fails. 1: the master
+    #: alone is enough.
     replication_min_insync: int = 1
 
     #: The message connector's rules run inside the gateway (the ``[connector]`` table:

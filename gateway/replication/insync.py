@@ -110,6 +110,18 @@ class InSync:
             if not fut.done():
                 fut.set_result(position)
 
+    def too_small(self) -> str | None:
+        """Why writes are refused now: the set, the master included, has fewer than
+        ``min_insync`` members (None: it has enough)."""
+        with self._lock:
+            if self._large_enough_locked():
+                return None
+            size = 1 + len(self.members)
+        return (
+            f"the in-sync set has {size} member(s), fewer than replication_min_insync"
+            f" {self.min_insync}"
+        )
+
     def expire(self) -> None:
         """Fail the writes that waited ``hold_s`` for a set of ``min_insync`` members
         (called periodically); nothing to do while the set is large enough."""

@@ -244,8 +244,11 @@ class SlaveSession:
                     idle_since = loop.time()
                     continue
             if loop.time() - idle_since >= HEARTBEAT_S:
+                master_end = self.store.log_end
+                if self.position >= master_end:  # its ACK says the slave is caught up
+                    self._sent_ends[self.position] = master_end
                 self.writer.write(
-                    encode(self.epoch, Data(self.position, replica.epoch, self.store.log_end, b""))
+                    encode(self.epoch, Data(self.position, replica.epoch, master_end, b""))
                 )
                 await self.writer.drain()
                 idle_since = loop.time()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_core import MessageStore
-from broker_core.errors import NotMaster
+from broker_core.errors import InSyncTooSmall, NotMaster
 from broker_core.replication import StateOp
 from gateway.config import GatewayConfig
 from gateway.connection import format_address
@@ -188,6 +188,7 @@ class ReplicationService:
         replica.on_log_write(self._wake_threadsafe)
         self.epoch = epoch
         self.role = "master"
+        self._refuse_if_too_small()
         for hook in self.on_master:
             hook()
         log.info("replication: master of group %s, epoch %d", self.group, epoch)
@@ -201,6 +202,7 @@ class ReplicationService:
         # first: nothing more is acknowledged, nothing more is written
         self.insync.fail_all(NotMaster(f"this member is {reason} now"))
         await asyncio.to_thread(replica.fence, reason, "")
+        replica.refuse_writes(None)  # the fence refuses them now
         replica.on_log_write(None)
         self.store.ack_gate = None
         self.role = "slave"
@@ -292,6 +294,7 @@ class ReplicationService:
             if not self.is_master:
                 continue
             self.insync.expire()
+            self._refuse_if_too_small()
             wanted = self.insync.wanted(self.cfg.replication_max_lag)
             if wanted == self.insync.members:
                 continue
@@ -305,12 +308,30 @@ class ReplicationService:
                 log.exception("replication: writing the in-sync set failed")
                 result = None
             self.insync.settle(result)
+            self._refuse_if_too_small()
             if result is not None:
                 log.info(
                     "replication: in-sync set of %s: %s",
                     self.group,
                     ",".join(sorted(result)) or "(the master alone)",
                 )
+
+    def _refuse_if_too_small(self) -> None:
+        """``replication_min_insync`` (sync mode): while the in-sync set is too small
+        the master refuses writes before anything is written (RocketMQ's
+        IN_SYNC_REPLICAS_NOT_ENOUGH); a write made just before the set shrank waits
+        for it up to ``replication_max_lag`` (:meth:`InSync.expire`)."""
+        replica = self.store.replica
+        if replica is None or not self.is_master or not self.sync:
+            return
+        why = self.insync.too_small()
+        refusal = replica.refusal
+        if why is None and refusal is not None:
+            replica.refuse_writes(None)
+            log.info("replication: writes taken again (the in-sync set is large enough)")
+        elif why is not None and refusal is None:
+            replica.refuse_writes(InSyncTooSmall(f"{why}: writes are refused"))
+            log.warning("replication: %s: writes are refused", why)
 
     # -- introspection -------------------------------------------------------------------
 

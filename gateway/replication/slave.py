@@ -153,7 +153,10 @@ class Follower:
                 if not isinstance(message, Data):
                     raise FrameError(f"expected DATA, got {type(message).__name__}")
                 self.master_end = message.master_end
-                if not message.records:
+                if not message.records:  # a heartbeat: acknowledged when at its end
+                    if store.log_end == message.position:
+                        writer.write(encode(epoch, Ack(store.log_end)))
+                        await writer.drain()
                     continue
                 try:
                     end = await asyncio.to_thread(
