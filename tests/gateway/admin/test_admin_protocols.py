@@ -41,6 +41,12 @@ def test_mqtt_sessions_backlog_and_kick(gw: GatewayProcess) -> None:
     assert by_id["dev-offline"]["backlog"] == 3
     assert by_id["dev-online"]["connected"] is True
     assert [r["client_id"] for r in rows] == ["pub", "dev-online", "dev-offline"]
+    # paged before the backlog is read (only the page's rows have one), or sorted by it
+    first = api.get("/mqtt/sessions", limit=1)
+    assert [(r["client_id"], r["backlog"]) for r in first["items"]] == [("dev-offline", 3)]
+    by_backlog = api.get("/mqtt/sessions", sort="-backlog")["items"]
+    backlogs = [r["backlog"] for r in by_backlog]
+    assert backlogs == sorted(backlogs, reverse=True) and backlogs[0] >= 3
     shown = api.get("/mqtt/sessions/dev-offline")
     assert shown["subscription_list"] == [
         {"filter": "plant/+/temp", "qos": 1, "share_group": None, "backlog": 3}
