@@ -28,6 +28,8 @@ SORTS = (
     "user",
     "bytes_in",
     "bytes_out",
+    "messages_in",
+    "messages_out",
     "age_seconds",
 )
 
@@ -38,8 +40,7 @@ SORTS = (
 #: listing); ``protocol`` is None while sniffing ("pending" in a row), so it has its
 #: own key.
 _KEYS: dict[str, Any] = {
-    name: attrgetter(name, "id")
-    for name in ("id", "listener", "peer", "client_id", "user", "bytes_in", "bytes_out")
+    name: attrgetter(name, "id") for name in SORTS if name not in ("protocol", "age_seconds")
 }
 _KEYS["protocol"] = lambda c: (c.protocol or "pending", c.id)
 _KEYS["age_seconds"] = attrgetter("opened_at", "id")
@@ -110,6 +111,8 @@ def row(conn: Connection, now: float) -> dict[str, Any]:
         "established": conn.is_established,
         "bytes_in": conn.bytes_in,
         "bytes_out": conn.bytes_out,
+        "messages_in": conn.messages_in,
+        "messages_out": conn.messages_out,
         "age_seconds": round(now - conn.opened_at, 3),
     }
 

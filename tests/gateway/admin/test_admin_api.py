@@ -92,6 +92,20 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     assert (
         api.call("GET", "/connections", sort="peer", cursor=id_cursor).json()["field"] == "cursor"
     )
+    # messages in and out per connection, counted by the front end
+    counted_sub = Paho(gw.mqtt_port, "counted-sub")
+    counted_sub.subscribe("count/#", qos=1)
+    counted_pub = Paho(gw.mqtt_port, "counted-pub")
+    for i in range(3):
+        counted_pub.publish(f"count/{i}", b"n", qos=1)
+    counted_sub.get_n(3)
+    counted = {
+        c["client_id"]: (c["messages_in"], c["messages_out"])
+        for c in api.get("/connections", filter="counted-", sort="-messages_in")["items"]
+    }
+    assert counted == {"counted-pub": (3, 0), "counted-sub": (0, 3)}
+    counted_sub.disconnect()
+    counted_pub.disconnect()
     assert api.get("/connections", filter="sensor-1")["items"][0]["client_id"] == "sensor-1"
     # a connection closed is closed
     raw = RawClient(gw.mqtt_port)
