@@ -12,8 +12,8 @@ batches. The calls, each ``--calls`` times over one keep-alive HTTP connection:
 
 - ``lmqs page``: ``GET /v1/admin/lmqs?limit=100&cursor=C`` from random positions;
 - ``lmqs prefix``: ``GET /v1/admin/lmqs?prefix=mqtt:site7/&limit=100``;
-- ``connections page``: ``GET /v1/admin/connections?limit=100&sort=-bytes_in`` (a sort
-  of every connection per call) and its next pages;
+- ``connections page``: ``GET /v1/admin/connections?limit=100&sort=-bytes_in`` (a key
+  per connection per call, a selection of 101) and its next pages;
 - ``overview``.
 
 Prints the figures with the load average (the machine is shared: say it next to them).
@@ -171,12 +171,15 @@ def main() -> None:
             results.setdefault("lmqs page (limit 100, random cursor)", []).append(ms)
             ms, doc = timed(http_conn, f"{base}/lmqs?limit=100&prefix=mqtt:site7/")
             results.setdefault("lmqs prefix (limit 100)", []).append(ms)
-            ms, doc = timed(http_conn, f"{base}/connections?limit=100&sort=-bytes_in")
-            results.setdefault("connections first page (sort -bytes_in)", []).append(ms)
-            ms, _ = timed(
-                http_conn, f"{base}/connections?limit=100&sort=-bytes_in&cursor={doc['next']}"
-            )
-            results.setdefault("connections next page", []).append(ms)
+            for sort in ("-bytes_in", "id"):
+                ms, doc = timed(http_conn, f"{base}/connections?limit=100&sort={sort}")
+                results.setdefault(f"connections first page (sort {sort})", []).append(ms)
+                ms, _ = timed(
+                    http_conn, f"{base}/connections?limit=100&sort={sort}&cursor={doc['next']}"
+                )
+                results.setdefault(f"connections next page (sort {sort})", []).append(ms)
+            ms, _ = timed(http_conn, f"{base}/mqtt/sessions?limit=100")
+            results.setdefault("mqtt sessions first page", []).append(ms)
             ms, _ = timed(http_conn, f"{base}/overview")
             results.setdefault("overview", []).append(ms)
         load = os.getloadavg()

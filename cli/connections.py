@@ -26,7 +26,8 @@ def connections() -> None:
     "--sort",
     default="id",
     show_default=True,
-    help="id, protocol, peer, client_id, user, bytes_in, bytes_out, age_seconds;"
+    help="id, protocol, peer, client_id, user, bytes_in, bytes_out, messages_in,"
+    " messages_out, age_seconds;"
     " -FIELD descending.",
 )
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
@@ -48,7 +49,7 @@ def list_(
     if not as_json:
         click.echo(
             f"{'ID':>7} {'PROTOCOL':9} {'PEER':22} {'CLIENT ID':24} {'USER':12}"
-            f" {'IN':>10} {'OUT':>10} {'AGE':>8}"
+            f" {'IN':>10} {'OUT':>10} {'MSGS IN':>9} {'MSGS OUT':>9} {'AGE':>8}"
         )
     for c in doc["items"]:
         if as_json:
@@ -58,6 +59,7 @@ def list_(
                 f"{c['id']:>7} {c['protocol']:9} {c['peer']:22}"
                 f" {c['client_id'] or '-':24} {c['user'] or '-':12}"
                 f" {format_bytes(c['bytes_in']):>10} {format_bytes(c['bytes_out']):>10}"
+                f" {c['messages_in']:>9} {c['messages_out']:>9}"
                 f" {c['age_seconds']:>7.0f}s"
             )
     if not as_json:

@@ -121,6 +121,10 @@ class Connection:
         self.last_sent = self.opened_at
         self.bytes_in = 0
         self.bytes_out = 0
+        #: Messages the client published and was sent, counted by its front end where it
+        #: counts its own (an int increment); 0 for a protocol that does not count them.
+        self.messages_in = 0
+        self.messages_out = 0
         self.close_reason = ""
         self.is_established = False
         #: Who the client says it is once established (MQTT client id, AMQP

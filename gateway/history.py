@@ -9,7 +9,7 @@ LMQs the store holds. Each sample holds
 
 - ``in`` / ``out``: messages per second per protocol over the interval, from the
   message counters of :data:`MESSAGE_COUNTERS` (a protocol without message counters,
-  gRPC and HTTP today, has no series there), and ``stored``: messages appended to the
+  HTTP today, has no series there), and ``stored``: messages appended to the
   store per second by every door together (:attr:`Publisher.appended
   <gateway.publisher.Publisher.appended>`);
 - ``connections``: open connections per protocol (``lmq_connections``);
@@ -47,6 +47,7 @@ MESSAGE_COUNTERS = {
     "mqtt": ("lmq_mqtt_messages_received_total", "lmq_mqtt_messages_sent_total"),
     "amqp": ("lmq_amqp_messages_published_total", "lmq_amqp_messages_delivered_total"),
     "remoting": ("lmq_remoting_messages_received_total", "lmq_remoting_messages_pulled_total"),
+    "grpc": ("lmq_grpc_messages_received_total", "lmq_grpc_messages_sent_total"),
 }
 
 

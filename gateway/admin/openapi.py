@@ -84,7 +84,7 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
     ("GET", "/store/verify"): ("The verify run: progress, then the result", [], None),
     ("GET", "/connections"): (
         "Connections (paged; sort by id, protocol, listener, peer,"
-        " client_id, user, bytes_in, bytes_out, age_seconds)",
+        " client_id, user, bytes_in, bytes_out, messages_in, messages_out, age_seconds)",
         [*_PAGING, _q("protocol")],
         None,
     ),

@@ -30,11 +30,16 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
 
     async def sessions(call: Call) -> dict[str, Any]:
         paging = call.paging(SESSION_SORTS, "name")
-        rows = await ask("mqtt.sessions")
+        # the backlog (a store lookup per subscription) only for the page's rows,
+        # unless the list is sorted by it
+        by_backlog = paging.sort == "backlog"
+        rows = await ask("mqtt.sessions", backlog=by_backlog)
         if call.query.get("connected") is not None:
             wanted = call.flag("connected")
             rows = [r for r in rows if r["connected"] == wanted]
         doc = page(rows, paging)
+        if not by_backlog and doc["items"]:
+            doc["items"] = await ask("mqtt.sessions", names=[r["name"] for r in doc["items"]])
         doc["total"] = len(rows)
         return doc
 
@@ -46,7 +51,10 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
 
     async def amqp_list(kind: str, call: Call, sorts: tuple[str, ...]) -> dict[str, Any]:
         paging = call.paging(sorts, sorts[0])
-        objects = await ask("amqp.objects")
+        # a queue's depth (a store lookup per LMQ it reads) only for the page's rows,
+        # unless the list is sorted by it
+        depth = kind != "queues" or paging.sort == "messages"
+        objects = await ask("amqp.objects", kinds=(kind,), depth=depth)
         rows = objects[kind]
         vhost = call.query.get("vhost")
         if vhost is not None:
@@ -61,6 +69,9 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         doc = page(rows, paging, name="key")
         for r in doc["items"]:
             del r["key"]
+        if not depth and doc["items"]:
+            keys = [(r["vhost"], r["name"]) for r in doc["items"]]
+            doc["items"] = await ask("amqp.queue.rows", keys=keys)
         doc["total"] = len(rows)
         return doc
 

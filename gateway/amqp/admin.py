@@ -20,7 +20,8 @@ __all__ = ["register"]
 def register(front: AmqpFrontEnd) -> None:
     broker = front.broker
     views = front.ctx.views
-    views.provide("amqp.objects", lambda: _objects(broker))
+    views.provide("amqp.objects", lambda **kw: _objects(broker, **kw))
+    views.provide("amqp.queue.rows", lambda keys: _queue_rows(broker, keys))
     views.provide("amqp.queue.purge", lambda vhost, name: _purge(broker, vhost, name))
     views.provide("amqp.queue.delete", lambda vhost, name: _delete_queue(broker, vhost, name))
     views.provide("amqp.exchange.delete", lambda vhost, name: _delete_exchange(broker, vhost, name))
@@ -40,41 +41,73 @@ def _queue(broker: Broker, vhost: str, name: str) -> Queue:
     return q
 
 
-def _queue_row(q: Queue) -> dict[str, Any]:
+def _queue_row(q: Queue, depth: bool = True) -> dict[str, Any]:
+    """A queue's row; ``messages`` (its depth: a store lookup per LMQ it reads) only
+    with ``depth``."""
     d = q.defn
-    return {
+    row = {
         "vhost": q.vhost,
         "name": q.name,
         "durable": d.durable,
         "exclusive": d.exclusive,
         "auto_delete": d.auto_delete,
-        "messages": q.ready(),
         "unacked": q.unacked,
         "consumers": len(q.consumers),
         "arguments": {k: str(v) for k, v in d.arguments.items()},
         "lmq": q.lmq,
     }
+    if depth:
+        row["messages"] = q.ready()
+    return row
 
 
-def _objects(broker: Broker) -> dict[str, Any]:
+def _queue_rows(broker: Broker, keys: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The full rows (with depth) of the queues ``keys`` names (vhost, name), in that
+    order; a queue gone since is left out."""
+    rows = []
+    for vhost, name in keys:
+        vh = broker.vhosts.get(vhost)
+        q = vh.queues.get(name) if vh is not None else None
+        if q is not None:
+            rows.append(_queue_row(q))
+    return rows
+
+
+def _objects(
+    broker: Broker, kinds: tuple[str, ...] | None = None, depth: bool = True
+) -> dict[str, Any]:
+    """The vhosts, exchanges, queues and bindings (only ``kinds`` when given); the
+    queues' depths only with ``depth`` (a list call pages first, then asks
+    ``amqp.queue.rows`` for its page)."""
+    wanted = set(kinds) if kinds is not None else {"vhosts", "exchanges", "queues", "bindings"}
     vhosts: list[dict[str, Any]] = []
     exchanges: list[dict[str, Any]] = []
     queues: list[dict[str, Any]] = []
     bindings: list[dict[str, Any]] = []
     for vh in broker.vhosts.values():
-        vhosts.append({"name": vh.name, "exchanges": len(vh.exchanges), "queues": len(vh.queues)})
-        for x in vh.exchanges.values():
-            exchanges.append(
-                {
-                    "vhost": vh.name,
-                    "name": x.name,
-                    "type": x.type,
-                    "durable": x.durable,
-                    "auto_delete": x.auto_delete,
-                    "internal": x.internal,
-                    "bindings": len(x.bindings),
-                }
+        if "vhosts" in wanted:
+            vhosts.append(
+                {"name": vh.name, "exchanges": len(vh.exchanges), "queues": len(vh.queues)}
             )
+        if "queues" in wanted:
+            queues.extend(_queue_row(q, depth) for q in vh.queues.values())
+        if "exchanges" not in wanted and "bindings" not in wanted:
+            continue
+        for x in vh.exchanges.values():
+            if "exchanges" in wanted:
+                exchanges.append(
+                    {
+                        "vhost": vh.name,
+                        "name": x.name,
+                        "type": x.type,
+                        "durable": x.durable,
+                        "auto_delete": x.auto_delete,
+                        "internal": x.internal,
+                        "bindings": len(x.bindings),
+                    }
+                )
+            if "bindings" not in wanted:
+                continue
             for dest, key, _akey in x.bindings:
                 bindings.append(
                     {
@@ -85,7 +118,6 @@ def _objects(broker: Broker) -> dict[str, Any]:
                         "routing_key": key,
                     }
                 )
-        queues.extend(_queue_row(q) for q in vh.queues.values())
     return {"vhosts": vhosts, "exchanges": exchanges, "queues": queues, "bindings": bindings}
 
 

@@ -163,6 +163,7 @@ class AmqpChannel:
             if n:
                 self.next_tag = tag
                 self.stats.delivered += n
+                h.conn.messages_out += n
                 if no_ack:
                     queue.ack_all(settled)
                 else:
@@ -323,6 +324,7 @@ class AmqpChannel:
         h.write(h.proto.send_get_ok(self.id, tag, p.deliveries > 1, exchange, routing_key,
                                     remaining, raw, record.body))
         self.stats.delivered += 1
+        h.conn.messages_out += 1
         if m.no_ack:
             queue.ack(p.receipt)
         else:
@@ -356,6 +358,7 @@ class AmqpChannel:
                     method=m)
         h.check("write", m.exchange, m, exchange=True)
         self.stats.published += 1
+        h.conn.messages_in += 1
         if self.tx:
             self._tx_publishes.append(ev)
             return

@@ -90,6 +90,10 @@ class GrpcFrontEnd(FrontEnd):
         self.call_counts: dict[tuple[str, int], int] = {}
         #: Streams (ReceiveMessage, PullMessage, Telemetry) open now.
         self.open_streams = 0
+        #: Messages stored by SendMessage and given by ReceiveMessage (plain ints, copied
+        #: into their counters at each sample, as the other front ends do).
+        self.received = 0
+        self.sent = 0
         self._register_metrics()
 
     def _register_metrics(self) -> None:
@@ -101,6 +105,12 @@ class GrpcFrontEnd(FrontEnd):
             "lmq_grpc_connections", "HTTP/2 connections of gRPC clients open now")
         streams = m.gauge("lmq_grpc_open_streams", "gRPC streaming calls open now")
         clients = m.gauge("lmq_grpc_clients", "gRPC clients known from heartbeats and telemetry")
+        received = m.counter("lmq_grpc_messages_received_total", "Messages stored by SendMessage")
+        sent = m.counter("lmq_grpc_messages_sent_total", "Messages given by ReceiveMessage")
+
+        def counters() -> None:
+            received.inc(self.received - received.value())
+            sent.inc(self.sent - sent.value())
 
         def collect() -> None:
             for (rpc, code), n in self.call_counts.items():
@@ -110,6 +120,7 @@ class GrpcFrontEnd(FrontEnd):
             streams.set(self.open_streams)
             clients.set(len(self.clients))
 
+        m.on_sample(counters)
         m.on_collect(collect)
 
     # -- life --------------------------------------------------------------------------

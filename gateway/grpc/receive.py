@@ -207,6 +207,9 @@ async def receive_message(
         for message in messages:
             yield Response(message=message)
         if messages:
+            front.sent += len(messages)
+            if call.connection is not None:
+                call.connection.messages_out += len(messages)
             yield Response(delivery_timestamp=timestamp(pop.clock()))
             yield Response(status=ok())
         else:

@@ -143,11 +143,15 @@ async def send_message(
     call: Call, request: service_pb2.SendMessageRequest
 ) -> service_pb2.SendMessageResponse:
     try:
-        return await _send(call, request)
+        response = await _send(call, request)
     except Exception as exc:
         if not isinstance(exc, StatusError):
             log.info("gRPC send refused: %s", exc, extra=call.log_fields())
         raise failure(exc) from None
+    call.front.received += len(request.messages)
+    if call.connection is not None:
+        call.connection.messages_in += len(request.messages)
+    return response
 
 
 async def _send(

@@ -16,7 +16,7 @@ __all__ = ["register"]
 
 def register(front: MqttFrontEnd) -> None:
     views = front.ctx.views
-    views.provide("mqtt.sessions", lambda: [_row(front, s) for s in front.sessions.values()])
+    views.provide("mqtt.sessions", lambda **kw: _rows(front, **kw))
     views.provide(
         "mqtt.session", lambda client_id: _row(front, _find(front, client_id), detail=True)
     )
@@ -30,12 +30,42 @@ def _find(front: MqttFrontEnd, client_id: str) -> Session:
     return session
 
 
-def _row(front: MqttFrontEnd, session: Session, detail: bool = False) -> dict[str, Any]:
+def _rows(
+    front: MqttFrontEnd, names: list[str] | None = None, backlog: bool = True
+) -> list[dict[str, Any]]:
+    """The sessions' rows (only those ``names`` names, in that order, when given);
+    without ``backlog`` the offline backlog (a store lookup per subscription) is left
+    out, so that a list call pages on the other fields first, then asks for its
+    page's rows by name."""
+    sessions = front.sessions
+    if names is None:
+        return [_row(front, s, backlog=backlog) for s in sessions.values()]
+    found = (sessions.get(name) for name in names)
+    return [_row(front, s, backlog=backlog) for s in found if s is not None]
+
+
+def _row(
+    front: MqttFrontEnd, session: Session, detail: bool = False, backlog: bool = True
+) -> dict[str, Any]:
     state = session.state
     handler = session.handler
+    row: dict[str, Any] = {
+        "name": state.client_id,
+        "client_id": state.client_id,
+        "connected": handler is not None,
+        "connection": handler.conn.id if handler is not None else None,
+        "user": state.username or "",
+        "persistent": state.persistent,
+        "expiry_seconds": state.expiry,
+        "disconnected_ms": state.disconnected_ms,
+        "subscriptions": len(state.subscriptions),
+        "inflight": session.qos_inflight(),
+    }
+    if not (backlog or detail):
+        return row
     store = front.store
     subs = []
-    backlog = 0
+    waiting_all = 0
     for sub in state.subscriptions.values():
         lmq = mqtt_lmq(sub.topic_filter) if sub.share_group is None else None
         waiting = 0
@@ -46,7 +76,7 @@ def _row(front: MqttFrontEnd, session: Session, detail: bool = False) -> dict[st
                 waiting = max(
                     0, info.max_offset - (offset if offset is not None else info.max_offset)
                 )
-        backlog += waiting
+        waiting_all += waiting
         subs.append(
             {
                 "filter": sub.topic_filter,
@@ -55,19 +85,7 @@ def _row(front: MqttFrontEnd, session: Session, detail: bool = False) -> dict[st
                 "backlog": waiting,
             }
         )
-    row: dict[str, Any] = {
-        "name": state.client_id,
-        "client_id": state.client_id,
-        "connected": handler is not None,
-        "connection": handler.conn.id if handler is not None else None,
-        "user": state.username or "",
-        "persistent": state.persistent,
-        "expiry_seconds": state.expiry,
-        "disconnected_ms": state.disconnected_ms,
-        "subscriptions": len(subs),
-        "backlog": backlog,
-        "inflight": session.qos_inflight(),
-    }
+    row["backlog"] = waiting_all
     if detail:
         row["subscription_list"] = subs
     return row

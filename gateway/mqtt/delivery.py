@@ -73,6 +73,12 @@ class DeliveryStats(Interface):
     dropped_too_large: int
 
 
+class MessageCounts(Interface):
+    """A connection's message counts (:class:`gateway.connection.Connection`)."""
+
+    messages_out: int
+
+
 class Outbox(Interface):
     """Where delivery writes: the client's protocol machine (version, encoders, limits)
     and the queue of bytes written at the end of this loop turn."""
@@ -82,6 +88,10 @@ class Outbox(Interface):
 
     @property
     def stats(self) -> DeliveryStats: ...
+
+    @property
+    def conn(self) -> MessageCounts:
+        """Its connection: counts the messages sent."""
 
     def queue(self, data: bytes) -> None: ...
 
@@ -245,6 +255,7 @@ class Reader:
                 break
         if n_plain:
             out.stats.sent += n_plain
+            out.conn.messages_out += n_plain
         return consumed
 
 
@@ -326,6 +337,7 @@ def deliver_plain(
         return None
     out.queue(data)  # written with the rest of this loop turn
     out.stats.sent += 1
+    out.conn.messages_out += 1
     if pid is None:
         return 0
     flows.sent_plain(pid, qos, reader, msg.offset)
@@ -410,6 +422,7 @@ def deliver(
         return None
     out.queue(data)  # written with the rest of this loop turn
     out.stats.sent += 1
+    out.conn.messages_out += 1
     if pid is None:
         return 0
     if flows.sent(pid, qos, reader, offset, receipt, durable, more):

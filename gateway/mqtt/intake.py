@@ -44,6 +44,7 @@ from protocol.mqtt import (
 )
 
 if TYPE_CHECKING:
+    from gateway.connection import Connection as GatewayConnection
     from gateway.mqtt.frontend import MqttFrontEnd
     from gateway.mqtt.sessions import Session
 
@@ -61,6 +62,8 @@ class IntakeHost(Protocol):
     closed: bool
     session: Session | None
     principal: Principal
+    #: Its connection (counts the messages it published).
+    conn: GatewayConnection
 
     def queue(self, data: bytes) -> None:
         """Queue bytes for the client (written once per loop turn)."""
@@ -104,6 +107,7 @@ class PublishIntake:
         assert session is not None
         front = self.front
         front.received += 1
+        host.conn.messages_in += 1
         if self._bucket is not None:
             self._throttle(self._bucket)
         topic = publish.topic

@@ -75,11 +75,12 @@ def parse_tag_expression(expression: str) -> frozenset[str] | None:
 
 
 class PullRequest:
-    __slots__ = ("group", "topic", "queue_id", "lmq", "offset", "max_count", "max_bytes",
+    __slots__ = ("conn", "group", "topic", "queue_id", "lmq", "offset", "max_count", "max_bytes",
                  "tags", "raw_tags", "suspend_ms", "store_host")
 
     def __init__(self, ctx: RequestContext, cmd: RemotingCommand) -> None:
         front = ctx.front
+        self.conn = ctx.conn  # counts the messages sent
         self.group = get_str(cmd, "consumerGroup")
         self.topic = get_str(cmd, "topic")
         self.queue_id = get_int(cmd, "queueId")
@@ -198,6 +199,7 @@ def read(front: RemotingFrontEnd, req: PullRequest) -> RemotingCommand | None:
             break
     if count:
         front.pulled += count
+        req.conn.messages_out += count
         return _result(ResponseCode.SUCCESS, offset, lo, hi, bytes(out))
     if offset > req.offset:
         # Everything looked at was filtered out: skip past it (RocketMQ answers

@@ -213,6 +213,7 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
             ctx.reply(cmd, failure(exc or RuntimeError("append failed")))
             return
         front.sent += 1
+        ctx.conn.messages_in += 1
         ctx.reply_send_ok(cmd, ctx.msg_id(result.position), queue_id, result.offsets[0])
 
     producer.send_callback(message, lmqs, done)
@@ -264,6 +265,7 @@ async def _store_copies(
         log.info("remoting copy refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
     front.sent += len(stored)
+    ctx.conn.messages_in += len(stored)
     duplicates = len(results) - len(stored) + deduplicated
     front.copies_duplicate += duplicates
     return _copies_reply(ctx, stored, queue_id, duplicates, loops)
@@ -339,6 +341,7 @@ async def _send_now(
     except Exception as exc:
         return failure(exc)
     ctx.front.sent += 1
+    ctx.conn.messages_in += 1
     return response(fields={"msgId": ctx.msg_id(result.position), "queueId": queue_id,
                             "queueOffset": result.offsets[0]})
 
@@ -355,6 +358,7 @@ async def _send_delayed(
         log.info("remoting delayed send refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
     front.sent += len(results)
+    ctx.conn.messages_in += len(results)
     return response(fields={
         "msgId": ",".join(ctx.msg_id(r.position) for r in results),
         "queueId": queue_id,
@@ -466,6 +470,7 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
     if producer.lagging:
         front.throttle(ctx)
     front.sent += len(results)
+    ctx.conn.messages_in += len(results)
     return response(fields={
         "msgId": ",".join(ctx.msg_id(r.position) for r in results),
         "queueId": queue_id,
@@ -495,6 +500,7 @@ async def _send_deduplicated(
             log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())
             return failure(exc)
         ctx.front.sent += len(results)
+        ctx.conn.messages_in += len(results)
         ids = [ctx.msg_id(r.position) for r in results]
         if 0 not in already:
             offset = results[0].offsets[0] if results[0].offsets else 0

@@ -98,6 +98,7 @@ async def send_half(
         log.info("remoting transactional send refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
     ctx.front.sent += 1
+    ctx.conn.messages_in += 1
     return response(fields={
         "msgId": ctx.msg_id(result.position),
         "queueId": queue_id,

@@ -48,13 +48,14 @@ def offset_at_time(store: MessageStore, lmq: str, timestamp: int) -> int:
 
 
 def reset_targets(store: MessageStore, config: TopicConfig, position: str | None,
-                  timestamp_ms: int | None) -> dict[str, int]:
+                  timestamp_ms: int | None, queues: int | None = None) -> dict[str, int]:
     """The next offset on every queue LMQ of the topic for a reset of a group: its
     ``earliest`` held message, its ``latest`` (nothing left to read), or the first
     message stored at or after ``timestamp_ms`` (a worker thread: a time is a binary
-    search per queue)."""
+    search per queue). ``queues``: how many queues from 0 (default the topic's queue
+    count; the JSON API's seek gives its read queues)."""
     offsets: dict[str, int] = {}
-    for q in range(config.queue_count):
+    for q in range(config.queue_count if queues is None else queues):
         lmq = queue_lmq(config.name, q)
         info = store.lmq(lmq)
         if info is None:

@@ -172,22 +172,6 @@ def common_status(results: list[dict[str, Any]]) -> int:
     return statuses.pop() if len(statuses) == 1 else 207
 
 
-def offset_at(store: Any, lmq: str, low: int, high: int, stamp: int) -> int:
-    """The first offset of ``lmq`` whose message was stored at or after ``stamp`` (ms),
-    by binary search over store times (non-decreasing along an LMQ)."""
-    while low < high:
-        mid = (low + high) // 2
-        got = store.pull(lmq, mid, 1).messages
-        if not got:
-            low = mid + 1
-            continue
-        if got[0].record.store_ms < stamp:
-            low = got[0].offset + 1
-        else:
-            high = mid
-    return low
-
-
 MQTT_SUB_META = "http.mqtt-sub:"
 #: Receipt handles of messages received from an MQTT topic filter start with this.
 MQTT_HANDLE = "m."

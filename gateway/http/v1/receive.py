@@ -34,14 +34,13 @@ from gateway.http.v1.documents import (
     message_doc,
     mqtt_message_doc,
     number_option,
-    offset_at,
     per_entry,
     tag_filter,
 )
+from gateway.rocketmq.offsets import reset_targets
 from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull
 from gateway.topic_space import MQTT_SHARE_PREFIX, mqtt_lmq
 from lmq.names import validate_topic_filter
-from lmq.rocketmq import queue_lmq
 
 log = logging.getLogger("gateway.http.v1")
 
@@ -284,23 +283,14 @@ class Receiving(ApiBase):
                 None, "earliest", "latest"):
             raise ApiError(400, "give either 'position' (earliest or latest) or"
                                 " 'timestamp_ms'")
+        when = None
+        if stamp is not None:
+            try:
+                when = int_field(stamp, "timestamp_ms")
+            except ValueError as exc:
+                raise ApiError(400, str(exc)) from None
         store = self.ctx.store
-        offsets: dict[str, int] = {}
-        for q in range(config.read_queues):
-            lmq = queue_lmq(topic, q)
-            info = store.lmq(lmq)
-            if info is None:
-                continue
-            if position == "earliest":
-                offsets[lmq] = info.min_offset
-            elif position == "latest":
-                offsets[lmq] = info.max_offset
-            else:
-                try:
-                    when = int_field(stamp, "timestamp_ms")
-                except ValueError as exc:
-                    raise ApiError(400, str(exc)) from None
-                offsets[lmq] = offset_at(store, lmq, info.min_offset, info.max_offset, when)
+        offsets = reset_targets(store, config, position, when, queues=config.read_queues)
         if offsets:
             store.commit_offsets(group, offsets)
         return json_response(200, {"group": group, "topic": topic, "offsets": {

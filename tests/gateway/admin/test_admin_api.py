@@ -61,6 +61,51 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     )
     assert [c["client_id"] for c in second["items"]] == ["sensor-0"]
     assert second["next"] is None
+    # the default sort (by id) pages by a bisection of the table, either way
+    ids = [c["id"] for c in api.get("/connections", protocol="mqtt")["items"]]
+    assert ids == sorted(ids) and len(ids) == 3
+    paged = []
+    cursor = None
+    for sort in ("id", "-id"):
+        pages = []
+        while True:
+            doc = api.get(
+                "/connections",
+                protocol="mqtt",
+                sort=sort,
+                limit=2,
+                **({"cursor": cursor} if cursor else {}),
+            )
+            pages.append([c["id"] for c in doc["items"]])
+            cursor = doc["next"]
+            if cursor is None:
+                break
+        paged.append(pages)
+    assert paged == [[ids[:2], ids[2:]], [ids[:0:-1], ids[:1]]]
+    id_cursor = api.get("/connections", limit=1)["next"]  # a cursor of another sort: 400
+    # youngest first by age, oldest first descending
+    by_age = [
+        c["client_id"]
+        for c in api.get("/connections", protocol="mqtt", sort="age_seconds")["items"]
+    ]
+    assert by_age == ["sensor-2", "sensor-1", "sensor-0"]
+    assert (
+        api.call("GET", "/connections", sort="peer", cursor=id_cursor).json()["field"] == "cursor"
+    )
+    # messages in and out per connection, counted by the front end
+    counted_sub = Paho(gw.mqtt_port, "counted-sub")
+    counted_sub.subscribe("count/#", qos=1)
+    counted_pub = Paho(gw.mqtt_port, "counted-pub")
+    for i in range(3):
+        counted_pub.publish(f"count/{i}", b"n", qos=1)
+    counted_sub.get_n(3)
+    counted = {
+        c["client_id"]: (c["messages_in"], c["messages_out"])
+        for c in api.get("/connections", filter="counted-", sort="-messages_in")["items"]
+    }
+    assert counted == {"counted-pub": (3, 0), "counted-sub": (0, 3)}
+    counted_sub.disconnect()
+    counted_pub.disconnect()
     assert api.get("/connections", filter="sensor-1")["items"][0]["client_id"] == "sensor-1"
     # a connection closed is closed
     raw = RawClient(gw.mqtt_port)

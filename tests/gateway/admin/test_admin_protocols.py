@@ -41,6 +41,12 @@ def test_mqtt_sessions_backlog_and_kick(gw: GatewayProcess) -> None:
     assert by_id["dev-offline"]["backlog"] == 3
     assert by_id["dev-online"]["connected"] is True
     assert [r["client_id"] for r in rows] == ["pub", "dev-online", "dev-offline"]
+    # paged before the backlog is read (only the page's rows have one), or sorted by it
+    first = api.get("/mqtt/sessions", limit=1)
+    assert [(r["client_id"], r["backlog"]) for r in first["items"]] == [("dev-offline", 3)]
+    by_backlog = api.get("/mqtt/sessions", sort="-backlog")["items"]
+    backlogs = [r["backlog"] for r in by_backlog]
+    assert backlogs == sorted(backlogs, reverse=True) and backlogs[0] >= 3
     shown = api.get("/mqtt/sessions/dev-offline")
     assert shown["subscription_list"] == [
         {"filter": "plant/+/temp", "qos": 1, "share_group": None, "backlog": 3}
@@ -100,6 +106,17 @@ def test_amqp_queues_bindings_purge_delete(gw: GatewayProcess) -> None:
         purged = api.call("POST", "/amqp/queues/%2F/orders.q/purge")
         assert purged.status_code == 200 and purged.json()["purged"] == 4
         assert ch.queue_declare("orders.q", durable=True, passive=True).method.message_count == 0
+        # messages in and out on the connection's row (5 published, 1 got)
+        ch.basic_publish("orders.x", "eu", b"o4")
+        got = None
+        for _ in range(50):
+            _method, _props, got = ch.basic_get("orders.q", auto_ack=True)
+            if got is not None:
+                break
+            conn.sleep(0.1)
+        assert got == b"o4"
+        [row] = api.get("/connections", protocol="amqp")["items"]
+        assert (row["messages_in"], row["messages_out"]) == (5, 1)
         refused = api.call("DELETE", "/amqp/exchanges/%2F/amq.topic")
         assert refused.status_code == 400
         assert api.call("DELETE", "/amqp/queues/%2F/idle.q").status_code == 200

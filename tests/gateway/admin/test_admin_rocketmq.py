@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from ..gateway_process import GatewayProcess
 from ..grpc_clients.clients import ClientError, PyClient, grpc_endpoint
@@ -74,6 +75,12 @@ def test_topic_created_used_at_once_group_reset_and_delete(
         assert sorted(m["body"] for m in got) == ["from-grpc", "from-ons"]
         for m in got:
             consumer.ack(m["id"])
+        # the gRPC connections count their messages: one sent, two (or more) received
+        grpc_rows = api.get("/connections", protocol="grpc")["items"]
+        assert sum(c["messages_in"] for c in grpc_rows) == 1, grpc_rows
+        assert sum(c["messages_out"] for c in grpc_rows) >= 2, grpc_rows
+        scraped = requests.get(f"http://127.0.0.1:{gw.ports['admin']}/metrics", timeout=10).text
+        assert "lmq_grpc_messages_received_total 1" in scraped.splitlines()
         group = api.get("/groups/GID_admin")
         assert group["lag"] == 0 and sum(q["offset"] for q in group["queues"]) == 2
         # a reset to earliest: the consumer gets both again

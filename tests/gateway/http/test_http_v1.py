@@ -211,6 +211,9 @@ def test_seek_by_position_and_time(gw):
     got = api.receive("g", "t", max_messages=8, invisible_seconds=1)
     assert [m["body"] for m in got] == ["m3"]
     assert api.call("POST", path, template, json={"position": "sideways"}).status_code == 400
+    assert api.call("POST", path, template, json={"timestamp_ms": "soon"}).status_code == 400
+    latest = api.call("POST", path, template, json={"position": "latest"})
+    assert latest.status_code == 200 and sum(latest.json()["offsets"].values()) == 4
 
 
 def test_delayed_publish(gw):

@@ -38,7 +38,7 @@ def _setup(store, version=MQTTVersion.V5, subs=(("a/#", 1, 1), ("a/b", 2, 2))):
     session = SimpleNamespace(front=front, state=state, flows=Flows(state),
                               offsets_dirty=False, save=lambda: None)
     out = SimpleNamespace(proto=server, stats=SimpleNamespace(sent=0, dropped_too_large=0),
-                          data=[])
+                          conn=SimpleNamespace(messages_out=0), data=[])
     out.queue = out.data.append
     readers = []
     for name, qos, sub_id in subs:

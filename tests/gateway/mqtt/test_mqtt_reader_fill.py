@@ -207,7 +207,8 @@ def test_plain_runs_and_other_messages_keep_offset_order(
         dropped_queue_full=0, dropped_too_large=0, sent=0)
     state = SessionState("me", expiry=0)
     session = SimpleNamespace(front=front, offsets_dirty=False, flows=Flows(state), state=state)
-    handler = SimpleNamespace(proto=server, queue=out.append, stats=front)
+    handler = SimpleNamespace(proto=server, queue=out.append, stats=front,
+                              conn=SimpleNamespace(messages_out=0))
     sub = SimpleNamespace(qos=1, no_local=no_local, retain_as_published=True,
                           subscription_id=sub_id, deny=denied.__contains__ if denied else None)
     reader = Reader(sub, LMQ, 0)
@@ -221,6 +222,7 @@ def test_plain_runs_and_other_messages_keep_offset_order(
         if not (no_local and s[3] == "me") and f"t/{i}" not in denied
     ]
     assert [p.topic for p in got] == [f"t/{i}" for i in expected]
+    assert handler.conn.messages_out == front.sent == len(expected)
     assert [p.payload for p in got] == [b"m%d" % i for i in expected]
     assert [(p.qos, p.retain) for p in got] == [specs[i][:2] for i in expected]
     has_ct = [p.properties.content_type == "t" for p in got]

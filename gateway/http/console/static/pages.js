@@ -132,6 +132,8 @@ function connections(container) {
       { key: 'user', label: 'User', sort: true },
       { key: 'bytes_in', label: 'In', sort: true, num: true, render: (r) => bytes(r.bytes_in) },
       { key: 'bytes_out', label: 'Out', sort: true, num: true, render: (r) => bytes(r.bytes_out) },
+      { key: 'messages_in', label: 'Msgs in', sort: true, num: true },
+      { key: 'messages_out', label: 'Msgs out', sort: true, num: true },
       { key: 'age_seconds', label: 'Age', sort: true, num: true, render: (r) => duration(r.age_seconds) },
     ],
     actions: (row, t) => [actionButton('Close', () => api.del(`/connections/${seg(row.id)}`), {
