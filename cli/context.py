@@ -93,11 +93,10 @@ def open_store(
         message = str(exc)
         if "in use" in message and not read_only:
             if find_remote(data_dir, None) is not None:  # it has an admin API: no online form
-                message += (" (a gateway runs on it: this command works offline only;"
-                            " stop the gateway first)")
-            else:
-                message += (" (a gateway runs on it without an HTTP listener for its admin"
-                            " API: stop it first)")
+                # the store's own message ends "(stop the gateway first)": say why instead
+                message = message.removesuffix(" (stop the gateway first)") + (
+                    " (a gateway runs on it: this command works offline only;"
+                    " stop the gateway first)")
         raise click.ClickException(message) from None
     try:
         yield store
