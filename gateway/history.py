@@ -8,8 +8,8 @@ the store's disk: sampling costs a few dictionary reads on the event loop, howev
 LMQs the store holds. Each sample holds
 
 - ``in`` / ``out``: messages per second per protocol over the interval, from the
-  message counters of :data:`MESSAGE_COUNTERS` (a protocol without message counters,
-  HTTP today, has no series there), and ``stored``: messages appended to the
+  message counters of :data:`MESSAGE_COUNTERS` (the JSON API's for HTTP: the Aliyun
+  and RIP-17 doors and the stream have none yet), and ``stored``: messages appended to the
   store per second by every door together (:attr:`Publisher.appended
   <gateway.publisher.Publisher.appended>`);
 - ``connections``: open connections per protocol (``lmq_connections``);
@@ -48,6 +48,7 @@ MESSAGE_COUNTERS = {
     "amqp": ("lmq_amqp_messages_published_total", "lmq_amqp_messages_delivered_total"),
     "remoting": ("lmq_remoting_messages_received_total", "lmq_remoting_messages_pulled_total"),
     "grpc": ("lmq_grpc_messages_received_total", "lmq_grpc_messages_sent_total"),
+    "http": ("lmq_http_messages_received_total", "lmq_http_messages_sent_total"),
 }
 
 

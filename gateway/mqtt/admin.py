@@ -34,10 +34,21 @@ def _rows(
     front: MqttFrontEnd, names: list[str] | None = None, backlog: bool = True
 ) -> list[dict[str, Any]]:
     """The sessions' rows (only those ``names`` names, in that order, when given);
-    without ``backlog`` the offline backlog (a store lookup per subscription) is left
-    out, so that a list call pages on the other fields first, then asks for its
-    page's rows by name."""
+    without ``backlog`` and ``names``, only the fields a list sorts and filters on
+    (no backlog: a store lookup per subscription), so that a list call pages on
+    those first, then asks for its page's rows by name."""
     sessions = front.sessions
+    if names is None and not backlog:  # the fields a list sorts and filters on only
+        return [
+            {
+                "name": s.client_id,
+                "connected": s.handler is not None,
+                "subscriptions": len(s.state.subscriptions),
+                "inflight": s.qos_inflight(),
+                "user": s.state.username or "",
+            }
+            for s in sessions.values()
+        ]
     if names is None:
         return [_row(front, s, backlog=backlog) for s in sessions.values()]
     found = (sessions.get(name) for name in names)

@@ -117,6 +117,7 @@ class Publishing(ApiBase):
             result = await self.ctx.publisher.submit(message, lmqs)
         except Exception as exc:
             raise store_error(exc) from None
+        self.received += 1
         return json_response(201, {"status": 201, "topic": topic, "position": result.position,
                                    "routed_to": len(lmqs)})
 
@@ -149,6 +150,7 @@ class Publishing(ApiBase):
             result = await self.ctx.publisher.submit(message, [lmq])
         except Exception as exc:
             raise store_error(exc) from None
+        self.received += 1
         return json_response(201, {"status": 201, "message_id": message_id, "topic": queue,
                                    "position": result.position, "offset": result.offsets[0]})
 
@@ -215,6 +217,7 @@ class Publishing(ApiBase):
         except Exception as exc:
             raise store_error(exc) from None
         out["position"] = result.position
+        self.received += 1
         return json_response(201, out)
 
     async def _publish_one(self, topic: str, config: TopicConfig, entry: object,
@@ -337,6 +340,7 @@ class Publishing(ApiBase):
         except Exception as exc:
             error = store_error(exc)
             return {"status": error.status, "detail": error.detail}
+        self.received += 1
         out: dict[str, Any] = {"status": 201, "message_id": message_id, "topic": topic,
                                "queue_id": queue_id, "position": result.position}
         if producer_group is not None:

@@ -202,6 +202,10 @@ def test_seek_by_position_and_time(gw):
     got = api.receive("g", "t", max_messages=8)
     assert len(got) == 4
     api.settle("g", "ack", [m["receipt_handle"] for m in got])
+    # the JSON API's message counters (the overview's HTTP rates)
+    scraped = requests.get(base(gw) + "/metrics", timeout=10).text.splitlines()
+    assert "lmq_http_messages_received_total 4" in scraped
+    assert "lmq_http_messages_sent_total 4" in scraped
     path, template = "/v1/groups/g/topics/t/seek", "/v1/groups/{group}/topics/{topic}/seek"
     assert api.call("POST", path, template, json={"position": "earliest"}).status_code == 200
     assert len(api.receive("g", "t", max_messages=8)) == 4

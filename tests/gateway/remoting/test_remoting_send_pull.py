@@ -56,6 +56,9 @@ async def test_send_then_pull_in_the_stored_layout(tmp_path: Path) -> None:
         assert pulled.ext_fields["minOffset"] == "0"
         messages = decode_pulled(pulled.body)
         assert [m.body for m in messages] == [b"hello", b"world"]
+        # counted on its connection (the admin API's connections list): 2 in, 2 out
+        [conn] = [x for x in gw.state.connections.values() if x.protocol == "remoting"]
+        assert (conn.messages_in, conn.messages_out) == (2, 2)
         first, second = messages
         assert first.topic == "orders" and first.queue_id == 3 and first.queue_offset == 0
         assert first.properties["UNIQ_KEY"] == "ABCDEF0123"
