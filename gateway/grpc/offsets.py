@@ -115,9 +115,10 @@ async def pull_message(
             break
         await _wait_append(call, lmq, left)
     for message in found:
-        yield PullResponse(message=delivered(
-            call, message.record, topic=topic, queue_id=queue_id, offset=message.offset,
-            attempt=record_reconsume_times(message.record) + 1))
+        response = PullResponse()  # the message written into it, not copied
+        delivered(call, message.record, topic=topic, queue_id=queue_id, offset=message.offset,
+                  attempt=record_reconsume_times(message.record) + 1, into=response.message)
+        yield response
     yield PullResponse(next_offset=offset)
     if found:
         yield PullResponse(status=ok())

@@ -194,18 +194,21 @@ async def receive_message(
 
     done = False
     try:
-        messages = [
+        # each message written straight into its response (no copy of it)
+        messages = []
+        for item in items:
+            response = Response()
             delivered(call, item.message.record, topic=topic, queue_id=item.source.queue_id,
                       offset=item.message.offset, receipt=item.extra_info,
-                      attempt=item.reconsume_times + 1, invisible_ms=invisible_ms)
-            for item in items
-        ]
+                      attempt=item.reconsume_times + 1, invisible_ms=invisible_ms,
+                      into=response.message)
+            messages.append(response)
         if request.auto_renew and cached is None:
             for item in items:
                 state.renewer.track(
                     group, parse_handle(item.extra_info, group, topic), call.client_id)
-        for message in messages:
-            yield Response(message=message)
+        for response in messages:
+            yield response
         if messages:
             front.sent += len(messages)
             if call.connection is not None:

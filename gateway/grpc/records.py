@@ -161,12 +161,13 @@ def delivered(
     receipt: str | None = None,
     attempt: int = 1,
     invisible_ms: int | None = None,
+    into: pb.Message | None = None,
 ) -> pb.Message:
     """The v2 message a consumer gets for ``rec``, at ``offset`` of queue ``queue_id``
-    of ``topic``."""
+    of ``topic`` (written into ``into`` when given: ``encode_message``)."""
     return encode_record(
         call.front, store_host(call), rec, topic=topic, queue_id=queue_id, offset=offset,
-        receipt=receipt, attempt=attempt, invisible_ms=invisible_ms)
+        receipt=receipt, attempt=attempt, invisible_ms=invisible_ms, into=into)
 
 
 def encode_record(
@@ -180,6 +181,7 @@ def encode_record(
     receipt: str | None = None,
     attempt: int = 1,
     invisible_ms: int | None = None,
+    into: pb.Message | None = None,
 ) -> pb.Message:
     """:func:`delivered` with the store host given (also for server commands, which
     have no call: a transaction check-back's message)."""
@@ -194,5 +196,5 @@ def encode_record(
             store_host="{}:{}".format(*host), receipt_handle=receipt,
             delivery_attempt=attempt, invisible_ms=invisible_ms,
         ),
-        reserved=RESERVED, max_body=front.max_body,
+        reserved=RESERVED, max_body=front.max_body, into=into,
     )

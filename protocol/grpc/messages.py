@@ -365,8 +365,12 @@ def message_type_of(props: Mapping[str, str]) -> int:
 # -- delivery -----------------------------------------------------------------------
 
 
-def encode_message(d: Delivery, *, reserved: Container[str], max_body: int) -> pb.Message:
-    """The v2 ``Message`` a consumer gets for ``d`` (see the module doc)."""
+def encode_message(
+    d: Delivery, *, reserved: Container[str], max_body: int, into: pb.Message | None = None
+) -> pb.Message:
+    """The v2 ``Message`` a consumer gets for ``d`` (see the module doc); written into
+    ``into`` (an empty message, e.g. a response's ``message`` field, so that the
+    response need not copy it) and returned when given."""
     props = d.properties
     body, encoding = d.body, pb.IDENTITY
     if d.compressed:
@@ -376,8 +380,13 @@ def encode_message(d: Delivery, *, reserved: Container[str], max_body: int) -> p
             encoding = pb.GZIP  # as stored; the client inflates what it can
     # Built in place, field by field: a sub-message given to a constructor is copied
     # into it, which cost more than the fields themselves (one Message per delivery).
-    msg = pb.Message(body=body, user_properties={
-        k: v for k, v in props.items() if k not in reserved})
+    users = {k: v for k, v in props.items() if k not in reserved}
+    if into is None:
+        msg = pb.Message(body=body, user_properties=users)
+    else:
+        msg = into
+        msg.body = body
+        msg.user_properties.update(users)
     msg.topic.name = d.topic
     sysp = msg.system_properties
     sysp.message_id = props.get(UNIQ_KEY) or d.fallback_message_id

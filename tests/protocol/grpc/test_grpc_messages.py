@@ -212,6 +212,20 @@ def test_delivery_without_client_id_or_born_time() -> None:
     assert sysp.message_type == pb.NORMAL
 
 
+def test_delivery_written_into_a_response_is_the_same_message() -> None:
+    from rocketmq.grpc_protocol import service_pb2 as svc
+
+    for d in (delivery({"TAGS": "t", "KEYS": "a b", "color": "red"}),
+              delivery({}, born_ms=0, receipt_handle=None, invisible_ms=None)):
+        alone = encode_message(d, reserved=SYSTEM_PROPERTIES, max_body=MAX)
+        response = svc.ReceiveMessageResponse()
+        written = encode_message(d, reserved=SYSTEM_PROPERTIES, max_body=MAX,
+                                 into=response.message)
+        assert written == alone and response.message == alone
+        assert response.SerializeToString() == svc.ReceiveMessageResponse(
+            message=alone).SerializeToString()
+
+
 def test_compressed_record_is_delivered_inflated() -> None:
     from rocketmq.v5.model.message import Message as ClientMessage
 
