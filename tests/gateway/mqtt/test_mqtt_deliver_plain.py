@@ -35,7 +35,8 @@ def _handler(version: MQTTVersion, max_packet_size: int | None = None):
     client.receive_data(server.send(Connack()))
     client.next_event()
     stats = SimpleNamespace(sent=0, dropped_too_large=0)
-    handler = SimpleNamespace(proto=server, stats=stats, out=[])
+    handler = SimpleNamespace(proto=server, stats=stats, out=[],
+                              conn=SimpleNamespace(messages_out=0))
     handler.queue = handler.out.append
     return handler
 
