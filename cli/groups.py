@@ -28,7 +28,12 @@ from broker_core.clock import now_ms
 from broker_core.fifo import BlockedGroup
 from cli.context import data_dir_option, open_store
 from cli.remote import find_remote, seg, server_option
-from gateway.rocketmq.groups import GroupRegistry, group_progress, release_message_group
+from gateway.rocketmq.groups import (
+    GroupRegistry,
+    group_progress,
+    group_summaries,
+    release_message_group,
+)
 from gateway.rocketmq.offsets import reset_targets
 from gateway.rocketmq.topics import TopicRegistry
 from lmq.rocketmq import parse_queue_lmq
@@ -52,31 +57,20 @@ def list_(data_dir: Path, as_json: bool) -> None:
     with open_store(data_dir, read_only=True) as store:
         registry = GroupRegistry(store, auto_create=False)
         progress = _progress(store)
-        names = sorted(set(registry.names()) | set(progress))
+        summaries = group_summaries(registry, progress)
         if not as_json:
             click.echo(f"{'GROUP':40} {'CONFIGURED':>10} {'RETRIES':>7} {'QUEUES':>6} {'LAG':>9}")
-        for name in names:
-            config = registry.get(name)
-            rows = progress.get(name, [])
-            data = {
-                "group": name,
-                "configured": config is not None,
-                "retry_max_times": config.retry_max_times if config else None,
-                "consume_enable": config.consume_enable if config else None,
-                "topics": sorted({r["topic"] for r in rows}),
-                "queues": len(rows),
-                "lag": sum(r["lag"] for r in rows),
-            }
+        for data in summaries:
             if as_json:
                 click.echo(json.dumps(data))
             else:
-                retries = "-" if config is None else str(config.retry_max_times)
+                retries = "-" if not data["configured"] else str(data["retry_max_times"])
                 click.echo(
-                    f"{name:40} {'yes' if config else 'no':>10} {retries:>7}"
-                    f" {data['queues']:>6} {data['lag']:>9}"
+                    f"{data['group']:40} {'yes' if data['configured'] else 'no':>10}"
+                    f" {retries:>7} {data['queues']:>6} {data['lag']:>9}"
                 )
         if not as_json:
-            click.echo(f"{len(names)} group(s)")
+            click.echo(f"{len(summaries)} group(s)")
 
 
 @groups.command("show")

@@ -14,7 +14,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from gateway.admin.core import AdminError, Call, page
-from gateway.rocketmq.groups import group_progress, release_message_group
+from gateway.rocketmq.groups import group_progress, group_summaries, release_message_group
 from gateway.rocketmq.offsets import reset_targets
 from lmq.rocketmq import InvalidName, parse_queue_lmq, validate_group
 
@@ -32,21 +32,8 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
     async def list_(call: Call) -> dict[str, Any]:
         paging = call.paging(SORTS, "name")
         progress = await asyncio.to_thread(group_progress, store)
-        rows = []
-        for name in sorted(set(registry.names()) | set(progress)):
-            config = registry.get(name)
-            queues = progress.get(name, [])
-            rows.append(
-                {
-                    "name": name,
-                    "configured": config is not None,
-                    "retry_max_times": config.retry_max_times if config else None,
-                    "consume_enable": config.consume_enable if config else None,
-                    "topics": sorted({r["topic"] for r in queues}),
-                    "queues": len(queues),
-                    "lag": sum(r["lag"] for r in queues),
-                }
-            )
+        rows = [{"name": row.pop("group"), **row}
+                for row in group_summaries(registry, progress)]
         doc = page(rows, paging)
         doc["total"] = len(rows)
         return doc

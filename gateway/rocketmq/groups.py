@@ -32,7 +32,9 @@ from lmq.rocketmq import (
     validate_group,
 )
 
-__all__ = ["GroupRegistry", "Released", "group_progress", "release_message_group"]
+__all__ = [
+    "GroupRegistry", "Released", "group_progress", "group_summaries", "release_message_group",
+]
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +131,27 @@ def group_progress(store: MessageStore, group: str | None = None
         })
     for group_rows in rows.values():
         group_rows.sort(key=lambda r: (r["topic"], r["queue_id"]))
+    return rows
+
+
+def group_summaries(registry: GroupRegistry, progress: dict[str, list[dict[str, Any]]]
+                    ) -> list[dict[str, Any]]:
+    """One row per group, configured or with committed offsets (``progress``, of
+    :func:`group_progress`), by name: what ``lmq groups list`` prints and the admin
+    API lists."""
+    rows = []
+    for name in sorted(set(registry.names()) | set(progress)):
+        config = registry.get(name)
+        queues = progress.get(name, [])
+        rows.append({
+            "group": name,
+            "configured": config is not None,
+            "retry_max_times": config.retry_max_times if config else None,
+            "consume_enable": config.consume_enable if config else None,
+            "topics": sorted({r["topic"] for r in queues}),
+            "queues": len(queues),
+            "lag": sum(r["lag"] for r in queues),
+        })
     return rows
 
 
