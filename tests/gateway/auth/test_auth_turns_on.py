@@ -62,6 +62,10 @@ class Paho5:
     def close(self) -> None:
         self.client.loop_stop()
         self.client.disconnect()
+        # paho closes its socket and wake-up pair only on a disconnect of its own; a
+        # connection the gateway closed would leak them until garbage collection, whose
+        # ResourceWarning fails whichever later test it runs in
+        self.client._reset_sockets()
 
 
 def mqtt_login(port: int, username: str | None, password: str | None) -> int:

@@ -152,6 +152,7 @@ class Publisher:
         finally:
             client.loop_stop()
             client.disconnect()
+            client._reset_sockets()  # after a lost connection paho closes neither socket
 
     def stop(self) -> list[bytes]:
         self.stopped.set()
