@@ -196,6 +196,9 @@ def test_seek_by_position_and_time(gw):
     api = Api(base(gw))
     for i in range(3):
         api.publish("t", {"body": f"m{i}", "message_group": "one"})
+    # a time strictly between m2's store time and m3's (a seek to a time finds the first
+    # message stored at or after it, as RocketMQ's searchOffsetByTimestamp does)
+    time.sleep(0.01)
     middle = int(time.time() * 1000)
     time.sleep(0.01)
     api.publish("t", {"body": "m3", "message_group": "one"})
