@@ -24,19 +24,17 @@ from typing import Any
 import click
 
 from broker_core import MessageStore
-from broker_core.clock import now_ms
-from broker_core.fifo import BlockedGroup
 from cli.context import data_dir_option, open_store
 from cli.remote import find_remote, seg, server_option
 from gateway.rocketmq.groups import (
     GroupRegistry,
+    blocked_row,
     group_progress,
     group_summaries,
     release_message_group,
 )
 from gateway.rocketmq.offsets import reset_targets
 from gateway.rocketmq.topics import TopicRegistry
-from lmq.rocketmq import parse_queue_lmq
 
 
 @click.group()
@@ -82,7 +80,7 @@ def show(data_dir: Path, group: str, as_json: bool) -> None:
     with open_store(data_dir, read_only=True) as store:
         config = GroupRegistry(store, auto_create=False).get(group)
         rows = _progress(store).get(group, [])
-        blocked = [_blocked_row(b) for b in store.blocked_message_groups(group)]
+        blocked = [blocked_row(b) for b in store.blocked_message_groups(group)]
     if config is None and not rows:
         raise click.ClickException(f"no consumer group named {group!r}")
     if as_json:
@@ -117,22 +115,6 @@ def show(data_dir: Path, group: str, as_json: bool) -> None:
             click.echo(f"{b['message_group']:24} {b['topic']:24} {b['queue_id']:>5}"
                        f" {b['offset']:>9} {b['deliveries']:>9} {b['waiting']:>7}"
                        f" {b['blocked_for_ms'] / 1000:>10.1f}s")
-
-
-def _blocked_row(b: BlockedGroup) -> dict[str, Any]:
-    parsed = parse_queue_lmq(b.lmq)
-    return {
-        "message_group": b.message_group,
-        "topic": parsed[0] if parsed else None,
-        "queue_id": parsed[1] if parsed else None,
-        "lmq": b.lmq,
-        "offset": b.offset,
-        "deliveries": b.deliveries,
-        "since_ms": b.since_ms,
-        "blocked_for_ms": max(0, now_ms() - b.since_ms),
-        "retry_at_ms": b.ready_at,
-        "waiting": b.waiting,
-    }
 
 
 @groups.command("release")

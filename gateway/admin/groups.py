@@ -14,9 +14,14 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from gateway.admin.core import AdminError, Call, page
-from gateway.rocketmq.groups import group_progress, group_summaries, release_message_group
+from gateway.rocketmq.groups import (
+    blocked_row,
+    group_progress,
+    group_summaries,
+    release_message_group,
+)
 from gateway.rocketmq.offsets import reset_targets
-from lmq.rocketmq import InvalidName, parse_queue_lmq, validate_group
+from lmq.rocketmq import InvalidName, validate_group
 
 if TYPE_CHECKING:
     from gateway.admin.api import Admin
@@ -61,21 +66,7 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         queues, in_flight, blocked_groups = await asyncio.to_thread(read)
         if config is None and not queues:
             raise AdminError(404, f"no consumer group named {name!r}", field="group")
-        blocked = []
-        for b in blocked_groups:
-            parsed = parse_queue_lmq(b.lmq)
-            blocked.append(
-                {
-                    "message_group": b.message_group,
-                    "lmq": b.lmq,
-                    "topic": parsed[0] if parsed else None,
-                    "queue_id": parsed[1] if parsed else None,
-                    "offset": b.offset,
-                    "deliveries": b.deliveries,
-                    "since_ms": b.since_ms,
-                    "waiting": b.waiting,
-                }
-            )
+        blocked = [blocked_row(b) for b in blocked_groups]
         return {
             "name": name,
             "config": None

@@ -18,9 +18,10 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from broker_core import MessageStore
+from broker_core.clock import now_ms
 from lmq.rocketmq import (
     GROUP_META_PREFIX,
     LMQ_PREFIX,
@@ -32,8 +33,12 @@ from lmq.rocketmq import (
     validate_group,
 )
 
+if TYPE_CHECKING:
+    from broker_core.fifo import BlockedGroup
+
 __all__ = [
-    "GroupRegistry", "Released", "group_progress", "group_summaries", "release_message_group",
+    "GroupRegistry", "Released", "blocked_row", "group_progress", "group_summaries",
+    "release_message_group",
 ]
 
 log = logging.getLogger(__name__)
@@ -153,6 +158,23 @@ def group_summaries(registry: GroupRegistry, progress: dict[str, list[dict[str, 
             "lag": sum(r["lag"] for r in queues),
         })
     return rows
+
+
+def blocked_row(b: BlockedGroup) -> dict[str, Any]:
+    """A blocked FIFO message group as ``lmq groups show`` and the admin API show it."""
+    parsed = parse_queue_lmq(b.lmq)
+    return {
+        "message_group": b.message_group,
+        "topic": parsed[0] if parsed else None,
+        "queue_id": parsed[1] if parsed else None,
+        "lmq": b.lmq,
+        "offset": b.offset,
+        "deliveries": b.deliveries,
+        "since_ms": b.since_ms,
+        "blocked_for_ms": max(0, now_ms() - b.since_ms),
+        "retry_at_ms": b.ready_at,
+        "waiting": b.waiting,
+    }
 
 
 class Released(NamedTuple):
