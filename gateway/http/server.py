@@ -259,7 +259,7 @@ class HttpConnection(ConnectionHandler):
         request = Request(
             method=head.method.decode("ascii"), target=head.target.decode("latin-1"),
             headers=headers, peer=self.conn.peer,
-            context={**self._context, "http_version": head.http_version},
+            context={**self._context, "http_version": head.http_version}, connection=self.conn,
         )
         length = request.header("content-length")
         if length is not None and length.isdigit() and int(length) > limits.max_body:
