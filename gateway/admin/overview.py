@@ -20,6 +20,18 @@ if TYPE_CHECKING:
 
 
 def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
+    #: (monotonic time, :func:`_process`) of the last read
+    process: list[Any] = [0.0, None]
+
+    async def process_info() -> dict[str, Any]:
+        """The process's memory and open files, read at most every sample interval, in
+        a worker thread: counting the open files lists /proc/self/fd (10 ms with 10,000
+        connections on the benchmark's machine)."""
+        if process[1] is None or time.monotonic() - process[0] > INTERVAL_S:
+            process[:] = [time.monotonic(), await asyncio.to_thread(_process)]
+        info: dict[str, Any] = process[1]
+        return info
+
     async def overview(call: Call) -> dict[str, Any]:
         ctx = admin.ctx
         # the store statistics of the last read when younger than a sample interval,
@@ -50,7 +62,7 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
                 "error": store.get("error"),
             },
             "replication": health.get("replication"),
-            "process": _process(),
+            "process": await process_info(),
             "authentication": "open" if admin.auth.open_mode() else "users",
         }
 
