@@ -608,7 +608,6 @@ def test_release_a_blocked_fifo_message_group(page, console: Console) -> None:
     blocked = page.locator("table.blocked tbody tr")
     expect(blocked).to_have_count(1)  # the page reloads every 5 s
     expect(blocked).to_contain_text("line-1")
-    console.shot(page, "group-blocked")
     blocked.get_by_role("button", name="Release").click()
     dialog = page.locator("dialog#confirm")
     expect(dialog).to_contain_text("Release FIFO message group line-1 of console-ordered")
