@@ -271,6 +271,21 @@ class ConsumeQueueIndex:
             if meta is not None:
                 yield meta
 
+    def iter_names(self, prefix: str = "", after: str = "") -> Iterator[str]:
+        """The names :meth:`iter_meta` gives, read off the name keys alone (no lookup
+        per LMQ): a filtered listing scans these and reads the metadata of its matches."""
+        raw_prefix = prefix.encode()
+        start = name_key(raw_prefix)
+        if after:
+            start = max(start, name_key(after.encode() + b"\x00"))
+        opts = ReadOptions()
+        opts.set_iterate_upper_bound(b"O")  # just past the "N" key space
+        for key in rocks.keys(self.db, start, opts):
+            name = key[1:]
+            if not name.startswith(raw_prefix):
+                break
+            yield name.decode()
+
     def iter_all_meta(self) -> Iterator[LmqMeta]:
         """Every LMQ's meta, by id (a scan of the meta keys only)."""
         opts = ReadOptions()

@@ -586,6 +586,11 @@ class MessageStore:
         for meta in self.lmq_table.iter(prefix, after):
             yield LmqInfo.of(meta)
 
+    def lmq_names(self, prefix: str = "", after: str = "") -> Iterator[str]:
+        """The names :meth:`lmqs` gives, from the name index alone (no metadata read per
+        LMQ): to filter a million names, then :meth:`lmq` the few that match."""
+        return self.index.iter_names(prefix, after)
+
     def pull(
         self,
         lmq: str,

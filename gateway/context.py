@@ -41,12 +41,14 @@ from gateway.topic_space import TopicSpace
 class Introspection(Protocol):
     """What the gateway tells about itself (``/health``, its listeners' addresses)."""
 
-    def health(self) -> Awaitable[tuple[int, dict[str, Any]]]:
+    def health(self, max_age: float = 0.0) -> Awaitable[tuple[int, dict[str, Any]]]:
         """``(HTTP status, health document)``: 200 when serving, 503 otherwise."""
         ...
 
-    def store_stats(self) -> Awaitable[dict[str, Any]]:
-        """The store's statistics (also refreshes the ``lmq_store_*`` gauges)."""
+    def store_stats(self, max_age: float = 0.0) -> Awaitable[dict[str, Any]]:
+        """The store's statistics (also refreshes the ``lmq_store_*`` gauges); with
+        ``max_age``, the last ones read without waiting while recent (a read started
+        when older than ``max_age`` seconds)."""
         ...
 
     def overview_history(self, since: int = 0) -> dict[str, Any]:

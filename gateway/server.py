@@ -27,7 +27,6 @@ import functools
 import logging
 import ssl
 import time
-from collections import Counter
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +117,10 @@ class Gateway:
         self._tls_context: ssl.SSLContext | None = None
         #: The overview's last hour of samples (gateway/history.py); set by start.
         self.history: History | None = None
+        #: The last store statistics read (monotonic time, stats) and the read under
+        #: way, shared by its callers (:meth:`store_stats`).
+        self._stats: tuple[float, dict[str, Any]] | None = None
+        self._stats_read: asyncio.Task[dict[str, Any]] | None = None
         self._servers: list[asyncio.Server] = []
         self._stop_requested = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -217,6 +220,7 @@ class Gateway:
             self.metrics, appended=lambda: publisher.appended,
             pending=lambda: publisher.pending, log_bytes=lambda: store.log_bytes)
         self.spawn(self.history.run(), "overview-history")
+        self._read_stats()  # the admin overview's first answer need not wait for one
         self.spawn(security.watch(self._authentication_on), "users-file-watch")
         if cfg.connector is not None:  # the message connector's rules (docs/connector.md)
             from gateway.connector.runner import EmbeddedConnector
@@ -343,6 +347,8 @@ class Gateway:
                 log.exception("shutdown: front end stop failed", extra={"protocol": name})
         if self._ctx is not None:
             self._ctx.rocketmq.stop()
+            if self._stats_read is not None:  # a statistics read in its thread ends first
+                await asyncio.wait([self._stats_read])
             log.info("shutdown: closing store")
             await asyncio.to_thread(self._ctx.store.close)
             remove_address(Path(self.config.data_dir))
@@ -431,15 +437,14 @@ class Gateway:
     def count_rejected(self, reason: str) -> None:
         self.state.count_rejected(reason)
 
-    async def health(self) -> tuple[int, dict[str, Any]]:
+    async def health(self, max_age: float = 0.0) -> tuple[int, dict[str, Any]]:
         """``/health``: 200 and ``status: ok`` while serving, 503 when stopping or the
-        store fails."""
+        store fails. ``max_age``: as :meth:`store_stats`."""
         status = "stopping" if self.stopping else "ok"
         try:
-            stats: dict[str, Any] = await self.store_stats()
+            stats: dict[str, Any] = await self.store_stats(max_age)
         except StoreError as exc:
             status, stats = "error", {"error": str(exc)}
-        by_protocol = Counter(c.protocol or "pending" for c in self.connections.values())
         recovery = self.store.recovery if self.store is not None else None
         body = {
             "status": status,
@@ -452,7 +457,7 @@ class Gateway:
                 spec.name: "available" if spec.name in self.front_ends else "unavailable"
                 for spec in self.specs
             },
-            "connections": {"total": len(self.connections), **by_protocol},
+            "connections": {"total": len(self.connections), **self.state.by_protocol},
             "store": stats,
             "recovery": recovery.summary() if recovery is not None else None,
             "replication": (
@@ -491,18 +496,44 @@ class Gateway:
             )
         }
 
-    async def store_stats(self) -> dict[str, Any]:
+    async def store_stats(self, max_age: float = 0.0) -> dict[str, Any]:
         """The store's statistics (read in a thread: they touch the disk); also updates
-        the ``lmq_store_*`` gauges."""
-        store = self.store
-        if store is None:
+        the ``lmq_store_*`` gauges. Callers during a read share it. With ``max_age``,
+        the last statistics read, when less than ``STATS_STALE_S`` old, without waiting
+        (a read starts when they are older than ``max_age``): what the admin overview
+        answers, since a read walks the index directory and, once a minute, counts every
+        LMQ (0.3-0.7 s with a million, and the read holds the interpreter meanwhile)."""
+        if self.store is None:
             return {}
+        last = self._stats
+        if max_age and last is not None and time.monotonic() - last[0] < STATS_STALE_S:
+            if time.monotonic() - last[0] > max_age:
+                self._read_stats()
+            return last[1]
+        return await asyncio.shield(self._read_stats())
+
+    def _read_stats(self) -> asyncio.Task[dict[str, Any]]:
+        task = self._stats_read
+        if task is None or task.done():
+            task = self._stats_read = asyncio.ensure_future(self._stats_now())
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved
+        return task
+
+    async def _stats_now(self) -> dict[str, Any]:
+        store = self.store
+        assert store is not None
         stats = await asyncio.to_thread(store.stats)
+        self._stats = (time.monotonic(), stats)
         for key, gauge in self._store_gauges.items():
             value = stats.get(key)
             if isinstance(value, int | float):
                 gauge.set(value)
         return stats
+
+
+#: Seconds the statistics of the last read are answered for without waiting for a read
+#: (:meth:`Gateway.store_stats` with ``max_age``).
+STATS_STALE_S = 60.0
 
 
 async def _wait_event(event: asyncio.Event, timeout: float) -> bool:

@@ -39,6 +39,10 @@ class ServerState:
         #: Set at shutdown: no more connections are admitted.
         self.stopping = False
         self._per_address: Tally[str] = Tally()
+        #: Open connections by listener and by protocol ("pending" while sniffing), kept
+        #: as they come and go: the admin overview's counts, without a walk of the table.
+        self.by_listener: Tally[str] = Tally()
+        self.by_protocol: Tally[str] = Tally()
         #: Set while no connection is open (shutdown waits on it).
         self.idle = asyncio.Event()
         self.idle.set()
@@ -84,6 +88,8 @@ class ServerState:
         conn = Connection(self, listener, transport)
         self.connections[conn.id] = conn
         self._per_address[conn.peer_host] += 1
+        self.by_listener[listener] += 1
+        self.by_protocol["pending"] += 1
         self.idle.clear()
         self._open.inc(protocol="pending")
         conn.start_connect_timer(cfg.connect_timeout)
@@ -112,9 +118,7 @@ class ServerState:
             )
             conn.close("max_connections_per_address")
             return False
-        self._per_address[conn.peer_host] -= 1
-        if self._per_address[conn.peer_host] <= 0:
-            del self._per_address[conn.peer_host]
+        _less(self._per_address, conn.peer_host)
         self._per_address[host] += 1
         balancer = conn.peer
         conn.peer_host = host
@@ -127,6 +131,8 @@ class ServerState:
     def assign(self, conn: Connection, protocol: str) -> None:
         """``conn`` speaks ``protocol`` from now on (it was "pending")."""
         conn.protocol = protocol
+        _less(self.by_protocol, "pending")
+        self.by_protocol[protocol] += 1
         self._open.dec(protocol="pending")
         self._open.inc(protocol=protocol)
 
@@ -136,10 +142,10 @@ class ServerState:
         if self.connections.pop(conn.id, None) is None:
             return
         conn.lost()
-        self._per_address[conn.peer_host] -= 1
-        if self._per_address[conn.peer_host] <= 0:
-            del self._per_address[conn.peer_host]
+        _less(self._per_address, conn.peer_host)
         protocol = conn.protocol or "pending"
+        _less(self.by_listener, conn.listener)
+        _less(self.by_protocol, protocol)
         self._open.dec(protocol=protocol)
         self._closed_total.inc(protocol=protocol)
         reason = conn.close_reason or ("error" if exc else "closed")
@@ -155,3 +161,10 @@ class ServerState:
     def count_rejected(self, reason: str) -> None:
         """Count a connection closed before or instead of being served."""
         self._rejected.inc(reason=reason)
+
+
+def _less(tally: Tally[str], key: str) -> None:
+    """One fewer of ``key`` (gone at none: the tallies name only what is open)."""
+    tally[key] -= 1
+    if tally[key] <= 0:
+        del tally[key]

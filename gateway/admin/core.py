@@ -33,6 +33,7 @@ __all__ = [
     "Paging",
     "Result",
     "page",
+    "sort_key",
 ]
 
 #: Path prefix of every admin route.
@@ -223,13 +224,18 @@ def cursor_of(value: Any) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+def sort_key(value: Any, name: str) -> tuple[Any, ...]:
+    """The key a row with ``value`` in the sorted field and ``name`` pages on
+    (:func:`page`): numbers before strings, each in order, then the name."""
+    if value is None:
+        value = ""  # missing values sort first, with strings
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, value, name)
+    return (1, str(value), name)
+
+
 def _key(sort: str, name: str) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
     def key(row: dict[str, Any]) -> tuple[Any, ...]:
-        value = row.get(sort)
-        if value is None:
-            value = ""  # missing values sort first, with strings
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return (0, value, str(row.get(name, "")))
-        return (1, str(value), str(row.get(name, "")))
+        return sort_key(row.get(sort), str(row.get(name, "")))
 
     return key

@@ -16,8 +16,10 @@ from gateway.admin.core import AdminError, Call, cursor_of
 if TYPE_CHECKING:
     from gateway.admin.api import Admin
 
-#: Names read at most for one page of a filtered listing (the next cursor continues).
-SCAN_LIMIT = 100_000
+#: Names read at most for one page of a filtered listing (the next cursor continues; a
+#: page may then hold fewer rows than asked, or none). 25,000 names are read in about
+#: 20 ms (bench/admin_scale.py): the page answers within the list calls' budget.
+SCAN_LIMIT = 25_000
 #: LMQs a clean names in its answer at most.
 NAMES_SHOWN = 10_000
 
@@ -39,19 +41,40 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
     store = admin.ctx.store
 
     def _page(prefix: str, after: str, wanted: str, limit: int) -> dict[str, Any]:
+        if wanted:
+            return _filtered(prefix, after, wanted, limit)
         items: list[dict[str, Any]] = []
-        scanned = 0
         next_after: str | None = None
         for info in store.lmqs(prefix, after=after):
-            scanned += 1
-            if not wanted or wanted in info.name:
-                if len(items) == limit:  # one more: there is a next page
-                    next_after = items[-1]["name"]
-                    break
-                items.append(info_row(info))
-            if scanned >= SCAN_LIMIT:  # a filter that matches little: go on from here
-                next_after = info.name
+            if len(items) == limit:  # one more: there is a next page
+                next_after = items[-1]["name"]
                 break
+            items.append(info_row(info))
+        return _with_consumers(items, next_after, len(items) + (next_after is not None))
+
+    def _filtered(prefix: str, after: str, wanted: str, limit: int) -> dict[str, Any]:
+        """A page of the names containing ``wanted``: the names alone are scanned (no
+        metadata read per LMQ), at most SCAN_LIMIT of them; the matches are read."""
+        names: list[str] = []
+        scanned = 0
+        next_after: str | None = None
+        for name in store.lmq_names(prefix, after=after):
+            scanned += 1
+            if wanted in name:
+                if len(names) == limit:  # one more: there is a next page
+                    next_after = names[-1]
+                    break
+                names.append(name)
+            if scanned >= SCAN_LIMIT:  # a filter that matches little: go on from here
+                next_after = name
+                break
+        infos = (store.lmq(name) for name in names)
+        items = [info_row(info) for info in infos if info is not None]  # (removed since)
+        return _with_consumers(items, next_after, scanned)
+
+    def _with_consumers(
+        items: list[dict[str, Any]], next_after: str | None, scanned: int
+    ) -> dict[str, Any]:
         for item in items:  # the page's rows only: one index lookup each
             item["consumers"] = sum(1 for _ in store.offsets(item["name"]))
         return {

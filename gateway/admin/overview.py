@@ -7,13 +7,13 @@ import asyncio
 import os
 import resource
 import time
-from collections import Counter
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker_core import MessageStore, StoreError, VerifyReport
 from gateway.admin.core import AdminError, Call, Result
+from gateway.history import INTERVAL_S
 
 if TYPE_CHECKING:
     from gateway.admin.api import Admin
@@ -22,12 +22,9 @@ if TYPE_CHECKING:
 def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
     async def overview(call: Call) -> dict[str, Any]:
         ctx = admin.ctx
-        status, health = await ctx.introspection.health()
-        by_protocol: Counter[str] = Counter()
-        by_listener: Counter[str] = Counter()
-        for conn in ctx.state.connections.values():
-            by_protocol[conn.protocol or "pending"] += 1
-            by_listener[conn.listener] += 1
+        # the store statistics of the last read when younger than a sample interval,
+        # else of a read started now; the answer does not wait for it
+        status, health = await ctx.introspection.health(max_age=INTERVAL_S)
         store = health.get("store") or {}
         return {
             "version": _version(),
@@ -36,8 +33,8 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
             "listeners": health.get("listeners"),
             "connections": {
                 "total": len(ctx.state.connections),
-                "by_protocol": dict(by_protocol),
-                "by_listener": dict(by_listener),
+                "by_protocol": dict(ctx.state.by_protocol),
+                "by_listener": dict(ctx.state.by_listener),
             },
             "rates": _rates(ctx.introspection.overview_history()),
             "store": {

@@ -4,15 +4,20 @@ vhosts, exchanges, queues and bindings (purge and delete), the connector's rules
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gateway.admin.core import AdminError, Call, page
+from gateway.admin.core import AdminError, Call, page, sort_key
 
 if TYPE_CHECKING:
     from gateway.admin.api import Admin
 
 SESSION_SORTS = ("name", "connected", "subscriptions", "backlog", "inflight", "user")
 QUEUE_SORTS = ("name", "vhost", "messages", "unacked", "consumers")
+
+
+def _same(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    return key
 
 
 def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
@@ -30,17 +35,23 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
 
     async def sessions(call: Call) -> dict[str, Any]:
         paging = call.paging(SESSION_SORTS, "name")
-        # the backlog (a store lookup per subscription) only for the page's rows,
-        # unless the list is sorted by it
-        by_backlog = paging.sort == "backlog"
-        rows = await ask("mqtt.sessions", backlog=by_backlog)
-        if call.query.get("connected") is not None:
-            wanted = call.flag("connected")
-            rows = [r for r in rows if r["connected"] == wanted]
-        doc = page(rows, paging)
-        if not by_backlog and doc["items"]:
-            doc["items"] = await ask("mqtt.sessions", names=[r["name"] for r in doc["items"]])
-        doc["total"] = len(rows)
+        connected = call.flag("connected") if call.query.get("connected") is not None else None
+        if paging.sort == "backlog":  # every row's backlog: a store lookup per subscription
+            rows = await ask("mqtt.sessions", backlog=True)
+            if connected is not None:
+                rows = [r for r in rows if r["connected"] == connected]
+            doc = page(rows, paging)
+            doc["total"] = len(rows)
+            return doc
+        # the page is selected on (value, client id) pairs, its rows made afterwards
+        pairs = await ask("mqtt.session.keys", sort=paging.sort, connected=connected)
+        total = len(pairs)
+        wanted = paging.filter
+        keys = [sort_key(v, n) for v, n in pairs if wanted in n]
+        doc = page(keys, replace(paging, filter=""), key=_same)
+        if doc["items"]:
+            doc["items"] = await ask("mqtt.sessions", names=[k[-1] for k in doc["items"]])
+        doc["total"] = total
         return doc
 
     async def session(call: Call) -> Any:

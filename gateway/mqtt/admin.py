@@ -3,6 +3,8 @@ with their subscriptions and offline backlog, and kicking a session."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from gateway.topic_space import mqtt_lmq
@@ -17,6 +19,7 @@ __all__ = ["register"]
 def register(front: MqttFrontEnd) -> None:
     views = front.ctx.views
     views.provide("mqtt.sessions", lambda **kw: _rows(front, **kw))
+    views.provide("mqtt.session.keys", lambda **kw: _keys(front, **kw))
     views.provide(
         "mqtt.session", lambda client_id: _row(front, _find(front, client_id), detail=True)
     )
@@ -30,25 +33,43 @@ def _find(front: MqttFrontEnd, client_id: str) -> Session:
     return session
 
 
+def _subscriptions(session: Session) -> int:
+    return len(session.state.subscriptions)
+
+
+def _user(session: Session) -> str:
+    return session.state.username or ""
+
+
+#: How a session's value of each sort field (but the backlog) is read.
+_SORT_FIELDS: dict[str, Callable[[Session], Any]] = {
+    "name": attrgetter("client_id"),
+    "connected": lambda s: s.handler is not None,
+    "subscriptions": _subscriptions,
+    "inflight": lambda s: s.qos_inflight(),
+    "user": _user,
+}
+
+
+def _keys(front: MqttFrontEnd, sort: str, connected: bool | None = None) -> list[tuple[Any, str]]:
+    """``(value of sort, client id)`` of every session (those with or without a
+    connection when ``connected`` is given): a list call selects its page on these,
+    then asks for the page's rows by name; no row (nor backlog: a store lookup per
+    subscription) is made for the sessions off the page."""
+    value = _SORT_FIELDS.get(sort)
+    if value is None:
+        raise ValueError(f"sessions are not sorted by {sort} here")
+    sessions: Iterable[Session] = front.sessions.values()
+    if connected is not None:
+        sessions = (s for s in sessions if (s.handler is not None) == connected)
+    return [(value(s), s.client_id) for s in sessions]
+
+
 def _rows(
     front: MqttFrontEnd, names: list[str] | None = None, backlog: bool = True
 ) -> list[dict[str, Any]]:
-    """The sessions' rows (only those ``names`` names, in that order, when given);
-    without ``backlog`` and ``names``, only the fields a list sorts and filters on
-    (no backlog: a store lookup per subscription), so that a list call pages on
-    those first, then asks for its page's rows by name."""
+    """The sessions' rows (only those ``names`` names, in that order, when given)."""
     sessions = front.sessions
-    if names is None and not backlog:  # the fields a list sorts and filters on only
-        return [
-            {
-                "name": s.client_id,
-                "connected": s.handler is not None,
-                "subscriptions": len(s.state.subscriptions),
-                "inflight": s.qos_inflight(),
-                "user": s.state.username or "",
-            }
-            for s in sessions.values()
-        ]
     if names is None:
         return [_row(front, s, backlog=backlog) for s in sessions.values()]
     found = (sessions.get(name) for name in names)

@@ -119,6 +119,15 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     assert response.status_code == 202, response.text
     assert raw.closed_by_server()
     assert api.call("DELETE", f"/connections/{target['id']}").status_code == 404
+    # the overview's counts are kept as connections come and go: the three sensors left
+    for _ in range(100):
+        conns = api.get("/overview")["connections"]
+        if conns["by_protocol"].get("mqtt") == 3:
+            break
+        time.sleep(0.05)
+    assert conns["by_protocol"]["mqtt"] == 3, conns
+    assert sum(conns["by_listener"].values()) == conns["total"]
+    assert sum(conns["by_protocol"].values()) == conns["total"]
     bad = api.call("DELETE", "/connections/x")
     assert bad.status_code == 400 and bad.json()["field"] == "id"
     assert api.call("GET", "/connections", limit="0").json()["field"] == "limit"

@@ -47,6 +47,16 @@ def test_mqtt_sessions_backlog_and_kick(gw: GatewayProcess) -> None:
     by_backlog = api.get("/mqtt/sessions", sort="-backlog")["items"]
     backlogs = [r["backlog"] for r in by_backlog]
     assert backlogs == sorted(backlogs, reverse=True) and backlogs[0] >= 3
+    # selected on (value, client id) pairs: a sort by a count, a filter, the next page
+    by_subs = api.get("/mqtt/sessions", sort="-subscriptions", limit=2)
+    assert [r["subscriptions"] for r in by_subs["items"]] == [1, 1]
+    rest = api.get("/mqtt/sessions", sort="-subscriptions", limit=2, cursor=by_subs["next"])
+    assert [(r["client_id"], r["subscriptions"]) for r in rest["items"]] == [("pub", 0)]
+    assert rest["next"] is None and rest["total"] == 3
+    assert {r["client_id"] for r in by_subs["items"]} == {"dev-offline", "dev-online"}
+    filtered = api.get("/mqtt/sessions", filter="dev-", sort="-name")
+    assert [r["client_id"] for r in filtered["items"]] == ["dev-online", "dev-offline"]
+    assert api.call("GET", "/mqtt/sessions", sort="bogus").json()["field"] == "sort"
     shown = api.get("/mqtt/sessions/dev-offline")
     assert shown["subscription_list"] == [
         {"filter": "plant/+/temp", "qos": 1, "share_group": None, "backlog": 3}

@@ -102,7 +102,9 @@ export class PagedTable {
     }
     if (!items.length) {
       this.body.append(h('tr', {}, h('td', { colspan: this.columns.length + 1, class: 'none' },
-        this.filter ? 'nothing matches the filter' : 'none')));
+        !this.filter ? 'none' : this.nextCursor
+          ? 'nothing matches the filter in this part of the list: Next looks further'
+          : 'nothing matches the filter')));
     }
     const first = (this.cursors.length - 1) * this.pageSize;
     const total = doc.total !== undefined && doc.total !== null ? ` of ${number(doc.total)}` : '';
