@@ -344,7 +344,7 @@ class HttpConnection(ConnectionHandler):
                           extra={**self.conn.log_fields(), "path": request.path})
             response = problem(500, "internal error")
         if self._requests is not None:
-            self._requests.inc(path=label, status=str(response.status))
+            self._requests.inc_values(label, str(response.status))  # (path, status)
         return response
 
     async def _send(self, request: Request, response: Response) -> None:
