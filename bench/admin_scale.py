@@ -22,7 +22,8 @@ each kind over its own keep-alive HTTP connection:
 - the admin API on the admin port, as the CLI and scripts call it (``limit=100``):
   LMQs (a page from a random position, a prefix, a substring filter), topics,
   connections (by id, by bytes in, their next pages, a filter), MQTT sessions (by name,
-  by subscriptions), groups, users, the overview and its history;
+  by subscriptions), groups (by name, by lag), AMQP vhosts, queues, exchanges and
+  bindings, users, the overview and its history;
 - the console's page data calls on the unified port, as ``table.js`` and the overview
   page make them (``limit=50``, the page's default sort; the overview with the
   history since its last sample).
@@ -301,7 +302,8 @@ def run_calls(admin: Caller, console: Caller, names: list[str], calls: int) -> N
             )
         admin.call("groups", f"{a}/groups?{q(limit=100)}")
         admin.call("groups, sort -lag", f"{a}/groups?{q(limit=100, sort='-lag')}")
-        admin.call("amqp queues", f"{a}/amqp/queues?{q(limit=100)}")
+        for kind in ("vhosts", "queues", "exchanges", "bindings"):
+            admin.call(f"amqp {kind}", f"{a}/amqp/{kind}?{q(limit=100)}")
         admin.call("users", f"{a}/users?{q(limit=100)}")
         admin.call("overview", f"{a}/overview")
         admin.call("overview history (all)", f"{a}/overview/history")
@@ -317,6 +319,9 @@ def run_calls(admin: Caller, console: Caller, names: list[str], calls: int) -> N
             ("lmqs", "name"),
             ("groups", "name"),
             ("amqp/queues", "name"),
+            ("amqp/exchanges", "name"),
+            ("amqp/bindings", "source"),
+            ("users", "name"),
         ):
             console.call(f"console {page}", f"{a}/{page}?{q(limit=50, sort=sort)}")
 

@@ -1,4 +1,6 @@
-"""``lmq offsets``: consumer offsets per (group or session, LMQ)."""
+"""``lmq offsets``: consumer offsets per (group or session, LMQ). ``set`` goes through the
+admin API of the gateway running on the data directory (or ``--server``), else opens
+the store (docs/operations.md); the rules are :func:`gateway.admin.lmqs.set_offset`."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ from pathlib import Path
 import click
 
 from cli.context import data_dir_option, open_store
+from cli.remote import find_remote, seg, server_option
+from gateway.admin.lmqs import OffsetError, set_offset
 
 
 @click.group()
@@ -37,27 +41,37 @@ def list_(data_dir: Path, lmq: str | None, group: str | None) -> None:
 
 @offsets.command("set")
 @data_dir_option
+@server_option
 @click.argument("group")
 @click.argument("lmq")
 @click.argument("offset", required=False, type=click.IntRange(min=0))
 @click.option("--earliest", is_flag=True, help="The LMQ's lowest held offset.")
 @click.option("--latest", is_flag=True, help="The LMQ's next offset (skip everything).")
 def set_(
-    data_dir: Path, group: str, lmq: str, offset: int | None, earliest: bool, latest: bool
+    data_dir: Path,
+    server: str | None,
+    group: str,
+    lmq: str,
+    offset: int | None,
+    earliest: bool,
+    latest: bool,
 ) -> None:
-    """Set GROUP's next offset on LMQ: a number, --earliest or --latest."""
+    """Set GROUP's next offset on LMQ: a number, --earliest or --latest. A consumer
+    that keeps its position in memory (a connected MQTT session, a RocketMQ 4 remoting
+    consumer) commits its own over it: set the offsets of a group that is not
+    consuming."""
     if sum((offset is not None, earliest, latest)) != 1:
         raise click.UsageError("give exactly one of OFFSET, --earliest, --latest")
-    with open_store(data_dir) as store:
-        info = store.lmq(lmq)
-        if info is None:
-            raise click.ClickException(f"no LMQ named {lmq!r}")
-        target = info.min_offset if earliest else info.max_offset if latest else offset
-        assert target is not None
-        if target > info.max_offset:
-            raise click.ClickException(
-                f"offset {target} is past the end of {lmq!r} (next offset {info.max_offset})"
-            )
-        old = store.get_offset(group, lmq)
-        store.commit_offset(group, lmq, target)
-        click.echo(f"{group} on {lmq}: {old if old is not None else '-'} -> {target}")
+    position = "earliest" if earliest else "latest" if latest else None
+    remote = find_remote(data_dir, server)
+    if remote is not None:
+        body = {"offset": offset} if offset is not None else {"position": position}
+        doc = remote.call("PUT", f"/lmqs/{seg(lmq)}/offsets/{seg(group)}", body)
+        old, target = doc["old_offset"], doc["offset"]
+    else:
+        with open_store(data_dir) as store:
+            try:
+                old, target = set_offset(store, group, lmq, offset, position)
+            except OffsetError as exc:
+                raise click.ClickException(str(exc)) from None
+    click.echo(f"{group} on {lmq}: {old if old is not None else '-'} -> {target}")

@@ -47,7 +47,8 @@ def verify_cmd(data_dir: Path, log_only: bool) -> None:
     help="Damaged records: stop, or step over them (reported) and index the rest.",
 )
 def rebuild_cmd(data_dir: Path, on_corrupt: str) -> None:
-    """Drop the consume-queue index and rebuild it from the commit log alone."""
+    """Drop the consume-queue index and rebuild it from the commit log alone. Offline
+    only: with a gateway running on the data directory it says so and does nothing."""
     with open_store(data_dir, config=StoreConfig(on_corrupt=on_corrupt)) as s:
         report = s.rebuild_index()
     click.echo(f"rebuilt: {report.summary()}")

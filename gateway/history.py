@@ -8,8 +8,9 @@ the store's disk: sampling costs a few dictionary reads on the event loop, howev
 LMQs the store holds. Each sample holds
 
 - ``in`` / ``out``: messages per second per protocol over the interval, from the
-  message counters of :data:`MESSAGE_COUNTERS` (the JSON API's for HTTP: the Aliyun
-  and RIP-17 doors and the stream have none yet), and ``stored``: messages appended to the
+  message counters of :data:`MESSAGE_COUNTERS` (HTTP's per API: ``http`` the JSON
+  API with its stream, ``aliyun`` the Aliyun MQ HTTP API, ``rip17`` RIP-17's producer,
+  which gives none: :mod:`gateway.http.counts`), and ``stored``: messages appended to the
   store per second by every door together (:attr:`Publisher.appended
   <gateway.publisher.Publisher.appended>`);
 - ``connections``: open connections per protocol (``lmq_connections``);
@@ -49,6 +50,8 @@ MESSAGE_COUNTERS = {
     "remoting": ("lmq_remoting_messages_received_total", "lmq_remoting_messages_pulled_total"),
     "grpc": ("lmq_grpc_messages_received_total", "lmq_grpc_messages_sent_total"),
     "http": ("lmq_http_messages_received_total", "lmq_http_messages_sent_total"),
+    "aliyun": ("lmq_http_aliyun_messages_received_total", "lmq_http_aliyun_messages_sent_total"),
+    "rip17": ("lmq_http_rip17_messages_received_total", "lmq_http_rip17_messages_sent_total"),
 }
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.admin.core import AdminError, Call, page
 from gateway.rocketmq.groups import (
+    add_lag,
     blocked_row,
     group_progress,
     group_summaries,
@@ -36,10 +37,18 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
 
     async def list_(call: Call) -> dict[str, Any]:
         paging = call.paging(SORTS, "name")
-        progress = await asyncio.to_thread(group_progress, store)
+        # the lag (an LMQ read per queue) of every group when sorted by it, else of the
+        # page's groups only
+        by_lag = paging.sort == "lag"
+        progress = await asyncio.to_thread(group_progress, store, lag=by_lag)
         rows = [{"name": row.pop("group"), **row}
                 for row in group_summaries(registry, progress)]
         doc = page(rows, paging)
+        if not by_lag:
+            queues = [q for item in doc["items"] for q in progress.get(item["name"], [])]
+            await asyncio.to_thread(add_lag, store, queues)
+            for item in doc["items"]:
+                item["lag"] = sum(q["lag"] for q in progress.get(item["name"], []))
         doc["total"] = len(rows)
         return doc
 

@@ -1,8 +1,10 @@
 """LMQs: ``GET /v1/admin/lmqs`` pages the store's LMQ index in name order (a million
 LMQs are never read whole: a page reads ``limit`` entries after the cursor, and a
 ``filter`` reads at most :data:`SCAN_LIMIT` names for one page), ``GET
-/v1/admin/lmqs/{lmq}`` shows one with its consumers, ``POST /v1/admin/lmqs/clean``
-removes idle ones by ``lmq topics clean``'s rules, with ``dry_run``."""
+/v1/admin/lmqs/{lmq}`` shows one with its consumers, ``PUT
+/v1/admin/lmqs/{lmq}/offsets/{group}`` sets a consumer's next offset on it (``lmq
+offsets set``'s rules: :func:`set_offset`), ``POST /v1/admin/lmqs/clean`` removes idle
+ones by ``lmq topics clean``'s rules, with ``dry_run``."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from broker_core import LmqInfo
+from broker_core import LmqInfo, MessageStore
 from gateway.admin.core import AdminError, Call, cursor_of
 
 if TYPE_CHECKING:
@@ -22,6 +24,46 @@ if TYPE_CHECKING:
 SCAN_LIMIT = 25_000
 #: LMQs a clean names in its answer at most.
 NAMES_SHOWN = 10_000
+
+
+class OffsetError(ValueError):
+    """A refused offset change: its one-line message and the ``field`` at fault."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def set_offset(
+    store: MessageStore, group: str, lmq: str, offset: int | None, position: str | None
+) -> tuple[int | None, int]:
+    """Set ``group``'s next offset on ``lmq`` to ``offset``, or to its ``position``
+    (``earliest``: the lowest held offset; ``latest``: the next one, skipping every
+    message); exactly one of the two. Committed to the store before the return;
+    ``(old offset or None, new offset)``. What ``lmq offsets set`` does offline and
+    the admin API online. A consumer that keeps its position in memory (a connected
+    MQTT session, a RocketMQ 4 remoting consumer) commits its own over it: set the
+    offsets of a group that is not consuming."""
+    if (offset is None) == (position is None) or position not in (None, "earliest", "latest"):
+        raise OffsetError("give an offset, or position earliest or latest", "position")
+    info = store.lmq(lmq)
+    if info is None:
+        raise OffsetError(f"no LMQ named {lmq!r}", "lmq")
+    target = (
+        offset
+        if offset is not None
+        else info.min_offset
+        if position == "earliest"
+        else info.max_offset
+    )
+    if target > info.max_offset:
+        raise OffsetError(
+            f"offset {target} is past the end of {lmq!r} (next offset {info.max_offset})",
+            "offset",
+        )
+    old = store.get_offset(group, lmq)
+    store.commit_offset(group, lmq, target)
+    return old, target
 
 
 def info_row(info: LmqInfo) -> dict[str, Any]:
@@ -111,6 +153,19 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         ]
         return doc
 
+    async def put_offset(call: Call) -> dict[str, Any]:
+        lmq, group = call.params["lmq"], call.params["group"]
+        if not group:
+            raise AdminError(400, "group must not be empty", field="group")
+        offset = call.integer("offset", low=0)
+        position = call.text("position")
+        try:
+            old, new = set_offset(store, group, lmq, offset, position)
+        except OffsetError as exc:
+            status = 404 if exc.field == "lmq" else 400
+            raise AdminError(status, str(exc), field=exc.field) from None
+        return {"group": group, "lmq": lmq, "old_offset": old, "offset": new}
+
     async def clean(call: Call) -> dict[str, Any]:
         prefix = call.text("prefix", "") or ""
         idle_ms = call.integer("idle_ms", low=0)
@@ -151,5 +206,6 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
     return [
         ("GET", "/lmqs", list_, ""),
         ("GET", "/lmqs/{lmq}", show, ""),
+        ("PUT", "/lmqs/{lmq}/offsets/{group}", put_offset, "offset.set"),
         ("POST", "/lmqs/clean", clean, "lmq.clean"),
     ]

@@ -160,6 +160,11 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
         None,
     ),
     ("GET", "/lmqs/{lmq}"): ("An LMQ with its consumers' offsets and lag", [], None),
+    ("PUT", "/lmqs/{lmq}/offsets/{group}"): (
+        "Set a consumer's next offset on an LMQ: an offset, or position earliest or latest",
+        [],
+        _obj(offset={"type": "integer", "minimum": 0}, position={"enum": ["earliest", "latest"]}),
+    ),
     ("POST", "/lmqs/clean"): (
         "Remove LMQs by prefix and/or idleness (dry_run: only say)",
         [],

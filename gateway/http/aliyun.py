@@ -46,6 +46,7 @@ from broker_core.clock import now_ms
 from broker_core.errors import UnknownReceipt
 from gateway.auth import Refusal
 from gateway.http.auth import HttpLogin, HttpLogins
+from gateway.http.counts import MessageCounts
 from gateway.http.messages import Request, Response
 from gateway.http.mq_signature import SignatureRefused
 from gateway.rocketmq import producer as p
@@ -158,6 +159,8 @@ class AliyunHttpApi:
         self._requests = metrics.counter(
             "lmq_http_aliyun_requests_total", "Aliyun MQ HTTP API requests by call and status",
             ("call", "status"))
+        #: Messages published and consumed, per connection and in total (the overview).
+        self.counts = MessageCounts(metrics, "lmq_http_aliyun_messages", "the Aliyun MQ HTTP API")
 
     @property
     def login(self) -> HttpLogin | None:
@@ -350,6 +353,7 @@ class AliyunHttpApi:
             await producer.send_delayed([(message, lmqs, due)])
         else:
             await producer.send(message, lmqs)
+        self.counts.stored(request)
         return Response.of(201, render_published(message_id, body_md5(sent.body), handle),
                            CONTENT_TYPE)
 
@@ -400,6 +404,7 @@ class AliyunHttpApi:
                 item.message.offset, visible))
             messages.append(self._consumed(rec, handle, result.pop_time, visible,
                                            item.reconsume_times + 1))
+        self.counts.given(request, len(messages))
         return Response.of(200, render_messages(messages), CONTENT_TYPE)
 
     @staticmethod

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
 
 __all__ = ["Request", "Response"]
 
@@ -34,6 +38,8 @@ class Request:
     #: What the server knows of the connection (listener name, TLS, the authenticated
     #: user once an API has checked credentials); free for the APIs to extend.
     context: dict[str, object] = field(default_factory=dict)
+    #: The connection it came on (its message counts: :mod:`gateway.http.counts`).
+    connection: Connection | None = None
 
     @property
     def path(self) -> str:

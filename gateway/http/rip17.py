@@ -30,6 +30,7 @@ from broker_core.clock import now_ms
 from gateway.auth import Refusal
 from gateway.http import landing
 from gateway.http.auth import HttpLogin, HttpLogins, peer_host
+from gateway.http.counts import MessageCounts
 from gateway.http.messages import Request, Response
 from gateway.rocketmq import records as rmq_records
 from gateway.rocketmq.producer import (
@@ -67,6 +68,9 @@ class Rip17Api:
         self.ctx = ctx
         self._uniq = UniqKeyFactory("127.0.0.1", os.getpid(), secrets.randbits(32))
         self._logins = HttpLogins(ctx.security)
+        #: Messages sent, per connection and in total (the overview; nothing is given).
+        self.counts = MessageCounts(ctx.metrics, "lmq_http_rip17_messages", "RIP-17's HTTP API",
+                                    gives=False)
 
     @property
     def login(self) -> HttpLogin | None:
@@ -124,6 +128,7 @@ class Rip17Api:
             await self.ctx.rocketmq.producer.send_batch(items)  # all or none
         except StoreError as exc:
             raise ProtocolError(RetCode.SEND_ERROR, f"send failed: {exc}") from None
+        self.counts.stored(request, len(items))
         return RetCode.SUCCESS, "success"
 
     async def _login(self, request: Request, username: str,

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from broker_core.fifo import BlockedGroup
 
 __all__ = [
-    "GroupRegistry", "Released", "blocked_row", "group_progress", "group_summaries",
+    "GroupRegistry", "Released", "add_lag", "blocked_row", "group_progress", "group_summaries",
     "release_message_group",
 ]
 
@@ -110,33 +110,40 @@ class GroupRegistry:
         return True
 
 
-def group_progress(store: MessageStore, group: str | None = None
+def group_progress(store: MessageStore, group: str | None = None, *, lag: bool = True
                    ) -> dict[str, list[dict[str, Any]]]:
     """group -> one row per RocketMQ queue it committed an offset on (topic, queue id,
     offset, the queue's max offset, lag), by topic and queue; of every group, or of
-    ``group``. Reads every committed offset: a worker thread in the gateway."""
+    ``group``. Reads every committed offset: a worker thread in the gateway. Without
+    ``lag``, the rows have no max offset and lag (no LMQ read: :func:`add_lag` adds
+    them to the rows wanted)."""
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    maxes: dict[str, int] = {}
     for lmq, name, offset in store.offsets():
         if group is not None and name != group:
             continue
         parsed = parse_queue_lmq(lmq) if lmq.startswith(LMQ_PREFIX) else None
         if parsed is None:
             continue
+        rows[name].append({"topic": parsed[0], "queue_id": parsed[1], "lmq": lmq,
+                           "offset": offset})
+    for group_rows in rows.values():
+        group_rows.sort(key=lambda r: (r["topic"], r["queue_id"]))
+    if lag:
+        add_lag(store, [r for group_rows in rows.values() for r in group_rows])
+    return rows
+
+
+def add_lag(store: MessageStore, rows: list[dict[str, Any]]) -> None:
+    """Each row of :func:`group_progress` gets its queue's ``max_offset`` and its
+    ``lag`` (one LMQ read per queue)."""
+    maxes: dict[str, int] = {}
+    for row in rows:
+        lmq = row["lmq"]
         if lmq not in maxes:
             info = store.lmq(lmq)
             maxes[lmq] = info.max_offset if info else 0
-        rows[name].append({
-            "topic": parsed[0],
-            "queue_id": parsed[1],
-            "lmq": lmq,
-            "offset": offset,
-            "max_offset": maxes[lmq],
-            "lag": max(0, maxes[lmq] - offset),
-        })
-    for group_rows in rows.values():
-        group_rows.sort(key=lambda r: (r["topic"], r["queue_id"]))
-    return rows
+        row["max_offset"] = maxes[lmq]
+        row["lag"] = max(0, maxes[lmq] - row["offset"])
 
 
 def group_summaries(registry: GroupRegistry, progress: dict[str, list[dict[str, Any]]]
@@ -155,7 +162,7 @@ def group_summaries(registry: GroupRegistry, progress: dict[str, list[dict[str, 
             "consume_enable": config.consume_enable if config else None,
             "topics": sorted({r["topic"] for r in queues}),
             "queues": len(queues),
-            "lag": sum(r["lag"] for r in queues),
+            "lag": sum(r.get("lag", 0) for r in queues),  # (0 before add_lag)
         })
     return rows
 

@@ -70,7 +70,7 @@ class AmqpQueueApi:
             got = await consumers.receive(vhost, queue, count, int(invisible * 1000), wait)
         except QueueConsumeError as exc:
             raise ApiError(exc.status, str(exc)) from None
-        self.api.sent += len(got)
+        self.api.counts.given(request, len(got))
         return json_response(200, {"messages": [_message_doc(vhost, queue, d) for d in got]})
 
     def _handles(self, request: Request) -> tuple[str, str, dict[str, Any], list[object]]:

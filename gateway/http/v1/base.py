@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.auth.authenticator import Principal, Refusal, RefusalReason
 from gateway.http.auth import HttpLogin, HttpLogins, peer_host
+from gateway.http.counts import MessageCounts
 from gateway.http.messages import Request
 from gateway.http.mq_signature import SignatureRefused, is_signed
 from gateway.http.v1.documents import (
@@ -39,21 +40,9 @@ class ApiBase:
         #: MQTT topic filters this node added to the topic space for HTTP groups.
         self._mqtt_filters: set[str] = set()
         self._logins = HttpLogins(ctx.security)
-        #: Messages the JSON API stored and gave (plain ints, copied into their counters
-        #: at each sample, as the other front ends do; the overview's HTTP rates).
-        self.received = 0
-        self.sent = 0
-        received = ctx.metrics.counter(
-            "lmq_http_messages_received_total", "Messages stored by the JSON API")
-        sent = ctx.metrics.counter("lmq_http_messages_sent_total", "Messages given by the JSON API")
-        copied = [0, 0]
-
-        def counters() -> None:
-            received.inc(self.received - copied[0])
-            sent.inc(self.sent - copied[1])
-            copied[:] = [self.received, self.sent]
-
-        ctx.metrics.on_sample(counters)
+        #: Messages the JSON API stored and gave, per connection and in total (the
+        #: overview's HTTP rates).
+        self.counts = MessageCounts(ctx.metrics, "lmq_http_messages", "the JSON API")
 
     @property
     def login(self) -> HttpLogin | None:

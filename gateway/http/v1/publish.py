@@ -117,7 +117,7 @@ class Publishing(ApiBase):
             result = await self.ctx.publisher.submit(message, lmqs)
         except Exception as exc:
             raise store_error(exc) from None
-        self.received += 1
+        self.counts.stored(request)
         return json_response(201, {"status": 201, "topic": topic, "position": result.position,
                                    "routed_to": len(lmqs)})
 
@@ -150,7 +150,7 @@ class Publishing(ApiBase):
             result = await self.ctx.publisher.submit(message, [lmq])
         except Exception as exc:
             raise store_error(exc) from None
-        self.received += 1
+        self.counts.stored(request)
         return json_response(201, {"status": 201, "message_id": message_id, "topic": queue,
                                    "position": result.position, "offset": result.offsets[0]})
 
@@ -217,7 +217,7 @@ class Publishing(ApiBase):
         except Exception as exc:
             raise store_error(exc) from None
         out["position"] = result.position
-        self.received += 1
+        self.counts.stored(request)
         return json_response(201, out)
 
     async def _publish_one(self, topic: str, config: TopicConfig, entry: object,
@@ -237,7 +237,7 @@ class Publishing(ApiBase):
         except ValueError as exc:
             return {"status": 400, "detail": str(exc)}
         if key is None:
-            return await self._store(topic, message_id, message, queue_id, lmqs, due_ms)
+            return await self._store(request, topic, message_id, message, queue_id, lmqs, due_ms)
         flight_key = (topic, message_id)
         pending = self._inflight.get(flight_key)
         if pending is not None:  # the same key, concurrently: one store, the same answer
@@ -253,7 +253,7 @@ class Publishing(ApiBase):
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._inflight[flight_key] = future
         try:
-            result = await self._store(topic, message_id, message, queue_id, lmqs, due_ms)
+            result = await self._store(request, topic, message_id, message, queue_id, lmqs, due_ms)
             future.set_result(result)
             return result
         except asyncio.CancelledError:
@@ -325,8 +325,8 @@ class Publishing(ApiBase):
                                    origin="http", born_ms=now)
         return message_id, message, queue_id, lmqs, due_ms
 
-    async def _store(self, topic: str, message_id: str, message: Message, queue_id: int,
-                     lmqs: list[str],
+    async def _store(self, request: Request, topic: str, message_id: str, message: Message,
+                     queue_id: int, lmqs: list[str],
                      due_ms: int | None) -> dict[str, Any]:
         producer = self.ctx.rocketmq.producer
         producer_group = half_group(message)
@@ -340,7 +340,7 @@ class Publishing(ApiBase):
         except Exception as exc:
             error = store_error(exc)
             return {"status": error.status, "detail": error.detail}
-        self.received += 1
+        self.counts.stored(request)
         out: dict[str, Any] = {"status": 201, "message_id": message_id, "topic": topic,
                                "queue_id": queue_id, "position": result.position}
         if producer_group is not None:

@@ -73,7 +73,7 @@ class Receiving(ApiBase):
         except (UnknownLmq, ValueError) as exc:
             raise ApiError(404, str(exc)) from None
         visible = result.pop_time + result.invisible_time
-        self.sent += len(result.items)
+        self.counts.given(request, len(result.items))
         return json_response(200, {"messages": [
             message_doc(item, visible) for item in result.items]})
 
@@ -166,7 +166,7 @@ class Receiving(ApiBase):
                 pass
             finally:
                 remove()
-        self.sent += len(popped)
+        self.counts.given(request, len(popped))
         return json_response(200, {"messages": [
             mqtt_message_doc(topic_filter, p) for p in popped]})
 

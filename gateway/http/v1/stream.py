@@ -106,6 +106,7 @@ class Streaming(ApiBase):
                     doc["replayed"] = True
                     yield event(doc)
                     sent += 1
+                    self.counts.given(request)
             while not limit or sent < limit:
                 want = min(MAX_RECEIVE, limit - sent) if limit else MAX_RECEIVE
                 result = await pop.pop(group, topic, -1, want, 30_000, 15_000)
@@ -125,6 +126,7 @@ class Streaming(ApiBase):
                         pop.ack(group, item.source.topic, item.source.queue_id,
                                 item.message.offset, item.extra_info)
                     sent += 1
+                    self.counts.given(request)
 
         return Response(200, [("content-type", "text/event-stream"),
                               ("cache-control", "no-store")], events())

@@ -256,6 +256,20 @@ def test_lmqs_page_in_name_order_with_prefix_and_filter(open_gateway: GatewayPro
     assert {i["consumers"] for i in only["items"]} == {0}
     one = api.get("/lmqs/rmq:pageA:7")
     assert one["messages"] == 0 and one["consumers"] == []
+    # a consumer's offset set on an LMQ (lmq offsets set online)
+    path = "/lmqs/rmq:pageA:7/offsets/G_set"
+    assert api.call("PUT", path, {}).json()["field"] == "position"
+    assert api.call("PUT", path, {"offset": 3}).json()["field"] == "offset"
+    assert api.call("PUT", path, {"offset": -1}).json()["field"] == "offset"
+    assert api.call("PUT", "/lmqs/rmq:nowhere:0/offsets/G_set", {"offset": 0}).status_code == 404
+    put = api.call("PUT", path, {"position": "earliest"})
+    assert put.status_code == 200 and put.json() == {
+        "group": "G_set",
+        "lmq": "rmq:pageA:7",
+        "old_offset": None,
+        "offset": 0,
+    }
+    assert api.get("/lmqs/rmq:pageA:7")["consumers"] == [{"group": "G_set", "offset": 0, "lag": 0}]
     topics = api.get("/topics", sort="-name", limit=2)
     assert [t["name"] for t in topics["items"]] == ["pageC", "pageB"]
     dry = api.call("POST", "/lmqs/clean", {"prefix": "rmq:pageC:", "dry_run": True}).json()

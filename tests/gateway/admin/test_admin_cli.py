@@ -99,11 +99,33 @@ def test_cli_online_and_offline_alike(data: Path) -> None:
         assert code == 0 and json.loads(out)["read_queues"] == 2
         code, out = run("status", "--server", "http://127.0.0.1:1", *d)
         assert code == 1 and out.count("\n") == 1 and "127.0.0.1:1" in out
-        # a command with no online form says so in one line
-        code, out = run("offsets", "set", "G", "rmq:early:0", "--earliest", *d)
-        assert code == 1 and out.count("\n") == 1 and "works offline only" in out
+        # offsets set goes through the API too: same lines, same refusals
+        online = offsets(d, "G_on")
+        assert audit_lines(data)[-1]["action"] == "offset.set"
+        # a command with no online form says so in one line, and works once stopped
+        code, out = run("store", "rebuild-index", *d)
+        assert code == 1 and out.count("\n") == 1 and "works offline only" in out, out
     finally:
         gw.stop()
     before = len(audit_lines(data))
     check(operations(d, "Off"), "Off")
+    assert offsets(d, "G_off") == [(c, o.replace("G_on", "G_off")) for c, o in online]
     assert len(audit_lines(data)) == before  # offline: the store itself
+    code, out = run("store", "rebuild-index", *d)
+    assert code == 0 and out.startswith("rebuilt: "), out
+
+
+def offsets(d: tuple[str, ...], group: str) -> list[tuple[int, str]]:
+    """``lmq offsets set`` on the topic made offline, checked; its (code, output)."""
+    results = [
+        run("offsets", "set", group, "rmq:early:0", "--latest", *d),
+        run("offsets", "set", group, "rmq:early:0", "0", *d),
+        run("offsets", "set", group, "rmq:early:0", "5", *d),
+        run("offsets", "set", group, "rmq:nowhere:0", "--earliest", *d),
+        run("offsets", "set", group, "rmq:early:0", *d),
+    ]
+    assert results[1][1].endswith(" -> 0\n") and results[1][0] == 0
+    assert results[2] == (1, "Error: offset 5 is past the end of 'rmq:early:0' (next offset 0)\n")
+    assert results[3] == (1, "Error: no LMQ named 'rmq:nowhere:0'\n")
+    assert results[4][0] == 2 and "give exactly one of OFFSET" in results[4][1]
+    return results

@@ -90,6 +90,9 @@ def test_topic_created_used_at_once_group_reset_and_delete(
             "POST", "/groups/GID_admin/reset", {"topic": "adminT", "position": "earliest"}
         )
         assert reset.status_code == 200, reset.text
+        for sort in ("name", "-lag"):  # the page's lag, or every group's when sorted by it
+            listed = api.get("/groups", filter="GID_adm", sort=sort)["items"]
+            assert [(g["name"], g["lag"], g["queues"]) for g in listed] == [("GID_admin", 2, 2)]
         again = consumer.receive_all(2, WAIT)
         assert sorted(m["body"] for m in again) == ["from-grpc", "from-ons"]
         for m in again:

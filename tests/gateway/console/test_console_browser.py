@@ -5,7 +5,9 @@ in (a wrong password refused with its message), the overview's rates move while 
 client publishes, a topic created on the Topics page is used at once by an HTTP client
 (the gateway creates no topic by itself here), a form with a bad topic name is refused
 with the API's message, a group reset to earliest is seen by its consumer, a connection
-closed from its table is closed.
+closed from its table is closed; the destructive actions behind their confirmations (a
+topic deleted once its name is typed, a cancel deleting nothing; a group deleted with
+its offsets; a blocked FIFO message group released, the messages behind it flowing).
 
 With ``LMQ_CONSOLE_SCREENSHOTS=DIR`` the tests also save screenshots of the pages they
 visit there (docs/console.md's come from ``LMQ_CONSOLE_SCREENSHOTS=docs/images``)."""
@@ -521,3 +523,97 @@ def test_clean_lmqs_after_a_dry_run(page, console: Console) -> None:
         f"{console.base}/v1/admin/lmqs/rmq:console-clean:0", auth=AUTH, timeout=BOUND
     )
     assert gone.status_code == 404
+
+
+def test_delete_a_topic_after_typing_its_name(page, console: Console) -> None:
+    login(page, console)
+    one_queue_topic(console, "console-doomed")
+    assert publish(console, "console-doomed", "x").status_code == 201
+    page.goto(console.base + "/console/#/topics")
+    table = page.locator("section.paged")
+    table.get_by_placeholder("Filter by topic").fill("console-doomed")
+    row = table.locator("tr", has_text="console-doomed")
+    expect(row).to_have_count(1)
+    row.get_by_role("button", name="Delete").click()
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_contain_text("Delete topic console-doomed and its queues?")
+    ok = dialog.locator("#confirm-ok")
+    expect(ok).to_be_disabled()  # until the topic's name is typed
+    dialog.locator("#confirm-typed").fill("console-doome")
+    expect(ok).to_be_disabled()
+    dialog.get_by_role("button", name="Cancel").click()  # cancelled: nothing deleted
+    expect(dialog).to_be_hidden()
+    assert publish(console, "console-doomed", "still").status_code == 201
+    row.get_by_role("button", name="Delete").click()
+    dialog.locator("#confirm-typed").fill("console-doomed")
+    expect(ok).to_be_enabled()
+    ok.click()
+    expect(page.locator(".notice.ok")).to_have_text("Topic console-doomed deleted.")
+    expect(table.locator("tr", has_text="console-doomed")).to_have_count(0)
+    gone = publish(console, "console-doomed", "late")  # auto-creation is off here
+    assert gone.status_code == 404, gone.text
+
+
+def test_delete_a_group_and_its_offsets(page, console: Console) -> None:
+    login(page, console)
+    one_queue_topic(console, "console-gdel")
+    for i in range(2):
+        assert publish(console, "console-gdel", f"d{i}").status_code == 201
+    assert sorted(receive(console, "console-gone", "console-gdel", 2)) == ["d0", "d1"]
+    page.goto(console.base + "/console/#/groups/console-gone")
+    expect(page.locator("table.queues tbody")).to_contain_text("console-gdel")
+    page.get_by_role("button", name="Delete group").click()
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_contain_text("Delete consumer group console-gone and its offsets?")
+    dialog.locator("#confirm-typed").fill("console-gone")
+    dialog.locator("#confirm-ok").click()
+    expect(page).to_have_url(re.compile(r"#/groups$"))
+    table = page.locator("section.paged")
+    table.get_by_placeholder("Filter by group").fill("console-gone")
+    expect(table.locator("tbody")).to_contain_text("nothing matches the filter")
+    shown = requests.get(f"{console.base}/v1/admin/groups/console-gone", auth=AUTH, timeout=BOUND)
+    assert shown.status_code == 404, shown.text
+
+
+def test_release_a_blocked_fifo_message_group(page, console: Console) -> None:
+    login(page, console)
+    made = requests.put(
+        f"{console.base}/v1/admin/topics/console-fifo",
+        auth=AUTH,
+        json={"queues": 1, "message_type": "FIFO"},
+        timeout=BOUND,
+    )
+    assert made.status_code in (200, 201), made.text
+    for i in range(3):
+        r = requests.post(
+            f"{console.base}/v1/topics/console-fifo/messages",
+            auth=AUTH,
+            json={"body": f"f{i}", "message_group": "line-1"},
+            timeout=BOUND,
+        )
+        assert r.status_code == 201, r.text
+
+    def pop(invisible: int) -> list[str]:
+        r = requests.post(
+            f"{console.base}/v1/groups/console-ordered/topics/console-fifo/receive",
+            auth=AUTH,
+            json={"ordered": True, "invisible_seconds": invisible, "wait_seconds": 2},
+            timeout=BOUND,
+        )
+        assert r.status_code == 200, r.text
+        return [m["body"] for m in r.json()["messages"]]
+
+    assert pop(1) == ["f0"]  # the head, never acked: its group waits for its retry
+    page.goto(console.base + "/console/#/groups/console-ordered")
+    blocked = page.locator("table.blocked tbody tr")
+    expect(blocked).to_have_count(1)  # the page reloads every 5 s
+    expect(blocked).to_contain_text("line-1")
+    console.shot(page, "group-blocked")
+    blocked.get_by_role("button", name="Release").click()
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_contain_text("Release FIFO message group line-1 of console-ordered")
+    dialog.get_by_role("button", name="Release").click()
+    expect(page.locator(".notice.ok")).to_have_text("Message group line-1 released.")
+    expect(page.locator("table.blocked")).to_have_count(0)
+    # its head given up, the messages behind it flow to the consumer, in order
+    assert pop(30) == ["f1"]
