@@ -149,36 +149,49 @@ async def closed_loop(clients: int, duration: float, one: Any) -> int:
 
 
 def cpu(pid: int) -> float:
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """The process tree's user and system CPU seconds so far."""
     proc = psutil.Process(pid)
-    total = 0.0
+    user = system = 0.0
     for p in [proc, *proc.children(recursive=True)]:
         try:
             t = p.cpu_times()
-            total += t.user + t.system
+            user += t.user
+            system += t.system
         except psutil.Error:
             pass
-    return total
+    return user, system
 
 
 async def measure(name: str, pid: int, clients: int, duration: float, one: Any
                   ) -> dict[str, Any]:
     await closed_loop(clients, min(1.0, duration / 4), one)  # warm-up
-    c0, t0 = cpu(pid), _perf()
+    (u0, s0), t0 = cpu_split(pid), _perf()
     n = await closed_loop(clients, duration, one)
-    elapsed, used = _perf() - t0, cpu(pid) - c0
+    (u1, s1), elapsed = cpu_split(pid), _perf() - t0
+    used = u1 - u0 + s1 - s0
+    per = 1e6 / max(n, 1)
     row = {"scenario": name, "clients": clients, "messages": n,
-           "msg_per_s": round(n / elapsed), "server_cpu_s": round(used, 2)}
+           "msg_per_s": round(n / elapsed), "server_cpu_s": round(used, 2),
+           "server_cpu_us_per_msg": round(used * per, 1),
+           "server_sys_us_per_msg": round((s1 - s0) * per, 1)}
     print(f"{name:22} {clients:3} clients: {row['msg_per_s']:8} msg/s"
-          f"  server CPU {used:5.2f} s over {elapsed:.1f} s", flush=True)
+          f"  server CPU {used:5.2f} s over {elapsed:.1f} s"
+          f" ({row['server_cpu_us_per_msg']} us/msg, of it system"
+          f" {row['server_sys_us_per_msg']})", flush=True)
     return row
 
 
-async def gateway_runs(gw: Gateway, duration: float) -> list[dict[str, Any]]:
+async def gateway_runs(gw: Gateway, duration: float, counts: tuple[int, ...] = (1, 64),
+                       parts: str = "http,drain,mqtt") -> list[dict[str, Any]]:
     port = gw.remoting_port  # the unified port: HTTP is sniffed there
     assert port is not None and gw.mqtt_port is not None
-    rows = []
+    rows: list[dict[str, Any]] = []
     publish = request("POST", "/v1/topics/bench/messages", {"body": BODY})
-    for clients in (1, 64):
+    for clients in counts if "http" in parts else ():
         conns = [await HttpClient.open(port) for _ in range(clients)]
 
         async def one(i: int, conns: list[HttpClient] = conns) -> bool:
@@ -189,7 +202,15 @@ async def gateway_runs(gw: Gateway, duration: float) -> list[dict[str, Any]]:
         rows[-1]["reconnects"] = sum(c.reconnects for c in conns)
         for c in conns:
             c.close()
-    # drain: receive 32 + ack until empty
+    if "drain" in parts:
+        rows.append(await _drain(port))
+    if "mqtt" in parts:
+        rows += await _mqtt_runs(gw, duration, counts)
+    return rows
+
+
+async def _drain(port: int) -> dict[str, Any]:
+    """What the HTTP runs published, by ``receive`` 32 + ``ack`` until empty."""
     client = await HttpClient.open(port)
     receive = request("POST", "/v1/groups/bench/topics/bench/receive",
                       {"max_messages": 32, "wait_seconds": 1})
@@ -204,15 +225,20 @@ async def gateway_runs(gw: Gateway, duration: float) -> list[dict[str, Any]]:
         await client.call(request("POST", "/v1/groups/bench/ack", {
             "receipt_handles": [m["receipt_handle"] for m in messages]}))
     elapsed = _perf() - t0 - 1.0  # the last, empty, long poll
-    rows.append({"scenario": "gateway-http-receive+ack", "clients": 1, "messages": got,
-                 "msg_per_s": round(got / max(elapsed, 1e-3))})
-    print(f"gateway-http receive+ack: {rows[-1]['msg_per_s']} msg/s ({got} messages)")
+    row = {"scenario": "gateway-http-receive+ack", "clients": 1, "messages": got,
+           "msg_per_s": round(got / max(elapsed, 1e-3))}
+    print(f"gateway-http receive+ack: {row['msg_per_s']} msg/s ({got} messages)")
     client.close()
+    return row
 
+
+async def _mqtt_runs(gw: Gateway, duration: float, counts: tuple[int, ...]
+                     ) -> list[dict[str, Any]]:
+    rows = []
     topic = b"bench/x"
     head = bytes([0x32, 2 + len(topic) + 2 + 100]) + struct.pack(">H", len(topic)) + topic
     payload = BODY.encode()
-    for clients in (1, 64):
+    for clients in counts:
         conns_mqtt = []
         for i in range(clients):
             reader, writer = await asyncio.open_connection("127.0.0.1", gw.mqtt_port)
@@ -281,7 +307,12 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--brokers", default="gateway,rabbitmq")
     parser.add_argument("--durability", default="async")
+    parser.add_argument("--clients", default="1,64",
+                        help="comma list of client counts (the gateway's runs)")
+    parser.add_argument("--parts", default="http,drain,mqtt",
+                        help="the gateway's runs to make: http, drain, mqtt")
     args = parser.parse_args()
+    counts = tuple(int(c) for c in args.clients.split(","))
     rows: list[dict[str, Any]] = []
     print("machine " + json.dumps(machine()))
     with tempfile.TemporaryDirectory(prefix="lmq-bench-http-") as tmp:
@@ -291,7 +322,7 @@ def main() -> None:
             gw.start()
             try:
                 print(f"gateway {gw.version} durability={args.durability}")
-                rows += asyncio.run(gateway_runs(gw, args.duration))
+                rows += asyncio.run(gateway_runs(gw, args.duration, counts, args.parts))
             finally:
                 gw.stop()
         if "rabbitmq" in args.brokers:

@@ -137,6 +137,7 @@ class Broker:
         self.grpc_port: int | None = None
         self.version = "?"
         self.log_path = workdir / f"{self.name}.log"
+        self._log_start = 0  # where this start's output begins in log_path
 
     # -- overridden per broker ---------------------------------------------------------
     def available(self) -> str | None:
@@ -163,7 +164,37 @@ class Broker:
         return self.proc.pid
 
     def start(self, fresh: bool = True) -> float:
-        """Start (wiping the data dir when ``fresh``); return seconds until it accepts."""
+        """Start (wiping the data dir when ``fresh``); return seconds until it accepts.
+
+        A fresh start whose broker fails to bind a port it was given (``free_port`` only
+        finds a port free a moment before the broker binds it: another process, a parallel
+        test, may take it in between; RabbitMQ binds its MQTT listener seconds after the
+        start) is retried with new ports, twice at most.
+        """
+        for attempt in range(3):
+            try:
+                return self._start_once(fresh)
+            except RuntimeError:
+                if not fresh or attempt == 2 or not self._port_was_taken():
+                    raise
+        raise AssertionError("unreachable")
+
+    def _port_was_taken(self) -> bool:
+        """Whether the broker's logs of this start say a port was already in use."""
+        logs = [(self.log_path, self._log_start), *((p, 0) for p in self.data_dir.glob("**/*.log"))]
+        for path, start in logs:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    text = f.read().decode(errors="replace").lower()
+            except OSError:
+                continue
+            if "eaddrinuse" in text or "address already in use" in text:
+                return True
+        return False
+
+    def _start_once(self, fresh: bool) -> float:
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         if fresh:
             shutil.rmtree(self.data_dir, ignore_errors=True)
             self.data_dir.mkdir(parents=True)
@@ -268,7 +299,8 @@ class Gateway(Broker):
             "warning",
         ], {"PYTHONPATH": str(ROOT)}
 
-    def start(self, fresh: bool = True) -> float:
+    def _start_once(self, fresh: bool) -> float:
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         # cli.serve must be importable: run from the repository root, data under data_dir.
         if fresh:
             shutil.rmtree(self.data_dir, ignore_errors=True)

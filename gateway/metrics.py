@@ -105,6 +105,13 @@ class Counter(_Metric):
         key = self._key(labels)
         self._values[key] = self._values.get(key, 0.0) + amount
 
+    def inc_values(self, *values: str) -> None:
+        """One more for the label ``values`` given in ``labelnames`` order (a hot path's
+        :meth:`inc`: the names are not matched per call)."""
+        if len(values) != len(self.labelnames):
+            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+        self._values[values] = self._values.get(values, 0.0) + 1
+
 
 class Gauge(_Metric):
     kind = "gauge"

@@ -25,7 +25,6 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import reduce
 from pathlib import Path
 
 from spark import transforms as T
@@ -302,6 +301,7 @@ def _summarise(
     ``progress`` is told each step (so a caller can time them)."""
     import pyarrow as pa
     import pyarrow.compute as pc
+    from pyspark.sql import functions as F
 
     session = records.sparkSession
 
@@ -315,35 +315,46 @@ def _summarise(
     def read_back(name: str):
         return _read_back(session, tables, name, written[name].schema)
 
-    progress("percentiles")
-    stats = T.fanout_stats(records, (0.5, 0.9, 0.99)).collect()[0]
-    save(T.device_stats(records), "devices")
+    progress("fan-out counts: percentiles, histogram, time range")
+    counts = T.fanout_counts(records).persist()
+    try:
+        span = counts.agg(
+            F.unix_millis(F.min("first_store_time")).alias("first"),
+            F.unix_millis(F.max("last_store_time")).alias("last"),
+        ).collect()[0]
+        first, last = _from_ms(span["first"]), _from_ms(span["last"])
+        stats = T.fanout_stats_of(counts, (0.5, 0.9, 0.99)).collect()[0]
+        save(T.fanout_histogram_of(counts), "fanout_histogram")
+    finally:
+        counts.unpersist()
+    # devices and both halves' fan-out per device: one aggregation for two tables
+    windows = halves(first, last) if first is not None and last is not None and last > first else ()
+    figures = T.device_figures(records, windows).persist()
+    try:
+        save(T.devices_of(figures), "devices")
+        changes: list[dict] = []
+        if windows:
+            save(T.fanout_change_of(figures), "fanout_change")
+            change = read_back("fanout_change")
+            change = change.append_column("_abs", pc.abs(change["change"]))
+            changes = _top(change, config.top, by="_abs", key="device").drop(["_abs"]).to_pylist()
+    finally:
+        figures.unpersist()
     # the totals from the devices table (a row per device, null included), not
-    # another pass over the records: the same sums, minimum and maximum
+    # another pass over the records: the same sums
     devices = read_back("devices")
-    first = _from_ms(_ms(pc.min(devices["first_seen"])))
-    last = _from_ms(_ms(pc.max(devices["last_seen"])))
     save(T.topic_stats(records), "topics")
-    prefix_frames = [T.topic_prefix_stats(records, d) for d in config.prefix_depths]
-    if prefix_frames:
-        save(reduce(lambda a, b: a.unionByName(b), prefix_frames), "topic_prefixes", "depth")
+    if config.prefix_depths:
+        save(T.topic_prefixes(records, config.prefix_depths), "topic_prefixes", "depth")
     save(T.lmq_fan_in(records), "lmq_fan_in")
-    save(T.fanout_histogram(records), "fanout_histogram")
     save(T.traffic_per_minute(records), "traffic_per_minute", "date")
-    changes: list[dict] = []
-    if first is not None and last is not None and last > first:
-        before, after = halves(first, last)
-        save(T.fanout_change(records, before, after), "fanout_change")
-        change = read_back("fanout_change")
-        change = change.append_column("_abs", pc.abs(change["change"]))
-        changes = _top(change, config.top, by="_abs", key="device").drop(["_abs"]).to_pylist()
 
     progress("top lists")
     lmqs = _table_rows(session, tables, "lmq_fan_in")
     top_devices = _top(devices, config.top, key="device").to_pylist()
     top_topics = _top(read_back("topics"), config.top, key="topic").to_pylist()
     prefixes: dict[str, list[dict]] = {}
-    if prefix_frames:
+    if config.prefix_depths:
         prefix_table = read_back("topic_prefixes")
         depths = pc.cast(prefix_table["depth"], pa.int32())
         for d in config.prefix_depths:

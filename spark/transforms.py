@@ -44,26 +44,30 @@ def _traffic_aggs() -> list[Column]:
 _TRAFFIC_COLUMNS = ["messages", "bytes", "mean_fanout", "max_fanout", "deliveries"]
 
 
-def _traffic_and_devices(rows: DataFrame, key: str) -> DataFrame:
-    """The traffic figures (:func:`_traffic_aggs`) and distinct ``devices`` per ``key``
-    of ``rows`` (key, device, payload_size, fanout).
+def _traffic_and_devices(rows: DataFrame, keys: Sequence[str], spread: bool = True) -> DataFrame:
+    """The traffic figures (:func:`_traffic_aggs`) and distinct ``devices`` per ``keys``
+    of ``rows`` (the keys, device, payload_size, fanout).
 
-    The rows are partitioned by ``key`` once and counted per (key, device), then per
-    key, where they are: the same figures as ``_traffic_aggs`` beside
-    ``countDistinct("device")`` (the mean is the same division of the same integer
-    sums; a null device is in the sums, not among the devices), without the row
+    Counted per (keys, device), then per keys: the same figures as ``_traffic_aggs``
+    beside ``countDistinct("device")`` (the mean is the same division of the same
+    integer sums; a null device is in the sums, not among the devices), without the row
     expansion Spark plans for a distinct aggregate beside others (about half the time).
+    ``spread``: the rows are partitioned by the keys once and both aggregations run
+    where they are (one shuffle; for many keys). Without it Spark aggregates per (keys,
+    device) before its shuffle and again per keys (for a handful of keys, which would
+    put nearly every row in one partition).
     """
+    keys = list(keys)
+    pairs = rows.repartition(*keys) if spread else rows
     return (
-        rows.repartition(key)
-        .groupBy(key, "device")
+        pairs.groupBy(*keys, "device")
         .agg(
             F.count(F.lit(1)).alias("_n"),
             F.sum("payload_size").alias("_bytes"),
             F.sum("fanout").alias("_fanout"),
             F.max("fanout").alias("_max"),
         )
-        .groupBy(key)
+        .groupBy(*keys)
         .agg(
             F.coalesce(F.sum("_n"), F.lit(0)).cast("long").alias("messages"),
             F.sum("_bytes").cast("long").alias("bytes"),
@@ -75,12 +79,34 @@ def _traffic_and_devices(rows: DataFrame, key: str) -> DataFrame:
     )
 
 
+def fanout_counts(records: DataFrame) -> DataFrame:
+    """Messages per fan-out value (a few hundred rows at most), with the first and last
+    store time of each: what :func:`fanout_stats_of` and :func:`fanout_histogram_of`
+    (and the job's time range) need, from one pass over the records."""
+    return (
+        records.select("fanout", "store_time")
+        .groupBy("fanout")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.min("store_time").alias("first_store_time"),
+            F.max("store_time").alias("last_store_time"),
+        )
+    )
+
+
 def fanout_histogram(records: DataFrame, edges: Sequence[int] = DEFAULT_FANOUT_EDGES) -> DataFrame:
     """Messages per fan-out bucket ``[lower, upper]`` (``upper`` null for the last one).
 
     ``edges`` are the buckets' lower bounds, strictly increasing, starting at 0. Only
     non-empty buckets appear; rows are ordered by ``lower``.
     """
+    return fanout_histogram_of(fanout_counts(records), edges)
+
+
+def fanout_histogram_of(
+    counts: DataFrame, edges: Sequence[int] = DEFAULT_FANOUT_EDGES
+) -> DataFrame:
+    """:func:`fanout_histogram` from :func:`fanout_counts` rows."""
     edges = list(edges)
     if not edges or edges[0] != 0 or any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
         raise ValueError("edges must be strictly increasing and start at 0")
@@ -97,10 +123,9 @@ def fanout_histogram(records: DataFrame, edges: Sequence[int] = DEFAULT_FANOUT_E
         )
     )
     return (
-        records.select("fanout")
-        .select(lower.cast("int").alias("lower"))
+        counts.select(lower.cast("int").alias("lower"), "messages")
         .groupBy("lower")
-        .agg(F.count(F.lit(1)).alias("messages"))
+        .agg(F.sum("messages").cast("long").alias("messages"))
         .select("lower", upper.alias("upper"), "messages")
         .orderBy("lower")
         .select(label.alias("bucket"), "lower", "upper", "messages")
@@ -112,67 +137,119 @@ def fanout_stats(
 ) -> DataFrame:
     """One row: messages, mean, the requested percentiles (``p50``...), min and max
     fan-out, and deliveries."""
+    return fanout_stats_of(fanout_counts(records), percentiles)
+
+
+def fanout_stats_of(
+    counts: DataFrame, percentiles: Sequence[float] = DEFAULT_PERCENTILES
+) -> DataFrame:
+    """:func:`fanout_stats` from :func:`fanout_counts` rows: the same numbers as over
+    the records (the percentiles weighted by the counts are Spark's ``percentile`` of
+    the same values; the mean is the same division of the same integer sums)."""
     qs = list(percentiles)
+    fanout, messages = F.col("fanout"), F.col("messages")
+    sum_fanout = F.sum(fanout.cast("long") * messages)
+    return counts.agg(
+        F.coalesce(F.sum(messages), F.lit(0)).cast("long").alias("messages"),
+        (
+            sum_fanout.cast("double") / F.sum(F.when(fanout.isNotNull(), messages)).cast("double")
+        ).alias("mean_fanout"),
+        F.percentile(fanout, F.array(*[F.lit(q) for q in qs]), messages).alias("_qs"),
+        F.min(fanout).alias("min_fanout"),
+        F.max(fanout).alias("max_fanout"),
+        sum_fanout.cast("long").alias("deliveries"),
+    ).select(
+        "messages",
+        "mean_fanout",
+        *[F.col("_qs")[i].alias(percentile_name(q)) for i, q in enumerate(qs)],
+        "min_fanout",
+        "max_fanout",
+        "deliveries",
+    )
+
+
+_DEVICE_COLUMNS = ["device", *_TRAFFIC_COLUMNS, "first_seen", "last_seen"]
+_CHANGE_COLUMNS = [
+    "device",
+    "messages_before",
+    "mean_fanout_before",
+    "messages_after",
+    "mean_fanout_after",
+    "change",
+]
+
+
+def device_figures(
+    records: DataFrame, windows: tuple[tuple[datetime, datetime], ...] = ()
+) -> DataFrame:
+    """Per device: :func:`device_stats`'s columns and, with ``windows`` (before,
+    after: ``[start, end)`` store times), each window's messages and mean fan-out
+    (``messages_before``, ``mean_fanout_before``, ``..._after``): one aggregation for
+    :func:`devices_of` and :func:`fanout_change_of`."""
+    aggs = [
+        *_traffic_aggs(),
+        F.min("store_time").alias("first_seen"),
+        F.max("store_time").alias("last_seen"),
+    ]
+    for (start, end), suffix in zip(windows, ("before", "after"), strict=False):
+        inside = (F.col("store_time") >= F.lit(start)) & (F.col("store_time") < F.lit(end))
+        aggs += [
+            F.count(F.when(inside, F.lit(1))).alias(f"messages_{suffix}"),
+            F.avg(F.when(inside, F.col("fanout"))).alias(f"mean_fanout_{suffix}"),
+        ]
     return (
-        records.select("fanout")
-        .agg(
-            F.count(F.lit(1)).alias("messages"),
-            F.avg("fanout").alias("mean_fanout"),
-            F.percentile(F.col("fanout"), F.array(*[F.lit(q) for q in qs])).alias("_qs"),
-            F.min("fanout").alias("min_fanout"),
-            F.max("fanout").alias("max_fanout"),
-            F.sum("fanout").cast("long").alias("deliveries"),
-        )
-        .select(
-            "messages",
-            "mean_fanout",
-            *[F.col("_qs")[i].alias(percentile_name(q)) for i, q in enumerate(qs)],
-            "min_fanout",
-            "max_fanout",
-            "deliveries",
-        )
+        records.select("device", "payload_size", "fanout", "store_time")
+        .groupBy("device")
+        .agg(*aggs)
     )
 
 
 def device_stats(records: DataFrame) -> DataFrame:
     """Per device (MQTT client id): publishes, payload bytes, mean and max fan-out,
     deliveries, first and last store time."""
-    return (
-        records.select("device", "payload_size", "fanout", "store_time")
-        .groupBy("device")
-        .agg(
-            *_traffic_aggs(),
-            F.min("store_time").alias("first_seen"),
-            F.max("store_time").alias("last_seen"),
-        )
-        .select("device", *_TRAFFIC_COLUMNS, "first_seen", "last_seen")
-    )
+    return devices_of(device_figures(records))
+
+
+def devices_of(figures: DataFrame) -> DataFrame:
+    """:func:`device_stats` from :func:`device_figures` rows."""
+    return figures.select(*_DEVICE_COLUMNS)
 
 
 def topic_stats(records: DataFrame) -> DataFrame:
     """Per exact topic: messages, bytes, mean and max fan-out, deliveries, publishers."""
     return _traffic_and_devices(
-        records.select("topic", "device", "payload_size", "fanout"), "topic"
+        records.select("topic", "device", "payload_size", "fanout"), ["topic"]
     ).select("topic", *_TRAFFIC_COLUMNS, "devices")
 
 
 def topic_prefix_stats(records: DataFrame, depth: int) -> DataFrame:
     """Traffic per topic prefix of ``depth`` levels (``a/b/c`` at depth 2 is ``a/b``;
     shorter topics are their own prefix)."""
-    if depth < 1:
+    return topic_prefixes(records, (depth,))
+
+
+def topic_prefixes(records: DataFrame, depths: Sequence[int]) -> DataFrame:
+    """:func:`topic_prefix_stats` of every depth in ``depths``, from one pass: each
+    record is counted once per depth (its prefix at that depth)."""
+    depths = list(depths)
+    if not depths or min(depths) < 1:
         raise ValueError("depth must be at least 1")
-    # countDistinct, not _traffic_and_devices: a handful of prefixes (one at depth 1)
-    # would put nearly every row in one partition, on one core
-    return (
-        records.select(
-            F.array_join(F.slice("topic_levels", 1, depth), "/").alias("prefix"),
-            "device",
-            "payload_size",
-            "fanout",
-        )
-        .groupBy("prefix")
-        .agg(*_traffic_aggs(), F.countDistinct("device").alias("devices"))
-        .select(F.lit(depth).alias("depth"), "prefix", *_TRAFFIC_COLUMNS, "devices")
+    prefixes = F.array(
+        *[
+            F.struct(
+                F.lit(d).alias("depth"),
+                F.array_join(F.slice("topic_levels", 1, d), "/").alias("prefix"),
+            )
+            for d in depths
+        ]
+    )
+    rows = records.select(
+        F.explode(prefixes).alias("_p"), "device", "payload_size", "fanout"
+    ).select("_p.depth", "_p.prefix", "device", "payload_size", "fanout")
+    # not spread: a handful of prefixes (one at depth 1) would put nearly every row in
+    # one partition, on one core
+    return _traffic_and_devices(rows, ["depth", "prefix"], spread=False).select(
+        "depth", "prefix", *_TRAFFIC_COLUMNS, "devices"
     )
 
 
@@ -204,7 +281,7 @@ def traffic_per_minute(records: DataFrame) -> DataFrame:
         F.date_trunc("minute", "store_time").alias("minute"), "device", "payload_size", "fanout"
     )
     return (
-        _traffic_and_devices(rows, "minute")
+        _traffic_and_devices(rows, ["minute"])
         .orderBy("minute")
         .select(
             "minute",
@@ -250,39 +327,21 @@ def fanout_change(
     Windows are ``[start, end)`` store times. Only devices with at least
     ``min_messages`` in both windows appear, largest absolute change first.
     """
+    return fanout_change_of(device_figures(records, (before, after)), min_messages)
 
-    def window(bounds: tuple[datetime, datetime], suffix: str) -> DataFrame:
-        start, end = bounds
-        return (
-            records.select("device", "fanout", "store_time")
-            .where((F.col("store_time") >= F.lit(start)) & (F.col("store_time") < F.lit(end)))
-            .groupBy("device")
-            .agg(
-                F.count(F.lit(1)).alias(f"messages_{suffix}"),
-                F.avg("fanout").alias(f"mean_fanout_{suffix}"),
-            )
-            .where(F.col(f"messages_{suffix}") >= min_messages)
-        )
 
+def fanout_change_of(figures: DataFrame, min_messages: int = 1) -> DataFrame:
+    """:func:`fanout_change` from :func:`device_figures` rows with both windows (a
+    device without a client id is not compared)."""
+    least = max(1, min_messages)
     change = F.col("mean_fanout_after") - F.col("mean_fanout_before")
     return (
-        window(before, "before")
-        .join(window(after, "after"), on="device", how="inner")
-        .select(
-            "device",
-            "messages_before",
-            "mean_fanout_before",
-            "messages_after",
-            "mean_fanout_after",
-            change.alias("change"),
+        figures.where(
+            F.col("device").isNotNull()
+            & (F.col("messages_before") >= least)
+            & (F.col("messages_after") >= least)
         )
+        .select(*_CHANGE_COLUMNS[:-1], change.alias("change"))
         .orderBy(F.abs("change").desc(), F.col("device").asc())
-        .select(
-            "device",
-            "messages_before",
-            "mean_fanout_before",
-            "messages_after",
-            "mean_fanout_after",
-            "change",
-        )
+        .select(*_CHANGE_COLUMNS)
     )

@@ -27,7 +27,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core import UnknownLmq, UnknownReceipt
-from gateway.grpc.receipts import Handle, consume_state, parse_handle
+from gateway.grpc.receipts import Handle, parse_handle
 from gateway.grpc.records import group_config, readable_topic, store_host
 from gateway.rocketmq.pop_receipts import ExtraInfo
 from gateway.rocketmq.pop_service import OffsetOutOfRange
@@ -60,7 +60,7 @@ def _settle_errors(exc: Exception) -> StatusError:
 
 def _handle(call: Call, group: str, topic: str, text: str) -> Handle:
     """The handle to settle for the one the consumer sent (renewed form if any)."""
-    current = consume_state(call.front).renewer.take(group, text)
+    current = call.services.consume.renewer.take(group, text)
     return parse_handle(current, group, topic)
 
 

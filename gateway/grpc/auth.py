@@ -25,15 +25,12 @@ from protocol.grpc import Code, StatusError
 from protocol.grpc.signature import AuthorizationError, parse_authorization, verify
 
 if TYPE_CHECKING:
+    from gateway.auth import Authenticator
     from gateway.grpc.call import Call
-    from gateway.grpc.frontend import GrpcFrontEnd
 
 
-def authenticate(front: GrpcFrontEnd, call: Call) -> None:
+def authenticate(auth: Authenticator, call: Call) -> None:
     """Set ``call.principal``; raise StatusError(UNAUTHORIZED) when refused."""
-    auth = front.ctx.authenticator
-    if auth is None:
-        return
     header = call.metadata.get(AUTHORIZATION, "")
     access_key: str | None = None
     parsed = None

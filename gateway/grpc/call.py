@@ -12,16 +12,14 @@ import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.auth import ANONYMOUS_PRINCIPAL, Principal
 from protocol.grpc import Code, StatusError
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
-    from gateway.grpc.frontend import GrpcFrontEnd
-    from gateway.grpc.server import ServerCall
-    from gateway.rocketmq.services import RocketMQServices
+    from gateway.grpc.services import GrpcServices
 
 #: The metadata keys RocketMQ's v2 clients send (lower case, as gRPC delivers them).
 CLIENT_ID = "x-mq-client-id"
@@ -34,16 +32,27 @@ DATE_TIME = "x-mq-date-time"
 AUTHORIZATION = "authorization"
 
 
+class CallContext(Protocol):
+    """What a call knows of the door's per-call object
+    (:class:`gateway.grpc.server.ServerCall`)."""
+
+    def cancelled(self) -> bool:
+        """The client went away, reset the call, or its deadline passed."""
+        ...
+
+
 @dataclass(slots=True, eq=False)
 class Call:
     """One RPC being served (one per unary call, one per stream)."""
 
-    #: The front end (shared state: topics, groups, clients, store).
-    front: GrpcFrontEnd
+    #: What request code uses (:class:`~gateway.grpc.services.GrpcServices`: the
+    #: RocketMQ services, the client registry, the receive state, the events that end
+    #: long polls); never the front end.
+    services: GrpcServices
     #: The RPC's name as in the service (``SendMessage``); labels metrics and logs.
     rpc: str
     #: The door's per-call object (stream, metadata, cancellation, deadline).
-    context: ServerCall
+    context: CallContext
     #: The request metadata, keys lower case; a repeated key keeps its last value.
     metadata: dict[str, str] = field(default_factory=dict)
     #: ``x-mq-client-id`` ("" when the client sent none).
@@ -62,23 +71,17 @@ class Call:
     #: its local address is the one the client connected to.
     connection: Connection | None = None
 
-    @property
-    def services(self) -> RocketMQServices:
-        """The gateway's RocketMQ services (producer, pop, registries, store, publisher,
-        topic space): what RPC code uses, not the front end's copies."""
-        return self.front.ctx.rocketmq
-
     # -- time -------------------------------------------------------------------------
 
     async def must_end(self) -> None:
         """Return when a long poll or a stream of this call must end early: the gateway
         stops, or authentication turns on and this call was served without a login."""
-        front = self.front
+        services = self.services
         if not self.unauthenticated:
-            await front.stopping.wait()
+            await services.stopping.wait()
             return
-        waits = [asyncio.ensure_future(front.stopping.wait()),
-                 asyncio.ensure_future(front.logins_required.wait())]
+        waits = [asyncio.ensure_future(services.stopping.wait()),
+                 asyncio.ensure_future(services.logins_required.wait())]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -89,21 +92,21 @@ class Call:
         """Seconds left before the client's deadline (None = no deadline), never < 0."""
         if self.deadline is None:
             return None
-        return max(0.0, self.deadline - self.front.loop.time())
+        return max(0.0, self.deadline - self.services.loop.time())
 
     # -- ACLs -------------------------------------------------------------------------
 
     def check_publish(self, topic: str) -> None:
         """Raise FORBIDDEN unless this call's principal may send to ``topic`` (the MQTT
         ``publish`` right on the topic's name, as for remoting; docs/rocketmq.md)."""
-        auth = self.front.ctx.authenticator
+        auth = self.services.authenticator
         if auth is not None and not auth.can_publish(self.principal, self.client_id, topic):
             raise StatusError(Code.FORBIDDEN, f"no permission to send to topic {topic}")
 
     def check_subscribe(self, topic: str, group: str) -> None:
         """Raise FORBIDDEN unless the principal may consume ``topic`` as ``group`` (the
         ``subscribe`` right on ``topic/#``, as for remoting)."""
-        auth = self.front.ctx.authenticator
+        auth = self.services.authenticator
         if auth is not None and not auth.can_subscribe(
             self.principal, self.client_id, f"{topic}/#"
         ):
@@ -117,21 +120,21 @@ class Call:
         """Hold one of the client's ``grpc_max_receives_per_client`` concurrent receives
         for the ``with`` block; TOO_MANY_REQUESTS when all are taken. Clients without an
         id share the slots of the id ""."""
-        front = self.front
-        held = front.receives.get(self.client_id, 0)
-        if held >= front.max_receives:
+        services = self.services
+        held = services.receives.get(self.client_id, 0)
+        if held >= services.max_receives:
             raise StatusError(
                 Code.TOO_MANY_REQUESTS,
                 f"client {self.client_id} already has {held} receives in progress")
-        front.receives[self.client_id] = held + 1
+        services.receives[self.client_id] = held + 1
         try:
             yield
         finally:
-            left = front.receives[self.client_id] - 1
+            left = services.receives[self.client_id] - 1
             if left:
-                front.receives[self.client_id] = left
+                services.receives[self.client_id] = left
             else:
-                del front.receives[self.client_id]
+                del services.receives[self.client_id]
 
     def log_fields(self) -> dict[str, Any]:
         return {"protocol": "grpc", "rpc": self.rpc, "client_id": self.client_id,

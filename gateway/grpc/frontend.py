@@ -10,18 +10,19 @@ sans-IO :mod:`protocol.grpc.server`), on
 Every connection is a :class:`~gateway.grpc.server.GrpcConnection`; :attr:`methods`
 maps a call's ``:path`` to the servicer's RPC (or the admin service's).
 
-Shared state here: the client registry (:mod:`gateway.grpc.clients`: clients known from
-heartbeats and telemetry, with their Telemetry streams), the topic and group registries
-(shared with the other RocketMQ front end), metrics. Per-call state is a
-:class:`~gateway.grpc.call.Call`.
+Shared state: the services object request code is given
+(:class:`~gateway.grpc.services.GrpcServices`: the RocketMQ services, the client
+registry of clients known from heartbeats and telemetry with their Telemetry streams,
+the receive state, the events below); here, the RPC table, the connections, metrics.
+Per-call state is a :class:`~gateway.grpc.call.Call`.
 
-Shutdown: the first ``goodbye`` sets :attr:`stopping` (long polls and Telemetry
+Shutdown: the first ``goodbye`` sets ``services.stopping`` (long polls and Telemetry
 streams end early); each connection sends GOAWAY, lets its running calls finish for
 ``shutdown_timeout / 2`` (:attr:`grace`), ends the rest UNAVAILABLE and closes.
 
 Authentication turning on (a users file appears in open mode): every new call is
 authenticated; long polls and Telemetry streams served without a login end early
-(:attr:`logins_required`), and the door's connections close.
+(``services.logins_required``), and the door's connections close.
 
 Event-loop thread only.
 """
@@ -35,9 +36,9 @@ from typing import TYPE_CHECKING
 from gateway.frontend import FrontEnd
 from gateway.grpc.auth import authenticate
 from gateway.grpc.call import CLIENT_ID, Call
-from gateway.grpc.clients import ClientRegistry
 from gateway.grpc.server import GrpcConnection, Method, ServerCall, methods
 from gateway.grpc.service import MessagingService
+from gateway.grpc.services import GrpcServices
 from gateway.grpc.transactions import check_sender
 
 if TYPE_CHECKING:
@@ -59,45 +60,26 @@ class GrpcFrontEnd(FrontEnd):
         super().__init__(ctx)
         cfg = ctx.config
         self.loop = ctx.loop
-        self.store = ctx.store
-        self.publisher = ctx.publisher
-        #: The gateway's RocketMQ topics and groups (shared with remoting).
-        self.topics = ctx.rocketmq_topics
-        self.groups = ctx.rocketmq_groups
-        #: Largest message body a producer may send (the store's limit).
-        self.max_body = ctx.store.config.max_message_bytes
-        self.max_request = self.max_body + REQUEST_HEADROOM
-        self.advertised_address = cfg.advertised_address
-        self.clients = ClientRegistry()
-        #: ReceiveMessage calls open by client id (Call.receive_slot), and the limit.
-        self.receives: dict[str, int] = {}
-        self.max_receives = cfg.grpc_max_receives_per_client
+        #: What request code is given (``call.services``): the RocketMQ services, the
+        #: client registry, the receive state, the events that end long polls and the
+        #: counters copied into the metrics below.
+        self.services = services = GrpcServices(ctx)
+        self.max_request = services.max_body + REQUEST_HEADROOM
         self.service = MessagingService(self)
         #: How each ``:path`` is served.
         self.methods: dict[str, Method] = methods(self)
         #: The HTTP/2 connections open now.
         self.connections: set[GrpcConnection] = set()
-        #: Kept for the handlers' fallback address of a call without a connection
-        #: (gateway.grpc.route); every call has one since the door is the gateway's.
-        self.internal_port = 0
-        self.bound: list[tuple[str, str, int]] = []
-        #: Set by the first goodbye or stop: long polls and Telemetry streams end.
-        self.stopping = asyncio.Event()
-        #: Set when authentication turns on: those of calls served without a login end.
-        self.logins_required = asyncio.Event()
         self.grace = cfg.shutdown_timeout / 2
         #: Calls by (RPC, status code), copied into the labelled counter at scrape time.
         self.call_counts: dict[tuple[str, int], int] = {}
         #: Streams (ReceiveMessage, PullMessage, Telemetry) open now.
         self.open_streams = 0
-        #: Messages stored by SendMessage and given by ReceiveMessage (plain ints, copied
-        #: into their counters at each sample, as the other front ends do).
-        self.received = 0
-        self.sent = 0
         self._register_metrics()
 
     def _register_metrics(self) -> None:
         m = self.ctx.metrics
+        services = self.services
         calls = m.counter(
             "lmq_grpc_calls_total", "gRPC calls answered, by RPC and RocketMQ status code",
             ("rpc", "code"))
@@ -109,8 +91,8 @@ class GrpcFrontEnd(FrontEnd):
         sent = m.counter("lmq_grpc_messages_sent_total", "Messages given by ReceiveMessage")
 
         def counters() -> None:
-            received.inc(self.received - received.value())
-            sent.inc(self.sent - sent.value())
+            received.inc(services.received - received.value())
+            sent.inc(services.sent - sent.value())
 
         def collect() -> None:
             for (rpc, code), n in self.call_counts.items():
@@ -118,7 +100,7 @@ class GrpcFrontEnd(FrontEnd):
                 calls.inc(n - calls.value(**labels), **labels)
             connections.set(len(self.connections))
             streams.set(self.open_streams)
-            clients.set(len(self.clients))
+            clients.set(len(services.clients))
 
         m.on_sample(counters)
         m.on_collect(collect)
@@ -128,19 +110,19 @@ class GrpcFrontEnd(FrontEnd):
     async def start(self) -> None:
         self.ctx.spawn(self._sweep_loop(), "grpc-sweep")
         # transaction check-backs reach producers' Telemetry streams this way
-        self.ctx.rocketmq.transactions.register(self.name, check_sender(self))
+        self.ctx.rocketmq.transactions.register(self.name, check_sender(self.services))
 
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL_S)
-            for client_id in self.clients.expire(self.loop.time()):
+            for client_id in self.services.clients.expire(self.loop.time()):
                 log.info("gRPC client expired", extra={"protocol": "grpc", "client_id": client_id})
 
     def connection_made(self, conn: Connection) -> GrpcConnection:
         return GrpcConnection(self, conn)
 
     def goodbye(self, conn: Connection) -> None:
-        self.stopping.set()  # long polls and Telemetry streams end
+        self.services.stopping.set()  # long polls and Telemetry streams end
         if isinstance(conn.handler, GrpcConnection):
             conn.handler.goodbye()
         else:
@@ -150,12 +132,12 @@ class GrpcFrontEnd(FrontEnd):
         # Calls are authenticated one by one: from now on every new call is. Long polls
         # and Telemetry streams served in open mode end (Call.must_end), and the
         # connections close (clients reconnect and log in).
-        self.logins_required.set()
+        self.services.logins_required.set()
         for conn in conns:
             conn.close("authentication on")
 
     async def stop(self) -> None:
-        self.stopping.set()
+        self.services.stopping.set()
         self.ctx.rocketmq.transactions.unregister(self.name)
 
     # -- calls -------------------------------------------------------------------------
@@ -166,10 +148,11 @@ class GrpcFrontEnd(FrontEnd):
         for key, value in context.metadata:
             metadata[key] = value if isinstance(value, str) else value.decode("latin-1")
         conn = context.connection
-        call = Call(self, rpc, context, metadata, metadata.get(CLIENT_ID, ""), context.peer,
-                    conn.peer_host, deadline=context.deadline, connection=conn)
-        if self.ctx.authenticator is not None:
-            authenticate(self, call)
+        call = Call(self.services, rpc, context, metadata, metadata.get(CLIENT_ID, ""),
+                    context.peer, conn.peer_host, deadline=context.deadline, connection=conn)
+        auth = self.ctx.authenticator
+        if auth is not None:
+            authenticate(auth, call)
         else:
             call.unauthenticated = True
         return call

@@ -66,7 +66,7 @@ def _queue(call: Call, queue: pb.MessageQueue, group: str | None) -> tuple[str, 
 async def _wait_append(call: Call, lmq: str, timeout_s: float) -> None:
     store = call.services.store
     event = asyncio.Event()
-    loop = call.front.loop
+    loop = call.services.loop
 
     def woken(_lmq: str, _next: int) -> None:
         try:
@@ -99,7 +99,7 @@ async def pull_message(
     remaining = call.time_remaining()
     if remaining is not None:
         poll_ms = max(0, min(poll_ms, int(remaining * 1000) - DEADLINE_RESERVE_MS))
-    deadline = call.front.loop.time() + poll_ms / 1000
+    deadline = call.services.loop.time() + poll_ms / 1000
     offset = request.offset
     while True:
         info = store.lmq(lmq)
@@ -110,7 +110,7 @@ async def pull_message(
         result = store.pull(lmq, offset, batch)
         found = [m for m in result.messages if accept is None or accept(m.record)]
         offset = result.next_offset
-        left = deadline - call.front.loop.time()
+        left = deadline - call.services.loop.time()
         if found or left <= 0 or result.next_offset < result.max_offset:
             break
         await _wait_append(call, lmq, left)

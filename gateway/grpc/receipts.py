@@ -37,8 +37,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-from weakref import WeakKeyDictionary
 
 from broker_core import UnknownReceipt
 from gateway.rocketmq.pop_receipts import ExtraInfo, visible_at
@@ -53,7 +51,6 @@ __all__ = [
     "ConsumeState",
     "Handle",
     "Renewer",
-    "consume_state",
     "parse_handle",
 ]
 
@@ -222,19 +219,7 @@ class Attempts:
 
 @dataclass(slots=True)
 class ConsumeState:
-    """The gRPC front end's renewals and remembered attempts."""
+    """The gRPC front end's renewals and remembered attempts (``call.services.consume``)."""
 
     renewer: Renewer
     attempts: Attempts
-
-
-_states: WeakKeyDictionary[Any, ConsumeState] = WeakKeyDictionary()
-
-
-def consume_state(front: Any) -> ConsumeState:
-    """The front end's :class:`ConsumeState` (built on first use)."""
-    found = _states.get(front)
-    if found is None:
-        found = _states[front] = ConsumeState(
-            Renewer(front.ctx.rocketmq.pop, front.ctx.spawn), Attempts())
-    return found

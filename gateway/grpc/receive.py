@@ -52,7 +52,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2
 
 from broker_core import Record, UnknownLmq
-from gateway.grpc.receipts import DEFAULT_INVISIBLE_MS, consume_state, parse_handle
+from gateway.grpc.receipts import DEFAULT_INVISIBLE_MS, parse_handle
 from gateway.grpc.records import delivered, group_config, readable_topic
 from gateway.rocketmq.pop_service import PollingFull, PopItem, PopResult
 from lmq.rocketmq import MessageType
@@ -155,7 +155,7 @@ async def _pop_until_stopping(
 async def receive_message(
     call: Call, request: service_pb2.ReceiveMessageRequest
 ) -> AsyncIterator[service_pb2.ReceiveMessageResponse]:
-    front = call.front
+    services = call.services
     pop = call.services.pop
     poll_ms = _poll_ms(call, request)
     group = request.group.name
@@ -169,7 +169,7 @@ async def receive_message(
     batch = min(request.batch_size, MAX_BATCH)
     invisible_ms = _invisible_ms(request)
     accept = tag_filter(request.filter_expression)
-    state = consume_state(front)
+    state = services.consume
 
     attempt_key = None
     if request.HasField("attempt_id") and request.attempt_id:
@@ -210,7 +210,7 @@ async def receive_message(
         for response in messages:
             yield response
         if messages:
-            front.sent += len(messages)
+            services.sent += len(messages)
             if call.connection is not None:
                 call.connection.messages_out += len(messages)
             yield Response(delivery_timestamp=timestamp(pop.clock()))

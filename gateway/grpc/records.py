@@ -33,7 +33,7 @@ from protocol.remoting.messages import offset_msg_id
 
 if TYPE_CHECKING:
     from gateway.grpc.call import Call
-    from gateway.grpc.frontend import GrpcFrontEnd
+    from gateway.grpc.services import GrpcServices
 
 __all__ = [
     "COMPRESSED",
@@ -72,23 +72,23 @@ def store_host(call: Call) -> tuple[str, int]:
     address remoting uses, so such a message has one id on both protocols: the
     advertised address; else the address the client connected to on the unified port
     (a relayed call); else :func:`gateway_store_host`."""
-    front = call.front
-    if not front.advertised_address:
+    services = call.services
+    if not services.advertised_address:
         conn = call.connection
         if conn is not None and conn.local_address is not None:
             return conn.local_address
-    return gateway_store_host(front)
+    return gateway_store_host(services)
 
 
-def gateway_store_host(front: GrpcFrontEnd) -> tuple[str, int]:
+def gateway_store_host(services: GrpcServices) -> tuple[str, int]:
     """The store host without a connection (the dedicated gRPC port, whose local
     address grpcio does not give; server commands): the advertised address, else the
     unified port's address (loopback for a wildcard bind)."""
-    text = front.advertised_address or ""
+    text = services.advertised_address or ""
     host, _, port = text.rpartition(":")
     if host and port.isdigit():
         return host.strip("[]"), int(port)
-    unified = front.ctx.introspection.listener_address("unified")
+    unified = services.introspection.listener_address("unified")
     if unified is not None:
         bound_host, bound_port = unified
         if bound_host in ("0.0.0.0", "::", ""):
@@ -166,12 +166,12 @@ def delivered(
     """The v2 message a consumer gets for ``rec``, at ``offset`` of queue ``queue_id``
     of ``topic`` (written into ``into`` when given: ``encode_message``)."""
     return encode_record(
-        call.front, store_host(call), rec, topic=topic, queue_id=queue_id, offset=offset,
+        call.services, store_host(call), rec, topic=topic, queue_id=queue_id, offset=offset,
         receipt=receipt, attempt=attempt, invisible_ms=invisible_ms, into=into)
 
 
 def encode_record(
-    front: GrpcFrontEnd,
+    services: GrpcServices,
     host: tuple[str, int],
     rec: Record,
     *,
@@ -196,5 +196,5 @@ def encode_record(
             store_host="{}:{}".format(*host), receipt_handle=receipt,
             delivery_attempt=attempt, invisible_ms=invisible_ms,
         ),
-        reserved=RESERVED, max_body=front.max_body, into=into,
+        reserved=RESERVED, max_body=services.max_body, into=into,
     )

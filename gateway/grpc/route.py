@@ -75,8 +75,8 @@ def broker_endpoints(
 ) -> definition_pb2.Endpoints:
     """Where clients reach the broker (see the module docstring); on a slave of a broker
     group, the master (docs/replication.md)."""
-    intro = call.front.ctx.introspection
-    advertised = call.front.advertised_address
+    intro = call.services.introspection
+    advertised = call.services.advertised_address
     if intro.replication_role() == "slave":
         advertised = intro.replication_master("grpc") or intro.replication_master("unified")
     if advertised:
@@ -86,9 +86,8 @@ def broker_endpoints(
     if requested is not None and requested.addresses:
         return requested
     local = call.connection.local_address if call.connection is not None else None
-    if local is None:
-        bound = call.front.bound
-        local = (bound[0][1], bound[0][2]) if bound else ("127.0.0.1", call.front.internal_port)
+    if local is None:  # a call made without a connection (none since the door is the gateway's)
+        local = ("127.0.0.1", 0)
     scheme, address = _address(*local)
     return definition_pb2.Endpoints(scheme=scheme, addresses=[address])
 

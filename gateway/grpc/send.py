@@ -148,7 +148,7 @@ async def send_message(
         if not isinstance(exc, StatusError):
             log.info("gRPC send refused: %s", exc, extra=call.log_fields())
         raise failure(exc) from None
-    call.front.received += len(request.messages)
+    call.services.received += len(request.messages)
     if call.connection is not None:
         call.connection.messages_in += len(request.messages)
     return response
@@ -168,14 +168,14 @@ async def _send(
     for msg in messages:
         if msg.topic.name != topic:
             raise StatusError(Code.MESSAGE_CORRUPTED, "topic in message is not same")
-    front = call.front
+    services = call.services
     producer = call.services.producer
     config = producer.resolve(topic, call.principal, call.client_id)
     # the producer's address: the relayed connection's on the unified port
     born = call.connection.peer if call.connection is not None else parse_peer(call.peer)
     peer_host = call.peer_host or born.rpartition(":")[0].strip("[]")
     incoming = [
-        decode_message(msg, reserved=RESERVED, max_body=front.max_body,
+        decode_message(msg, reserved=RESERVED, max_body=services.max_body,
                        peer_host=peer_host)
         for msg in messages
     ]

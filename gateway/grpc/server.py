@@ -32,7 +32,7 @@ cancellation); the servicer builds its :class:`~gateway.grpc.call.Call` from it.
   until it drains.
 - Shutdown (:meth:`GrpcConnection.goodbye`): GOAWAY in two stages (a notice, then the
   last stream accepted), running calls finish (long polls and Telemetry end on
-  ``front.stopping``) for ``front.grace`` seconds, the rest end UNAVAILABLE; then the
+  ``services.stopping``) for ``front.grace`` seconds, the rest end UNAVAILABLE; then the
   connection closes.
 
 Event-loop thread only.

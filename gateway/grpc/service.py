@@ -43,12 +43,13 @@ the ``rocketmq.grpc_protocol.service_pb2`` classes):
   ``async recall_message(call, req: RecallMessageRequest) -> RecallMessageResponse``.
 
 A delegate is looked up on its module at every call (``send.send_message``), so a module
-can be replaced without touching this file. Inside a delegate: ``call.front`` is the
-:class:`~gateway.grpc.frontend.GrpcFrontEnd` (``ctx``, ``store``, ``topics``,
-``groups``, ``clients``, ``max_body``), ``call.check_publish(topic)`` /
+can be replaced without touching this file. Inside a delegate: ``call.services`` is the
+:class:`~gateway.grpc.services.GrpcServices` (``store``, ``producer``, ``pop``,
+``topics``, ``groups``, ``clients``, ``max_body``; never the front end),
+``call.check_publish(topic)`` /
 ``call.check_subscribe(topic, group)`` raise FORBIDDEN, ``with call.receive_slot():``
 holds one of the client's concurrent receives (TOO_MANY_REQUESTS beyond),
-``call.time_remaining()`` is the client's deadline, ``call.front.stopping`` (an Event)
+``call.time_remaining()`` is the client's deadline, ``call.services.stopping`` (an Event)
 is set when the gateway shuts down (end long polls then), ``call.context.cancelled()``
 says whether the client went away (or its deadline passed). Request messages may be a
 :class:`~gateway.grpc.requests.Malformed`: the wrappers answer those before delegating.

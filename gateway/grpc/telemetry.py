@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
-from gateway.grpc.clients import OUTBOX_MAX, GrpcClient
+from gateway.grpc.registry import OUTBOX_MAX, GrpcClient
 from gateway.grpc.requests import Malformed
 from protocol.grpc import Code, StatusError, ok, status
 
 if TYPE_CHECKING:
     from gateway.grpc.call import Call
-    from gateway.grpc.frontend import GrpcFrontEnd
+    from gateway.grpc.services import GrpcServices
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +65,13 @@ CONSUMERS = frozenset((
 
 
 def reply_settings(
-    front: GrpcFrontEnd, settings: definition_pb2.Settings
+    services: GrpcServices, settings: definition_pb2.Settings
 ) -> definition_pb2.Settings:
     """The client's settings completed with the server's (see the module docstring)."""
     reply = definition_pb2.Settings()
     reply.CopyFrom(settings)
     if settings.HasField("publishing") or settings.client_type in PRODUCERS:
-        reply.publishing.max_body_size = front.max_body
+        reply.publishing.max_body_size = services.max_body
         reply.publishing.validate_message_type = True
         policy = reply.backoff_policy
         policy.Clear()
@@ -79,7 +79,7 @@ def reply_settings(
         policy.exponential_backoff.CopyFrom(PRODUCER_BACKOFF)
     elif settings.HasField("subscription") or settings.client_type in CONSUMERS:
         sub = reply.subscription
-        group = front.groups.get(sub.group.name) if sub.group.name else None
+        group = services.groups.get(sub.group.name) if sub.group.name else None
         sub.fifo = bool(group is not None and group.consume_message_orderly)
         sub.receive_batch_size = RECEIVE_BATCH_SIZE
         sub.long_polling_timeout.CopyFrom(Duration(seconds=LONG_POLLING_TIMEOUT_S))
@@ -90,26 +90,26 @@ def reply_settings(
     return reply
 
 
-def _settings_reply(front: GrpcFrontEnd, client: GrpcClient) -> service_pb2.TelemetryCommand:
+def _settings_reply(services: GrpcServices, client: GrpcClient) -> service_pb2.TelemetryCommand:
     assert client.settings is not None
     return service_pb2.TelemetryCommand(
-        status=ok(), settings=reply_settings(front, client.settings))
+        status=ok(), settings=reply_settings(services, client.settings))
 
 
 def route_queried(call: Call) -> None:
     """A QueryRoute from ``call``'s client: repeat its settings reply shortly after."""
-    front = call.front
-    client = front.clients.get(call.client_id) if call.client_id else None
+    services = call.services
+    client = services.clients.get(call.client_id) if call.client_id else None
     if client is not None:
-        _schedule_resend(front, client)
+        _schedule_resend(services, client)
 
 
-def _schedule_resend(front: GrpcFrontEnd, client: GrpcClient) -> None:
+def _schedule_resend(services: GrpcServices, client: GrpcClient) -> None:
     """Repeat the client's settings reply in :data:`RESEND_DELAY_S` (once, however often
     asked meanwhile), within :data:`RESEND_WINDOW_S` of its stream's opening."""
     if client.outbox is None or client.settings is None or client.resend_scheduled:
         return
-    if front.loop.time() - client.stream_opened > RESEND_WINDOW_S:
+    if services.loop.time() - client.stream_opened > RESEND_WINDOW_S:
         return
     client.resend_scheduled = True
     outbox = client.outbox
@@ -118,13 +118,13 @@ def _schedule_resend(front: GrpcFrontEnd, client: GrpcClient) -> None:
         client.resend_scheduled = False
         if client.outbox is outbox and client.settings is not None:
             with contextlib.suppress(asyncio.QueueFull):
-                outbox.put_nowait(_settings_reply(front, client))
+                outbox.put_nowait(_settings_reply(services, client))
 
-    front.loop.call_later(RESEND_DELAY_S, resend)
+    services.loop.call_later(RESEND_DELAY_S, resend)
 
 
 def _handle(
-    front: GrpcFrontEnd, client: GrpcClient, command: service_pb2.TelemetryCommand
+    services: GrpcServices, client: GrpcClient, command: service_pb2.TelemetryCommand
 ) -> service_pb2.TelemetryCommand | None:
     kind = command.WhichOneof("command")
     if kind == "settings":
@@ -139,8 +139,8 @@ def _handle(
             client.client_type = settings.client_type
         if settings.HasField("subscription") and settings.subscription.group.name:
             client.groups.add(settings.subscription.group.name)
-        _schedule_resend(front, client)  # for a route query that crossed this command
-        return _settings_reply(front, client)
+        _schedule_resend(services, client)  # for a route query that crossed this command
+        return _settings_reply(services, client)
     if kind in ("thread_stack_trace", "verify_message_result"):
         return None  # answers to commands the gateway never sends
     return service_pb2.TelemetryCommand(status=status(
@@ -150,22 +150,22 @@ def _handle(
 async def telemetry(
     call: Call, requests: AsyncIterator[service_pb2.TelemetryCommand]
 ) -> AsyncIterator[service_pb2.TelemetryCommand]:
-    front = call.front
+    services = call.services
     if not call.client_id:
         raise StatusError(Code.CLIENT_ID_REQUIRED, "x-mq-client-id metadata is required")
-    client = front.clients.seen(call)
+    client = services.clients.seen(call.client_id, call.metadata)
     outbox: asyncio.Queue[service_pb2.TelemetryCommand] = asyncio.Queue(OUTBOX_MAX)
     client.outbox = outbox
-    client.stream_opened = front.loop.time()
+    client.stream_opened = services.loop.time()
 
     async def read() -> None:
         async for command in requests:
-            client.last_seen = front.loop.time()
+            client.last_seen = services.loop.time()
             if isinstance(command, Malformed):
                 reply = service_pb2.TelemetryCommand(
                     status=status(Code.BAD_REQUEST, f"malformed command: {command.error}"))
             else:
-                reply = _handle(front, client, command)
+                reply = _handle(services, client, command)
             if reply is not None:
                 outbox.put_nowait(reply)
 
@@ -193,4 +193,4 @@ async def telemetry(
             task.cancel()
         if client.outbox is outbox:
             client.outbox = None
-            client.last_seen = front.loop.time()
+            client.last_seen = services.loop.time()

@@ -46,7 +46,7 @@ from protocol.grpc import Code, StatusError, ok
 if TYPE_CHECKING:
     from broker_core import PendingTransaction, Record
     from gateway.grpc.call import Call
-    from gateway.grpc.frontend import GrpcFrontEnd
+    from gateway.grpc.services import GrpcServices
     from gateway.rocketmq.transaction_checks import CheckSender
 
 __all__ = ["check_sender", "end_transaction", "recall_message"]
@@ -82,14 +82,14 @@ async def end_transaction(
     return service_pb2.EndTransactionResponse(status=ok())
 
 
-def check_sender(front: GrpcFrontEnd) -> CheckSender:
+def check_sender(services: GrpcServices) -> CheckSender:
     """The gRPC way to a producer for the gateway's one check-back loop
     (:mod:`gateway.rocketmq.transaction_checks`): a ``RecoverOrphanedTransactionCommand``
     on the Telemetry stream of one producer publishing to the half's topic."""
 
     def producers(topic: str) -> list[str]:
         out = []
-        for client in front.clients.clients.values():
+        for client in services.clients.clients.values():
             settings = client.settings
             if client.outbox is None or settings is None or not settings.HasField("publishing"):
                 continue
@@ -109,12 +109,12 @@ def check_sender(front: GrpcFrontEnd) -> CheckSender:
                 queue_id = parsed[1]
                 break
         message = encode_record(
-            front, gateway_store_host(front), rec, topic=topic, queue_id=queue_id, offset=0)
+            services, gateway_store_host(services), rec, topic=topic, queue_id=queue_id, offset=0)
         command = service_pb2.TelemetryCommand(
             recover_orphaned_transaction_command=service_pb2.RecoverOrphanedTransactionCommand(
                 message=message, transaction_id=f"{TRANSACTION_PREFIX}{txn.position}"))
         random.shuffle(found)
-        return any(front.clients.send_command(cid, command) for cid in found)
+        return any(services.clients.send_command(cid, command) for cid in found)
 
     return send
 

@@ -4,7 +4,9 @@ Patterns are literal segments and ``{name}`` segments (one path segment each, ma
 after splitting the raw path on ``/`` and percent-decoding each segment, so an MQTT
 topic ``a/b`` is one segment when sent as ``a%2Fb``); a final ``{name...}`` takes the
 rest of the path, slashes included. Routes are tried in the order added. No match for
-the path: 404; a match for the path but not the method: 405 with ``Allow``.
+the path: 404; a match for the path but not the method: 405 with ``Allow``. Up to
+:data:`MATCH_CACHE` answers for paths of up to 256 characters are kept by method and
+path (a client publishes to the same few paths again and again).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from urllib.parse import unquote
 
 from gateway.http.messages import Request, Response
 
-__all__ = ["Handler", "Match", "Router"]
+__all__ = ["Handler", "MATCH_CACHE", "Match", "Router"]
+
+#: (method, path) -> its Match, this many at most (then the cache starts anew).
+MATCH_CACHE = 1024
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -46,6 +51,7 @@ class Router:
         #: those with that literal first segment and those starting with a parameter).
         self._by_first: dict[str, list[_Route]] = {}
         self._param_first: list[_Route] = []
+        self._cache: dict[tuple[str, str], Match | None] = {}
         #: Asked before any handler: a response to give instead (a slave of a broker
         #: group sends requests to its master), or None to route the request.
         self.before: Callable[[Request], Response | None] | None = None
@@ -58,6 +64,7 @@ class Router:
             if part.endswith("...}") and i != len(parts) - 1:
                 raise ValueError(f"'{part}' must be the last segment of {pattern!r}")
         self._routes.append(_Route(method.upper(), parts, handler, pattern))
+        self._cache = {}
         self._by_first = {}
         self._param_first = [r for r in self._routes if r.parts[0].startswith("{")]
         for route in self._routes:
@@ -68,7 +75,22 @@ class Router:
 
     def match(self, method: str, path: str) -> Match | None:
         """The handler for ``method`` on the raw (percent-encoded) ``path``; a Match
-        with no handler when only other methods fit; None when nothing fits."""
+        with no handler when only other methods fit; None when nothing fits. (The
+        Match may be shared with other calls: its ``params`` are not to be changed.)"""
+        key = (method, path)
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        found = self._match(method, path)
+        if len(path) > 256:
+            return found  # (the cache's memory stays small)
+        if len(self._cache) >= MATCH_CACHE:
+            self._cache = {}
+        self._cache[key] = found
+        return found
+
+    def _match(self, method: str, path: str) -> Match | None:
         segments = path.split("/")[1:]
         allowed: list[str] = []
         pattern = ""

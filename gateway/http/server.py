@@ -27,6 +27,7 @@ ones are buffered; then reading pauses until the handler is done (back-pressure)
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -128,7 +129,16 @@ class HttpConnection(ConnectionHandler):
         self._http = ServerConnection(limits.max_head)
         #: The head of the request being answered.
         self._head: RequestHead | None = None
-        self._data = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        #: What the serving task awaits while it needs bytes (None when it does not).
+        self._waiter: asyncio.Future[None] | None = None
+        #: The deadline (monotonic) of the wait in progress, and the one timer that
+        #: enforces it: armed for the first wait, it stays armed while later waits have
+        #: later deadlines (it re-arms itself when it fires early), so a request costs
+        #: no timer of its own.
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
         #: Bytes received since the serving task last needed data (pipelining bound).
         self._buffered = 0
         #: When the first byte of the request being read arrived (0 = none yet).
@@ -154,11 +164,11 @@ class HttpConnection(ConnectionHandler):
         if self._buffered > PIPELINE_BUFFER + self.limits.max_head and not self._paused:
             self._paused = True
             self.conn.pause_reading()
-        self._data.set()
+        self._wake()
 
     def eof_received(self) -> bool:
         self._http.receive_data(b"")
-        self._data.set()
+        self._wake()
         return True  # the response being prepared may still be written
 
     # -- the serving loop -----------------------------------------------------------
@@ -198,6 +208,9 @@ class HttpConnection(ConnectionHandler):
             log.exception("http connection failed", extra=self.conn.log_fields())
             self._send_error(500, "internal error")
         finally:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             self.conn.flush()
             self.conn.close("http done", linger=linger)
 
@@ -207,31 +220,47 @@ class HttpConnection(ConnectionHandler):
         except ProtocolError as exc:
             raise _Abort(exc.status, exc.detail) from None
 
-    async def _wait_data(self, deadline: float | None) -> bool:
+    async def _wait_data(self, deadline: float) -> bool:
         """Wait for more bytes until ``deadline`` (monotonic); False when it passed."""
         self._buffered = 0
         if self._paused:
             self._paused = False
             self.conn.resume_reading()
-        self._data.clear()
-        if deadline is None:
-            await self._data.wait()
-            return True
-        timeout = deadline - time.monotonic()
-        if timeout <= 0:
+        now = time.monotonic()
+        if deadline <= now:
             return False
-        # a timer handle, not asyncio.wait_for (a task per wait: measurable per request)
         self._timed_out = False
-        timer = asyncio.get_running_loop().call_later(timeout, self._time_out)
+        self._deadline = deadline
+        if self._timer is None or self._timer_at > deadline:
+            self._arm(deadline, now)
+        waiter = self._waiter = self._loop.create_future()
         try:
-            await self._data.wait()
+            await waiter
         finally:
-            timer.cancel()
+            self._waiter = None
         return not self._timed_out
 
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _arm(self, at: float, now: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self._loop.call_later(at - now, self._time_out)
+
     def _time_out(self) -> None:
+        self._timer = None
+        if self._waiter is None:
+            return  # not waiting: the next wait arms its own deadline
+        now = time.monotonic()
+        if now < self._deadline:
+            self._arm(self._deadline, now)  # a later wait's deadline: not yet
+            return
         self._timed_out = True
-        self._data.set()
+        self._wake()
 
     async def _read_request(self) -> Request | None:
         limits = self.limits
@@ -308,14 +337,14 @@ class HttpConnection(ConnectionHandler):
                 label = match.pattern or "-"
             else:
                 label = match.pattern or "-"
-                request.params = match.params
+                request.params = dict(match.params)  # (the router's is shared)
                 response = await match.handler(request)
         except Exception:
             log.exception("http handler failed",
                           extra={**self.conn.log_fields(), "path": request.path})
             response = problem(500, "internal error")
         if self._requests is not None:
-            self._requests.inc(path=label, status=str(response.status))
+            self._requests.inc_values(label, str(response.status))  # (path, status)
         return response
 
     async def _send(self, request: Request, response: Response) -> None:
@@ -336,12 +365,16 @@ class HttpConnection(ConnectionHandler):
         assert head is not None
         sized = isinstance(body, bytes | bytearray)
         self._response_started = True
-        self._write(http.response_head(head, response.status, reason(response.status),
-                                       headers, length_known=sized))
+        data = http.response_head(head, response.status, reason(response.status), headers,
+                                  length_known=sized)
         if isinstance(body, bytes | bytearray):
-            self._write(http.body(bytes(body)))
-            self._write(http.end())
+            # head and body in one write, now (after anything queued, a 100 Continue):
+            # the serving loop flushes right after, so no flush of the outbox is
+            # scheduled for the end of the loop turn
+            self.conn.flush()
+            self.conn.write(data + http.body(bytes(body)) + http.end())
             return
+        self._write(data)
         iterator: AsyncIterator[bytes] = body
         self.streaming = True
         try:
@@ -382,9 +415,10 @@ class HttpConnection(ConnectionHandler):
         self._write(head.encode("latin-1") + b"\r\n" + response.body)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._data.set()
+        self._wake()
 
 
+@functools.lru_cache(maxsize=512)
 def _title(name: str) -> str:
     """``content-type`` -> ``Content-Type`` (names are case-insensitive; clients that
     index a dict of headers by the usual spelling find them). Extension headers

@@ -1,7 +1,8 @@
 """Clients and groups: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP,
 NOTIFY_CONSUMER_IDS_CHANGED (server to client), LOCK_BATCH_MQ and UNLOCK_BATCH_MQ.
 
-The state is the front end's :class:`~gateway.remoting.consumers.ConsumerManager` and
+The state is the services' (``ctx.services``)
+:class:`~gateway.remoting.consumers.ConsumerManager` and
 :class:`~gateway.remoting.locks.LockManager`; these handlers translate the requests.
 A heartbeat of a consumer group makes sure the group exists (auto-created unless
 ``rocketmq_auto_create_groups`` is off) and its ``%RETRY%<group>`` topic, as the
@@ -43,7 +44,7 @@ def heart_beat(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         client_id, producers, consumers = parse_heartbeat(data)
     except (ValueError, TypeError) as exc:
         raise RequestError(ResponseCode.INVALID_PARAMETER, f"bad heartbeat: {exc}") from None
-    front = ctx.front
+    services = ctx.services
     for group in consumers:
         try:
             if ctx.services.groups.ensure(group) is not None:
@@ -51,32 +52,32 @@ def heart_beat(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
         except InvalidName as exc:
             raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
     language = getattr(cmd, "language", "JAVA")
-    if client_id not in front.consumers.clients:
+    if client_id not in services.consumers.clients:
         log.info("remoting client registered", extra={
             **ctx.conn.log_fields(), "client_id": client_id,
             "producer_groups": ",".join(sorted(producers)) or "-",
             "consumer_groups": ",".join(sorted(consumers)) or "-"})
     ctx.client_id = client_id
-    front.consumers.heartbeat(
+    services.consumers.heartbeat(
         ctx, client_id, producers, consumers,
         language=getattr(language, "name", str(language)), version=int(cmd.version or 0))
     return response()
 
 
 def unregister_client(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-    front = ctx.front
+    services = ctx.services
     client_id = get_str(cmd, "clientID")
     producer_group = get_str(cmd, "producerGroup", "")
     consumer_group = get_str(cmd, "consumerGroup", "")
-    front.consumers.unregister(client_id, producer_group, consumer_group)
-    if client_id not in front.consumers.clients:
-        front.locks.release_client(client_id)
+    services.consumers.unregister(client_id, producer_group, consumer_group)
+    if client_id not in services.consumers.clients:
+        services.locks.release_client(client_id)
     return response()
 
 
 def get_consumer_list_by_group(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     group = get_str(cmd, "consumerGroup")
-    ids = ctx.front.consumers.consumer_ids(group)
+    ids = ctx.services.consumers.consumer_ids(group)
     if not ids:
         return error(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
     return response(body=json.dumps({"consumerIdList": ids}).encode())
@@ -108,12 +109,13 @@ def _lock_body(cmd: RemotingCommand) -> tuple[str, str, list[dict[str, Any]]]:
 
 def lock_batch_mq(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     group, client_id, mqs = _lock_body(cmd)
-    granted = set(ctx.front.locks.lock(group, client_id, [(m["topic"], m["queueId"]) for m in mqs]))
+    queues = [(m["topic"], m["queueId"]) for m in mqs]
+    granted = set(ctx.services.locks.lock(group, client_id, queues))
     ok = [m for m in mqs if (m["topic"], m["queueId"]) in granted]
     return response(body=json.dumps({"lockOKMQSet": ok}).encode())
 
 
 def unlock_batch_mq(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     group, client_id, mqs = _lock_body(cmd)
-    ctx.front.locks.unlock(group, client_id, [(m["topic"], m["queueId"]) for m in mqs])
+    ctx.services.locks.unlock(group, client_id, [(m["topic"], m["queueId"]) for m in mqs])
     return response()

@@ -53,9 +53,7 @@ def apply(topic: str, props: dict[str, str]) -> str:
 def stored(ctx: RequestContext, topic: str, message_id: str) -> tuple[int, int, int] | None:
     """(log position, queue id, queue offset) of the copy stored on ``topic`` with
     ``message_id`` within the window, or None."""
-    front = ctx.front
-    window_ms = int(front.ctx.config.remoting_dedup_window * 1000)
-    since = now_ms() - window_ms
+    since = now_ms() - ctx.services.dedup_window_ms
     prefix = f"rmq:{topic}:"
     for record in ctx.services.store.find_by_key(topic, message_id, 4, since):
         if record.topic.split("/")[0] != topic:

@@ -12,7 +12,7 @@ A handler is a plain or ``async`` function::
     def handle(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None
     async def handle(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None
 
-``ctx`` is the connection the request came on (:class:`RequestContext`: the front end,
+``ctx`` is the connection the request came on (:class:`RequestContext`: the services,
 the connection, the authenticated identity, :meth:`~RequestContext.reply`), ``cmd`` the
 decoded request (:class:`protocol.remoting.RemotingCommand`).
 
@@ -40,10 +40,9 @@ listed in :data:`MODULES` (one line per module). A code registered twice is a
 programming error (``ValueError`` at start). Codes nobody registered are answered
 ``REQUEST_CODE_NOT_SUPPORTED`` with a remark naming the code.
 
-A family whose services must run without a request (the pop family's persistent
-schedule moves delayed messages after a restart) appends ``fn(front)`` to
-``table.on_start`` and ``table.on_stop``; the front end calls them when it starts and
-stops.
+A family whose work must run without a request (the transaction check-backs reach
+producers' connections) appends ``fn(services)`` to ``table.on_start`` and
+``table.on_stop``; the front end calls them when it starts and stops.
 """
 
 from __future__ import annotations
@@ -54,11 +53,13 @@ import inspect
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
+# raised by handlers; defined below them, with the replies (the services raise it too)
+from gateway.remoting.replies import RequestError
+
 if TYPE_CHECKING:
     from gateway.auth import Principal
     from gateway.connection import Connection
-    from gateway.remoting.frontend import RemotingFrontEnd
-    from gateway.rocketmq.services import RocketMQServices
+    from gateway.remoting.services import RemotingServices
     from protocol.remoting import RemotingCommand
 
 __all__ = [
@@ -88,11 +89,11 @@ class RequestContext(Protocol):
     """What a handler knows of the connection a request came on (implemented by
     :class:`gateway.remoting.handler.RemotingHandler`). Event-loop thread only."""
 
-    #: The front end's own state: consumer and lock managers, pull waiters, metrics.
-    front: RemotingFrontEnd
-    #: The gateway's RocketMQ services (producer, pop, schedule, registries, store,
-    #: publisher, topic space): what request code uses, not the front end's copies.
-    services: RocketMQServices
+    #: What request code uses (:class:`~gateway.remoting.services.RemotingServices`):
+    #: the store facade, the producer, pop, the registries, the consumer and lock
+    #: managers, the pull waiters, the security checks and the counters. Request code
+    #: never reaches the front end.
+    services: RemotingServices
     #: The gateway connection (``conn.peer_host``, ``conn.log_fields()``, ``spawn``).
     conn: Connection
     #: Who sent the request: the access key's user when signatures are checked, else
@@ -153,24 +154,15 @@ Response = Union["RemotingCommand", None]
 Handler = Callable[[RequestContext, "RemotingCommand"], Response | Awaitable[Response]]
 
 
-class RequestError(Exception):
-    """Answer the request with ``code`` and ``remark`` (the connection stays open)."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
-
-
 class DispatchTable:
     """Request code -> (handler, whether it is a coroutine function)."""
 
     def __init__(self) -> None:
         self._handlers: dict[int, tuple[Handler, bool]] = {}
-        #: Called with the front end when it starts and stops (a family's services that
-        #: must run without a request: the persistent schedule).
-        self.on_start: list[Callable[[RemotingFrontEnd], None]] = []
-        self.on_stop: list[Callable[[RemotingFrontEnd], None]] = []
+        #: Called with the services when the front end starts and stops (a family's
+        #: work that must run without a request: the transaction check-backs).
+        self.on_start: list[Callable[[RemotingServices], None]] = []
+        self.on_stop: list[Callable[[RemotingServices], None]] = []
 
     def register(self, code: int, handler: Handler) -> None:
         if code in self._handlers:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from gateway.remoting.dispatch import RequestError
+from gateway.remoting.replies import RequestError
 from protocol.remoting.codes import ResponseCode
 
 if TYPE_CHECKING:

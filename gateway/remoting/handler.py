@@ -60,7 +60,8 @@ class RemotingHandler(ConnectionHandler):
     def __init__(self, front: RemotingFrontEnd, conn: Connection) -> None:
         super().__init__(conn)
         self.front = front
-        self.services = front.ctx.rocketmq
+        #: What request code is given (:class:`gateway.remoting.services.RemotingServices`).
+        self.services = front.services
         self.decoder = FrameDecoder(front.max_frame)
         self.principal: Principal = ANONYMOUS_PRINCIPAL
         self.client_id = ""
@@ -86,7 +87,7 @@ class RemotingHandler(ConnectionHandler):
 
     @property
     def store_address(self) -> tuple[str, int]:
-        advertised = self.front.advertised_address
+        advertised = self.services.advertised_address
         if advertised:
             host, _, port = advertised.rpartition(":")
             if host and port.isdigit():

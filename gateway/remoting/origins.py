@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, TypeVar
 from broker_core.origins import ORIGIN_PROPERTY, encode_origin
 from gateway.remoting.dispatch import DispatchTable, RequestContext, RequestError
 from gateway.remoting.replies import response
-from gateway.remoting.security import check_publish
 from lmq.rocketmq import queue_lmq
 from protocol.remoting.codes import RequestCode, ResponseCode
 from protocol.remoting.errors import BodyError, HeaderError
@@ -112,24 +111,24 @@ def _header(kind: type[_H], cmd: RemotingCommand) -> _H:
 
 
 def get_cluster_id(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
-    return response(body=encode_cluster_id(ctx.front.cluster_id))
+    return response(body=encode_cluster_id(ctx.services.cluster_id))
 
 
 def query_origins(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     header = _header(QueryOriginsRequestHeader, cmd)
-    check_publish(ctx.front, ctx, header.topic)
+    ctx.services.check_publish(ctx, header.topic)
     try:
         queues = decode_queue_list(cmd.body)
     except BodyError as exc:
         raise RequestError(ResponseCode.INVALID_PARAMETER, str(exc)) from None
     marks = ctx.services.store.origins.high_water(header.origin_cluster, header.topic, queues)
-    return response(body=OriginsReply(ctx.front.cluster_id, marks).encode())
+    return response(body=OriginsReply(ctx.services.cluster_id, marks).encode())
 
 
 async def advance_origin(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     header = _header(AdvanceOriginRequestHeader, cmd)
-    front = ctx.front
-    check_publish(front, ctx, header.topic)
+    services = ctx.services
+    services.check_publish(ctx, header.topic)
     if header.origin_offset < 0:
         raise RequestError(ResponseCode.INVALID_PARAMETER, "originOffset must not be negative")
     store = ctx.services.store
@@ -146,8 +145,8 @@ async def advance_origin(ctx: RequestContext, cmd: RemotingCommand) -> RemotingC
 
 def translate_offsets(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     header = _header(TranslateOffsetsRequestHeader, cmd)
-    front = ctx.front
-    front.check_subscribe(ctx, header.topic, "(offset translation)")
+    services = ctx.services
+    services.check_subscribe(ctx, header.topic, "(offset translation)")
     try:
         committed = decode_committed(cmd.body)
     except BodyError as exc:
@@ -166,4 +165,4 @@ def translate_offsets(ctx: RequestContext, cmd: RemotingCommand) -> RemotingComm
         offsets = [f for f in found if f is not None]
         if offsets:
             out.append(TranslatedOffset(header.topic, queue_id, min(offsets)))
-    return response(body=TranslateReply(front.cluster_id, out).encode())
+    return response(body=TranslateReply(services.cluster_id, out).encode())

@@ -5,8 +5,8 @@ CONSUMER_SEND_MSG_BACK, on :class:`~gateway.rocketmq.pop_service.PopService`,
 (:class:`~gateway.rocketmq.schedule.ScheduleService`).
 
 The three services are the gateway's (:class:`gateway.rocketmq.services.RocketMQServices`,
-``ctx.rocketmq``), shared with the gRPC front end: a remoting pop and a gRPC receive of
-one group see the same in-flight messages.
+``ctx.rocketmq``, reached through ``ctx.services``), shared with the gRPC front end: a
+remoting pop and a gRPC receive of one group see the same in-flight messages.
 
 Answers, as RocketMQ's broker gives them:
 
@@ -44,11 +44,11 @@ from gateway.remoting.messages import (
 )
 from gateway.remoting.replies import error, response
 from gateway.remoting.route import BROKER_NAME
+from gateway.remoting.services import RemotingServices
 from gateway.remoting.stored import encode_stored, pack_host
 from gateway.rocketmq.pop_receipts import REVIVE_QID
 from gateway.rocketmq.pop_service import OffsetOutOfRange, PollingFull, PopResult
 from gateway.rocketmq.sendback import MessageNotFound
-from gateway.rocketmq.services import RocketMQServices
 from lmq.rocketmq import InvalidName, MessageType, TopicConfig, retry_topic
 from protocol.remoting import HeaderError, RemotingCommand, RequestCode, ResponseCode
 from protocol.remoting.bodies import BatchAckMessageRequestBody
@@ -87,7 +87,7 @@ def _topic(ctx: RequestContext, topic: str) -> TopicConfig:
     return config
 
 
-def _group(ctx: RequestContext, group: str) -> RocketMQServices:
+def _group(ctx: RequestContext, group: str) -> RemotingServices:
     try:
         config = ctx.services.groups.ensure(group)
     except InvalidName as exc:
@@ -181,7 +181,7 @@ async def pop_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingComm
                      f"orderly pop (order=true) is served on FIFO topics (order per message"
                      f" group, __SHARDINGKEY); topic {topic} is {config.message_type.value}:"
                      f" use an orderly push consumer (LOCK_BATCH_MQ and pull)")
-    ctx.front.check_subscribe(ctx, topic, group)
+    ctx.services.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         result = await found.pop.pop(group, topic, queue_id, max_nums, invisible, poll, accept,
@@ -203,7 +203,7 @@ def ack_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     queue_id = get_int(cmd, "queueId")
     extra = get_str(cmd, "extraInfo")
     offset = get_int(cmd, "offset")
-    ctx.front.check_subscribe(ctx, topic, group)
+    ctx.services.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         found.pop.ack(group, topic, queue_id, offset, extra)
@@ -223,7 +223,7 @@ def batch_ack_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingComm
     except (BodyError, HeaderError) as exc:
         return error(ResponseCode.INVALID_PARAMETER, f"unreadable batch ack body: {exc}")
     for ack, topic in acks:
-        ctx.front.check_subscribe(ctx, topic, ack.consumer_group)
+        ctx.services.check_subscribe(ctx, topic, ack.consumer_group)
         found = _group(ctx, ack.consumer_group)
         try:
             found.pop.batch_ack(ack.consumer_group, topic, ack.queue_id,
@@ -242,7 +242,7 @@ def change_invisible_time(ctx: RequestContext, cmd: RemotingCommand) -> Remoting
     invisible = get_int(cmd, "invisibleTime")
     if invisible < 0:
         return error(ResponseCode.INVALID_PARAMETER, "invisibleTime cannot be negative")
-    ctx.front.check_subscribe(ctx, topic, group)
+    ctx.services.check_subscribe(ctx, topic, group)
     found = _group(ctx, group)
     try:
         pop_time, invisible = found.pop.change_invisible_time(
@@ -256,7 +256,7 @@ def change_invisible_time(ctx: RequestContext, cmd: RemotingCommand) -> Remoting
         "popTime": pop_time, "invisibleTime": invisible, "reviveQid": REVIVE_QID})
 
 
-def _reader(ctx: RequestContext, cmd: RemotingCommand) -> tuple[str, str, int, RocketMQServices]:
+def _reader(ctx: RequestContext, cmd: RemotingCommand) -> tuple[str, str, int, RemotingServices]:
     """The ``(group, topic, queueId, services)`` of a request that reads a queue as a
     group (peek, notification, polling info): the topic exists (or is auto-created),
     the caller may subscribe to it, and the group exists."""
@@ -264,7 +264,7 @@ def _reader(ctx: RequestContext, cmd: RemotingCommand) -> tuple[str, str, int, R
     topic = get_str(cmd, "topic")
     queue_id = get_int(cmd, "queueId")
     _topic(ctx, topic)
-    ctx.front.check_subscribe(ctx, topic, group)
+    ctx.services.check_subscribe(ctx, topic, group)
     return group, topic, queue_id, _group(ctx, group)
 
 
@@ -309,7 +309,7 @@ async def consumer_send_msg_back(ctx: RequestContext, cmd: RemotingCommand) -> R
         get_int(cmd, "maxReconsumeTimes") if cmd.ext_fields.get("maxReconsumeTimes") else None
     )
     origin = cmd.ext_fields.get("originTopic") or retry_topic(group)
-    ctx.front.check_subscribe(ctx, origin, group)
+    ctx.services.check_subscribe(ctx, origin, group)
     found = _group(ctx, group)
     found.ensure_schedule_topic()
     host, port = ctx.store_address

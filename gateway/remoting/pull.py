@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from broker_core.record import RawMessage
@@ -43,7 +42,7 @@ from lmq.rocketmq import InvalidName, Perm, queue_lmq
 from protocol.remoting.codes import PullSysFlag, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
-    from gateway.remoting.frontend import RemotingFrontEnd
+    from gateway.remoting.services import RemotingServices
     from protocol.remoting import RemotingCommand
 
 log = logging.getLogger(__name__)
@@ -79,7 +78,7 @@ class PullRequest:
                  "tags", "raw_tags", "suspend_ms", "store_host")
 
     def __init__(self, ctx: RequestContext, cmd: RemotingCommand) -> None:
-        front = ctx.front
+        services = ctx.services
         self.conn = ctx.conn  # counts the messages sent
         self.group = get_str(cmd, "consumerGroup")
         self.topic = get_str(cmd, "topic")
@@ -115,13 +114,13 @@ class PullRequest:
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{self.queue_id}] is illegal, topic:[{self.topic}]"
                 f" topicConfig.readQueueNums:[{config.read_queues}]")
-        front.check_subscribe(ctx, self.topic, self.group)
+        services.check_subscribe(ctx, self.topic, self.group)
         self.lmq = queue_lmq(self.topic, self.queue_id)
         if sys_flag & _SUBSCRIPTION:
             expression_type = get_str(cmd, "expressionType", "TAG")
             expression = get_str(cmd, "subscription", "*")
         else:
-            sub = front.consumers.subscription(self.group, self.topic)
+            sub = services.consumers.subscription(self.group, self.topic)
             expression_type = sub.expression_type if sub else "TAG"
             expression = sub.expression if sub else "*"
         if expression_type.upper() != "TAG":
@@ -151,10 +150,10 @@ def _result(code: int, next_offset: int, min_offset: int, max_offset: int,
     }, body)
 
 
-def read(front: RemotingFrontEnd, req: PullRequest) -> RemotingCommand | None:
+def read(services: RemotingServices, req: PullRequest) -> RemotingCommand | None:
     """The response to ``req`` now; None when there is nothing to return yet (the
     caller suspends or answers PULL_NOT_FOUND)."""
-    store = front.store
+    store = services.store
     info = store.lmq(req.lmq)
     if info is None:
         return _result(ResponseCode.PULL_NOT_FOUND, 0, 0, 0) if req.offset == 0 else _result(
@@ -174,7 +173,7 @@ def read(front: RemotingFrontEnd, req: PullRequest) -> RemotingCommand | None:
     store_host = req.store_host
     out = bytearray()
     count = 0
-    pull = front.store.pull_raw
+    pull = services.store.pull_raw
     for _ in range(MAX_FILTER_ROUNDS):
         result = pull(req.lmq, offset, req.max_count - count, req.max_bytes - len(out))
         lo, hi = result.min_offset, result.max_offset
@@ -198,7 +197,7 @@ def read(front: RemotingFrontEnd, req: PullRequest) -> RemotingCommand | None:
         if count or offset >= hi or not result.messages:
             break
     if count:
-        front.pulled += count
+        services.pulled += count
         req.conn.messages_out += count
         return _result(ResponseCode.SUCCESS, offset, lo, hi, bytes(out))
     if offset > req.offset:
@@ -212,29 +211,29 @@ def read(front: RemotingFrontEnd, req: PullRequest) -> RemotingCommand | None:
     return None
 
 
-def _not_found(front: RemotingFrontEnd, req: PullRequest) -> RemotingCommand:
-    info = front.store.lmq(req.lmq)
+def _not_found(services: RemotingServices, req: PullRequest) -> RemotingCommand:
+    info = services.store.lmq(req.lmq)
     lo, hi = (info.min_offset, info.max_offset) if info else (0, 0)
     return _result(ResponseCode.PULL_NOT_FOUND, req.offset, lo, hi)
 
 
 def pull_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
     req = PullRequest(ctx, cmd)
-    front = ctx.front
-    answer = read(front, req)
+    services = ctx.services
+    answer = read(services, req)
     if answer is not None:
         return answer
     if req.suspend_ms <= 0 or ctx.closed:
-        return _not_found(front, req)
+        return _not_found(services, req)
     ctx.spawn(_suspended(ctx, cmd, req), "remoting-pull")
     return None
 
 
 async def _suspended(ctx: RequestContext, cmd: RemotingCommand, req: PullRequest) -> None:
-    front = ctx.front
-    loop = front.loop
+    services = ctx.services
+    loop = services.loop
     deadline = loop.time() + req.suspend_ms / 1000
-    front.suspended += 1
+    services.suspended += 1
     try:
         while True:
             woken = loop.create_future()
@@ -244,60 +243,24 @@ async def _suspended(ctx: RequestContext, cmd: RemotingCommand, req: PullRequest
                     fut.set_result(None)
 
             ctx.wakers.add(wake)
-            remove = front.waiters.add(req.lmq, wake)
+            remove = services.waiters.add(req.lmq, wake)
             # Checked after the listener is in place: an append between the first
             # read and now is not missed.
-            answer = read(front, req)
+            answer = read(services, req)
             if answer is None and not ctx.closed:
                 try:
                     async with asyncio.timeout(max(0.0, deadline - loop.time())):
                         await woken
                 except TimeoutError:
                     pass
-                answer = read(front, req)
+                answer = read(services, req)
             remove()
             ctx.wakers.discard(wake)
             if answer is not None:
                 ctx.reply(cmd, answer)
                 return
-            if ctx.closed or front.stopping or loop.time() >= deadline:
-                ctx.reply(cmd, _not_found(front, req))
+            if ctx.closed or services.stopping or loop.time() >= deadline:
+                ctx.reply(cmd, _not_found(services, req))
                 return
     finally:
-        front.suspended -= 1
-
-
-class PullWaiters:
-    """Suspended pulls by LMQ, with ONE store listener per LMQ that has any.
-
-    The listener runs on the store's appending thread and hands over to the loop with
-    ``loop_callback``; on the loop it wakes every pull waiting on that LMQ (each reads
-    again and goes back to waiting if nothing it wants arrived)."""
-
-    def __init__(self, front: RemotingFrontEnd) -> None:
-        self.front = front
-        self._waiting: dict[str, set[Callable[[], None]]] = {}
-        self._remove_listener: dict[str, Callable[[], None]] = {}
-        self._on_append = front.ctx.loop_callback(self._wake)
-
-    def add(self, lmq: str, wake: Callable[[], None]) -> Callable[[], None]:
-        waiting = self._waiting.get(lmq)
-        if waiting is None:
-            waiting = self._waiting[lmq] = set()
-            self._remove_listener[lmq] = self.front.store.add_listener(lmq, self._on_append)
-        waiting.add(wake)
-
-        def remove() -> None:
-            waiting.discard(wake)
-            if not waiting and self._waiting.get(lmq) is waiting:
-                del self._waiting[lmq]
-                self._remove_listener.pop(lmq)()
-
-        return remove
-
-    def _wake(self, lmq: str, _next_offset: int) -> None:
-        for wake in list(self._waiting.get(lmq, ())):
-            wake()
-
-    def count(self) -> int:
-        return sum(len(w) for w in self._waiting.values())
+        services.suspended -= 1

@@ -77,7 +77,7 @@ def query_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     begin = get_int(cmd, "beginTimestamp", 0)
     end = get_int(cmd, "endTimestamp", 0) or None
     unique = get_bool(cmd, "_UNIQUE_KEY_QUERY")
-    ctx.front.check_subscribe(ctx, topic, "-")
+    ctx.services.check_subscribe(ctx, topic, "-")
     store = ctx.services.store
     records = store.find_by_key(topic, key, max_num * 2 if unique else max_num, begin, end)
     host = _store_host(ctx)
@@ -118,7 +118,7 @@ def view_message_by_id(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCom
                      f"can not find message by the offset, {position}")
     topic = get_str(cmd, "topic", "") or None
     name, queue_id, offset = queue_of(record, topic)
-    ctx.front.check_subscribe(ctx, name, "-")
+    ctx.services.check_subscribe(ctx, name, "-")
     out = bytearray()
     encode_record(out, record, topic=name, queue_id=queue_id, queue_offset=offset,
                   store_host=_store_host(ctx))

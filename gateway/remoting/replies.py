@@ -18,7 +18,18 @@ from protocol.remoting import RemotingCommand
 from protocol.remoting.codes import ResponseCode
 from protocol.remoting.command import SERVER_VERSION
 
-__all__ = ["encode_send_ok", "error", "failure", "field_str", "request", "response"]
+__all__ = [
+    "RequestError", "encode_send_ok", "error", "failure", "field_str", "request", "response",
+]
+
+
+class RequestError(Exception):
+    """Answer the request with ``code`` and ``remark`` (the connection stays open)."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
 
 
 def field_str(value: object) -> str:

@@ -45,7 +45,7 @@ def register(table: DispatchTable) -> None:
 
 
 def own_address(ctx: RequestContext) -> str:
-    advertised = ctx.front.advertised_address
+    advertised = ctx.services.advertised_address
     if advertised:
         return advertised
     host, port = ctx.local_address
@@ -61,7 +61,7 @@ def broker_addrs(ctx: RequestContext) -> dict[int, str]:
     (the master is gone or unreachable: pulls go on from the slave, sends have no
     route until a master is back, as when RocketMQ's name server dropped a dead
     master). No group: this gateway as broker 0."""
-    intro = ctx.front.ctx.introspection
+    intro = ctx.services.introspection
     own = own_address(ctx)
     role = intro.replication_role()
     if role == "master":

@@ -13,7 +13,9 @@ Open mode (no users file, loopback): nothing here runs. With a users database:
   topic's MQTT name, see docs/rocketmq.md); consuming ``T`` (pull, offsets of ``T``'s
   queues) needs ``subscribe`` on ``T/#``: the same ACL rules (:mod:`gateway.auth.acl`)
   decide for every protocol. Name-server requests (routes), heartbeats and the client's
-  own bookkeeping need only a valid identity.
+  own bookkeeping need only a valid identity. The checks are
+  :meth:`gateway.remoting.services.RemotingServices.check_publish` and
+  :meth:`~gateway.remoting.services.RemotingServices.check_subscribe`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.auth.authenticator import Refusal, RefusalReason
-from gateway.remoting.dispatch import RequestError
 from gateway.remoting.replies import error
 from protocol.remoting import signature
 from protocol.remoting.codes import ResponseCode
@@ -29,18 +30,15 @@ from protocol.remoting.codes import ResponseCode
 ACCESS_KEY = signature.ACCESS_KEY
 
 if TYPE_CHECKING:
-    from gateway.remoting.dispatch import RequestContext
-    from gateway.remoting.frontend import RemotingFrontEnd
+    from gateway.auth import Authenticator, Principal
     from protocol.remoting import RemotingCommand
 
 
 def authorize(
-    front: RemotingFrontEnd, handler: RequestContext, cmd: RemotingCommand
-) -> RemotingCommand | None:
-    """Set ``handler.principal`` for ``cmd``; an error response when it is refused."""
-    auth = front.ctx.authenticator
-    if auth is None:
-        return None
+    auth: Authenticator, cmd: RemotingCommand, client_id: str, peer_host: str | None
+) -> Principal | RemotingCommand:
+    """Who sends ``cmd``: the principal it is served as, or the error response when it
+    is refused."""
     fields = cmd.ext_fields
     access_key = fields.get(ACCESS_KEY)
 
@@ -48,7 +46,7 @@ def authorize(
         return signature.verify(fields, cmd.body, secret_key, version=cmd.version)
 
     result = auth.authenticate_signature(
-        access_key, verify, client_id=handler.client_id, peer_host=handler.conn.peer_host)
+        access_key, verify, client_id=client_id, peer_host=peer_host)
     if isinstance(result, Refusal):
         if not access_key:
             remark = "this gateway requires signed requests (AccessKey and Signature)"
@@ -57,24 +55,4 @@ def authorize(
         else:
             remark = f"the signature of access key {access_key} does not verify"
         return error(ResponseCode.NO_PERMISSION, remark)
-    handler.principal = result
-    return None
-
-
-def check_publish(front: RemotingFrontEnd, handler: RequestContext, topic: str) -> None:
-    auth = front.ctx.authenticator
-    if auth is not None and not auth.can_publish(handler.principal, handler.client_id, topic):
-        raise RequestError(
-            ResponseCode.NO_PERMISSION, f"no permission to send to topic {topic}")
-
-
-def check_subscribe(
-    front: RemotingFrontEnd, handler: RequestContext, topic: str, group: str
-) -> None:
-    auth = front.ctx.authenticator
-    if auth is not None and not auth.can_subscribe(
-        handler.principal, handler.client_id, f"{topic}/#"
-    ):
-        raise RequestError(
-            ResponseCode.NO_PERMISSION,
-            f"no permission to consume topic {topic} as group {group}")
+    return result

@@ -170,7 +170,7 @@ def writable_topic(ctx: RequestContext, topic: str) -> TopicConfig:
 
 def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand | None:
     header = SendHeader(cmd)
-    front = ctx.front
+    services = ctx.services
     topic = header.topic
     producer = ctx.services.producer
     config = producer.resolve(topic, ctx.principal, ctx.client_id)
@@ -181,7 +181,7 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
         if found is not None:
             position, stored_queue, stored_offset = found
             if not props.keys().isdisjoint(COPY_PROPERTIES):
-                ctx.front.copies_duplicate += 1
+                ctx.services.copies_duplicate += 1
                 ctx.reply(cmd, _copies_reply(ctx, [], queue_id, duplicates=1, loops=0))
                 return None
             ctx.reply_send_ok(cmd, ctx.msg_id(position), stored_queue, stored_offset)
@@ -196,10 +196,10 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
         kind = message_type(props, header.sys_flag)
         check_type(config, kind)
     body = cmd.body
-    if len(body) > front.max_body:
+    if len(body) > services.max_body:
         raise RequestError(
             ResponseCode.MESSAGE_ILLEGAL,
-            f"the message body size {len(body)} exceeds the maximum {front.max_body}")
+            f"the message body size {len(body)} exceeds the maximum {services.max_body}")
     message = to_store_message(
         topic, body, header.properties, props,
         origin=header.producer_group, born_ms=header.born_ms, sys_flag=header.sys_flag,
@@ -212,13 +212,13 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
         if result is None:
             ctx.reply(cmd, failure(exc or RuntimeError("append failed")))
             return
-        front.sent += 1
+        services.sent += 1
         ctx.conn.messages_in += 1
         ctx.reply_send_ok(cmd, ctx.msg_id(result.position), queue_id, result.offsets[0])
 
     producer.send_callback(message, lmqs, done)
     if producer.lagging:
-        front.throttle(ctx)
+        services.throttle(ctx)
     return None
 
 
@@ -228,16 +228,16 @@ def _send_copy(
 ) -> RemotingCommand | None:
     """A copy (gateway.remoting.origins): stored as a plain message whatever its type
     properties say (its source already applied them), through the idempotent append."""
-    front = ctx.front
-    copy = copy_of(props, front.cluster_id)
+    services = ctx.services
+    copy = copy_of(props, services.cluster_id)
     assert copy is not None
     if copy.loop:
-        front.copies_looped += 1
+        services.copies_looped += 1
         return _copies_reply(ctx, [], queue_id, duplicates=0, loops=1)
-    if len(cmd.body) > front.max_body:
+    if len(cmd.body) > services.max_body:
         raise RequestError(
             ResponseCode.MESSAGE_ILLEGAL,
-            f"the message body size {len(cmd.body)} exceeds the maximum {front.max_body}")
+            f"the message body size {len(cmd.body)} exceeds the maximum {services.max_body}")
     message = to_store_message(
         header.topic, cmd.body, header.properties, props,
         origin=header.producer_group, born_ms=header.born_ms, sys_flag=header.sys_flag,
@@ -257,17 +257,17 @@ async def _store_copies(
     once durable: ``msgId`` and ``queueOffset`` name the copies stored, ``lmqDuplicates``
     and ``lmqLoops`` count those dropped (module doc of gateway.remoting.origins; the
     ``deduplicated`` ones were dropped before, by gateway.remoting.dedup)."""
-    front = ctx.front
+    services = ctx.services
     try:
         results = await ctx.services.producer.send_copies(items)
         stored = [r for r in results if r is not None]
     except Exception as exc:
         log.info("remoting copy refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
-    front.sent += len(stored)
+    services.sent += len(stored)
     ctx.conn.messages_in += len(stored)
     duplicates = len(results) - len(stored) + deduplicated
-    front.copies_duplicate += duplicates
+    services.copies_duplicate += duplicates
     return _copies_reply(ctx, stored, queue_id, duplicates, loops)
 
 
@@ -340,7 +340,7 @@ async def _send_now(
         result = await ctx.services.producer.send(message, lmqs)
     except Exception as exc:
         return failure(exc)
-    ctx.front.sent += 1
+    ctx.services.sent += 1
     ctx.conn.messages_in += 1
     return response(fields={"msgId": ctx.msg_id(result.position), "queueId": queue_id,
                             "queueOffset": result.offsets[0]})
@@ -351,13 +351,13 @@ async def _send_delayed(
 ) -> RemotingCommand:
     """Store delayed messages in one append (all or none), answered once durable; the
     timer firing is armed at the earliest due time."""
-    front = ctx.front
+    services = ctx.services
     try:
         results = await ctx.services.producer.send_delayed(items)
     except Exception as exc:
         log.info("remoting delayed send refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
-    front.sent += len(results)
+    services.sent += len(results)
     ctx.conn.messages_in += len(results)
     return response(fields={
         "msgId": ",".join(ctx.msg_id(r.position) for r in results),
@@ -368,7 +368,7 @@ async def _send_delayed(
 
 async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand:
     header = SendHeader(cmd)
-    front = ctx.front
+    services = ctx.services
     producer = ctx.services.producer
     config = producer.resolve(header.topic, ctx.principal, ctx.client_id)
     queue_id = client_queue(config, header.queue_id)
@@ -378,7 +378,7 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
     if not entries:
         raise RequestError(ResponseCode.MESSAGE_ILLEGAL, "the batch holds no message")
-    max_body = front.max_body
+    max_body = services.max_body
     items: list[tuple[Message, list[str]]] = []
     dues: list[int | None] = []
     #: batch index -> the msgId of a copy already stored (gateway.remoting.dedup)
@@ -408,7 +408,7 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
         copy = None
         if not props.keys().isdisjoint(COPY_PROPERTIES):
             try:
-                copy = copy_of(props, front.cluster_id)
+                copy = copy_of(props, services.cluster_id)
             except RequestError as exc:
                 raise RequestError(
                     exc.code, f"message {index} of the batch: {exc.remark}") from None
@@ -445,9 +445,9 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
         items.append(
             (message, producer.lmqs(header.topic, queue_id, props.get(MQTT_SECOND_TOPIC, ""))))
     if copies or loops or copies_dropped:
-        front.copies_looped += loops
+        services.copies_looped += loops
         if not items:
-            front.copies_duplicate += len(already)
+            services.copies_duplicate += len(already)
             return _copies_reply(ctx, [], queue_id, duplicates=len(already), loops=loops)
         if any(due is not None for due in dues):
             raise RequestError(
@@ -468,8 +468,8 @@ async def send_batch_message(ctx: RequestContext, cmd: RemotingCommand) -> Remot
         log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
     if producer.lagging:
-        front.throttle(ctx)
-    front.sent += len(results)
+        services.throttle(ctx)
+    services.sent += len(results)
     ctx.conn.messages_in += len(results)
     return response(fields={
         "msgId": ",".join(ctx.msg_id(r.position) for r in results),
@@ -499,7 +499,7 @@ async def _send_deduplicated(
         except Exception as exc:
             log.info("remoting batch refused: %s", exc, extra=ctx.conn.log_fields())
             return failure(exc)
-        ctx.front.sent += len(results)
+        ctx.services.sent += len(results)
         ctx.conn.messages_in += len(results)
         ids = [ctx.msg_id(r.position) for r in results]
         if 0 not in already:

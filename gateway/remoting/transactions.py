@@ -56,11 +56,14 @@ from protocol.remoting.codes import RequestCode, ResponseCode, SysFlag
 
 if TYPE_CHECKING:
     from broker_core import Message, PendingTransaction, Record
-    from gateway.remoting.frontend import RemotingFrontEnd
+    from gateway.remoting.services import RemotingServices
     from gateway.rocketmq.transaction_checks import CheckSender
     from protocol.remoting import RemotingCommand
 
 log = logging.getLogger(__name__)
+
+#: The key this front end's check-back sender is registered under (its name).
+FRONT_END = "remoting"
 
 #: commitOrRollback values (``MessageSysFlag``): the transaction type bits.
 NOT_TYPE = 0
@@ -74,12 +77,12 @@ def register(table: DispatchTable) -> None:
     table.on_stop.append(_stop)
 
 
-def _start(front: RemotingFrontEnd) -> None:
-    front.ctx.rocketmq.transactions.register(front.name, check_sender(front))
+def _start(services: RemotingServices) -> None:
+    services.transactions.register(FRONT_END, check_sender(services))
 
 
-def _stop(front: RemotingFrontEnd) -> None:
-    front.ctx.rocketmq.transactions.unregister(front.name)
+def _stop(services: RemotingServices) -> None:
+    services.transactions.unregister(FRONT_END)
 
 
 def committed_sys_flag(sys_flag: int) -> int:
@@ -97,7 +100,7 @@ async def send_half(
     except Exception as exc:
         log.info("remoting transactional send refused: %s", exc, extra=ctx.conn.log_fields())
         return failure(exc)
-    ctx.front.sent += 1
+    ctx.services.sent += 1
     ctx.conn.messages_in += 1
     return response(fields={
         "msgId": ctx.msg_id(result.position),
@@ -133,11 +136,11 @@ async def end_transaction(ctx: RequestContext, cmd: RemotingCommand) -> Remoting
     return response()
 
 
-def check_sender(front: RemotingFrontEnd) -> CheckSender:
+def check_sender(services: RemotingServices) -> CheckSender:
     """CHECK_TRANSACTION_STATE to one connected producer of the half's group."""
 
     def send(txn: PendingTransaction, record: Record) -> bool:
-        channels = [c for c in front.consumers.producer_channels(txn.group) if not c.closed]
+        channels = [c for c in services.consumers.producer_channels(txn.group) if not c.closed]
         if not channels:
             return False
         channel = random.choice(channels)

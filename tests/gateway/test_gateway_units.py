@@ -52,6 +52,9 @@ def test_metrics_text_format():
     c = reg.counter("lmq_test_total", "A test\ncounter", ("kind",))
     c.inc(kind='a"b\\c')
     c.inc(2, kind="plain")
+    c.inc_values("plain")  # the same series by its label values
+    with pytest.raises(ValueError):
+        c.inc_values("plain", "extra")
     g = reg.gauge("lmq_test_gauge", "A gauge")
     g.set(1.5)
     reg.on_collect(lambda: g.inc())
@@ -66,7 +69,7 @@ def test_metrics_text_format():
     assert text.endswith("\n")
     assert "# HELP lmq_test_total A test\\ncounter\n# TYPE lmq_test_total counter\n" in text
     assert 'lmq_test_total{kind="a\\"b\\\\c"} 1\n' in text
-    assert 'lmq_test_total{kind="plain"} 2\n' in text
+    assert 'lmq_test_total{kind="plain"} 3\n' in text
     assert "# TYPE lmq_test_gauge gauge\nlmq_test_gauge 2.5\n" in text
 
 

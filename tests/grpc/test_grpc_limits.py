@@ -21,7 +21,7 @@ async def test_receive_slots_per_client(tmp_path: Path) -> None:
         grpc_port=0, grpc_max_receives_per_client=2, shutdown_timeout=2.0))
     await asyncio.wait_for(gateway.start(), 10)
     try:
-        front: Any = gateway.front_ends["grpc"]
+        front: Any = gateway.front_ends["grpc"].services
 
         def call(client_id: str) -> Call:
             return Call(front, "ReceiveMessage", context=None, client_id=client_id)  # type: ignore[arg-type]

@@ -16,7 +16,7 @@ from rocketmq.grpc_protocol import service_pb2
 from gateway.config import AUTO
 from gateway.grpc import receipts, receive
 from gateway.grpc.call import Call
-from gateway.grpc.receipts import consume_state, parse_handle
+from gateway.grpc.receipts import parse_handle
 from protocol.grpc import Code
 from tests.gateway.remoting.remoting_support import port_of, running_gateway
 from tests.grpc.grpc_core_support import resource
@@ -39,7 +39,7 @@ async def test_auto_renew_keeps_messages_invisible_until_acked(
             assert len(got) == 2
             # the gateway's default invisible time, not one the consumer chose
             assert {m.system_properties.invisible_duration.seconds for m in got} == {60}
-            renewer = consume_state(gw.front_ends["grpc"]).renewer
+            renewer = gw.front_ends["grpc"].services.consume.renewer
             assert len(renewer) == 2
             before = {m.system_properties.receipt_handle: parse_handle(
                 m.system_properties.receipt_handle, "g-push", "push").visible_at
@@ -69,7 +69,7 @@ async def test_stream_closed_early_makes_messages_visible_again(tmp_path: Path) 
             assert store is not None
             for i in range(3):
                 await send(g, message("early", b"%d" % i))
-            front = gw.front_ends["grpc"]
+            front = gw.front_ends["grpc"].services
             req = service_pb2.ReceiveMessageRequest(
                 group=resource("g-early"),
                 message_queue=pb.MessageQueue(topic=resource("early")),

@@ -110,13 +110,13 @@ async def test_client_cancel_ends_the_call_on_the_server(tmp_path: Path) -> None
                 receive(g, "g-cancel", "cancel", poll=15, timeout=20, call=calls)
             )
             async with asyncio.timeout(BOUND):  # the gateway holds the long poll
-                while front.receives.get(g.client_id) != 1:
+                while front.services.receives.get(g.client_id) != 1:
                     await asyncio.sleep(0.02)
             calls[0].cancel()  # RST_STREAM CANCEL
             with pytest.raises((asyncio.CancelledError, grpc.aio.AioRpcError)):
                 await waiting
             async with asyncio.timeout(BOUND):  # the call's task ended: slot and stream
-                while front.receives or front.open_streams:
+                while front.services.receives or front.open_streams:
                     await asyncio.sleep(0.02)
             # the cancelled poll took nothing: the next message goes to the next receive
             await send(g, message("cancel", b"after"))

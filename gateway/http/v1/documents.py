@@ -156,8 +156,10 @@ CHALLENGE = [("WWW-Authenticate", 'Basic realm="lmq-gateway", charset="UTF-8"')]
 
 def half_group(message: Message) -> str | None:
     """The producer group of a transactional message (None for any other)."""
-    props = decode_properties(message.properties[PROPS].decode()) if message.properties and (
-        PROPS in message.properties) else {}
+    raw = message.properties.get(PROPS) if message.properties else None
+    if raw is None or b"TRAN_MSG" not in raw:
+        return None  # (the common case: no decoding)
+    props = decode_properties(raw.decode())
     return props.get("PGROUP") if props.get("TRAN_MSG") == "true" else None
 
 

@@ -226,3 +226,30 @@ async def test_target_does_not_publish_the_runners_heartbeats(mosquitto: int) ->
     await target.close()
     assert [m.payload for m in await asyncio.to_thread(sub.get_n, 2)] == [b"1", b"2"]
     assert sub.nothing_more(0.3)
+
+
+def test_a_peer_whose_port_was_taken_starts_on_new_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``free_port`` only finds a port free a moment before the broker binds it; a
+    parallel test may take it in between (RabbitMQ's MQTT listener lost its port so in
+    one CI run). The fresh start is retried on new ports, when the broker's log says so."""
+    import socket
+
+    import bench.peers
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))  # bound, not listening: nothing answers the readiness probe
+    ports = [taken.getsockname()[1]]
+    real = bench.peers.free_port
+    monkeypatch.setattr(bench.peers, "free_port", lambda: ports.pop() if ports else real())
+    broker = Mosquitto(tmp_path)
+    if broker.available():
+        pytest.skip(str(broker.available()))
+    try:
+        with running(broker):
+            assert broker.mqtt_port != taken.getsockname()[1]
+            Paho(broker.mqtt_port or 0, "probe").disconnect()
+            assert "address already in use" in broker.log_path.read_text().lower()
+    finally:
+        taken.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.http.messages import Request, Response
-from gateway.http.routes import Router
+from gateway.http.routes import MATCH_CACHE, Match, Router
 
 
 async def ok(_request: Request) -> Response:
@@ -44,3 +44,21 @@ def test_bad_patterns_are_refused():
         r.add("GET", "v1", ok)
     with pytest.raises(ValueError):
         r.add("GET", "/{a...}/b", ok)
+
+
+def test_remembered_matches_follow_new_routes_and_stay_bounded():
+    r = Router()
+    r.add("POST", "/topics/{topic}/messages", ok)
+    first = r.match("POST", "/topics/t/messages")
+    assert first is not None and r.match("POST", "/topics/t/messages") == first
+    assert r.match("GET", "/topics/t/messages") == Match(None, {}, ("POST",),
+                                                          "/topics/{topic}/messages")
+    r.add("GET", "/topics/{topic}/messages", other)  # a route added later is found
+    again = r.match("GET", "/topics/t/messages")
+    assert again is not None and again.handler is other and again.params == {"topic": "t"}
+    for i in range(MATCH_CACHE + 10):  # more paths than are remembered: answers stay right
+        m = r.match("POST", f"/topics/t{i}/messages")
+        assert m is not None and m.params == {"topic": f"t{i}"}
+    long = "x" * 300  # (not remembered, still answered)
+    assert r.match("POST", f"/topics/{long}/messages").params == {"topic": long}  # type: ignore[union-attr]
+    assert r.match("POST", "/nowhere") is None and r.match("POST", "/nowhere") is None
