@@ -715,15 +715,15 @@ async def test_ack(door: Door) -> None:
     await door.join("plain", group)
     assert (await door.send("plain", [b"one"])).code == door.codes["ok"]
     [handle] = await door.receive("plain", group, 30)
-    assert store.inflight_count(group) == 1
+    assert store.pop.inflight_count(group) == 1
     acked = await door.ack("plain", group, handle)
     assert acked.code == door.codes["ok"], acked
-    assert store.inflight_count(group) == 0
+    assert store.pop.inflight_count(group) == 0
     again = await door.ack("plain", group, handle)
     assert again.code == door.codes["ack_gone"], again
     forged = await door.ack("plain", group, FORGED)
     assert forged.code == door.codes["bad_handle"], forged
-    assert store.inflight_count(group) == 0
+    assert store.pop.inflight_count(group) == 0
 
 
 async def test_change_invisibility(door: Door) -> None:
@@ -744,7 +744,7 @@ async def test_change_invisibility(door: Door) -> None:
     [back] = await door.receive("plain", group, 30)
     acked = await door.ack("plain", group, back)
     assert acked.code == door.codes["ok"], acked
-    assert store.inflight_count(group) == 0
+    assert store.pop.inflight_count(group) == 0
 
 
 async def test_every_send_counts_for_back_pressure(gateway: Gateway) -> None:
