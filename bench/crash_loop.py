@@ -175,8 +175,6 @@ def check(data_dir: Path, acked: list[Ack], floor: dict[str, int], figures: Figu
     """Open the store after a kill (timed) and check every promise; update ``floor``
     (each LMQ's max offset after this restart)."""
     from broker_core import MessageStore
-    from broker_core.recovery import verify
-
     started = time.perf_counter()
     store = MessageStore.open(data_dir, _config())
     figures.recovery_s.append(time.perf_counter() - started)
@@ -217,7 +215,7 @@ def check(data_dir: Path, acked: list[Ack], floor: dict[str, int], figures: Figu
                     f" {floor.get(name, 0)}, highest acknowledged {highest.get(name, -1)}"
                 )
             floor[name] = max(floor.get(name, 0), now)
-        report = verify(store)
+        report = store.verify()
         if not report.ok:
             figures.verify_failures += 1
             figures.problems.extend(f"verify: {p}" for p in report.problems)

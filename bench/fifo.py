@@ -67,9 +67,9 @@ def _run(mode: str, groups: int, per_group: int, backlog: int) -> tuple[float, i
         started = time.perf_counter()
         while done < target:
             if mode == "plain":
-                got = s.pop("c", "q", 32, 3_600_000)
+                got = s.pop.pop("c", "q", 32, 3_600_000)
             else:
-                got = s.pop_fifo("c", "q", 32, 3_600_000, KEY)
+                got = s.pop.pop_fifo("c", "q", 32, 3_600_000, KEY)
             if not got:
                 raise RuntimeError(f"{mode}: nothing to pop after {done} of {target}")
             acks = []
@@ -80,7 +80,7 @@ def _run(mode: str, groups: int, per_group: int, backlog: int) -> tuple[float, i
                 else:
                     done += 1
                 acks.append(p.receipt)
-            s.ack_many(acks)
+            s.pop.ack_many(acks)
         elapsed = time.perf_counter() - started
         parked = sum(1 for _ in s.state.fifo_parked())
         s.close()

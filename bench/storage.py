@@ -128,11 +128,11 @@ def bench_pull_pop(tmp: Path, count: int) -> tuple[float, float]:
         start = time.perf_counter()
         n = 0
         while True:
-            popped = s.pop("g", "q", 32, 60_000)
+            popped = s.pop.pop("g", "q", 32, 60_000)
             if not popped:
                 break
             for p in popped:
-                s.ack(p.receipt)
+                s.pop.ack(p.receipt)
             n += len(popped)
         pop_rate = n / (time.perf_counter() - start)
     shutil.rmtree(d)
@@ -224,10 +224,8 @@ def bench_recovery(tmp: Path, records: int) -> dict[str, float]:
         reopen = time.perf_counter() - start
         replayed = s.recovery.replayed_records
         assert s.lmq("all").messages == records
-        from broker_core.recovery import rebuild_index
-
         start = time.perf_counter()
-        rebuild_index(s)
+        s.rebuild_index()
         rebuild = time.perf_counter() - start
     shutil.rmtree(d)
     return {

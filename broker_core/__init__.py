@@ -12,8 +12,9 @@ from broker_core.errors import (
     UnknownLmq,
     UnknownReceipt,
 )
+from broker_core.fifo import BlockedGroup
 from broker_core.origins import OriginTable
-from broker_core.pop import PoppedMessage
+from broker_core.pop import PopConsumer, PoppedMessage
 from broker_core.record import Message, Protocol, Record, RecordType
 from broker_core.recovery import VerifyReport
 from broker_core.store import AppendResult, LmqInfo, MessageStore, PullResult, StoredMessage
@@ -22,6 +23,7 @@ from broker_core.transactions import EndResult, Outcome, PendingTransaction, Tra
 
 __all__ = [
     "AppendResult",
+    "BlockedGroup",
     "CorruptRecord",
     "DelayTooLong",
     "Durability",
@@ -34,6 +36,7 @@ __all__ = [
     "OriginTable",
     "Outcome",
     "PendingTransaction",
+    "PopConsumer",
     "PoppedMessage",
     "Protocol",
     "PullResult",

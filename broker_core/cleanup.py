@@ -10,7 +10,7 @@
   end (:meth:`broker_core.timers.Timers.relocate_locked`, a page per pass), fsynced
   before the segment goes.
   Its ``next_offset`` never moves: cleaning never resets a live LMQ's offsets.
-- **LMQ removal** (``remove_lmqs``; the idle TTL and ``lmq topics clean`` use it) first
+- **LMQ removal** (``MessageStore.remove_lmqs``; the idle TTL and ``lmq topics clean`` use it) first
   appends an LMQ-removal control record to the log, so a replay removes the same LMQs at
   the same point, then range-deletes the LMQ's index entries and metadata and its
   consumer offsets, retry and in-flight pop records.
@@ -27,7 +27,6 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from broker_core import clock
 from broker_core.dispatch import Dispatcher
@@ -37,9 +36,6 @@ from broker_core.parts import StoreParts
 from broker_core.pop import PopConsumer
 from broker_core.record import Message, RecordType
 from broker_core.results import LmqInfo
-
-if TYPE_CHECKING:
-    from broker_core.store import MessageStore
 
 _TRIM_CHUNK = 512
 _REMOVE_CHUNK = 256
@@ -52,11 +48,6 @@ class RetentionReport:
     log_min_position: int = 0
     entries_removed: int = 0
     timers_relocated: int = 0
-
-
-def apply_retention(store: MessageStore, now_ms: int | None = None) -> RetentionReport:
-    """Retention of ``store`` (:meth:`MessageStore.apply_retention`)."""
-    return store.apply_retention(now_ms)
 
 
 def retain(parts: StoreParts, now_ms: int | None = None) -> RetentionReport:
@@ -175,16 +166,6 @@ class RemovalReport:
     names: list[str] = field(default_factory=list)
 
 
-def remove_lmqs(
-    store: MessageStore,
-    names: Iterable[str],
-    progress: Callable[[int], None] | None = None,
-) -> RemovalReport:
-    """Remove LMQs: their entries, metadata, consumer offsets and pop state. Unknown
-    names are ignored. ``progress(n)`` is called after each chunk of ``n`` removals."""
-    return store.remove_lmqs(names, progress)
-
-
 def remove(
     parts: StoreParts,
     dispatcher: Dispatcher,
@@ -193,8 +174,10 @@ def remove(
     names: Iterable[str],
     progress: Callable[[int], None] | None = None,
 ) -> RemovalReport:
-    """:func:`remove_lmqs` on the parts of an open store. ``lookup`` is the store's
-    LMQ lookup (unknown names are skipped); ``pop`` forgets removed in-flight records."""
+    """Remove LMQs (:meth:`MessageStore.remove_lmqs`): their entries, metadata, consumer
+    offsets and pop state, on the parts of an open store. ``lookup`` is the store's LMQ
+    lookup (unknown names are skipped); ``pop`` forgets removed in-flight records;
+    ``progress(n)`` is called after each chunk of ``n`` removals."""
     report = RemovalReport()
     chunk: list[str] = []
 
@@ -246,17 +229,11 @@ def _remove_chunk(
     report.names.extend(names)
 
 
-def idle_lmqs(
-    store: MessageStore, idle_ms: int, now_ms: int | None = None, prefix: str = ""
-) -> list[LmqInfo]:
-    """LMQs with no write and no offset commit for ``idle_ms`` and nobody listening."""
-    return store.idle_lmqs(idle_ms, now_ms, prefix)
-
-
 def idle(
     infos: Iterable[LmqInfo], listeners: Listeners, idle_ms: int, now_ms: int | None = None
 ) -> list[LmqInfo]:
-    """Those of ``infos`` idle for ``idle_ms`` (see :func:`idle_lmqs`)."""
+    """Those of ``infos`` with no write and no offset commit for ``idle_ms`` and nobody
+    listening (:meth:`MessageStore.idle_lmqs`)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     cutoff = now - idle_ms
     return [
@@ -265,11 +242,3 @@ def idle(
         if max(info.last_write_ms, info.touched_ms, info.created_ms) < cutoff
         and not listeners.has(info.name)
     ]
-
-
-def expire_idle_lmqs(store: MessageStore, now_ms: int | None = None) -> RemovalReport:
-    """The idle TTL (``lmq_ttl_ms``): remove every LMQ idle for longer."""
-    if store.config.lmq_ttl_ms <= 0:
-        return RemovalReport()
-    doomed = store.idle_lmqs(store.config.lmq_ttl_ms, now_ms)
-    return store.remove_lmqs([i.name for i in doomed])

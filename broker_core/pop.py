@@ -54,8 +54,8 @@ from broker_core.consumer_state import (
     StateBatch,
     fresh_prefix,
 )
-from broker_core.errors import UnknownLmq, UnknownReceipt
-from broker_core.fifo import BlockedGroup, FifoTable, Head, Lane
+from broker_core.errors import StoreError, UnknownLmq, UnknownReceipt
+from broker_core.fifo import BlockedGroup, FifoTable, Head, Lane, blocked_in
 from broker_core.fifo_pop import FifoPop
 from broker_core.inflight import DurableInflight, FreshTable, Hit, MemoryInflight, Settled
 from broker_core.locks import StoreLocks
@@ -86,7 +86,11 @@ Appender = Callable[[Message, Sequence[str]], AppendResult]
 class PopConsumer:
     """Pop, ack, change-invisible-time and revive over the state RocksDB. Handed the
     consumer state, a reader of LMQs, an appender (for dead letters), the store's locks
-    and its configuration."""
+    and its configuration, and ``replica``: whether the store is a slave of a broker
+    group now (its master revives; the pop state arrives replicated).
+
+    The store exposes it as ``store.pop`` (as RocketMQ's message store exposes its timer
+    store): front ends call these methods there."""
 
     def __init__(
         self,
@@ -95,8 +99,10 @@ class PopConsumer:
         append: Appender,
         locks: StoreLocks,
         config: StoreConfig,
+        replica: Callable[[], bool] = lambda: False,
     ) -> None:
         self.state = state
+        self.replica = replica
         self.reader = reader
         self.append = append
         self.locks = locks
@@ -218,7 +224,9 @@ class PopConsumer:
         """Pop up to ``max_messages`` of ``lmq`` for ``group``: first the ones that came
         back unacked, then new ones from the group's offset (the LMQ's minimum for a
         group that never popped it). Each is invisible until ``now + invisible_ms``
-        (``now`` defaults to the clock)."""
+        (``now``: wall-clock ms, default the store's clock; a front end that pops several
+        LMQs for one request passes one time to all, so their receipts share one visible
+        time)."""
         if invisible_ms <= 0:
             raise ValueError("invisible_ms must be positive")
         with self.locks.pop:
@@ -276,12 +284,41 @@ class PopConsumer:
         return self.fifo_pop.ready(group, lmq, now)
 
     def blocked_groups(self, group: str | None = None) -> list[BlockedGroup]:
+        """FIFO message groups whose head was delivered more than once or waits for its
+        retry: since when, how often, how many wait behind it. Works on a read-only
+        store too (from the durable records: ``lmq groups show`` beside a gateway)."""
+        if self.locks.read_only:
+            found = blocked_in(self.state, group)
+            return sorted(found, key=lambda b: (b.since_ms, b.group, b.lmq, b.message_group))
         return self.fifo_pop.blocked(group)
 
     def release_message_group(self, group: str, lmq: str, message_group: str,
                               dead_letter_lmq: str | None = None) -> int | None:
-        """See :meth:`broker_core.fifo_pop.FifoPop.release`."""
+        """Release a blocked FIFO message group: its head goes to ``dead_letter_lmq``
+        (default ``group``'s dead-letter LMQ) and the group moves on. Returns the head's
+        offset (None: no such group). See :meth:`broker_core.fifo_pop.FifoPop.release`."""
+        if self.locks.read_only:
+            raise StoreError("the store was opened read-only")
         return self.fifo_pop.release(group, lmq, message_group, dead_letter_lmq)
+
+    def count_retries(self, group: str, lmq: str) -> int:
+        """Messages of ``lmq`` popped by ``group`` that came back unacked and wait to be
+        popped again."""
+        return self.state.count_retries(lmq, group)
+
+    @staticmethod
+    def receipt(group: str, lmq: str, offset: int, visible_at: int) -> str:
+        """The receipt handle :meth:`pop` gave ``group`` for ``offset`` of ``lmq`` when
+        its invisible time ends at ``visible_at`` (epoch ms). A protocol whose own
+        receipts carry these fields (RocketMQ's pop ExtraInfo) rebuilds the store's
+        handle from them instead of keeping a table."""
+        return encode_receipt(InflightKey(visible_at, group, lmq, offset))
+
+    @staticmethod
+    def receipt_visible_at(receipt: str) -> int:
+        """When the message of ``receipt`` becomes visible again (epoch ms);
+        :class:`~broker_core.errors.UnknownReceipt` if it is not a receipt handle."""
+        return decode_receipt(receipt).visible_at
 
     def _fifo_back(self, lane: Lane, head: Head, item: Inflight, now: int, at: int,
                    batch: StateBatch, woken: set[str]) -> None:
@@ -495,13 +532,19 @@ class PopConsumer:
 
     def revive(self, now: int | None = None) -> int:
         """Make every message whose invisible time ran out visible again (or dead-letter
-        it). Returns how many were revived or dead-lettered."""
+        it). Returns how many were revived or dead-lettered (none on a slave of a broker
+        group: its master revives)."""
+        if self.replica():
+            return 0
         with self.locks.pop:
             self.locks.check_open()
             return self.revive_locked(now_ms() if now is None else now)
 
     def next_revive_at(self) -> int | None:
-        """When the next in-flight message becomes due (ms), or None."""
+        """When the next in-flight message becomes due (ms), or None (also on a slave of
+        a broker group: its master revives)."""
+        if self.replica():
+            return None
         with self.locks.pop:
             self.load_tables()
             times = [t for t in (self.durable.next_due(), self.memory.next_due(),

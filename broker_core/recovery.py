@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from broker_core.cleanup import trim_index
 from broker_core.clock import tag_hash
@@ -43,9 +42,6 @@ from broker_core.parts import StoreParts
 from broker_core.record import Record, RecordType
 from broker_core.timers import fire_entry_fields
 from broker_core.transactions import control_half
-
-if TYPE_CHECKING:
-    from broker_core.store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -362,14 +358,10 @@ def _reset_index(parts: StoreParts, report: RecoveryReport, reason: str) -> None
     report.rebuild_reason = reason
 
 
-def rebuild_index(store: MessageStore) -> RecoveryReport:
-    """Drop the index and rebuild it from the log alone (``lmq store rebuild-index``).
-    Consumer offsets and pop state are kept: they are keyed by LMQ name."""
-    return store.rebuild_index()
-
-
 def rebuild(parts: StoreParts) -> RecoveryReport:
-    """:func:`rebuild_index` on the parts of an open store; takes both locks."""
+    """Drop the index and rebuild it from the log alone (:meth:`MessageStore.
+    rebuild_index`, ``lmq store rebuild-index``), on the parts of an open store; takes
+    both locks. Consumer offsets and pop state are kept: they are keyed by LMQ name."""
     started = time.perf_counter()
     report = RecoveryReport()
     clog = parts.log
@@ -413,11 +405,6 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def verify(store: MessageStore, check_index: bool = True, max_problems: int = 100) -> VerifyReport:
-    """:func:`verify_log` of a store (open, or open read-only beside a running gateway)."""
-    return verify_log(store.log, store.index, check_index, max_problems)
 
 
 def verify_log(

@@ -10,6 +10,11 @@ with recovery, closing) and the read paths, and hands each job to the part that 
 - :mod:`broker_core.recovery`, :mod:`broker_core.cleanup`, :mod:`broker_core.pop`:
   handed those pieces, never the store.
 
+Parts a feature owns are typed public attributes, used directly (as RocketMQ's message
+store exposes its timer store), not wrapped method by method: ``store.pop``
+(:class:`~broker_core.pop.PopConsumer`), ``store.timers``, ``store.txns``,
+``store.origins``.
+
 Thread safety: every public method may be called from any thread. Appends, LMQ
 creation, retention and removal serialise on the append lock; pop, ack and revive on
 the pop lock (taken before the append lock when both are needed); pulls take no lock.
@@ -32,10 +37,9 @@ from broker_core.clock import now_ms, tag_hash
 from broker_core.commit_log import CommitLog, ScanStop
 from broker_core.config import Durability, StoreConfig
 from broker_core.consume_queue import ConsumeQueueIndex, LmqMeta
-from broker_core.consumer_state import ConsumerState, InflightKey
+from broker_core.consumer_state import ConsumerState
 from broker_core.dispatch import Dispatcher
 from broker_core.errors import MessageTooLarge, StoreClosed, StoreError, UnknownLmq
-from broker_core.fifo import BlockedGroup, blocked_in
 from broker_core.group_commit import Flusher
 from broker_core.key_index import KeyIndex
 from broker_core.listeners import Listener, Listeners
@@ -43,9 +47,8 @@ from broker_core.lmq_table import LmqTable
 from broker_core.locks import StoreLocks
 from broker_core.origins import ORIGIN_PROPERTY, OriginTable, decode_origin, encode_origin
 from broker_core.parts import StoreParts
-from broker_core.pop import PopConsumer, PoppedMessage
+from broker_core.pop import PopConsumer
 from broker_core.reads import Reader
-from broker_core.receipts import decode_receipt, encode_receipt
 from broker_core.record import Message, Record, RecordType, peek_size
 from broker_core.recovery import RecoveryReport
 from broker_core.replication import Replica
@@ -126,7 +129,13 @@ class MessageStore:
         self.flusher: Flusher | None = None
         #: What opening found and repaired (set by :meth:`open`).
         self.recovery: RecoveryReport | None = None
-        self.pop_consumer = PopConsumer(self.state, self, self.append, self.locks, config)
+        #: Pop, ack, change of invisible time, revive and FIFO pop
+        #: (:class:`~broker_core.pop.PopConsumer`; a slave of a broker group does not
+        #: revive: its master's pop state arrives replicated).
+        self.pop: PopConsumer = PopConsumer(
+            self.state, self, self.append, self.locks, config,
+            replica=lambda: self.log.fence is not None,
+        )
         #: A broker group's replication of this store (broker_core.replication); its
         #: fence makes a slave refuse writes. Built by :meth:`open`.
         self.replica: Replica | None = None
@@ -789,118 +798,6 @@ class MessageStore:
                 batch.put_meta(key, value)
         self.state.write(batch, replicated=self.log.fence is not None)
 
-    # -- pop (see broker_core.pop) -----------------------------------------------------
-
-    def pop(
-        self, group: str, lmq: str, max_messages: int, invisible_ms: int,
-        now: int | None = None,
-    ) -> list[PoppedMessage]:
-        """See :meth:`broker_core.pop.PopConsumer.pop`. ``now`` (wall-clock ms, default
-        the store's clock) is the pop time: a front end that pops several LMQs for one
-        request passes one time to all, so their receipts share one visible time."""
-        return self.pop_consumer.pop(group, lmq, max_messages, invisible_ms, now)
-
-    def ack(self, receipt: str) -> None:
-        self.pop_consumer.ack(receipt)
-
-    def ack_many(self, receipts: list[str]) -> None:
-        """Ack receipts in one write; receipts no longer in flight are ignored."""
-        self.pop_consumer.ack_many(receipts)
-
-    @staticmethod
-    def pop_receipt(group: str, lmq: str, offset: int, visible_at: int) -> str:
-        """The receipt handle :meth:`pop` gave ``group`` for ``offset`` of ``lmq`` when
-        its invisible time ends at ``visible_at`` (epoch ms). A protocol whose own
-        receipts carry these fields (RocketMQ's pop ExtraInfo) rebuilds the store's
-        handle from them instead of keeping a table."""
-        return encode_receipt(InflightKey(visible_at, group, lmq, offset))
-
-    @staticmethod
-    def receipt_visible_at(receipt: str) -> int:
-        """When the message of ``receipt`` becomes visible again (epoch ms);
-        :class:`~broker_core.errors.UnknownReceipt` if it is not a receipt handle."""
-        return decode_receipt(receipt).visible_at
-
-    def change_invisible_time(self, receipt: str, invisible_ms: int) -> str:
-        return self.pop_consumer.change_invisible_time(receipt, invisible_ms)
-
-    def requeue_many(self, receipts: list[str]) -> int:
-        """Make the receipts' messages visible again now, in one write (receipts no
-        longer in flight are ignored); listeners are notified."""
-        return self.pop_consumer.requeue_many(receipts)
-
-    def set_memory_inflight(self, group: str, enabled: bool = True) -> None:
-        """Keep ``group``'s first deliveries in memory with one compact durable record
-        per pop (see broker_core.pop). In memory: a front end sets it at start."""
-        self.pop_consumer.set_memory_inflight(group, enabled)
-
-    def revive(self, now: int | None = None) -> int:
-        if self.log.fence is not None:
-            return 0  # a slave: the master's pop state arrives replicated
-        return self.pop_consumer.revive(now)
-
-    def next_revive_at(self) -> int | None:
-        """When the next popped message's invisible time runs out (ms), or None (also
-        on a slave of a broker group: its master revives)."""
-        if self.log.fence is not None:
-            return None
-        return self.pop_consumer.next_revive_at()
-
-    def count_retries(self, group: str, lmq: str) -> int:
-        """Messages of ``lmq`` popped by ``group`` that came back unacked and wait to be
-        popped again."""
-        return self.state.count_retries(lmq, group)
-
-    def inflight_count(self, group: str, lmq: str | None = None) -> int:
-        """Messages popped by ``group`` (of ``lmq``, or of every LMQ) not yet acked."""
-        return self.pop_consumer.inflight_count(group, lmq)
-
-    def release_group(self, group: str) -> int:
-        """Make every message ``group`` holds in flight visible again now (e.g. its
-        consumers are gone after a restart). Returns how many."""
-        return self.pop_consumer.release_group(group)
-
-    def set_max_deliveries(self, group: str, limit: int | None) -> None:
-        """Override ``max_deliveries`` for one pop group (0 = never dead-letter; None =
-        the store's setting). In memory: a front end sets it at start."""
-        self.pop_consumer.set_max_deliveries(group, limit)
-
-    # -- FIFO pop (see broker_core.fifo) ------------------------------------------------
-
-    def pop_fifo(
-        self, group: str, lmq: str, max_messages: int, invisible_ms: int,
-        group_property: str, now: int | None = None,
-    ) -> list[PoppedMessage]:
-        """A pop that keeps each message group's order: a group's next message only
-        after the previous one was acked, other groups flowing (see
-        :meth:`broker_core.pop.PopConsumer.pop_fifo`). Ack, change of invisible time
-        and requeue are the plain pop's, with the same receipts."""
-        return self.pop_consumer.pop_fifo(
-            group, lmq, max_messages, invisible_ms, group_property, now)
-
-    def fifo_ready(self, group: str, lmq: str, now: int | None = None) -> bool:
-        """Whether a FIFO head of ``group`` on ``lmq`` is ready to be delivered again."""
-        return self.pop_consumer.fifo_ready(group, lmq, now)
-
-    def blocked_message_groups(self, group: str | None = None) -> list[BlockedGroup]:
-        """FIFO message groups whose head was delivered more than once or waits for its
-        retry: since when, how often, how many wait behind it. Works on a read-only
-        store too (from the durable records: ``lmq groups show`` beside a gateway)."""
-        if self.read_only:
-            found = blocked_in(self.state, group)
-            return sorted(found, key=lambda b: (b.since_ms, b.group, b.lmq, b.message_group))
-        return self.pop_consumer.blocked_groups(group)
-
-    def release_message_group(self, group: str, lmq: str, message_group: str,
-                              dead_letter_lmq: str | None = None) -> int | None:
-        """Release a blocked FIFO message group: its head goes to ``dead_letter_lmq``
-        (default ``group``'s dead-letter LMQ) and the group moves on. Returns the head's
-        offset (None: no such group)."""
-        if self.read_only:
-            raise StoreError("the store was opened read-only")
-        return self.pop_consumer.release_message_group(
-            group, lmq, message_group, dead_letter_lmq)
-
     # -- housekeeping (see broker_core.cleanup and broker_core.recovery) ---------------
 
     def apply_retention(self, now_ms: int | None = None) -> cleanup.RetentionReport:
@@ -913,7 +810,7 @@ class MessageStore:
         """Remove LMQs: their entries, metadata, offsets and pop state (unknown names are
         ignored); ``progress(n)`` after each chunk of ``n``."""
         return cleanup.remove(
-            self._parts(), self.dispatcher, self.pop_consumer, self.lmq, names, progress
+            self._parts(), self.dispatcher, self.pop, self.lmq, names, progress
         )
 
     def idle_lmqs(
@@ -965,7 +862,7 @@ class MessageStore:
     def _fifo_stats(self) -> dict[str, int]:
         """Blocked FIFO message groups, the messages waiting behind them, and the age
         (ms) of the oldest block (0 if none)."""
-        blocked = self.blocked_message_groups()
+        blocked = self.pop.blocked_groups()
         oldest = min((b.since_ms for b in blocked), default=0)
         return {
             "fifo_blocked_groups": len(blocked),

@@ -80,7 +80,7 @@ def show(data_dir: Path, group: str, as_json: bool) -> None:
     with open_store(data_dir, read_only=True) as store:
         config = GroupRegistry(store, auto_create=False).get(group)
         rows = _progress(store).get(group, [])
-        blocked = [blocked_row(b) for b in store.blocked_message_groups(group)]
+        blocked = [blocked_row(b) for b in store.pop.blocked_groups(group)]
     if config is None and not rows:
         raise click.ClickException(f"no consumer group named {group!r}")
     if as_json:

@@ -26,11 +26,11 @@ def queue_rows(store) -> list[dict]:  # type: ignore[no-untyped-def]
         vhost, _, name = info.name[len(PREFIX):].partition(":")
         offset = store.get_offset(GROUP, info.name) or 0
         ready = max(0, info.max_offset - max(offset, info.min_offset))
-        ready += store.count_retries(GROUP, info.name)
+        ready += store.pop.count_retries(GROUP, info.name)
         rows.append({
             "vhost": vhost, "queue": name, "durable": f"{vhost}\x00{name}" in durable,
-            "ready": ready, "unacked": store.inflight_count(GROUP, info.name), "bytes": info.bytes,
-            "lmq": info.name,
+            "ready": ready, "unacked": store.pop.inflight_count(GROUP, info.name),
+            "bytes": info.bytes, "lmq": info.name,
         })
     return _fold_priority_levels(rows)
 

@@ -21,10 +21,12 @@ publish on ``T/rest`` (or on ``T``), and an AMQP publish to ``amq.topic`` whose 
 key maps to it, also goes to ONE queue of RocketMQ topic ``T`` when ``T`` is a RocketMQ
 topic with write permission: ``rmq:T:q`` with ``q = crc32(full MQTT topic, UTF-8) %
 write_queues`` (:func:`rocketmq_queue_for`), so every message of one device topic lands
-in the same queue, in publish order. Retry and dead-letter topics (``%`` names) are
-never reached this way. An MQTT or AMQP publish never creates a RocketMQ topic: a
-device fleet publishes to millions of first levels, and each would become a topic of N
-LMQs; the operator creates the topics RocketMQ consumers read (``lmq topics create``).
+in the same queue, in publish order. Retry and dead-letter topics (``%`` names) and
+RocketMQ's system topics (``SCHEDULE_TOPIC_XXXX``, ``rmq_sys_*``, ...: a RocketMQ send
+to them is refused too) are never reached this way. An MQTT or AMQP publish never
+creates a RocketMQ topic: a device fleet publishes to millions of first levels, and each
+would become a topic of N LMQs; the operator creates the topics RocketMQ consumers read
+(``lmq topics create``).
 The record's ``topic`` stays the full MQTT name; a RocketMQ reader derives
 ``mqttSecondTopic`` from it.
 
@@ -58,7 +60,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lmq.rocketmq import LMQ_PREFIX as RMQ_PREFIX
-from lmq.rocketmq import Perm, TopicConfig, join_mqtt_topic, parse_queue_lmq, queue_lmq
+from lmq.rocketmq import (
+    Perm,
+    TopicConfig,
+    is_system_topic,
+    join_mqtt_topic,
+    parse_queue_lmq,
+    queue_lmq,
+)
 from lmq.topic_space import amqp_to_mqtt
 from lmq.topic_trie import TopicTrie
 
@@ -224,7 +233,9 @@ class TopicSpace:
             return None
         first = mqtt_topic.partition("/")[0]
         config = lookup(first)
-        if config is None or not config.perm & Perm.WRITE or "%" in first:
+        if config is None or not config.perm & Perm.WRITE or "%" in first or (
+            is_system_topic(first)
+        ):
             return None
         return rocketmq_queue_for(config, mqtt_topic)
 

@@ -33,7 +33,6 @@ import pytest
 
 from broker_core import Durability, Message, MessageStore, StorageFull, StoreConfig
 from broker_core.commit_log import ScanStop
-from broker_core.recovery import verify
 
 CFG = StoreConfig(durability=Durability.SYNC, segment_bytes=128 * 1024, max_message_bytes=16 * 1024)
 NAMES = [f"dev/{i}" for i in range(8)]
@@ -153,7 +152,7 @@ def test_log_disk_full_refuses_damages_nothing_and_resumes(tmp_path):
             rep = s.recovery
             assert rep.truncated_bytes == 0 and rep.replayed_records == 0
             assert_intact(s, acked)
-            assert verify(s).ok
+            assert s.verify().ok
 
 
 def test_file_size_limit_is_storage_full_too(tmp_path):
@@ -162,7 +161,7 @@ def test_file_size_limit_is_storage_full_too(tmp_path):
     assert out["FULL"].startswith("StorageFull"), out
     with MessageStore.open(tmp_path / "data", CFG) as s:
         assert s.recovery.truncated_bytes == 0
-        assert verify(s).ok
+        assert s.verify().ok
 
 
 # -- RocksDB's disk fills (child process) ----------------------------------------------
@@ -223,7 +222,7 @@ def _after_restart(data: Path, acked: list[Acked]) -> None:
     with MessageStore.open(data, CFG) as s:
         assert s.recovery.truncated_bytes == 0  # the failed batch left no partial record
         assert_intact(s, acked)
-        assert verify(s).ok
+        assert s.verify().ok
         # offsets go on from the last acknowledged one: the failed batch used none
         held = [o for a in acked for n, o in a.targets if n == FANOUT[0]]
         (r,) = s.append_batch([(Message(topic="t", body=b"after"), FANOUT)])

@@ -69,8 +69,8 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
             groups: in a worker thread, off the event loop."""
             rows = group_progress(store, name).get(name, [])
             for row in rows:
-                row["in_flight"] = store.inflight_count(name, row["lmq"])
-            return rows, store.inflight_count(name), store.blocked_message_groups(name)
+                row["in_flight"] = store.pop.inflight_count(name, row["lmq"])
+            return rows, store.pop.inflight_count(name), store.pop.blocked_groups(name)
 
         queues, in_flight, blocked_groups = await asyncio.to_thread(read)
         if config is None and not queues:

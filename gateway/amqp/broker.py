@@ -130,7 +130,7 @@ class Broker:
         acks, self._acks = self._acks, []
         if acks:
             try:
-                self.store.ack_many(acks)
+                self.store.pop.ack_many(acks)
             except StoreError as exc:
                 log.warning("acks not recorded: %s", exc, extra={"acks": len(acks)})
 
@@ -423,7 +423,7 @@ class Broker:
             if info is not None:
                 self.store.commit_offset(GROUP, lmq, info.max_offset)
             while True:  # what is left to pop now is the requeued messages
-                popped = self.store.pop(GROUP, lmq, 256, 60_000)
+                popped = self.store.pop.pop(GROUP, lmq, 256, 60_000)
                 if not popped:
                     break
                 for p in popped:

@@ -61,10 +61,10 @@ class AmqpFrontEnd(FrontEnd):
         forget_cached_properties()  # (positions of another store opened before)
         self.broker.load()
         # RabbitMQ requeues without limit; x-delivery-limit is enforced per queue here.
-        self.store.set_max_deliveries(GROUP, 0)
+        self.store.pop.set_max_deliveries(GROUP, 0)
         # Deliveries in flight are tracked in memory, with one compact durable record per
         # pop (broker_core.pop): a crash still redelivers every unacked one.
-        self.store.set_memory_inflight(GROUP)
+        self.store.pop.set_memory_inflight(GROUP)
         if ctx.introspection.replication_role() != "slave":  # a slave's are its master's
             self._requeue_interrupted()
         ctx.topic_space.set_amq_topic_router(self.broker.amq_topic_lmqs)
@@ -89,9 +89,9 @@ class AmqpFrontEnd(FrontEnd):
 
     def _requeue_interrupted(self) -> None:
         """Deliveries unacked when the gateway stopped go back to their queues."""
-        released = self.store.release_group(GROUP)
+        released = self.store.pop.release_group(GROUP)
         if released:
-            self.store.revive()
+            self.store.pop.revive()
             log.info("amqp unacked messages requeued", extra={"messages": released})
 
     def _register_metrics(self) -> None:
@@ -209,9 +209,9 @@ class AmqpFrontEnd(FrontEnd):
     async def _revive_loop(self) -> None:
         """Deliveries unacknowledged past INVISIBLE_MS go back to their queue."""
         while True:
-            due = self.store.next_revive_at()
+            due = self.store.pop.next_revive_at()
             now = self.broker.now_ms()
             wait = 1.0 if due is None else min(1.0, max(0.0, (due - now) / 1000))
             await asyncio.sleep(wait)
             if due is not None and due <= self.broker.now_ms():
-                self.store.revive()
+                self.store.pop.revive()

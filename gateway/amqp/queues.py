@@ -174,7 +174,7 @@ class Queue:
                 continue
             offset = self.store.get_offset(GROUP, lmq) or 0
             start = max(offset, info.min_offset)
-            total += max(0, info.max_offset - start) + self.store.count_retries(GROUP, lmq)
+            total += max(0, info.max_offset - start) + self.store.pop.count_retries(GROUP, lmq)
         return total
 
     def ready_bytes(self, limit: int) -> int:
@@ -196,7 +196,7 @@ class Queue:
         for lmq in reversed(self.lmqs):
             if len(out) >= want:
                 break
-            out.extend(self.store.pop(GROUP, lmq, want - len(out), INVISIBLE_MS))
+            out.extend(self.store.pop.pop(GROUP, lmq, want - len(out), INVISIBLE_MS))
         return out
 
     def pop(self, want: int) -> list[PoppedMessage]:
@@ -205,7 +205,7 @@ class Queue:
         for lmq in self.lmqs:
             if len(out) >= want:
                 break
-            out.extend(self.store.pop(GROUP, lmq, want - len(out), INVISIBLE_MS))
+            out.extend(self.store.pop.pop(GROUP, lmq, want - len(out), INVISIBLE_MS))
         return out
 
     def touch(self) -> None:
@@ -433,7 +433,7 @@ class Queue:
     def requeue(self, receipts: list[str]) -> None:
         if receipts:  # one write; notifies the listener: run() delivers them again
             try:
-                self.store.requeue_many(receipts)
+                self.store.pop.requeue_many(receipts)
             except StoreError as exc:
                 log.warning("requeue not recorded: %s", exc, extra={"queue": self.name})
 
@@ -492,7 +492,7 @@ class Queue:
             if not count:
                 continue
             keep: list[str] = []
-            for p in self.store.pop(GROUP, lmq, count, INVISIBLE_MS):
+            for p in self.store.pop.pop(GROUP, lmq, count, INVISIBLE_MS):
                 if expired(p.message.record, ttl, now):
                     self.discard(p.receipt, p.message.record, "expired")
                 else:  # a requeued message came first; it stays

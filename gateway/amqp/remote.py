@@ -209,7 +209,7 @@ class RemoteConsumers:
         visible = now + invisible_ms
         if visible + STORE_SLACK_MS > held.store_until:
             longer = invisible_ms + 2 * STORE_SLACK_MS
-            held.receipt = self.store.change_invisible_time(held.receipt, longer)
+            held.receipt = self.store.pop.change_invisible_time(held.receipt, longer)
             held.store_until = now + longer
         held.timer = self.loop.call_later(invisible_ms / 1000, self._expired, seq)
         return visible

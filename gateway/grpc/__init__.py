@@ -1,13 +1,18 @@
 """The RocketMQ 5 gRPC front end (``apache.rocketmq.v2.MessagingService``).
 
-- :mod:`.frontend`: :class:`GrpcFrontEnd`, the shared state;
+- :mod:`.frontend`: :class:`GrpcFrontEnd`: builds the services, owns the RPC table,
+  the connections and the metrics;
+- :mod:`.services`: :class:`~.services.GrpcServices`, all RPC code is given
+  (``call.services``: the RocketMQ services, the client registry of :mod:`.registry`,
+  receive slots and state, the events that end long polls, counters); RPC code never
+  imports the front end;
 - :mod:`.server`: the door: one handler per HTTP/2 connection (the dedicated gRPC ports
   and the unified ports) over the sans-IO :mod:`protocol.grpc.server`, one task per
   call;
 - :mod:`.service`: the servicer: one method per RPC, each building a :class:`.call.Call`
   and delegating to the module that serves it;
-- :mod:`.call`: the per-call context (metadata, client id, principal, deadline, ACL
-  checks);
+- :mod:`.call`: the per-call context (the services, metadata, client id, principal,
+  deadline, ACL checks);
 - RPC families: :mod:`.route` (QueryRoute, QueryAssignment), :mod:`.clients`
   (Heartbeat, NotifyClientTermination, Telemetry), :mod:`.send`, :mod:`.receive`,
   :mod:`.ack`, :mod:`.offsets`, :mod:`.transactions`.

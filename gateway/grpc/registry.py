@@ -83,8 +83,11 @@ class ClientRegistry:
 
     def expire(self, now: float) -> list[str]:
         """Forget clients silent for :data:`CLIENT_EXPIRY_S` with no Telemetry stream."""
-        gone = [cid for cid, c in self.clients.items()
-                if c.outbox is None and now - c.last_seen > CLIENT_EXPIRY_S]
+        gone = [
+            cid
+            for cid, c in self.clients.items()
+            if c.outbox is None and now - c.last_seen > CLIENT_EXPIRY_S
+        ]
         for cid in gone:
             del self.clients[cid]
         return gone

@@ -487,7 +487,7 @@ class AliyunHttpApi:
             return (ErrorCode.RECEIPT_HANDLE_ERROR,
                     f"the receipt handle is not one of topic {topic} and consumer {group}")
         try:
-            self.ctx.store.ack(store_receipt(group, handle.topic, handle.queue_id,
+            self.ctx.store.pop.ack(store_receipt(group, handle.topic, handle.queue_id,
                                              handle.offset, handle.visible_at))
         except UnknownReceipt:
             return (ErrorCode.MESSAGE_NOT_EXIST,

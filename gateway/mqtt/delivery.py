@@ -285,7 +285,7 @@ class SharedReader:
         want = PULL_BATCH if self.sub.qos == 0 else min(PULL_BATCH, window)
         if want <= 0:
             return 0
-        popped = store.pop(self.group, self.lmq, want, SHARE_INVISIBLE_MS)
+        popped = store.pop.pop(self.group, self.lmq, want, SHARE_INVISIBLE_MS)
         now = now_ms()
         for p in popped:
             qos = min(p.message.record.qos, self.sub.qos)
@@ -302,7 +302,7 @@ class SharedReader:
                 receipt=p.receipt,
             )
             if pid is None or qos == 0:
-                store.ack(p.receipt)
+                store.pop.ack(p.receipt)
         return len(popped)
 
 

@@ -448,12 +448,12 @@ class MqttFrontEnd(FrontEnd):
         """Shared subscriptions: messages whose invisible time ran out go back to the
         group (the revive notifies the LMQ's listeners, which wakes the members)."""
         while True:
-            due = self.store.next_revive_at()
+            due = self.store.pop.next_revive_at()
             now = self.now_ms()
             wait = 1.0 if due is None else min(1.0, max(0.0, (due - now) / 1000))
             await asyncio.sleep(wait)
             if due is not None and due <= self.now_ms():
-                self.store.revive()
+                self.store.pop.revive()
 
     async def _sys_loop(self) -> None:
         started = time.time()

@@ -302,7 +302,7 @@ class MqttHandler(ConnectionHandler):
 
     def _ack_receipt(self, receipt: str) -> None:
         try:
-            self.front.store.ack(receipt)
+            self.front.store.pop.ack(receipt)
         except Exception as exc:  # revived meanwhile: another member gets it again
             log.debug("shared ack failed: %s", exc)
 

@@ -198,7 +198,7 @@ class Session:
         store = self.front.store
         for receipt in receipts:
             try:
-                store.change_invisible_time(receipt, 0)
+                store.pop.change_invisible_time(receipt, 0)
             except Exception:  # already revived or acked: nothing to give back
                 pass
 

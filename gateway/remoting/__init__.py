@@ -1,9 +1,12 @@
 """The RocketMQ remoting front end (RIP-55): RocketMQ's producers and consumers on LMQs.
 
-- :mod:`.frontend`: :class:`RemotingFrontEnd`, the shared state (topic and group
-  registries, consumer manager, queue locks, long-polling pulls, metrics);
+- :mod:`.frontend`: :class:`RemotingFrontEnd`: builds the services, owns the request
+  table, the connections and the metrics;
 - :mod:`.handler`: one connection (frames in, requests dispatched, replies out);
 - :mod:`.dispatch`: the request-code table and how a handler module plugs in;
+- :mod:`.services`: :class:`~.services.RemotingServices`, all request code is given
+  (``ctx.services``: the RocketMQ services, consumer manager, queue locks, long-polling
+  pulls' waiters, security checks, counters); request code never imports the front end;
 - :mod:`.replies`: building responses;
 - :mod:`.consumers`: clients and consumer groups from heartbeats;
 - :mod:`.locks`: ordered consumers' queue locks;

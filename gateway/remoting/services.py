@@ -40,8 +40,7 @@ class Caller(Protocol):
     conn: Connection
 
     @property
-    def closed(self) -> bool:
-        ...
+    def closed(self) -> bool: ...
 
 
 class RemotingServices:
@@ -118,7 +117,8 @@ class RemotingServices:
         auth = self._security.authenticator
         if auth is not None and not auth.can_publish(caller.principal, caller.client_id, topic):
             raise RequestError(
-                ResponseCode.NO_PERMISSION, f"no permission to send to topic {topic}")
+                ResponseCode.NO_PERMISSION, f"no permission to send to topic {topic}"
+            )
 
     def check_subscribe(self, caller: Caller, topic: str, group: str) -> None:
         """Raise NO_PERMISSION unless the principal may consume ``topic`` as ``group``
@@ -129,7 +129,8 @@ class RemotingServices:
         ):
             raise RequestError(
                 ResponseCode.NO_PERMISSION,
-                f"no permission to consume topic {topic} as group {group}")
+                f"no permission to consume topic {topic} as group {group}",
+            )
 
     # -- back-pressure -----------------------------------------------------------------
 

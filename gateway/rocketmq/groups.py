@@ -34,7 +34,7 @@ from lmq.rocketmq import (
 )
 
 if TYPE_CHECKING:
-    from broker_core.fifo import BlockedGroup
+    from broker_core import BlockedGroup
 
 __all__ = [
     "GroupRegistry", "Released", "add_lag", "blocked_row", "group_progress", "group_summaries",
@@ -205,7 +205,7 @@ def release_message_group(
         if parsed is None or parsed[0] != topic:
             continue
         ensure_topic(dlq)
-        offset = store.release_message_group(group, info.name, message_group,
+        offset = store.pop.release_message_group(group, info.name, message_group,
                                              queue_lmq(dlq, 0))
         if offset is not None:
             return Released(parsed[1], offset, dlq)

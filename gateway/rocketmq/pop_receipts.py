@@ -6,7 +6,7 @@ A RocketMQ receipt is ExtraInfoUtil's space-separated string::
     ckOffset popTime invisibleTime reviveQid topicMark brokerName queueId msgOffset
 
 The store tracks a popped message by its in-flight key ``(visible_at, group, lmq,
-offset)`` (:meth:`broker_core.MessageStore.pop_receipt`; the store's receipt handle
+offset)`` (:meth:`broker_core.PopConsumer.receipt`; the store's receipt handle
 is that key encoded). Every field of the key can be rebuilt from the receipt and the
 ack's header, with no table of our own:
 
@@ -14,7 +14,7 @@ ack's header, with no table of our own:
 key field       from
 ==============  ==================================================================
 ``visible_at``  ``popTime + invisibleTime``: every message of one POP response is
-                popped with one pop time (``store.pop(..., now=popTime)``), so this
+                popped with one pop time (``store.pop.pop(..., now=popTime)``), so this
                 sum is exactly the time the store recorded
 ``group``       the header's ``consumerGroup`` (the pop group is the RocketMQ group)
 ``lmq``         ``rmq:<topic>:<queueId>`` of the header's ``topic`` and ``queueId``
@@ -33,7 +33,7 @@ served); ``brokerName`` is the gateway's. The string itself is the codec's
 
 from __future__ import annotations
 
-from broker_core import MessageStore
+from broker_core import PopConsumer
 from lmq.rocketmq import RETRY_PREFIX, queue_lmq
 from protocol.remoting.pop import ExtraInfo
 
@@ -58,4 +58,4 @@ def visible_at(info: ExtraInfo) -> int:
 def store_receipt(group: str, topic: str, queue_id: int, offset: int, visible: int) -> str:
     """The store's receipt handle of the message ``offset`` of ``topic``'s queue
     ``queue_id`` popped by ``group`` and invisible until ``visible``."""
-    return MessageStore.pop_receipt(group, queue_lmq(topic, queue_id), offset, visible)
+    return PopConsumer.receipt(group, queue_lmq(topic, queue_id), offset, visible)

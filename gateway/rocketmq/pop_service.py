@@ -31,7 +31,7 @@ Model
 - Long polling: an empty pop with ``pollTime`` waits on the store's listeners of its
   sources (appends, and messages becoming visible again), never on a polling loop.
   Messages become visible again when the store revives them: one ``loop.call_at``
-  timer armed for ``store.next_revive_at()``.
+  timer armed for ``store.pop.next_revive_at()``.
 
 Event-loop thread only.
 """
@@ -158,7 +158,7 @@ class PopService:
         """The store must never dead-letter this group itself (see the module doc).
         Call for every known group at start, and on first use of a new one."""
         if group not in self._groups:
-            self.store.set_max_deliveries(group, 0)
+            self.store.pop.set_max_deliveries(group, 0)
             self._groups.add(group)
 
     def sources(self, group: str, topic: str, queue_id: int) -> tuple[list[Source], Source | None]:
@@ -211,10 +211,10 @@ class PopService:
             if want <= 0:
                 break
             if fifo and src is not retry:
-                popped_now = store.pop_fifo(
+                popped_now = store.pop.pop_fifo(
                     group, src.lmq, want, invisible_ms, MESSAGE_GROUP, pop_time)
             else:
-                popped_now = store.pop(group, src.lmq, want, invisible_ms, pop_time)
+                popped_now = store.pop.pop(group, src.lmq, want, invisible_ms, pop_time)
             for popped in popped_now:
                 base = record_reconsume_times(popped.message.record)
                 result.items.append(
@@ -317,7 +317,7 @@ class PopService:
             return
         visible = visible_at(ExtraInfo.parse(item.extra_info))
         try:
-            self.store.ack(store_receipt(group, item.source.topic, item.source.queue_id,
+            self.store.pop.ack(store_receipt(group, item.source.topic, item.source.queue_id,
                                          item.message.offset, visible))
         except UnknownReceipt:
             pass
@@ -352,7 +352,7 @@ class PopService:
         info = ExtraInfo.parse(extra_info)
         self._check_queue(topic, queue_id, offset)
         try:
-            self.store.ack(store_receipt(group, topic, queue_id, offset, visible_at(info)))
+            self.store.pop.ack(store_receipt(group, topic, queue_id, offset, visible_at(info)))
         except UnknownReceipt:
             return False
         return True
@@ -366,7 +366,7 @@ class PopService:
                           item.message.offset, visible_at(ExtraInfo.parse(item.extra_info)))
             for item in items if item.extra_info
         ]
-        return self.store.requeue_many(receipts) if receipts else 0
+        return self.store.pop.requeue_many(receipts) if receipts else 0
 
     def batch_ack(
         self, group: str, topic: str, queue_id: int, visible_at: int, offsets: Sequence[int]
@@ -374,7 +374,7 @@ class PopService:
         """Ack ``offsets`` of one queue popped with one visible time (BATCH_ACK_MESSAGE:
         one store write; receipts no longer in flight are ignored)."""
         self._check_queue(topic, queue_id, min(offsets, default=0))
-        self.store.ack_many(
+        self.store.pop.ack_many(
             [store_receipt(group, topic, queue_id, o, visible_at) for o in offsets]
         )
 
@@ -388,11 +388,11 @@ class PopService:
         when the receipt is no longer in flight, and what :meth:`ack` raises."""
         info = ExtraInfo.parse(extra_info)
         self._check_queue(topic, queue_id, offset)
-        new = self.store.change_invisible_time(
+        new = self.store.pop.change_invisible_time(
             store_receipt(group, topic, queue_id, offset, visible_at(info)), invisible_ms
         )
         self.arm_revive()
-        return MessageStore.receipt_visible_at(new) - invisible_ms, invisible_ms
+        return self.store.pop.receipt_visible_at(new) - invisible_ms, invisible_ms
 
     def peek(self, group: str, topic: str, queue_id: int, max_nums: int) -> PopResult:
         """The messages a pop would return next (new ones from the group's offset),
@@ -469,16 +469,16 @@ class PopService:
             offset = store.get_offset(group, src.lmq)
             if (info.min_offset if offset is None else offset) < info.max_offset:
                 return True
-            if store.count_retries(group, src.lmq) > 0:
+            if store.pop.count_retries(group, src.lmq) > 0:
                 return True
-            if fifo and store.fifo_ready(group, src.lmq):
+            if fifo and store.pop.fifo_ready(group, src.lmq):
                 return True
         return False
 
     def arm_revive(self) -> None:
         """Keep one timer at the store's next revive time (messages become visible
         again; the revive notifies the listeners the waiting pops hold)."""
-        due = self.store.next_revive_at()
+        due = self.store.pop.next_revive_at()
         if due is None:
             return
         if self._revive_timer is not None and self._revive_at is not None \
@@ -494,7 +494,7 @@ class PopService:
         self._revive_timer = None
         self._revive_at = None
         try:
-            self.store.revive()
+            self.store.pop.revive()
         except Exception:
             log.exception("pop revive failed")
         self.arm_revive()

@@ -39,13 +39,13 @@ def main() -> None:
             for msg, _ in items:
                 print(f"PUB {msg.body.decode()}", flush=True)
             continue
-        got = store.pop_fifo("c", "q", 8, 300, KEY)
+        got = store.pop.pop_fifo("c", "q", 8, 300, KEY)
         for p in got:
             print(f"GOT {p.message.record.body.decode()}", flush=True)
         for p in got:
             if rnd.random() < 0.8:
                 try:
-                    store.ack(p.receipt)
+                    store.pop.ack(p.receipt)
                 except UnknownReceipt:
                     continue
                 print(f"ACK {p.message.record.body.decode()}", flush=True)

@@ -6,8 +6,6 @@ import os
 import time
 
 from broker_core import Message, MessageStore, StoreConfig
-from broker_core.cleanup import apply_retention, expire_idle_lmqs, idle_lmqs, remove_lmqs
-from broker_core.recovery import verify
 from broker_core.store import now_ms
 
 from .conftest import SMALL
@@ -25,7 +23,7 @@ def test_retention_by_size_drops_segments_and_index_entries(tmp_path):
                 Message(topic="t", body=BODY), ["busy"] + (["rare"] if i == 0 else []), wait=False
             )
         before = s.lmq("busy")
-        report = apply_retention(s)
+        report = s.apply_retention()
         assert report.segments_removed > 0
         assert s.log.size_bytes <= 600 * 1024 + SMALL.segment_bytes
         after = s.lmq("busy")
@@ -37,7 +35,7 @@ def test_retention_by_size_drops_segments_and_index_entries(tmp_path):
         rare = s.lmq("rare")
         assert (rare.min_offset, rare.max_offset, rare.messages) == (1, 1, 0)
         assert report.entries_removed == before.messages - after.messages + 1
-        assert verify(s).ok
+        assert s.verify().ok
         # a new message continues the offsets
         assert s.append(Message(topic="t", body=b""), ["rare"]).offsets == (1,)
 
@@ -53,7 +51,7 @@ def test_retention_by_age_uses_segment_mtime(tmp_path):
         old = time.time() - 7200
         for seg in segs[:2]:
             os.utime(seg.path, (old, old))
-        report = apply_retention(s)
+        report = s.apply_retention()
         assert report.segments_removed == 2
         assert s.log.min_position == segs[2].base
 
@@ -69,14 +67,14 @@ def test_crash_between_segment_drop_and_index_trim_is_finished_on_open(tmp_path)
         assert s.recovery.trimmed_entries > 0
         info = s.lmq("q")
         assert info.max_offset == 100 and info.min_offset > 0
-        assert verify(s).ok
+        assert s.verify().ok
 
 
 def test_remove_lmqs_takes_entries_offsets_and_pop_state(store):
     store.append_batch([(Message(topic="t", body=b"x"), ["dev/1", "dev/2", "keep"])] * 3)
     store.commit_offset("sess", "dev/1", 2)
-    store.pop("grp", "dev/1", 1, 60_000)
-    report = remove_lmqs(store, ["dev/1", "missing"])
+    store.pop.pop("grp", "dev/1", 1, 60_000)
+    report = store.remove_lmqs(["dev/1", "missing"])
     assert report.lmqs == 1 and report.entries == 3 and report.offsets == 2
     assert store.lmq("dev/1") is None
     assert list(store.offsets("dev/1")) == []
@@ -89,12 +87,10 @@ def test_remove_lmqs_takes_entries_offsets_and_pop_state(store):
 def test_removal_survives_restart_and_rebuild(tmp_path):
     with MessageStore.open(tmp_path, SMALL) as s:
         s.append(Message(topic="t", body=b"x"), ["a", "b"])
-        remove_lmqs(s, ["a"])
+        s.remove_lmqs(["a"])
     with MessageStore.open(tmp_path, SMALL) as s:
         assert s.lmq("a") is None and s.lmq("b").messages == 1
-        from broker_core.recovery import rebuild_index
-
-        rebuild_index(s)
+        s.rebuild_index()
         assert s.lmq("a") is None and s.lmq("b").messages == 1
 
 
@@ -105,10 +101,10 @@ def test_idle_ttl(tmp_path):
         s.commit_offset("g", "read", 1)
         s.add_listener("listened", lambda *_: None)
         later = now_ms() + 30_000
-        names = {i.name for i in idle_lmqs(s, 1000, later)}
+        names = {i.name for i in s.idle_lmqs(1000, later)}
         # "read" had an offset commit, but that is older than the cutoff too
         assert names == {"idle", "read"}
-        assert {i.name for i in idle_lmqs(s, 1000, now_ms() + 10)} == set()
-        report = expire_idle_lmqs(s, later)
+        assert {i.name for i in s.idle_lmqs(1000, now_ms() + 10)} == set()
+        report = s.remove_lmqs([i.name for i in s.idle_lmqs(cfg.lmq_ttl_ms, later)])
         assert report.lmqs == 2
         assert s.lmq("listened") is not None and s.lmq("idle") is None

@@ -25,12 +25,12 @@ def fifo(s: MessageStore, now: int = NOW) -> list[str]:
     acks at once sees."""
     seen: list[str] = []
     while True:
-        got = s.pop_fifo("g", "q", 16, 30_000, KEY, now=now)
+        got = s.pop.pop_fifo("g", "q", 16, 30_000, KEY, now=now)
         if not got:
             return seen
         for p in got:
             seen.append(p.message.record.body.decode())
-            s.ack(p.receipt)
+            s.pop.ack(p.receipt)
 
 
 @pytest.fixture
@@ -56,12 +56,12 @@ def test_a_fired_message_waits_behind_its_groups_unacked_head(store):
     due = NOW + 1_000
     store.append(msg("a", "a:0"), ["q"])
     store.append_delayed(msg("a", "a:delayed"), ["q"], due)
-    head = store.pop_fifo("g", "q", 16, 30_000, KEY, now=NOW)
+    head = store.pop.pop_fifo("g", "q", 16, 30_000, KEY, now=NOW)
     assert [p.message.record.body for p in head] == [b"a:0"]
     store.fire_timers(now=due)
     # fired, but its group's head is not acked yet: nothing for the group
-    assert store.pop_fifo("g", "q", 16, 30_000, KEY, now=due) == []
-    store.ack(head[0].receipt)
+    assert store.pop.pop_fifo("g", "q", 16, 30_000, KEY, now=due) == []
+    store.pop.ack(head[0].receipt)
     assert fifo(store, due) == ["a:delayed"]
 
 

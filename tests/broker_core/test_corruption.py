@@ -17,11 +17,9 @@ import pytest
 from click.testing import CliRunner
 
 from broker_core import Message, MessageStore, StoreConfig, StoreError
-from broker_core.cleanup import remove_lmqs
 from broker_core.commit_log import ScanStop, segment_name
 from broker_core.errors import CorruptRecord
 from broker_core.record import Record, encode_record
-from broker_core.recovery import rebuild_index, verify
 from cli.main import main as lmq_cli
 
 SMALL = StoreConfig(segment_bytes=256 * 1024, max_message_bytes=64 * 1024)
@@ -131,7 +129,7 @@ def test_flipped_byte_in_an_old_record_is_never_served(tmp_path, cfg):
         for name in NAMES:
             if name not in dict(victim.record.dispatch):
                 assert len(s.pull(name, 0, max_count=100).messages) == others[name]
-        report = verify(s)
+        report = s.verify()
         assert not report.ok
         assert f"damaged bytes at {victim.record.position}" in report.problems[0]
         assert "CRC mismatch" in report.problems[0]
@@ -189,10 +187,10 @@ def test_damage_mid_tail_is_skipped_and_reported(tmp_path, caplog):
             for m in s.pull(name, 0, max_count=1000).messages:
                 assert m.record.position != victim.position
         # verify still shows the damage (it is in the log), and nothing else
-        report = verify(s)
+        report = s.verify()
         assert len(report.problems) == 1 and "damaged bytes" in report.problems[0]
         # the index rebuild steps over it the same way
-        assert len(rebuild_index(s).skipped) == 1
+        assert len(s.rebuild_index().skipped) == 1
         r = s.append(Message(topic="after", body=b"x"), ["lmq/0"])
         assert r.position == tail[-1].next_position
     with MessageStore.open(data, SKIP) as s:  # once skipped, the next start is clean
@@ -290,7 +288,7 @@ def test_torn_tail_is_cut_in_both_modes(tmp_path, cfg):
             assert s.log.end == end, i
             assert s.recovery.truncated_bytes == len(garbage) and not s.recovery.skipped
             assert {i.name: i.max_offset for i in s.lmqs()} == offsets
-            assert verify(s).ok
+            assert s.verify().ok
         shutil.rmtree(work)
 
 
@@ -324,20 +322,20 @@ def test_rebuild_index_refuses_damage_unless_skip(tmp_path):
     flip(data, recs[-1].position + 60)  # the very last record: damage, not a torn tail
     with MessageStore.open(data, SMALL) as s:
         with pytest.raises(StoreError, match="rebuilding the index: the commit log is dam"):
-            rebuild_index(s)
+            s.rebuild_index()
     # The refused rebuild indexed up to the damage; with nothing valid after it, the
     # damaged last record is now a tail like a torn one, and the next open cuts it.
     with MessageStore.open(data, SMALL) as s:
         assert s.recovery.truncated_at == recs[-1].position
         assert_readable(s, recs[:-1])
-        assert verify(s).ok
+        assert s.verify().ok
     data2 = tmp_path / "data2"
     with MessageStore.open(data2, SKIP) as s:
         fill(s, 30, seed=6)
         recs = records(s)
     flip(data2, recs[10].position + 60)
     with MessageStore.open(data2, SKIP) as s:
-        report = rebuild_index(s)
+        report = s.rebuild_index()
         assert [r.position for r in report.skipped] == [recs[10].position]
         assert report.replayed_records == 29
         assert_readable(s, recs[:10] + recs[11:])
@@ -362,7 +360,7 @@ def test_crash_during_retention_is_finished_on_open(tmp_path):
             assert info.min_offset > 0 or s.lmq(info.name).messages == info.max_offset
             got = s.pull(info.name, 0, max_count=1000).messages
             assert got and got[0].offset == info.min_offset
-        assert verify(s).ok
+        assert s.verify().ok
 
 
 def test_crash_during_lmq_removal_is_finished_on_open(tmp_path):
@@ -374,14 +372,14 @@ def test_crash_during_lmq_removal_is_finished_on_open(tmp_path):
     for d in ("index", "state"):
         shutil.copytree(data / d, tmp_path / f"{d}.saved")
     with MessageStore.open(data, SMALL) as s:
-        remove_lmqs(s, ["lmq/2"])
+        s.remove_lmqs(["lmq/2"])
     for d in ("index", "state"):
         shutil.rmtree(data / d)
         shutil.move(tmp_path / f"{d}.saved", data / d)
     with MessageStore.open(data, SMALL) as s:
         assert s.recovery.replayed_records == 1
         assert s.lmq("lmq/2") is None and s.get_offset("g", "lmq/2") is None
-        assert verify(s).ok
+        assert s.verify().ok
 
 
 # -- crashes during a segment roll ----------------------------------------------------
@@ -406,7 +404,7 @@ def test_roll_created_the_segment_but_wrote_nothing(tmp_path):
         r = s.append(Message(topic="after", body=b"x"), ["lmq/0"])
         assert r.position == end and r.offsets == (offsets["lmq/0"],)
         assert_readable(s, recs)
-        assert verify(s).ok
+        assert s.verify().ok
 
 
 @pytest.mark.parametrize("cfg", [TINY_SEGMENTS, SKIP], ids=["refuse", "skip"])
@@ -426,7 +424,7 @@ def test_roll_wrote_part_of_the_first_record(tmp_path, cfg):
         r = s.append(Message(topic="after", body=b"x"), ["lmq/0"])
         assert r.position == end and r.offsets == (offsets["lmq/0"],)
         assert_readable(s, recs)
-        assert verify(s).ok
+        assert s.verify().ok
 
 
 def test_roll_wrote_the_first_record_but_not_its_index(tmp_path):
@@ -443,7 +441,7 @@ def test_roll_wrote_the_first_record_but_not_its_index(tmp_path):
         assert s.recovery.replayed_records == 1 and s.recovery.replay_from == end
         assert s.read_at("lmq/0", offsets["lmq/0"]).topic == "first"
         assert s.read_at("new", 0).topic == "first"
-        assert verify(s).ok
+        assert s.verify().ok
 
 
 def test_find_next_record_on_garbage_finds_nothing(tmp_path):

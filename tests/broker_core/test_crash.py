@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from broker_core import MessageStore, StoreConfig
-from broker_core.recovery import verify
 
 from . import killed_writer
 
@@ -40,4 +39,4 @@ def test_acknowledged_appends_survive_sigkill(tmp_path, seed):
         for info in s.lmqs():
             n = len(s.pull(info.name, 0, max_count=100_000, max_bytes=1 << 40).messages)
             assert n == info.messages == info.max_offset  # dense, no holes
-        assert verify(s).ok
+        assert s.verify().ok

@@ -54,59 +54,59 @@ def fstore(tmp_path: Path):
 
 def test_one_message_per_group_until_acked(fstore):
     publish(fstore, ["a", "a", "b", "a", "b", "c"])
-    got = fstore.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW)
+    got = fstore.pop.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW)
     assert bodies(got) == ["a:0", "b:0", "c:0"]
     assert fstore.get_offset("g", "q") == 6  # the offset moved on: the rest is parked
-    assert fstore.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW) == []
-    fstore.ack(got[0].receipt)  # a:0 done: a:1 is next, nothing else
-    nxt = fstore.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW)
+    assert fstore.pop.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW) == []
+    fstore.pop.ack(got[0].receipt)  # a:0 done: a:1 is next, nothing else
+    nxt = fstore.pop.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW)
     assert bodies(nxt) == ["a:1"]
-    fstore.ack(got[1].receipt)
-    fstore.ack(nxt[0].receipt)
-    assert bodies(fstore.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW)) == ["a:2", "b:1"]
+    fstore.pop.ack(got[1].receipt)
+    fstore.pop.ack(nxt[0].receipt)
+    assert bodies(fstore.pop.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW)) == ["a:2", "b:1"]
 
 
 def test_messages_without_a_group_are_each_their_own(fstore):
     publish(fstore, [None, None, "a", None, "a"])
-    got = fstore.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW)
+    got = fstore.pop.pop_fifo("g", "q", 10, 30_000, KEY, now=NOW)
     assert bodies(got) == ["None:0", "None:1", "a:0", "None:2"]
 
 
 def test_unacked_head_comes_back_first_after_backoff(fstore):
     publish(fstore, ["a", "a", "b"])
-    first = fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW)
+    first = fstore.pop.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW)
     assert bodies(first) == ["a:0", "b:0"]
-    fstore.ack(first[1].receipt)
+    fstore.pop.ack(first[1].receipt)
     # a:0's invisible time runs out at NOW+1000; its backoff (100 ms) follows
-    assert fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 1_000) == []
-    blocked = fstore.blocked_message_groups("g")
+    assert fstore.pop.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 1_000) == []
+    blocked = fstore.pop.blocked_groups("g")
     assert [(b.message_group, b.offset, b.deliveries, b.waiting) for b in blocked] == [
         ("a", 0, 1, 1)]
     assert blocked[0].since_ms == NOW and blocked[0].ready_at == NOW + 1_100
-    again = fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 1_100)
+    again = fstore.pop.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 1_100)
     assert bodies(again) == ["a:0"] and again[0].deliveries == 2
     # the backoff doubles: the second retry waits 200 ms
-    assert fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 2_100 + 199) == []
-    third = fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 2_100 + 200)
+    assert fstore.pop.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 2_100 + 199) == []
+    third = fstore.pop.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 2_100 + 200)
     assert bodies(third) == ["a:0"] and third[0].deliveries == 3
     with pytest.raises(UnknownReceipt):
-        fstore.ack(first[0].receipt)  # its first receipt is void
-    fstore.ack(third[0].receipt)
-    assert bodies(fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 3_400)) == ["a:1"]
-    assert fstore.blocked_message_groups() == []
+        fstore.pop.ack(first[0].receipt)  # its first receipt is void
+    fstore.pop.ack(third[0].receipt)
+    assert bodies(fstore.pop.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 3_400)) == ["a:1"]
+    assert fstore.pop.blocked_groups() == []
 
 
 def test_dead_letter_after_max_deliveries_and_the_group_moves_on(fstore):
     publish(fstore, ["a", "a", "b"])
     now = NOW
-    got = fstore.pop_fifo("g", "q", 10, 10, KEY, now=now)
-    fstore.ack(got[1].receipt)  # b:0
+    got = fstore.pop.pop_fifo("g", "q", 10, 10, KEY, now=now)
+    fstore.pop.ack(got[1].receipt)  # b:0
     for delivery in range(2, 5):
         now += 10_000
-        got = fstore.pop_fifo("g", "q", 10, 10, KEY, now=now)
+        got = fstore.pop.pop_fifo("g", "q", 10, 10, KEY, now=now)
         assert bodies(got) == ["a:0"] and got[0].deliveries == delivery
     now += 10_000  # the fourth delivery ran out: max_deliveries = 4 -> the DLQ
-    got = fstore.pop_fifo("g", "q", 10, 10, KEY, now=now)
+    got = fstore.pop.pop_fifo("g", "q", 10, 10, KEY, now=now)
     assert bodies(got) == ["a:1"]
     dlq = fstore.pull("%DLQ%g", 0, 10).messages
     assert [m.record.body for m in dlq] == [b"a:0"]
@@ -115,32 +115,32 @@ def test_dead_letter_after_max_deliveries_and_the_group_moves_on(fstore):
 
 def test_change_invisible_time_keeps_the_group_blocked(fstore):
     publish(fstore, ["a", "a"])
-    (p,) = fstore.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW)
-    new = fstore.change_invisible_time(p.receipt, 60_000)
-    assert fstore.pop_fifo("g", "q", 10, 1_000, KEY) == []
-    fstore.ack(new)
-    assert bodies(fstore.pop_fifo("g", "q", 10, 1_000, KEY)) == ["a:1"]
+    (p,) = fstore.pop.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW)
+    new = fstore.pop.change_invisible_time(p.receipt, 60_000)
+    assert fstore.pop.pop_fifo("g", "q", 10, 1_000, KEY) == []
+    fstore.pop.ack(new)
+    assert bodies(fstore.pop.pop_fifo("g", "q", 10, 1_000, KEY)) == ["a:1"]
 
 
 def test_requeue_makes_the_head_ready_now(fstore):
     publish(fstore, ["a", "a"])
-    got = fstore.pop_fifo("g", "q", 10, 60_000, KEY)
-    assert fstore.requeue_many([got[0].receipt]) == 1
-    again = fstore.pop_fifo("g", "q", 10, 60_000, KEY)
+    got = fstore.pop.pop_fifo("g", "q", 10, 60_000, KEY)
+    assert fstore.pop.requeue_many([got[0].receipt]) == 1
+    again = fstore.pop.pop_fifo("g", "q", 10, 60_000, KEY)
     assert bodies(again) == ["a:0"]
-    fstore.ack_many([again[0].receipt, got[0].receipt])  # the stale receipt is ignored
-    assert bodies(fstore.pop_fifo("g", "q", 10, 60_000, KEY)) == ["a:1"]
+    fstore.pop.ack_many([again[0].receipt, got[0].receipt])  # the stale receipt is ignored
+    assert bodies(fstore.pop.pop_fifo("g", "q", 10, 60_000, KEY)) == ["a:1"]
 
 
 def test_release_sends_the_head_to_the_dlq(fstore):
     publish(fstore, ["a", "a", "a", "b"])
-    got = fstore.pop_fifo("g", "q", 10, 60_000, KEY)
+    got = fstore.pop.pop_fifo("g", "q", 10, 60_000, KEY)
     assert bodies(got) == ["a:0", "b:0"]
-    assert fstore.release_message_group("g", "q", "zz") is None
-    assert fstore.release_message_group("g", "q", "a") == 0
+    assert fstore.pop.release_message_group("g", "q", "zz") is None
+    assert fstore.pop.release_message_group("g", "q", "a") == 0
     with pytest.raises(UnknownReceipt):
-        fstore.ack(got[0].receipt)  # released: its receipt is void
-    assert bodies(fstore.pop_fifo("g", "q", 10, 60_000, KEY)) == ["a:1"]
+        fstore.pop.ack(got[0].receipt)  # released: its receipt is void
+    assert bodies(fstore.pop.pop_fifo("g", "q", 10, 60_000, KEY)) == ["a:1"]
     assert [m.record.body for m in fstore.pull("%DLQ%g", 0, 10).messages] == [b"a:0"]
 
 
@@ -148,19 +148,19 @@ def test_state_survives_a_restart(tmp_path):
     path = tmp_path / "data"
     with MessageStore.open(path, CONFIG) as s:
         publish(s, ["a", "a", "b", "b", "c"])
-        got = s.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW)
+        got = s.pop.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW)
         assert bodies(got) == ["a:0", "b:0", "c:0"]
-        s.ack(got[1].receipt)
+        s.pop.ack(got[1].receipt)
     with MessageStore.open(path, CONFIG) as s:
         # a:0 and c:0 are in flight still; b:1 was promoted by the ack
-        assert bodies(s.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 10)) == ["b:1"]
-        again = s.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 1_100)
+        assert bodies(s.pop.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 10)) == ["b:1"]
+        again = s.pop.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 1_100)
         assert sorted(bodies(again)) == ["a:0", "c:0"]
-        s.ack(again[0].receipt)
-        s.ack(again[1].receipt)
+        s.pop.ack(again[0].receipt)
+        s.pop.ack(again[1].receipt)
     with MessageStore.open(path, CONFIG) as s:
         # a:1 promoted by the ack; b:1 (in flight until NOW+1010) back after its backoff
-        got = s.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 1_200)
+        got = s.pop.pop_fifo("g", "q", 10, 1_000, KEY, now=NOW + 1_200)
         assert [(p.message.record.body, p.deliveries) for p in got] == [
             (b"a:1", 1), (b"b:1", 2)]
 
@@ -176,7 +176,7 @@ def test_ten_thousand_groups_one_poisoned(tmp_path):
         delivered: dict[str, list[int]] = {}
         poisoned = None
         for _ in range(1000):
-            got = s.pop_fifo("c", "q", 32, 600_000, KEY)
+            got = s.pop.pop_fifo("c", "q", 32, 600_000, KEY)
             if not got:
                 break
             for p in got:
@@ -185,12 +185,12 @@ def test_ten_thousand_groups_one_poisoned(tmp_path):
                 if g == "g7":
                     poisoned = p  # never acked
                 else:
-                    s.ack(p.receipt)
+                    s.pop.ack(p.receipt)
         assert poisoned is not None
         assert delivered.pop("g7") == [0]
         assert len(delivered) == 9_999
         assert all(seq == [0, 1, 2] for seq in delivered.values())
-        (b,) = s.blocked_message_groups() or [None]
+        (b,) = s.pop.blocked_groups() or [None]
         assert b is None  # delivered once, still in flight: not blocked yet
         assert s.stats()["fifo_blocked_groups"] == 0
 
@@ -245,7 +245,7 @@ def test_model_order_per_group(tmp_path_factory, ops):
         dead_lettered.seen = 0  # type: ignore[attr-defined]
 
         def pop(n: int) -> list:
-            got = s.pop_fifo("g", "q", n, 1_000, KEY, now=now)
+            got = s.pop.pop_fifo("g", "q", n, 1_000, KEY, now=now)
             dead_lettered()
             for p in got:
                 g, seq = p.message.record.body.decode().split(":")
@@ -272,23 +272,23 @@ def test_model_order_per_group(tmp_path_factory, ops):
                 p = outstanding.pop(arg % len(outstanding))
                 if op == "ack":
                     try:
-                        s.ack(p.receipt)
+                        s.pop.ack(p.receipt)
                         finish(p.message.record.body.decode())
                     except UnknownReceipt:
                         pass  # its invisible time ran out
                 else:
-                    s.requeue_many([p.receipt])
+                    s.pop.requeue_many([p.receipt])
                     dead_lettered()
             elif op == "release":
                 grp = "abc"[arg]
-                if s.release_message_group("g", "q", grp) is not None:
+                if s.pop.release_message_group("g", "q", grp) is not None:
                     dead_lettered()
                     outstanding[:] = [o for o in outstanding
                                       if not o.message.record.body.startswith(grp.encode())]
             elif op == "change" and outstanding:
                 i = arg % len(outstanding)
                 try:
-                    new = s.change_invisible_time(outstanding[i].receipt, arg * 300)
+                    new = s.pop.change_invisible_time(outstanding[i].receipt, arg * 300)
                     outstanding[i] = PoppedMessage(outstanding[i].message, new,
                                                    outstanding[i].deliveries)
                 except UnknownReceipt:
@@ -301,7 +301,7 @@ def test_model_order_per_group(tmp_path_factory, ops):
                     key = decode_receipt(p.receipt)
                     if s.state.get_inflight(key) is not None:
                         live.append(p)
-                s.ack_many([p.receipt for p in take])
+                s.pop.ack_many([p.receipt for p in take])
                 for p in live:
                     finish(p.message.record.body.decode())
             elif op == "time":
@@ -314,7 +314,7 @@ def test_model_order_per_group(tmp_path_factory, ops):
         # invisible times and backoffs
         for p in outstanding:
             try:
-                s.ack(p.receipt)
+                s.pop.ack(p.receipt)
                 finish(p.message.record.body.decode())
             except UnknownReceipt:
                 pass
@@ -325,7 +325,7 @@ def test_model_order_per_group(tmp_path_factory, ops):
             now += 2_000
             for p in pop(100):
                 try:
-                    s.ack(p.receipt)
+                    s.pop.ack(p.receipt)
                     finish(p.message.record.body.decode())
                 except UnknownReceipt:
                     pass
@@ -339,7 +339,7 @@ def test_model_order_per_group(tmp_path_factory, ops):
 
 
 def test_small_config_default_store_has_no_fifo_state(store):
-    assert store.blocked_message_groups() == []
+    assert store.pop.blocked_groups() == []
     assert SMALL.fifo_scan_limit == 4096
 
 
@@ -363,12 +363,12 @@ def test_group_order_survives_sigkill(tmp_path, seed):
     with MessageStore.open(tmp_path, fifo_writer.CONFIG) as s:
         far = 1 << 50
         for _ in range(10_000):
-            got = s.pop_fifo("c", "q", 64, 1_000, KEY, now=far)
+            got = s.pop.pop_fifo("c", "q", 64, 1_000, KEY, now=far)
             if not got:
                 break
             for p in got:
                 lines.append(("GOT", p.message.record.body.decode()))
-                s.ack(p.receipt)
+                s.pop.ack(p.receipt)
                 lines.append(("ACK", p.message.record.body.decode()))
     last: dict[str, int] = {}
     acked: set[str] = set()
@@ -395,7 +395,7 @@ def test_the_backlog_is_read_once_whatever_is_blocked(fstore):
     fstore.append_batch([
         (Message(topic="t", body=f"{g}:{n}".encode(), properties={KEY: g.encode()}), ["q"])
         for n in range(50) for g in groups])
-    consumer = fstore.pop_consumer
+    consumer = fstore.pop
     reads = {"pulled": 0, "at": 0}
     pull, read_at = consumer.reader.pull, consumer.reader.read_at
 
@@ -416,7 +416,7 @@ def test_the_backlog_is_read_once_whatever_is_blocked(fstore):
     delivered = 0
     poisoned = None
     for _ in range(1000):
-        got = fstore.pop_fifo("c", "q", 8, 600_000, KEY, now=NOW)
+        got = fstore.pop.pop_fifo("c", "q", 8, 600_000, KEY, now=NOW)
         if not got:
             break
         for p in got:
@@ -424,18 +424,18 @@ def test_the_backlog_is_read_once_whatever_is_blocked(fstore):
             if p.message.record.body.startswith(b"g3:"):
                 poisoned = p  # never acked (yet): g3's 49 others are parked
             else:
-                fstore.ack(p.receipt)
+                fstore.pop.ack(p.receipt)
     assert delivered == 19 * 50 + 1 and poisoned is not None
     assert reads["pulled"] == 1000  # each stored message read once
     assert reads["at"] == 0
-    fstore.ack(poisoned.receipt)  # g3 unblocked: its parked messages follow in order
+    fstore.pop.ack(poisoned.receipt)  # g3 unblocked: its parked messages follow in order
     seq = []
-    while got := fstore.pop_fifo("c", "q", 8, 600_000, KEY, now=NOW):
+    while got := fstore.pop.pop_fifo("c", "q", 8, 600_000, KEY, now=NOW):
         assert len(got) == 1
         seq.append(int(got[0].message.record.body.split(b":")[1]))
-        fstore.ack(got[0].receipt)
+        fstore.pop.ack(got[0].receipt)
     assert seq == list(range(1, 50))
     assert reads["pulled"] == 1000  # none read from the LMQ again
     assert reads["at"] == 49  # each parked message read once, when its turn came
-    assert fstore.pop_fifo("c", "q", 8, 600_000, KEY, now=NOW) == []
+    assert fstore.pop.pop_fifo("c", "q", 8, 600_000, KEY, now=NOW) == []
     assert reads["pulled"] == 1000

@@ -16,49 +16,49 @@ def fill(s: MessageStore, n: int, lmq: str = "q") -> None:
 
 def test_competing_consumers_split_the_queue(store):
     fill(store, 10)
-    a = store.pop("g", "q", 4, 30_000)
-    b = store.pop("g", "q", 4, 30_000)
-    c = store.pop("g", "q", 4, 30_000)
+    a = store.pop.pop("g", "q", 4, 30_000)
+    b = store.pop.pop("g", "q", 4, 30_000)
+    c = store.pop.pop("g", "q", 4, 30_000)
     offsets = [p.message.offset for p in a + b + c]
     assert offsets == list(range(10))
     assert all(p.deliveries == 1 for p in a + b + c)
     assert store.get_offset("g", "q") == 10
     # another group gets everything again
-    assert len(store.pop("other", "q", 100, 30_000)) == 10
+    assert len(store.pop.pop("other", "q", 100, 30_000)) == 10
 
 
 def test_ack_is_final_and_twice_is_an_error(store):
     fill(store, 2)
-    popped = store.pop("g", "q", 2, 1)
-    store.ack(popped[0].receipt)
+    popped = store.pop.pop("g", "q", 2, 1)
+    store.pop.ack(popped[0].receipt)
     with pytest.raises(UnknownReceipt):
-        store.ack(popped[0].receipt)
+        store.pop.ack(popped[0].receipt)
     with pytest.raises(UnknownReceipt):
-        store.ack("not-a-receipt")
-    assert store.revive(now_ms() + 10) == 1  # only the unacked one comes back
-    again = store.pop("g", "q", 10, 30_000)
+        store.pop.ack("not-a-receipt")
+    assert store.pop.revive(now_ms() + 10) == 1  # only the unacked one comes back
+    again = store.pop.pop("g", "q", 10, 30_000)
     assert [(p.message.offset, p.deliveries) for p in again] == [(1, 2)]
 
 
 def test_unacked_comes_back_before_new_messages(store):
     fill(store, 3)
-    first = store.pop("g", "q", 1, 1)
-    store.revive(now_ms() + 5)
+    first = store.pop.pop("g", "q", 1, 1)
+    store.pop.revive(now_ms() + 5)
     fill(store, 1)
-    got = store.pop("g", "q", 2, 30_000)
+    got = store.pop.pop("g", "q", 2, 30_000)
     assert [(p.message.offset, p.deliveries) for p in got] == [(0, 2), (1, 1)]
     assert first[0].message.offset == 0
 
 
 def test_change_invisible_time(store):
     fill(store, 1)
-    (p,) = store.pop("g", "q", 1, 1)
-    new = store.change_invisible_time(p.receipt, 60_000)
+    (p,) = store.pop.pop("g", "q", 1, 1)
+    new = store.pop.change_invisible_time(p.receipt, 60_000)
     with pytest.raises(UnknownReceipt):
-        store.ack(p.receipt)  # the old receipt is void
-    assert store.revive(now_ms() + 1000) == 0  # not due any more
-    store.ack(new)
-    assert store.revive(now_ms() + 120_000) == 0
+        store.pop.ack(p.receipt)  # the old receipt is void
+    assert store.pop.revive(now_ms() + 1000) == 0  # not due any more
+    store.pop.ack(new)
+    assert store.pop.revive(now_ms() + 120_000) == 0
 
 
 def test_dead_letter_after_max_deliveries(tmp_path):
@@ -66,10 +66,10 @@ def test_dead_letter_after_max_deliveries(tmp_path):
     with MessageStore.open(tmp_path, cfg) as s:
         s.append(Message(topic="t", body=b"poison", properties={"k": b"v"}), ["q"])
         for attempt in range(1, 4):
-            (p,) = s.pop("g", "q", 1, 1)
+            (p,) = s.pop.pop("g", "q", 1, 1)
             assert p.deliveries == attempt
-            s.revive(now_ms() + 10)
-        assert s.pop("g", "q", 1, 1) == []
+            s.pop.revive(now_ms() + 10)
+        assert s.pop.pop("g", "q", 1, 1) == []
         dlq = s.pull("%DLQ%g", 0).messages
         assert len(dlq) == 1 and dlq[0].body == b"poison"
         props = dlq[0].record.properties
@@ -80,74 +80,72 @@ def test_dead_letter_after_max_deliveries(tmp_path):
 def test_pop_state_survives_restart(tmp_path):
     with MessageStore.open(tmp_path, SMALL) as s:
         fill(s, 5)
-        popped = s.pop("g", "q", 3, 5_000)
-        s.ack(popped[1].receipt)
-        keep = s.pop("g", "q", 1, 3_600_000)[0]
+        popped = s.pop.pop("g", "q", 3, 5_000)
+        s.pop.ack(popped[1].receipt)
+        keep = s.pop.pop("g", "q", 1, 3_600_000)[0]
         assert keep.message.offset == 3
     with MessageStore.open(tmp_path, SMALL) as s:
-        s.revive(now_ms() + 10_000)
-        got = s.pop("g", "q", 10, 30_000)
+        s.pop.revive(now_ms() + 10_000)
+        got = s.pop.pop("g", "q", 10, 30_000)
         # offsets 0 and 2 came back; 1 was acked; 3 is still invisible; 4 is new
         assert sorted((p.message.offset, p.deliveries) for p in got) == [(0, 2), (2, 2), (4, 1)]
-        s.ack(keep.receipt)
+        s.pop.ack(keep.receipt)
 
 
 def test_revive_wakes_listeners(store):
     fill(store, 1)
-    store.pop("g", "q", 1, 1)
+    store.pop.pop("g", "q", 1, 1)
     seen = []
     store.add_listener("q", lambda name, nxt: seen.append(name))
-    store.revive(now_ms() + 5)
+    store.pop.revive(now_ms() + 5)
     assert seen == ["q"]
 
 
 def test_release_group_and_counts(store):
     fill(store, 4)
-    store.pop("g", "q", 3, 60_000)
-    store.pop("other", "q", 1, 60_000)
-    assert store.inflight_count("g", "q") == 3 and store.inflight_count("g") == 3
-    assert store.release_group("g") == 3
-    assert store.inflight_count("g") == 0 and store.count_retries("g", "q") == 3
-    assert store.inflight_count("other") == 1  # other groups keep theirs
-    again = store.pop("g", "q", 10, 60_000)
+    store.pop.pop("g", "q", 3, 60_000)
+    store.pop.pop("other", "q", 1, 60_000)
+    assert store.pop.inflight_count("g", "q") == 3 and store.pop.inflight_count("g") == 3
+    assert store.pop.release_group("g") == 3
+    assert store.pop.inflight_count("g") == 0 and store.pop.count_retries("g", "q") == 3
+    assert store.pop.inflight_count("other") == 1  # other groups keep theirs
+    again = store.pop.pop("g", "q", 10, 60_000)
     assert [(p.message.offset, p.deliveries) for p in again] == [(0, 2), (1, 2), (2, 2), (3, 1)]
 
 
 def test_group_without_delivery_limit(tmp_path):
     cfg = StoreConfig(segment_bytes=SMALL.segment_bytes, max_message_bytes=1024, max_deliveries=2)
     with MessageStore.open(tmp_path, cfg) as s:
-        s.set_max_deliveries("forever", 0)
+        s.pop.set_max_deliveries("forever", 0)
         s.append(Message(topic="t", body=b"m"), ["q"])
         for attempt in range(1, 6):
-            (p,) = s.pop("forever", "q", 1, 1)
+            (p,) = s.pop.pop("forever", "q", 1, 1)
             assert p.deliveries == attempt
-            s.revive(now_ms() + 10)
+            s.pop.revive(now_ms() + 10)
         assert s.lmq("%DLQ%forever") is None
 
 
 def test_due_times_are_tracked_in_memory(store):
     fill(store, 3)
-    assert store.pop_consumer.next_revive_at() is None
-    popped = store.pop("g", "q", 3, 60_000)
-    due = store.pop_consumer.next_revive_at()
+    assert store.pop.next_revive_at() is None
+    popped = store.pop.pop("g", "q", 3, 60_000)
+    due = store.pop.next_revive_at()
     assert due is not None and due > now_ms() + 50_000
-    store.ack(popped[0].receipt)
-    store.change_invisible_time(popped[1].receipt, 0)
-    assert store.pop_consumer.next_revive_at() <= now_ms()
-    assert store.revive() == 1  # only the one made visible
-    assert store.pop_consumer.next_revive_at() > now_ms() + 50_000  # popped[2] remains
-    from broker_core.cleanup import remove_lmqs
-
-    remove_lmqs(store, ["q"])
-    assert store.pop_consumer.next_revive_at() is None
+    store.pop.ack(popped[0].receipt)
+    store.pop.change_invisible_time(popped[1].receipt, 0)
+    assert store.pop.next_revive_at() <= now_ms()
+    assert store.pop.revive() == 1  # only the one made visible
+    assert store.pop.next_revive_at() > now_ms() + 50_000  # popped[2] remains
+    store.remove_lmqs(["q"])
+    assert store.pop.next_revive_at() is None
 
 
 def test_ack_many_in_one_write(store):
     fill(store, 4)
-    popped = store.pop("g", "q", 4, 1)
-    store.ack_many([p.receipt for p in popped[:3]] + ["garbage", popped[0].receipt])
-    assert store.inflight_count("g") == 1
-    assert store.revive(now_ms() + 10) == 1  # only the unacked one comes back
+    popped = store.pop.pop("g", "q", 4, 1)
+    store.pop.ack_many([p.receipt for p in popped[:3]] + ["garbage", popped[0].receipt])
+    assert store.pop.inflight_count("g") == 1
+    assert store.pop.revive(now_ms() + 10) == 1  # only the unacked one comes back
 
 
 def test_pop_time_given_by_the_caller(store):
@@ -156,8 +154,9 @@ def test_pop_time_given_by_the_caller(store):
     fill(store, 2, "q1")
     fill(store, 2, "q2")
     at = now_ms() - 5_000
-    popped = store.pop("g", "q1", 2, 30_000, now=at) + store.pop("g", "q2", 2, 30_000, now=at)
+    popped = store.pop.pop("g", "q1", 2, 30_000, now=at)
+    popped += store.pop.pop("g", "q2", 2, 30_000, now=at)
     assert len(popped) == 4
-    assert store.next_revive_at() == at + 30_000
-    assert store.revive(at + 29_999) == 0
-    assert store.revive(at + 30_000) == 4
+    assert store.pop.next_revive_at() == at + 30_000
+    assert store.pop.revive(at + 29_999) == 0
+    assert store.pop.revive(at + 30_000) == 4

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from broker_core import Message, MessageStore, UnknownReceipt
-from broker_core.cleanup import remove_lmqs
 from broker_core.pop import PopConsumer
 from broker_core.store import now_ms
 
@@ -46,106 +45,106 @@ def state_keys(s: MessageStore, tag: bytes) -> list[bytes]:
 
 def test_one_fresh_record_per_pop(store):
     fill(store, 100)
-    popped = store.pop("g", "q", 64, 60_000)
+    popped = store.pop.pop("g", "q", 64, 60_000)
     assert len(popped) == 64 and all(p.receipt.startswith("~") for p in popped)
     assert state_keys(store, b"P") == [] and len(state_keys(store, b"F")) == 1
-    store.ack_many([p.receipt for p in popped[:10]])
-    assert store.inflight_count("g", "q") == 54
-    store.ack_many([p.receipt for p in popped[10:]])
-    assert state_keys(store, b"F") == [] and store.inflight_count("g") == 0
+    store.pop.ack_many([p.receipt for p in popped[:10]])
+    assert store.pop.inflight_count("g", "q") == 54
+    store.pop.ack_many([p.receipt for p in popped[10:]])
+    assert state_keys(store, b"F") == [] and store.pop.inflight_count("g") == 0
 
 
 def test_restart_redelivers_exactly_the_unsettled(tmp_path):
     with MessageStore.open(tmp_path, SMALL) as s:
-        s.set_memory_inflight("g")
+        s.pop.set_memory_inflight("g")
         fill(s, 12)
-        a = s.pop("g", "q", 6, 3_600_000)
-        b = s.pop("g", "q", 4, 3_600_000)
-        s.ack_many([a[0].receipt, a[1].receipt, a[4].receipt, b[3].receipt])
-        s.ack(a[2].receipt)
-        moved = s.change_invisible_time(b[0].receipt, 3_600_000)  # now durable
-        s.requeue_many([b[1].receipt])  # offset 7 is a retry again
-        (again,) = s.pop("g", "q", 1, 3_600_000)
+        a = s.pop.pop("g", "q", 6, 3_600_000)
+        b = s.pop.pop("g", "q", 4, 3_600_000)
+        s.pop.ack_many([a[0].receipt, a[1].receipt, a[4].receipt, b[3].receipt])
+        s.pop.ack(a[2].receipt)
+        moved = s.pop.change_invisible_time(b[0].receipt, 3_600_000)  # now durable
+        s.pop.requeue_many([b[1].receipt])  # offset 7 is a retry again
+        (again,) = s.pop.pop("g", "q", 1, 3_600_000)
         assert (again.message.offset, again.deliveries) == (7, 2)
-        s.ack(again.receipt)
-        assert s.inflight_count("g", "q") == 4  # offsets 3, 5, 6 (durable), 8
+        s.pop.ack(again.receipt)
+        assert s.pop.inflight_count("g", "q") == 4  # offsets 3, 5, 6 (durable), 8
         assert moved
         # no close hook matters: every state change was written when it was made
     with MessageStore.open(tmp_path, SMALL) as s:
-        assert s.release_group("g") == 4
-        got = s.pop("g", "q", 100, 60_000)
+        assert s.pop.release_group("g") == 4
+        got = s.pop.pop("g", "q", 100, 60_000)
         assert sorted((p.message.offset, p.deliveries) for p in got) == [
             (3, 2), (5, 2), (6, 2), (8, 2), (10, 1), (11, 1)]
 
 
 def test_requeue_many_mixes_fresh_and_durable(store):
-    store.set_memory_inflight("g")
+    store.pop.set_memory_inflight("g")
     fill(store, 4)
-    popped = store.pop("g", "q", 4, 60_000)
-    durable = store.change_invisible_time(popped[0].receipt, 60_000)
+    popped = store.pop.pop("g", "q", 4, 60_000)
+    durable = store.pop.change_invisible_time(popped[0].receipt, 60_000)
     seen = []
     store.add_listener("q", lambda name, nxt: seen.append(name))
-    assert store.requeue_many([durable, popped[2].receipt, "junk", popped[2].receipt]) == 2
+    assert store.pop.requeue_many([durable, popped[2].receipt, "junk", popped[2].receipt]) == 2
     assert seen == ["q"]
-    got = store.pop("g", "q", 10, 60_000)
+    got = store.pop.pop("g", "q", 10, 60_000)
     assert [(p.message.offset, p.deliveries) for p in got] == [(0, 2), (2, 2)]
     with pytest.raises(UnknownReceipt):
-        store.ack(popped[2].receipt)
+        store.pop.ack(popped[2].receipt)
 
 
 def test_removed_lmq_forgets_fresh_state(store):
-    store.set_memory_inflight("g")
+    store.pop.set_memory_inflight("g")
     fill(store, 3)
-    old = store.pop("g", "q", 3, 60_000)
-    remove_lmqs(store, ["q"])
+    old = store.pop.pop("g", "q", 3, 60_000)
+    store.remove_lmqs(["q"])
     assert state_keys(store, b"F") == []
     fill(store, 3)  # the same name again: a new LMQ
-    store.ack_many([p.receipt for p in old])  # ignored, and writes nothing back
+    store.pop.ack_many([p.receipt for p in old])  # ignored, and writes nothing back
     assert state_keys(store, b"F") == []
     with pytest.raises(UnknownReceipt):
-        store.ack(old[0].receipt)
-    new = store.pop("g", "q", 10, 60_000)
+        store.pop.ack(old[0].receipt)
+    new = store.pop.pop("g", "q", 10, 60_000)
     assert [p.deliveries for p in new] == [1, 1, 1]
-    assert store.release_group("g") == 3
+    assert store.pop.release_group("g") == 3
 
 
 def test_fresh_deliveries_time_out(store):
-    store.set_memory_inflight("g")
+    store.pop.set_memory_inflight("g")
     fill(store, 3)
-    popped = store.pop("g", "q", 3, 1_000)
-    store.ack(popped[1].receipt)
-    assert store.pop_consumer.next_revive_at() <= now_ms() + 1_000
-    assert store.revive(now_ms() + 2_000) == 2
-    assert store.pop_consumer.next_revive_at() is None
-    got = store.pop("g", "q", 10, 60_000)
+    popped = store.pop.pop("g", "q", 3, 1_000)
+    store.pop.ack(popped[1].receipt)
+    assert store.pop.next_revive_at() <= now_ms() + 1_000
+    assert store.pop.revive(now_ms() + 2_000) == 2
+    assert store.pop.next_revive_at() is None
+    got = store.pop.pop("g", "q", 10, 60_000)
     assert [(p.message.offset, p.deliveries) for p in got] == [(0, 2), (2, 2)]
 
 
 def test_holes_in_a_pop(store):
-    store.set_memory_inflight("g")
+    store.pop.set_memory_inflight("g")
     store.append_batch([(Message(topic="t", body=b"x"), ["q"]) for _ in range(3)])
-    popped = store.pop("g", "q", 3, 60_000)
-    store.ack(popped[0].receipt)
-    assert store.release_group("g") == 2
+    popped = store.pop.pop("g", "q", 3, 60_000)
+    store.pop.ack(popped[0].receipt)
+    assert store.pop.release_group("g") == 2
 
 
 def test_pop_state_survives_restart(tmp_path):  # replaces test_pop's: receipts die
     with MessageStore.open(tmp_path, SMALL) as s:
         fill(s, 5)
-        popped = s.pop("g", "q", 3, 5_000)
-        s.ack(popped[1].receipt)
-        keep = s.pop("g", "q", 1, 3_600_000)[0]
+        popped = s.pop.pop("g", "q", 3, 5_000)
+        s.pop.ack(popped[1].receipt)
+        keep = s.pop.pop("g", "q", 1, 3_600_000)[0]
         assert keep.message.offset == 3
     with MessageStore.open(tmp_path, SMALL) as s:
-        assert s.pop_consumer.next_revive_at() is not None
-        s.revive(now_ms() + 10_000)
-        got = s.pop("g", "q", 10, 30_000)
+        assert s.pop.next_revive_at() is not None
+        s.pop.revive(now_ms() + 10_000)
+        got = s.pop.pop("g", "q", 10, 30_000)
         # offsets 0 and 2 came back; 1 was acked; 3 is still invisible; 4 is new
         assert sorted((p.message.offset, p.deliveries) for p in got) == [(0, 2), (2, 2), (4, 1)]
         with pytest.raises(UnknownReceipt):
-            s.ack(keep.receipt)  # a receipt of the previous run
-        assert s.inflight_count("g", "q") == 4
-        assert s.release_group("g") == 4  # what a front end does at start
+            s.pop.ack(keep.receipt)  # a receipt of the previous run
+        assert s.pop.inflight_count("g", "q") == 4
+        assert s.pop.release_group("g") == 4  # what a front end does at start
 
 
 def test_ack_many_groups_receipts_like_single_lookups(store):
@@ -154,24 +153,24 @@ def test_ack_many_groups_receipts_like_single_lookups(store):
     are not offsets (or are not in flight) settle exactly what one ack each would."""
     fill(store, 20)
     fill(store, 10, lmq="q2")
-    a = store.pop("g", "q", 8, 60_000)
-    b = store.pop("g", "q", 8, 60_000)
-    c = store.pop("g", "q2", 6, 60_000)
-    moved = store.change_invisible_time(a[7].receipt, 60_000)  # a durable receipt
+    a = store.pop.pop("g", "q", 8, 60_000)
+    b = store.pop.pop("g", "q", 8, 60_000)
+    c = store.pop.pop("g", "q2", 6, 60_000)
+    moved = store.pop.change_invisible_time(a[7].receipt, 60_000)  # a durable receipt
     prefix = a[0].receipt.rsplit(".", 1)[0] + "."
     receipts = [a[0].receipt, c[1].receipt, a[1].receipt, b[2].receipt, a[0].receipt,
                 prefix + "x", prefix + "99", prefix + "3.5", moved, "~garbage", "nope",
                 b[7].receipt, c[5].receipt, a[3].receipt]
-    store.ack_many(receipts)
+    store.pop.ack_many(receipts)
     left = sorted((p.message.lmq, p.message.offset) for p in (*a[:7], *b, *c)
                   if p.receipt not in receipts)
-    assert store.inflight_count("g") == len(left)
+    assert store.pop.inflight_count("g") == len(left)
     with pytest.raises(UnknownReceipt):
-        store.ack(a[1].receipt)
+        store.pop.ack(a[1].receipt)
     with pytest.raises(UnknownReceipt):
-        store.ack(moved)
+        store.pop.ack(moved)
     for p in (*a[:7], *b, *c):
         if (p.message.lmq, p.message.offset) in left:
-            store.ack(p.receipt)
-    assert store.inflight_count("g") == 0
+            store.pop.ack(p.receipt)
+    assert store.pop.inflight_count("g") == 0
     assert state_keys(store, b"F") == [] and state_keys(store, b"P") == []

@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 
 from broker_core import Message, MessageStore, StoreConfig, StoreError
-from broker_core.cleanup import remove_lmqs
 from broker_core.consume_queue import LmqMeta
 from broker_core.record import encode_record
-from broker_core.recovery import rebuild_index, verify
 
 from .conftest import SMALL
 
@@ -55,14 +53,14 @@ def test_reopen_after_clean_close_replays_nothing(tmp_path):
 def test_rebuilt_index_equals_the_live_index(tmp_path):
     with MessageStore.open(tmp_path, SMALL) as s:
         fill(s, 2000)
-        remove_lmqs(s, ["lmq/3"])
+        s.remove_lmqs(["lmq/3"])
         fill(s, 300, seed=7)  # lmq/3 comes back as a new LMQ, from offset 0
         live = index_by_name(s)
         assert live[1]["lmq/3"][0] < 300
-        report = rebuild_index(s)
+        report = s.rebuild_index()
         assert report.replayed_records > 2000
         assert index_by_name(s) == live
-        assert verify(s).ok
+        assert s.verify().ok
 
 
 def test_lost_index_is_rebuilt_on_open(tmp_path):
@@ -85,7 +83,7 @@ def test_index_ahead_of_log_is_rebuilt(tmp_path):
     with MessageStore.open(tmp_path, SMALL) as s:
         assert s.recovery.index_rebuilt
         assert "ahead" in s.recovery.rebuild_reason
-        assert verify(s).ok
+        assert s.verify().ok
         for m in s.pull("lmq/0", 0, max_count=1000).messages:
             assert m.record.position < cut_at
 
@@ -163,7 +161,7 @@ def test_verify_reports_a_corrupt_record(tmp_path):
     # the damage is before the checkpoint: the store opens, verify finds it
     s = MessageStore.open(tmp_path, SMALL)
     try:
-        report = verify(s)
+        report = s.verify()
         assert not report.ok and "CRC" in report.problems[0]
     finally:
         s.close()

@@ -162,8 +162,8 @@ def test_consumer_state_ships_beside_the_log(tmp_path: Path) -> None:
         shipped: list = []
         master.replica.ship_state(shipped.append)
         master.commit_offsets("g1", {"q": 5})
-        popped = master.pop("pg", "q", 2, 60_000)
-        master.ack(popped[0].receipt)
+        popped = master.pop.pop("pg", "q", 2, 60_000)
+        master.pop.ack(popped[0].receipt)
         master.delete_meta("topic/t")
         master.put_meta("topic/u", b"other")
         _copy_all(master, slave)
@@ -175,11 +175,11 @@ def test_consumer_state_ships_beside_the_log(tmp_path: Path) -> None:
         assert slave.get_meta("topic/t") is None and slave.get_meta("topic/u") == b"other"
         with pytest.raises(NotMaster):
             slave.commit_offset("g2", "q", 1)
-        assert slave.revive() == 0
+        assert slave.pop.revive() == 0
         # promoted, the slave pops where the master left off: the unacked one comes back
         # after its invisible time, the next fresh one is offset 2
         slave.replica.become_master(2)
-        again = slave.pop("pg", "q", 1, 60_000)
+        again = slave.pop.pop("pg", "q", 1, 60_000)
         assert [m.message.offset for m in again] == [2]
     finally:
         master.close()

@@ -1,13 +1,13 @@
 """The store's public methods that replace reaching into its parts (gateway call sites
-used ``store.log.scan``, ``store.log.end``, ``store.pop_consumer`` and
-``broker_core.cleanup`` with the store), and the layering of the package itself."""
+used ``store.log.scan``, ``store.log.end`` and ``broker_core.cleanup`` with the store),
+the parts it exposes (``store.pop``), and the layering of the package itself."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-from broker_core import Message, MessageStore, StoreConfig, cleanup, recovery
+from broker_core import Message, MessageStore, PopConsumer, StoreConfig
 from broker_core.commit_log import ScanStop
 
 from .conftest import SMALL
@@ -41,25 +41,24 @@ def test_records_from_starts_at_the_log_start_after_retention(tmp_path):
 
 def test_next_revive_at_is_the_earliest_invisible_time(store):
     store.append(Message(topic="t", body=b"m"), ["q"])
-    assert store.next_revive_at() is None
-    popped = store.pop("g", "q", 1, invisible_ms=60_000)
-    due = store.next_revive_at()
-    assert due is not None and due == store.pop_consumer.next_revive_at()
-    store.ack(popped[0].receipt)
-    assert store.next_revive_at() is None
+    assert store.pop.next_revive_at() is None
+    popped = store.pop.pop("g", "q", 1, invisible_ms=60_000)
+    due = store.pop.next_revive_at()
+    assert due is not None and due == PopConsumer.receipt_visible_at(popped[0].receipt)
+    store.pop.ack(popped[0].receipt)
+    assert store.pop.next_revive_at() is None
 
 
-def test_housekeeping_methods_match_the_module_functions(tmp_path):
+def test_housekeeping_methods(tmp_path):
     with MessageStore.open(tmp_path, SMALL) as s:
         s.append(Message(topic="t", body=b"m"), ["old", "kept"])
         later = s.lmq("old").last_write_ms + 10_000
         assert [i.name for i in s.idle_lmqs(5_000, later)] == ["kept", "old"]
-        assert s.idle_lmqs(5_000, later) == cleanup.idle_lmqs(s, 5_000, later)
         s.add_listener("kept", lambda *_: None)
         assert [i.name for i in s.idle_lmqs(5_000, later)] == ["old"]
         report = s.remove_lmqs(["old", "never"])
         assert report.names == ["old"] and s.lmq("old") is None and s.lmq("kept") is not None
-        assert s.verify().ok and recovery.verify(s).ok
+        assert s.verify().ok
         rebuilt = s.rebuild_index()
         assert rebuilt.index_rebuilt and s.lmq("kept").messages == 1
 
@@ -100,6 +99,15 @@ def _imports(path: Path) -> tuple[set[str], list[tuple[str, str]]]:
                     f"{path.name}: import inside {node.name}()"
                 )
     return runtime, reach_ins
+
+
+def test_the_stores_parts_do_not_import_the_store():
+    """Recovery and cleanup work on the store's parts (``StoreParts``); the facade calls
+    them, never the other way round, not even for types (no store <-> recovery <->
+    cleanup circle)."""
+    for name in ("recovery", "cleanup", "pop"):
+        text = (PACKAGE / f"{name}.py").read_text()
+        assert "broker_core.store" not in text, f"{name}.py imports the store"
 
 
 def test_no_private_reach_ins_lazy_imports_or_import_cycles():

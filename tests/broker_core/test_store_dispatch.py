@@ -262,10 +262,8 @@ def test_a_failed_batch_leaves_nothing_in_the_hot_tail(store):
 
 
 def test_a_removed_then_recreated_lmq_is_not_served_old_tail_records(store):
-    from broker_core.cleanup import remove_lmqs
-
     store.add_listener("again", lambda *_: None)
     store.append(Message(topic="t", body=b"old"), ["again"])
-    remove_lmqs(store, ["again"])
+    store.remove_lmqs(["again"])
     store.append(Message(topic="t", body=b"new"), ["again"])
     assert [m.body for m in store.pull("again", 0).messages] == [b"new"]

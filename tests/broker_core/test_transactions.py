@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 from broker_core import Durability, Message, MessageStore
 from broker_core.errors import StorageFull
 from broker_core.record import RecordType
-from broker_core.recovery import verify
 from broker_core.transactions import GROUP_PROPERTY, IMMUNITY_PROPERTY, Outcome
 
 from .conftest import SMALL
@@ -161,7 +160,7 @@ def test_survives_reopen(tmp_path):
         assert s.end_transaction(h2.position, True).outcome == Outcome.ALREADY_ROLLED_BACK
         assert s.end_transaction(h3.position, True).outcome == Outcome.COMMITTED
         assert bodies(s, "a") == [b"1", b"3"]
-        assert verify(s).ok
+        assert s.verify().ok
         report = s.rebuild_index()
         assert report.index_rebuilt
         assert bodies(s, "a") == [b"1", b"3"]
@@ -349,19 +348,19 @@ def test_commits_survive_sigkill_exactly_once(tmp_path, seed):
         pending = {t.position for t in s.txns.iter_pending()}
         assert not pending & (set(committed) | rolled_back)
         assert {t.position for t in s.transaction_checks_due(now=1 << 62)} == pending
-        assert verify(s).ok
+        assert s.verify().ok
 
 
 def test_verify_checks_commit_entries(store):
     plain = store.append(Message(topic="t", body=b"p"), ["z"])
     half = store.append_half(Message(topic="t", body=b"x"), ["a"], "pg")
     store.end_transaction(half.position, commit=True)
-    assert verify(store).ok
+    assert store.verify().ok
     meta = store.lmq("a")
     batch = store.index.new_batch()  # damage: the entry points at another record
     batch.put_entry(meta.id, 0, plain.position, plain.size, 1, 0, 0)
     batch.commit()
-    problems = verify(store).problems
+    problems = store.verify().problems
     assert problems == [
         f"index entry 'a' offset 0 points at {plain.position}, the log has it at {half.position}"
     ]
@@ -428,4 +427,4 @@ def test_replay_from_an_old_checkpoint_reproduces_state(tmp_path_factory, before
     (d / "index-old").rename(d / "index")
     with MessageStore.open(d, cfg) as s:
         assert _state(s, halves) == live
-        assert verify(s).ok
+        assert s.verify().ok

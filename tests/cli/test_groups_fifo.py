@@ -30,14 +30,14 @@ def test_show_and_release_a_blocked_message_group(tmp_path: Path) -> None:
     with MessageStore.open(data) as store:
         fill(store)
         t = now_ms()
-        first = store.pop_fifo("GID", LMQ, 10, 1, KEY, now=t)
+        first = store.pop.pop_fifo("GID", LMQ, 10, 1, KEY, now=t)
         assert [p.message.record.body for p in first] == [b"a:0", b"b:0"]
-        store.ack(first[1].receipt)
+        store.pop.ack(first[1].receipt)
         # a:0's invisible time (1 ms) runs out; it comes back once and runs out again
-        again = store.pop_fifo("GID", LMQ, 10, 1, KEY, now=t + 10_000)
+        again = store.pop.pop_fifo("GID", LMQ, 10, 1, KEY, now=t + 10_000)
         got = {p.message.record.body: p for p in again}
         assert sorted(got) == [b"a:0", b"b:1"]  # b:1 promoted by the ack, a:0 back
-        store.ack(got[b"b:1"].receipt)
+        store.pop.ack(got[b"b:1"].receipt)
         # shown while the store is open for writing
         result = runner.invoke(main, ["groups", "show", "GID", "--data-dir", str(data),
                                       "--json"])
@@ -57,6 +57,6 @@ def test_show_and_release_a_blocked_message_group(tmp_path: Path) -> None:
     with MessageStore.open(data) as store:
         dlq = store.pull(queue_lmq("%DLQ%GID", 0), 0, 10).messages
         assert [m.record.body for m in dlq] == [b"a:0"]
-        nxt = store.pop_fifo("GID", LMQ, 10, 60_000, KEY)
+        nxt = store.pop.pop_fifo("GID", LMQ, 10, 60_000, KEY)
         assert [p.message.record.body for p in nxt] == [b"a:1", b"b:2"]
-        assert store.blocked_message_groups() == []
+        assert store.pop.blocked_groups() == []

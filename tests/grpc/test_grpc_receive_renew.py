@@ -50,12 +50,12 @@ async def test_auto_renew_keeps_messages_invisible_until_acked(
             monkeypatch.setattr(receipts, "RENEW_AHEAD_MS", 120_000)
             assert renewer.renew_due() == 2
             # the store's in-flight keys moved: the old visible times revive nothing
-            assert store.revive(now=max(before.values()) + 1) == 0
-            assert store.inflight_count("g-push") == 2
+            assert store.pop.revive(now=max(before.values()) + 1) == 0
+            assert store.pop.inflight_count("g-push") == 2
             # the consumer acks with the handles it was given: both settled
             res = await ack(g, "g-push", "push", *got)
             assert [e.status.code for e in res.entries] == [Code.OK, Code.OK]
-            assert store.inflight_count("g-push") == 0
+            assert store.pop.inflight_count("g-push") == 0
             assert len(renewer) == 0
         finally:
             await g.close()
@@ -80,9 +80,9 @@ async def test_stream_closed_early_makes_messages_visible_again(tmp_path: Path) 
             stream = receive.receive_message(Call(front, "ReceiveMessage", None), req)  # type: ignore[arg-type]
             first = await stream.__anext__()
             assert first.HasField("message")
-            assert store.inflight_count("g-early") == 3
+            assert store.pop.inflight_count("g-early") == 3
             await stream.aclose()  # the consumer went away after one message
-            assert store.inflight_count("g-early") == 0
+            assert store.pop.inflight_count("g-early") == 0
             got, _, status = parts(await receive_call(g, "g-early", "early"))
             assert status.code == Code.OK and len(got) == 3
             assert {m.system_properties.delivery_attempt for m in got} == {2}

@@ -173,12 +173,12 @@ async def test_a_client_that_stops_reading_holds_only_its_own_stream(tmp_path: P
                             received += len(event.data)
                     writer.write(client.data_to_send())  # SETTINGS and PING acks only
             assert received == 65_535 and front.open_streams == 1
-            assert store.inflight_count("g-held") == 4
+            assert store.pop.inflight_count("g-held") == 4
             # the gateway serves other calls meanwhile
             assert (await send(g, message("Other", b"x"))).status.code == Code.OK
             writer.close()  # the consumer goes away without its messages
             async with asyncio.timeout(BOUND):
-                while front.open_streams or store.inflight_count("g-held"):
+                while front.open_streams or store.pop.inflight_count("g-held"):
                     await asyncio.sleep(0.02)
             got, _, status = parts(await receive(g, "g-held", "Held", batch=4))
             assert status.code == Code.OK and sorted(m.body for m in got) == bodies

@@ -18,8 +18,8 @@ import orjson
 from broker_core import (
     DelayTooLong,
     Message,
-    MessageStore,
     MessageTooLarge,
+    PopConsumer,
     PoppedMessage,
     Record,
     StorageFull,
@@ -209,7 +209,7 @@ def mqtt_message_doc(topic_filter: str, popped: PoppedMessage) -> dict[str, Any]
         "delivery_count": popped.deliveries,
         "born_ms": record.born_ms,
         "store_ms": record.store_ms,
-        "next_visible_ms": MessageStore.receipt_visible_at(popped.receipt),
+        "next_visible_ms": PopConsumer.receipt_visible_at(popped.receipt),
     }
     return with_body(doc, record.body)
 

@@ -148,7 +148,7 @@ class Receiving(ApiBase):
         store, store_group = self.ctx.store, MQTT_SHARE_PREFIX + group
         deadline = time.monotonic() + wait
         while True:
-            popped = store.pop(store_group, lmq, count, invisible)
+            popped = store.pop.pop(store_group, lmq, count, invisible)
             left = deadline - time.monotonic()
             if popped or left <= 0:
                 break
@@ -178,12 +178,12 @@ class Receiving(ApiBase):
             topic_filter, receipt = decode_mqtt_handle(handle)
             self.check_consume(request, topic_filter)
             if invisible_ms is None:
-                self.ctx.store.ack(receipt)
+                self.ctx.store.pop.ack(receipt)
                 return {"status": 200, "receipt_handle": handle}
-            renewed = self.ctx.store.change_invisible_time(receipt, max(invisible_ms, 1))
+            renewed = self.ctx.store.pop.change_invisible_time(receipt, max(invisible_ms, 1))
             return {"status": 200, "receipt_handle": handle,
                     "new_receipt_handle": encode_mqtt_handle(topic_filter, renewed),
-                    "next_visible_ms": self.ctx.store.receipt_visible_at(renewed)}
+                    "next_visible_ms": self.ctx.store.pop.receipt_visible_at(renewed)}
         except ApiError as exc:
             return {"status": exc.status, "receipt_handle": handle, "detail": exc.detail}
         except UnknownReceipt:

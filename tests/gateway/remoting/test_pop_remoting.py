@@ -115,10 +115,10 @@ async def test_pop_across_queues_and_ack_by_pop_ck(gw: Gateway) -> None:
         assert ck[1] == str(pop_time) and ck[2] == "30000" and ck[4] == "0"
         assert int(ck[6]) == e.queue_id and int(ck[7]) == e.queue_offset
     assert len(resp.ext_fields["startOffsetInfo"].split(";")) == 4
-    assert gw.store is not None and gw.store.inflight_count(GROUP) == 4
+    assert gw.store is not None and gw.store.pop.inflight_count(GROUP) == 4
     for e in exts:
         await client.ok(RequestCode.ACK_MESSAGE, ack_fields(e))
-    assert gw.store.inflight_count(GROUP) == 0
+    assert gw.store.pop.inflight_count(GROUP) == 0
     # nothing left: POLLING_TIMEOUT after pollTime
     started = time.monotonic()
     empty = await client.call(RequestCode.POP_MESSAGE, pop_fields(poll=300))
@@ -175,7 +175,7 @@ async def test_change_invisible_time_batch_ack_and_redelivery(gw: Gateway) -> No
         "c": GROUP, "t": TOPIC, "r": "0", "so": int(ck[0]), "q": 0, "rq": 0,
         "pt": int(ck[1]), "it": int(ck[2]), "b": bits}]}
     await client.ok(RequestCode.BATCH_ACK_MESSAGE, body=json.dumps(body).encode())
-    assert gw.store is not None and gw.store.inflight_count(GROUP) == 1
+    assert gw.store is not None and gw.store.pop.inflight_count(GROUP) == 1
     started = time.monotonic()
     back = await client.ok(RequestCode.POP_MESSAGE, pop_fields(queue=0, poll=5000))
     assert time.monotonic() - started < 3.0
@@ -184,7 +184,7 @@ async def test_change_invisible_time_batch_ack_and_redelivery(gw: Gateway) -> No
     # the new receipt (from the change) acks
     new_ck = redelivered.properties["POP_CK"]
     await client.ok(RequestCode.ACK_MESSAGE, dict(ack_fields(redelivered), extraInfo=new_ck))
-    assert gw.store.inflight_count(GROUP) == 0
+    assert gw.store.pop.inflight_count(GROUP) == 0
     await client.close()
 
 
@@ -198,9 +198,9 @@ async def test_receipt_survives_a_restart(tmp_path: Path) -> None:
         await client.close()
     async with running_gateway(data) as gw:
         client = await Client.connect(port_of(gw))
-        assert gw.store is not None and gw.store.inflight_count(GROUP) == 1
+        assert gw.store is not None and gw.store.pop.inflight_count(GROUP) == 1
         await client.ok(RequestCode.ACK_MESSAGE, ack_fields(ext))
-        assert gw.store.inflight_count(GROUP) == 0
+        assert gw.store.pop.inflight_count(GROUP) == 0
         await client.close()
 
 
@@ -222,7 +222,7 @@ async def test_peek_notification_tags_and_orderly_refused(gw: Gateway) -> None:
     resp = await client.ok(RequestCode.POP_MESSAGE,
                            pop_fields(queue=0, expType="TAG", exp="B"))
     assert [e.body for e in decode_exts(resp.body)] == [b"b"]
-    assert gw.store is not None and gw.store.inflight_count(GROUP) == 1
+    assert gw.store is not None and gw.store.pop.inflight_count(GROUP) == 1
     orderly = await client.call(RequestCode.POP_MESSAGE, pop_fields(order=True))
     assert orderly.code == ResponseCode.INVALID_PARAMETER and "order" in (orderly.remark or "")
     too_many = await client.call(RequestCode.POP_MESSAGE, pop_fields(n=33))

@@ -90,8 +90,8 @@ async def test_receipt_maps_to_the_stores_in_flight_key(env: Env) -> None:
     assert visible_at(info) == info.pop_time + 30_000
     # the receipt the store handed out is exactly the one rebuilt from ExtraInfo
     receipt = store_receipt("g", "orders", 3, 0, visible_at(info))
-    env.store.ack(receipt)
-    assert env.store.inflight_count("g") == 0
+    env.store.pop.ack(receipt)
+    assert env.store.pop.inflight_count("g") == 0
     assert pop_retry_topic("orders", "g") == "%RETRY%g_orders"
 
 
@@ -105,10 +105,10 @@ async def test_pop_all_queues_one_pop_time_and_ack_by_extra_info(env: Env) -> No
     assert sorted(i.queue_id for i in infos) == [0, 1, 2, 3]
     assert all(i.retry == "0" and i.broker_name == "gw" for i in infos)
     assert result.start_offset_info.count(";") == 3 and result.rest_num == 0
-    assert env.store.inflight_count("g") == 4
+    assert env.store.pop.inflight_count("g") == 4
     for item, info in zip(result.items, infos, strict=True):
         assert env.pop.ack("g", "orders", info.queue_id, item.message.offset, item.extra_info)
-    assert env.store.inflight_count("g") == 0
+    assert env.store.pop.inflight_count("g") == 0
     # acked twice: not in flight any more, answered as a success that changes nothing
     item = result.items[0]
     assert not env.pop.ack("g", "orders", item.source.queue_id, 0, item.extra_info)
@@ -132,9 +132,9 @@ async def test_receipt_from_before_a_restart_still_acks(env: Env) -> None:
     item = env.pop.pop_now("g", "orders", 2, 1, 60_000).items[0]
     env.close()
     env.open()
-    assert env.store.inflight_count("g") == 1
+    assert env.store.pop.inflight_count("g") == 1
     assert env.pop.ack("g", "orders", 2, item.message.offset, item.extra_info)
-    assert env.store.inflight_count("g") == 0
+    assert env.store.pop.inflight_count("g") == 0
 
 
 async def test_change_invisible_time_and_redelivery_counts(env: Env) -> None:
@@ -187,7 +187,7 @@ async def test_dead_letter_after_retry_max_times(tmp_path: Path) -> None:
         dlq = e.store.pull(queue_lmq("%DLQ%g", 0), 0, 10).messages
         assert [m.body for m in dlq] == [b"poison"]
         assert dlq[0].record.properties[RECONSUME] == b"2"
-        assert e.store.inflight_count("g") == 0 and e.pop.dead_lettered == 1
+        assert e.store.pop.inflight_count("g") == 0 and e.pop.dead_lettered == 1
     finally:
         e.close()
 

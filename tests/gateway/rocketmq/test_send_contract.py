@@ -1,8 +1,12 @@
 """The RocketMQ send contract (issue 28 §2): one set of cases, run against the producer
 service without sockets and against each RocketMQ door over real sockets (remoting's
 wire protocol, gRPC, the JSON API, RIP-17, the Aliyun MQ HTTP API through Aliyun's
-SDK), on one in-process gateway with a users file and sync durability. MQTT and AMQP
-publishes are not RocketMQ sends.
+SDK), on one in-process gateway with a users file and sync durability.
+
+MQTT and AMQP publishes are not RocketMQ sends, but a publish to ``T`` or below it
+reaches RocketMQ topic ``T``'s queue (docs/rocketmq.md), so the cases that can be said
+in those protocols are run against them too, with paho-mqtt (MQTT 5) and aiormq
+(publisher confirms): see :class:`Publishing`.
 
 A door is a converter: it may answer with its own codes, but not decide differently.
 Each door says how it spells each outcome (:attr:`Door.codes`); the cases say which
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
 import urllib.error
@@ -37,8 +42,9 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import aiormq
 import pytest
 from google.protobuf.duration_pb2 import Duration
 from mq_http_sdk.mq_client import MQClient
@@ -52,6 +58,8 @@ from gateway.auth import UsersDatabase
 from gateway.auth.acl import AclRule
 from gateway.auth.authenticator import Principal
 from gateway.auth.passwords import hash_password
+from gateway.auth.users import Permissions
+from gateway.config import AUTO
 from gateway.rocketmq import producer as p
 from gateway.rocketmq.records import encode_properties, to_store_message
 from gateway.server import Gateway
@@ -89,19 +97,12 @@ class Sent:
     handle: str = ""
 
 
-class Door:
+class Endpoint:
+    """What a case talks to on the gateway under test: a :class:`Door` or a
+    :class:`Publishing`."""
+
     name = ""
-    #: A batch is stored all or none (else: per message, the failed ones reported).
-    atomic_batch = True
-    #: The door ends transactions.
-    transactions = True
-    #: The door sends batches.
-    batches = True
-    #: The door receives by pop and acks by receipt.
-    settles = True
-    #: The door changes a received message's invisible time.
-    changes = True
-    #: outcome -> this door's answer (a code, or the service's exception class)
+    #: outcome -> its answer (a code, or the service's exception class)
     codes: dict[str, object] = {}
 
     def __init__(self, gw: Gateway) -> None:
@@ -112,6 +113,22 @@ class Door:
 
     async def close(self) -> None:
         pass
+
+
+E = TypeVar("E", bound=Endpoint)
+
+
+class Door(Endpoint):
+    #: A batch is stored all or none (else: per message, the failed ones reported).
+    atomic_batch = True
+    #: The door ends transactions.
+    transactions = True
+    #: The door sends batches.
+    batches = True
+    #: The door receives by pop and acks by receipt.
+    settles = True
+    #: The door changes a received message's invisible time.
+    changes = True
 
     async def send(self, topic: str, bodies: list[bytes], *, sharding: str = "",
                    second: str = "", transaction: bool = False) -> Sent:
@@ -589,11 +606,13 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
     db = UsersDatabase()
     db.add_user("app", hash_password("pw", n=16, r=1, p=1))
     db.add_access_key("app", AK, SK)
+    db.set_permissions("app", "/", Permissions(".*", ".*", ".*"))
     for rule in ("deny secret", "deny secret/#", "both #"):
         db.add_acl_rule("app", AclRule.parse(rule))
     db.save(data / "users.json")
     async with running_gateway(
         data, store=StoreConfig(durability=Durability.SYNC, max_message_bytes=MAX_BODY),
+        amqp_port=AUTO,
     ) as gw:
         topics = gw.ctx.rocketmq.topics
         topics.create(TopicConfig("plain", 2, 2))
@@ -604,14 +623,20 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
         yield gw
 
 
-@pytest.fixture(params=DOORS, ids=lambda door: door.name)
-async def door(request: Any, gateway: Gateway) -> AsyncIterator[Door]:
-    one: Door = request.param(gateway)
+@contextlib.asynccontextmanager
+async def opened(kind: type[E], gw: Gateway) -> AsyncIterator[E]:
+    one = kind(gw)
     await one.open()
     try:
         yield one
     finally:
         await one.close()
+
+
+@pytest.fixture(params=DOORS, ids=lambda door: door.name)
+async def door(request: Any, gateway: Gateway) -> AsyncIterator[Door]:
+    async with opened(request.param, gateway) as one:
+        yield one
 
 
 def stored(gw: Gateway, topic: str) -> int:
@@ -715,15 +740,15 @@ async def test_ack(door: Door) -> None:
     await door.join("plain", group)
     assert (await door.send("plain", [b"one"])).code == door.codes["ok"]
     [handle] = await door.receive("plain", group, 30)
-    assert store.inflight_count(group) == 1
+    assert store.pop.inflight_count(group) == 1
     acked = await door.ack("plain", group, handle)
     assert acked.code == door.codes["ok"], acked
-    assert store.inflight_count(group) == 0
+    assert store.pop.inflight_count(group) == 0
     again = await door.ack("plain", group, handle)
     assert again.code == door.codes["ack_gone"], again
     forged = await door.ack("plain", group, FORGED)
     assert forged.code == door.codes["bad_handle"], forged
-    assert store.inflight_count(group) == 0
+    assert store.pop.inflight_count(group) == 0
 
 
 async def test_change_invisibility(door: Door) -> None:
@@ -744,7 +769,7 @@ async def test_change_invisibility(door: Door) -> None:
     [back] = await door.receive("plain", group, 30)
     acked = await door.ack("plain", group, back)
     assert acked.code == door.codes["ok"], acked
-    assert store.inflight_count(group) == 0
+    assert store.pop.inflight_count(group) == 0
 
 
 async def test_every_send_counts_for_back_pressure(gateway: Gateway) -> None:
@@ -781,3 +806,116 @@ async def settled(publisher: Any) -> None:
     async with asyncio.timeout(BOUND):
         while publisher.pending:
             await asyncio.sleep(0.01)
+
+
+# -- MQTT and AMQP publishes ------------------------------------------------------------
+
+
+class Publishing(Endpoint):
+    """An MQTT or AMQP client publishing to a topic name (``T`` or ``T/...``), which
+    also reaches RocketMQ topic ``T``'s queue. These protocols have no message types,
+    batches or transactions; what they can say of the send contract: a system topic's
+    or a read-only topic's queues are never reached (the publish itself is an MQTT
+    publish like any other), the publish ACL decides ``T`` and ``T/...``, and the
+    acknowledgement comes only once the store acknowledged the append."""
+
+    async def publish(self, topic: str, body: bytes) -> object:
+        raise NotImplementedError
+
+
+class MqttPublishing(Publishing):
+    """paho-mqtt, MQTT 5, QoS 1: the PUBACK's reason code."""
+
+    name = "mqtt"
+    codes = {"ok": 0, "acl": 0x87}
+
+    async def open(self) -> None:
+        self.client = await asyncio.to_thread(
+            Paho, port_of(self.gw, "mqtt"), "contract-publisher", v5=True, username="app",
+            password="pw")
+        self.acks: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def on_publish(_c: Any, _u: Any, mid: int, reason: Any, _props: Any) -> None:
+            loop.call_soon_threadsafe(self.acks.put_nowait, (mid, int(reason.value)))
+
+        self.client.client.on_publish = on_publish
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.client.close)
+
+    async def publish(self, topic: str, body: bytes) -> object:
+        info = self.client.client.publish(topic, body, qos=1)
+        async with asyncio.timeout(BOUND):
+            mid, reason = await self.acks.get()
+        assert mid == info.mid
+        return reason
+
+
+class AmqpPublishing(Publishing):
+    """aiormq with publisher confirms, to ``amq.topic`` with the MQTT name's routing key
+    (``/`` as ``.``): ``ack``, or the code that closed the channel."""
+
+    name = "amqp"
+    codes = {"ok": "ack", "acl": 403}
+
+    async def open(self) -> None:
+        port = port_of(self.gw, "amqp")
+        self.conn = await aiormq.connect(f"amqp://app:pw@127.0.0.1:{port}/")
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    async def publish(self, topic: str, body: bytes) -> object:
+        channel = await self.conn.channel()  # a refusal closes it
+        try:
+            confirm = await channel.basic_publish(
+                body, exchange="amq.topic", routing_key=topic.replace("/", "."))
+        except aiormq.exceptions.ChannelAccessRefused:
+            return 403
+        await channel.close()
+        return "ack" if isinstance(confirm, aiormq.spec.Basic.Ack) else confirm
+
+
+PUBLISHERS = [MqttPublishing, AmqpPublishing]
+
+
+@pytest.fixture(params=PUBLISHERS, ids=lambda one: one.name)
+async def publishing(request: Any, gateway: Gateway) -> AsyncIterator[Publishing]:
+    async with opened(request.param, gateway) as one:
+        yield one
+
+
+#: (what is published, the topic name, the outcome due, whether RocketMQ topic ``T``'s
+#: queue gets it)
+PUBLISH_CASES: list[tuple[str, str, str, bool]] = [
+    ("a publish to T", "plain", "ok", True),
+    ("a publish below T", "plain/eu/7", "ok", True),
+    ("a system topic's name", "SCHEDULE_TOPIC_XXXX", "ok", False),
+    ("below a system topic's name", "SCHEDULE_TOPIC_XXXX/x", "ok", False),
+    ("a read-only topic", "readonly/x", "ok", False),
+    ("T the ACL denies", "secret", "acl", False),
+    ("T/... the ACL denies", "secret/x", "acl", False),
+]
+
+
+async def test_publish_checks(publishing: Publishing) -> None:
+    gw = publishing.gw
+    gw.ctx.rocketmq.ensure_schedule_topic()  # registered, as once a message is delayed
+    for what, name, outcome, reaches in PUBLISH_CASES:
+        topic = name.partition("/")[0]
+        before = stored(gw, topic)
+        code = await publishing.publish(name, b"published")
+        assert code == publishing.codes[outcome], (publishing.name, what, code)
+        assert stored(gw, topic) == before + reaches, (publishing.name, what)
+
+
+async def test_publish_ack_after_durable(publishing: Publishing) -> None:
+    store = publishing.gw.ctx.store
+    for _ in range(3):
+        before = stored(publishing.gw, "plain")
+        code = await publishing.publish("plain/eu/7", b"durable")
+        assert code == publishing.codes["ok"]
+        # acknowledged only once an fsync covers the append: nothing left to wait for
+        assert store.acknowledged(store.log_end).done()
+        assert stored(publishing.gw, "plain") == before + 1
