@@ -218,12 +218,6 @@ class HttpConnection(ConnectionHandler):
             self.conn.flush()
             self.conn.close("http done", linger=linger)
 
-    def _next_event(self) -> object:
-        try:
-            return self._http.next_event()
-        except ProtocolError as exc:
-            raise _Abort(exc.status, exc.detail) from None
-
     async def _wait_data(self, deadline: float) -> bool:
         """Wait for more bytes until ``deadline`` (monotonic); False when it passed."""
         self._buffered = 0
@@ -268,10 +262,16 @@ class HttpConnection(ConnectionHandler):
 
     async def _read_request(self) -> Request | None:
         limits = self.limits
-        idle_deadline = time.monotonic() + limits.keepalive_timeout
+        http = self._http
+        idle_deadline = 0.0  # (taken when the first wait begins)
         while True:
-            event = self._next_event()
+            try:
+                event = http.next_event()
+            except ProtocolError as exc:
+                raise _Abort(exc.status, exc.detail) from None
             if event is NEED_DATA:
+                if not idle_deadline:
+                    idle_deadline = time.monotonic() + limits.keepalive_timeout
                 started = self._first_byte_at
                 deadline = started + limits.head_timeout if started else idle_deadline
                 if not await self._wait_data(deadline):
@@ -290,21 +290,25 @@ class HttpConnection(ConnectionHandler):
         self.conn.established()
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers]
         request = Request(
-            method=head.method.decode("ascii"), target=head.target.decode("latin-1"),
-            headers=headers, peer=self.conn.peer,
-            context={**self._context, "http_version": head.http_version},
+            head.method.decode("ascii"), head.target.decode("latin-1"), headers, b"",
+            self.conn.peer, {}, {**self._context, "http_version": head.http_version},
         )
         length = request.header("content-length")
         if length is not None and length.isdigit() and int(length) > limits.max_body:
             raise _Abort(413, f"request body larger than {limits.max_body} bytes")
-        if head.expect_continue and not self._http.pending_body:
+        if head.expect_continue and not http.pending_body:
             self._write(ServerConnection.continue_100())
         body: list[bytes] = []
         size = 0
-        body_deadline = time.monotonic() + limits.body_timeout
+        body_deadline = 0.0  # (taken when the first wait for the body begins)
         while True:
-            event = self._next_event()
+            try:
+                event = http.next_event()
+            except ProtocolError as exc:
+                raise _Abort(exc.status, exc.detail) from None
             if event is NEED_DATA:
+                if not body_deadline:
+                    body_deadline = time.monotonic() + limits.body_timeout
                 if not await self._wait_data(body_deadline):
                     raise _Abort(408, f"request body not complete within"
                                       f" {limits.body_timeout:g} s")
