@@ -25,6 +25,7 @@ COMPILED = [
     "protocol/grpc/framing.py",
     "protocol/grpc/messages.py",
     "protocol/grpc/server.py",
+    "protocol/http1/connection.py",
 ]
 
 #: Written in C (no Python twin to compile): the record walk of the Spark reader

@@ -54,7 +54,7 @@ def _guard(fn: Any, api: JsonApi | None = None) -> Any:
 
     async def handler(request: Request) -> Response:
         try:
-            if api is not None:
+            if api is not None and api.login is not None:  # (open mode: nothing to await)
                 await api.authenticate(request)
             response: Response = await fn(request)
             return response

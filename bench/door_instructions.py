@@ -1,0 +1,139 @@
+"""Instructions the gateway spends per message, counted by callgrind: a figure that does
+not move with the machine's load, for before/after comparisons of a door's hot path.
+
+    .venv/bin/python -m bench.door_instructions http --messages 3200
+    .venv/bin/python -m bench.door_instructions mqtt --messages 6400
+
+The gateway (``cli.serve``, ``durability = "async"``) runs under ``valgrind
+--tool=callgrind`` with instrumentation off; after a warm-up of 2,000 messages it is
+switched on (``callgrind_control -i on``) for ``--messages`` messages, then off, and the
+instructions counted are divided by the messages. Only user-space instructions of the
+gateway process count (all its threads: the store's too); the kernel's socket work is
+not in the figure.
+
+* ``http``: 64 keep-alive HTTP/1.1 clients of ``h2load`` (``nghttp2-client``, C), each
+  ``POST /v1/topics/bench/messages`` with a 100-byte body, one request in flight per
+  client (as ``bench/http.py``'s closed loop);
+* ``mqtt``: 64 MQTT 3.1.1 clients in one Python process, each publishing QoS 1 to
+  ``bench/x`` (100 bytes) and waiting for the PUBACK before the next; nobody subscribed
+  (as ``bench/http.py``'s MQTT runs).
+
+Needs valgrind and h2load (Debian: ``valgrind``, ``nghttp2-client``). The gateway's
+ports: ``--port`` (unified, HTTP) and the next one (MQTT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.mqtt_wire import connect_packet
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIENTS = 64
+WARMUP = 2000
+
+
+async def _mqtt_load(port: int, count: int) -> None:
+    topic, payload = b"bench/x", b"x" * 100
+    head = bytes([0x32, 2 + len(topic) + 2 + len(payload)]) + struct.pack(">H", len(topic))
+    head += topic
+
+    async def client(i: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(connect_packet(f"instr-{i}"))
+        await reader.readexactly(4)
+        for k in range(count // CLIENTS):
+            writer.write(head + struct.pack(">H", k % 65535 + 1) + payload)
+            if (await reader.readexactly(4))[0] != 0x40:
+                raise RuntimeError("not a PUBACK")
+        writer.close()
+
+    await asyncio.gather(*(client(i) for i in range(CLIENTS)))
+
+
+def _wait_accepts(port: int, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
+    start = time.monotonic()
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            return
+        except OSError:
+            if proc.poll() is not None or time.monotonic() - start > timeout:
+                raise RuntimeError("the gateway did not start under valgrind") from None
+            time.sleep(1)
+
+
+def measure(kind: str, messages: int, port: int) -> float:
+    """Instructions per message (see the module's docstring)."""
+    tmp = Path(tempfile.mkdtemp(prefix="lmq-instr-"))
+    out = tmp / "callgrind.out"
+    mqtt_port = port + 1
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+           f"--callgrind-out-file={out}", sys.executable, "-m", "cli.serve",
+           "--data-dir", str(tmp / "data"), "--mqtt-port", str(mqtt_port),
+           "--amqp-port", "0", "--unified-port", str(port), "--grpc-port", "0",
+           "--durability", "async", "--log-level", "warning"]
+    with open(tmp / "gateway.log", "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_accepts(mqtt_port, proc)
+        body = tmp / "body.json"
+        body.write_text(json.dumps({"body": "x" * 100}))
+        h2load = ["h2load", "--h1", "-c", str(CLIENTS), "-m", "1", "-d", str(body), "-H",
+                  "Content-Type: application/json",
+                  f"http://127.0.0.1:{port}/v1/topics/bench/messages"]
+
+        def drive(count: int) -> None:
+            if kind == "http":
+                res = subprocess.run([*h2load, "-n", str(count)], capture_output=True,
+                                     text=True, check=True).stdout
+                if f"{count} 2xx" not in res:
+                    raise RuntimeError(f"not every publish answered 2xx:\n{res}")
+            else:
+                asyncio.run(_mqtt_load(mqtt_port, count))
+
+        drive(WARMUP)
+        control = ["callgrind_control", "-i"]
+        subprocess.run([*control, "on", str(proc.pid)], capture_output=True, check=True)
+        drive(messages)
+        subprocess.run([*control, "off", str(proc.pid)], capture_output=True, check=True)
+        subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True,
+                       check=True)
+        total = 0
+        for dump in tmp.glob("callgrind.out*"):
+            for line in dump.read_text(errors="replace").splitlines():
+                if line.startswith("totals:"):
+                    total += int(line.split()[1])
+                    break
+        return total / messages
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("kind", choices=["http", "mqtt"])
+    ap.add_argument("--messages", type=int, default=3200, help="a multiple of 64")
+    ap.add_argument("--port", type=int, default=25000, help="unified port (MQTT: +1)")
+    args = ap.parse_args()
+    per = measure(args.kind, args.messages, args.port)
+    print(f"{args.kind}: {per:,.0f} instructions per message ({args.messages} messages)")
+
+
+if __name__ == "__main__":
+    main()
