@@ -204,9 +204,9 @@ def release_message_group(
         parsed = parse_queue_lmq(info.name)
         if parsed is None or parsed[0] != topic:
             continue
-        ensure_topic(dlq)
         offset = store.release_message_group(group, info.name, message_group,
                                              queue_lmq(dlq, 0))
         if offset is not None:
+            ensure_topic(dlq)  # only once a head went there: a refusal leaves no topic
             return Released(parsed[1], offset, dlq)
     return None

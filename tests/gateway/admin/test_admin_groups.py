@@ -98,6 +98,9 @@ def test_fifo_in_flight_blocked_release_and_messages_found(gw: GatewayProcess) -
     # released: its head goes to the group's dead-letter topic, the group moves on
     bad = api.call("POST", "/groups/GID_fifo/release", {"topic": "fifoT"})
     assert bad.status_code == 400 and bad.json()["field"] == "message_group"
+    none = api.call("POST", "/groups/GID_fifo/release", {"topic": "fifoT", "message_group": "z"})
+    assert none.status_code == 404 and none.json()["field"] == "message_group"
+    assert api.call("GET", "/topics/%25DLQ%25GID_fifo").status_code == 404  # none made
     released = api.call(
         "POST", "/groups/GID_fifo/release", {"topic": "fifoT", "message_group": "a"}
     )
@@ -109,8 +112,14 @@ def test_fifo_in_flight_blocked_release_and_messages_found(gw: GatewayProcess) -
     assert api.get("/groups/GID_fifo")["blocked_message_groups"] == []
     peeked = api.get("/lmqs/rmq:%25DLQ%25GID_fifo:0/messages")["items"]
     assert [m["body"] for m in peeked] == ["a:0"]
+    assert api.get("/topics/%25DLQ%25GID_fifo")["name"] == "%DLQ%GID_fifo"
     actions = [(a["action"], a["status"]) for a in audit_lines(gw.data_dir)]
-    assert actions == [("topic.put", 201), ("group.release", 400), ("group.release", 200)]
+    assert actions == [
+        ("topic.put", 201),
+        ("group.release", 400),
+        ("group.release", 404),
+        ("group.release", 200),
+    ]
     api.close()
 
 
