@@ -150,11 +150,14 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
 
     async def set_permissions(call: Call) -> dict[str, Any]:
         name, vhost = call.params["user"], call.params["vhost"]
-        perms = Permissions(
-            call.text("configure", "") or "",
-            call.text("write", "") or "",
-            call.text("read", "") or "",
-        )
+        try:
+            perms = Permissions(
+                call.text("configure", "") or "",
+                call.text("write", "") or "",
+                call.text("read", "") or "",
+            )
+        except UsersError as exc:  # "<kind> permission ... is not a regex"
+            raise AdminError(400, str(exc), field=str(exc).split()[0]) from None
         await edit(lambda db: db.set_permissions(name, vhost, perms), "vhost")
         return {
             "user": name,

@@ -380,7 +380,7 @@ class AliyunHttpApi:
         trans = request.arg("trans", "") or ""
         if trans == "pop":
             self._check_publish(principal, topic)
-            return await self._consume_halves(topic, group, count, wait_s)
+            return await self._consume_halves(request, topic, group, count, wait_s)
         if trans not in ("", "order"):
             raise ApiError(ErrorCode.INVALID_ARGUMENT, f"trans={trans!r}: use pop or order")
         self._check_subscribe(principal, topic, group)
@@ -420,8 +420,10 @@ class AliyunHttpApi:
             first_consume_time=first, next_consume_time=next_time, consumed_times=times,
             tag=rec.tag, properties=encode_properties(shown))
 
-    async def _consume_halves(self, topic: str, group: str, count: int,
+    async def _consume_halves(self, request: Request, topic: str, group: str, count: int,
                               wait_s: int) -> Response:
+        """Half messages due a check, handed back to their producer: messages given, as
+        a consumer's are (the connection's and the API's count)."""
         halves = self.halves
         halves.polled(topic)
         store = self.ctx.store
@@ -447,6 +449,7 @@ class AliyunHttpApi:
                                            txn.checks))
         if not messages:
             raise ApiError(ErrorCode.MESSAGE_NOT_EXIST, "Message not exist.")
+        self.counts.given(request, len(messages))
         return Response.of(200, render_messages(messages), CONTENT_TYPE)
 
     # -- ack, commit, rollback -------------------------------------------------------------

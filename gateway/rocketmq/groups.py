@@ -196,7 +196,7 @@ def release_message_group(
 ) -> Released | None:
     """Release a blocked FIFO message group of ``group`` on ``topic``: its head message
     goes to ``%DLQ%<group>`` (made with ``ensure_topic`` when missing) and the group
-    moves on (:meth:`broker_core.MessageStore.release_message_group`). None when the
+    moves on (``store.pop.release_message_group``). None when the
     message group has no message out on the topic's queue LMQs. (``lmq groups
     release``, the gRPC admin call and the admin API.)"""
     dlq = dlq_topic(group)
@@ -204,9 +204,9 @@ def release_message_group(
         parsed = parse_queue_lmq(info.name)
         if parsed is None or parsed[0] != topic:
             continue
-        ensure_topic(dlq)
         offset = store.pop.release_message_group(group, info.name, message_group,
                                              queue_lmq(dlq, 0))
         if offset is not None:
+            ensure_topic(dlq)  # only once a head went there: a refusal leaves no topic
             return Released(parsed[1], offset, dlq)
     return None

@@ -88,6 +88,7 @@ class TransactionPolls:
                 break
             await halves.wait(group, left)
             halves.polled(group)
+        self.api.counts.given(request, len(out))  # handed back: messages given
         return json_response(200, {"transactions": out})
 
     def _may_end(self, request: Request, txn: PendingTransaction) -> bool:

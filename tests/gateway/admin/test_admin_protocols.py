@@ -25,7 +25,9 @@ from .support import AdminClient, admin_gateway, audit_lines
 
 @pytest.fixture
 def gw(tmp_path: Path) -> Iterator[GatewayProcess]:
-    gw = admin_gateway(tmp_path / "data").start()
+    config = tmp_path / "gateway.toml"  # half messages checked back soon
+    config.write_text("[store]\ntxn_first_check_ms = 300\n")
+    gw = admin_gateway(tmp_path / "data", "--config", str(config)).start()
     try:
         yield gw
     finally:
@@ -192,6 +194,19 @@ def test_http_apis_count_messages_per_connection_and_protocol(gw: GatewayProcess
             assert status == 200, raw
             got += json.loads(raw)["messages"]
         assert counted(api, json_api) == (4, 4)
+        # a half message, handed back to its producer group's poll: one in, one out
+        half_doc = b'{"body":"h","transaction":true,"producer_group":"PG_cnt"}'
+        assert request(json_api, "POST", "/v1/topics/cnt-json/messages", half_doc, jh)[0] == 201
+        halves: list[Any] = []
+        for _ in range(10):
+            status, raw = request(
+                json_api, "POST", "/v1/producers/PG_cnt/transactions/receive?wait_seconds=3"
+            )
+            halves += json.loads(raw)["transactions"]
+            if halves:
+                break
+        assert len(halves) == 1, raw
+        assert counted(api, json_api) == (5, 5)
         # the Aliyun MQ HTTP API: 2 published, 2 consumed
         xml = (
             b"<?xml version='1.0' encoding='UTF-8'?><Message><MessageBody>a</MessageBody></Message>"
@@ -209,6 +224,26 @@ def test_http_apis_count_messages_per_connection_and_protocol(gw: GatewayProcess
             assert status == 200, raw
             consumed += raw.count(b"<Message>")
         assert counted(api, aliyun) == (2, 2)
+        # a half message stored, then handed back to its producer (trans=pop): one more
+        # in, one more out
+        half = xml.replace(
+            b"</MessageBody>", b"</MessageBody><Properties>__TransCheckT:1|</Properties>"
+        )
+        status, raw = request(aliyun, "POST", "/topics/cnt-ali/messages", half)
+        assert status == 201 and b"<ReceiptHandle>" in raw, raw
+        checked = 0
+        for _ in range(10):
+            status, raw = request(
+                aliyun,
+                "GET",
+                "/topics/cnt-ali/messages?consumer=GID_cnt&trans=pop&numOfMessages=16"
+                "&waitseconds=3",
+            )
+            checked += raw.count(b"<Message>")
+            if checked:
+                break
+        assert checked == 1, raw
+        assert counted(api, aliyun) == (3, 3)
         # RIP-17: one send and a batch of 3 (all stored together), nothing given
         form = {"Content-Type": "application/x-www-form-urlencoded"}
         one = urlencode(
