@@ -16,7 +16,9 @@
    cache as the job finds it): the limit the job's read stage is compared with.
 3. Times ``spark.job.run`` in local mode and prints records/s, the time of each stage
    (from the job's progress messages), the machine and its load average before and
-   after. ``--rows`` decodes record by record (the reference decoder) instead of a batch at a time.
+   after, and the peak resident memory of the JVM, the Python workers and the
+   driver. ``--conf`` passes Spark settings. ``--rows`` decodes record by record (the
+   reference decoder) instead of a batch at a time.
 """
 
 from __future__ import annotations
@@ -151,6 +153,55 @@ def read_bytes(log_dir: Path) -> float:
     return time.perf_counter() - t
 
 
+class PeakMemory:
+    """Peak resident memory of this process's tree while the job runs, sampled every
+    0.2 s with psutil: the JVM (driver and executors in local mode), the Python
+    workers (largest one and all together) and this driver process."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak = {"jvm": 0, "python workers": 0, "largest python worker": 0, "driver": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.wait(0.2):
+            now = {"jvm": 0, "python workers": 0, "largest python worker": 0}
+            try:
+                self.peak["driver"] = max(self.peak["driver"], me.memory_info().rss)
+                children = me.children(recursive=True)
+            except psutil.Error:
+                continue
+            for child in children:
+                try:
+                    rss = child.memory_info().rss
+                    name = child.name()
+                except psutil.Error:
+                    continue
+                if name.startswith("java"):
+                    now["jvm"] += rss
+                else:
+                    now["python workers"] += rss
+                    now["largest python worker"] = max(now["largest python worker"], rss)
+            for key, value in now.items():
+                self.peak[key] = max(self.peak[key], value)
+
+    def describe(self) -> str:
+        return ", ".join(f"{key} {value / 2**20:,.0f} MiB" for key, value in self.peak.items())
+
+
 def machine() -> str:
     mem = ""
     try:
@@ -183,7 +234,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--rows", action="store_true", help="the record-at-a-time decoder")
     p.add_argument("--include-sys", action="store_true")
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the session (repeat), e.g. spark.driver.memory=4g",
+    )
     args = p.parse_args(argv)
+    conf = dict(item.split("=", 1) for item in args.conf)
 
     tmp = Path(tempfile.mkdtemp(prefix="lmq-bench-"))
     data_dir = args.data_dir or tmp / "data"
@@ -212,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
         quiet_pyspark_warnings()
         t_session = time.perf_counter()
-        session = build_session(args.master, app_name="lmq-fanout-bench")
+        session = build_session(args.master, app_name="lmq-fanout-bench", conf=conf)
         session_s = time.perf_counter() - t_session
         stages: list[tuple[float, str]] = []
 
@@ -220,19 +279,21 @@ def main(argv: list[str] | None = None) -> int:
             stages.append((time.perf_counter(), message))
             print(f"  [{stages[-1][0] - stages[0][0]:7.1f} s] {message}", flush=True)
 
+        memory = PeakMemory()
         try:
             t = time.perf_counter()
-            result = run(
-                session,
-                JobConfig(
-                    str(data_dir),
-                    str(out),
-                    write_records=not args.no_records_table,
-                    include_sys=args.include_sys,
-                    decoder="rows" if args.rows else "columnar",
-                ),
-                progress=progress,
-            )
+            with memory:
+                result = run(
+                    session,
+                    JobConfig(
+                        str(data_dir),
+                        str(out),
+                        write_records=not args.no_records_table,
+                        include_sys=args.include_sys,
+                        decoder="rows" if args.rows else "columnar",
+                    ),
+                    progress=progress,
+                )
             total = time.perf_counter() - t
         finally:
             session.stop()
@@ -240,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(f"machine: {machine()}")
         print(f"master: {args.master}; Spark session start {session_s:.1f} s (not counted)")
+        if conf:
+            print("conf: " + ", ".join(f"{k}={v}" for k, v in conf.items()))
+        print(f"peak resident memory: {memory.describe()}")
         print(
             "load average (1, 5, 15 min) before "
             + ", ".join(f"{x:.1f}" for x in load_before)

@@ -343,11 +343,16 @@ def _summarise(
     # the totals from the devices table (a row per device, null included), not
     # another pass over the records: the same sums
     devices = read_back("devices")
-    save(T.topic_stats(records), "topics")
+    # topics and minutes: one pass, one shuffle
+    keyed = T.keyed_figures(records).persist()
+    try:
+        save(T.topics_of(keyed), "topics")
+        save(T.minutes_of(keyed), "traffic_per_minute", "date")
+    finally:
+        keyed.unpersist()
     if config.prefix_depths:
         save(T.topic_prefixes(records, config.prefix_depths), "topic_prefixes", "depth")
     save(T.lmq_fan_in(records), "lmq_fan_in")
-    save(T.traffic_per_minute(records), "traffic_per_minute", "date")
 
     progress("top lists")
     lmqs = _table_rows(session, tables, "lmq_fan_in")

@@ -125,7 +125,7 @@ def fanout_histogram_of(
     return (
         counts.select(lower.cast("int").alias("lower"), "messages")
         .groupBy("lower")
-        .agg(F.sum("messages").cast("long").alias("messages"))
+        .agg(F.coalesce(F.sum("messages"), F.lit(0)).cast("long").alias("messages"))
         .select("lower", upper.alias("upper"), "messages")
         .orderBy("lower")
         .select(label.alias("bucket"), "lower", "upper", "messages")
@@ -217,9 +217,43 @@ def devices_of(figures: DataFrame) -> DataFrame:
 
 def topic_stats(records: DataFrame) -> DataFrame:
     """Per exact topic: messages, bytes, mean and max fan-out, deliveries, publishers."""
+    return topics_of(keyed_figures(records, ("topic",)))
+
+
+def keyed_figures(records: DataFrame, keys: Sequence[str] = ("topic", "minute")) -> DataFrame:
+    """The traffic figures and distinct devices per topic and per minute (``keys``:
+    either or both) from one pass over the records: a row per (``key``, value), the
+    value in the column named by ``key`` (``topic``, ``minute``), the other null. For
+    :func:`topics_of` and :func:`minutes_of`."""
+    columns = {
+        "topic": (F.col("topic"), "string"),
+        "minute": (F.date_trunc("minute", "store_time"), "timestamp"),
+    }
+    unknown = set(keys) - set(columns)
+    if not keys or unknown:
+        raise ValueError(f"keys must be some of {', '.join(columns)}")
+    keyed = F.array(
+        *[
+            F.struct(
+                F.lit(key).alias("key"),
+                *[
+                    (value if name == key else F.lit(None).cast(kind)).alias(name)
+                    for name, (value, kind) in columns.items()
+                ],
+            )
+            for key in keys
+        ]
+    )
+    rows = records.select(F.explode(keyed).alias("_k"), "device", "payload_size", "fanout")
+    names = ["key", *columns]
     return _traffic_and_devices(
-        records.select("topic", "device", "payload_size", "fanout"), ["topic"]
-    ).select("topic", *_TRAFFIC_COLUMNS, "devices")
+        rows.select(*[f"_k.{n}" for n in names], "device", "payload_size", "fanout"), names
+    )
+
+
+def topics_of(figures: DataFrame) -> DataFrame:
+    """:func:`topic_stats` from :func:`keyed_figures` rows."""
+    return figures.where(F.col("key") == "topic").select("topic", *_TRAFFIC_COLUMNS, "devices")
 
 
 def topic_prefix_stats(records: DataFrame, depth: int) -> DataFrame:
@@ -277,11 +311,13 @@ def top_topics(records: DataFrame, n: int, by: str = "messages") -> DataFrame:
 
 def traffic_per_minute(records: DataFrame) -> DataFrame:
     """One row per minute (session time zone) that has traffic, in time order."""
-    rows = records.select(
-        F.date_trunc("minute", "store_time").alias("minute"), "device", "payload_size", "fanout"
-    )
+    return minutes_of(keyed_figures(records, ("minute",)))
+
+
+def minutes_of(figures: DataFrame) -> DataFrame:
+    """:func:`traffic_per_minute` from :func:`keyed_figures` rows."""
     return (
-        _traffic_and_devices(rows, ["minute"])
+        figures.where(F.col("key") == "minute")
         .orderBy("minute")
         .select(
             "minute",

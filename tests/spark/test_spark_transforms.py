@@ -248,3 +248,102 @@ def test_fanout_change(spark_session):
         T.fanout_change(records, before, after, min_messages=2).select("device"),
         frame(spark_session, [], "device string"),
     )
+
+
+def test_one_pass_figures(spark_session):
+    """The job's one-pass aggregations (topics and minutes together, every prefix
+    depth together, devices with both halves, counts per fan-out value) give each
+    figure as counted here in plain Python; a record without a client id is in the
+    sums, not among the devices, and not compared between halves."""
+    rows = [
+        rec("d1", "a/b/c", ["q1", "q2"], size=3, at=0),
+        rec("d1", "a/x", ["q1"], size=4, at=10),
+        rec(None, "a/b/c", [], size=5, at=20),
+        rec("d2", "a/b/c", ["q3"], size=6, at=70),
+        rec(None, "z", ["q1"], size=7, at=80),
+        rec("d2", "z", ["q1", "q2", "q3"], size=8, at=130),
+        rec("d1", "a/b/c", ["q2", "q3", "q4", "q5"], size=9, at=135),
+    ]
+    records = spark_session.createDataFrame(rows, RECORD_SCHEMA)
+
+    def figures(key_of) -> list[tuple]:
+        groups: dict = {}
+        for r in rows:
+            groups.setdefault(key_of(r), []).append(r)
+        out = []
+        for key, rs in groups.items():
+            fan = [r[11] for r in rs]
+            devices = {r[4] for r in rs if r[4] is not None}
+            out.append(
+                (
+                    key,
+                    len(rs),
+                    sum(r[8] for r in rs),
+                    sum(fan) / len(rs),
+                    max(fan),
+                    sum(fan),
+                    len(devices),
+                )
+            )
+        return out
+
+    traffic = (
+        "messages long, bytes long, mean_fanout double, max_fanout int, deliveries long, "
+        "devices long"
+    )
+    keyed = T.keyed_figures(records)
+    assertDataFrameEqual(
+        T.topics_of(keyed),
+        frame(spark_session, figures(lambda r: r[6]), f"topic string, {traffic}"),
+    )
+    minutes = [
+        (m, m.date(), *rest) for m, *rest in figures(lambda r: r[1].replace(second=0, tzinfo=None))
+    ]
+    assertDataFrameEqual(
+        T.minutes_of(keyed),
+        frame(spark_session, sorted(minutes), f"minute timestamp, date date, {traffic}"),
+        checkRowOrder=True,
+    )
+    prefixes = [
+        (depth, *row) for depth in (1, 2) for row in figures(lambda r, d=depth: "/".join(r[7][:d]))
+    ]
+    assertDataFrameEqual(
+        T.topic_prefixes(records, (1, 2)),
+        frame(spark_session, prefixes, f"depth int, prefix string, {traffic}"),
+    )
+    before = (T0, T0 + timedelta(seconds=60))
+    after = (T0 + timedelta(seconds=60), T0 + timedelta(seconds=140))
+    device_figures = T.device_figures(records, (before, after))
+    assertDataFrameEqual(
+        T.devices_of(device_figures).select("device", "messages", "deliveries"),
+        frame(
+            spark_session,
+            [("d1", 3, 7), ("d2", 2, 4), (None, 2, 1)],
+            "device string, messages long, deliveries long",
+        ),
+    )
+    # d1: before 2 and 1 -> 1.5, after 4; d2: only after
+    assertDataFrameEqual(
+        T.fanout_change_of(device_figures),
+        frame(
+            spark_session,
+            [("d1", 2, 1.5, 1, 4.0, 2.5)],
+            "device string, messages_before long, mean_fanout_before double, "
+            "messages_after long, mean_fanout_after double, change double",
+        ),
+    )
+    # fan-outs 2 1 0 1 1 3 4: sorted 0 1 1 1 2 3 4
+    counts = T.fanout_counts(records)
+    assertDataFrameEqual(
+        T.fanout_stats_of(counts, (0.5, 0.9)),
+        frame(
+            spark_session,
+            [(7, 12 / 7, 1.0, 3.4, 0, 4, 12)],
+            "messages long, mean_fanout double, p50 double, p90 double, "
+            "min_fanout int, max_fanout int, deliveries long",
+        ),
+    )
+    with pytest.raises(ValueError):
+        T.keyed_figures(records, ("device",))
+    with pytest.raises(ValueError):
+        T.topic_prefixes(records, (1, 0))
