@@ -39,8 +39,6 @@ class GrpcServices:
         self.producer = rocketmq.producer
         self.pop = rocketmq.pop
         self.sendback = rocketmq.sendback
-        #: Transaction check-backs (the front end registers its way to producers).
-        self.transactions = rocketmq.transactions
         self.topics = rocketmq.topics
         self.groups = rocketmq.groups
         self.loop = ctx.loop

@@ -55,7 +55,6 @@ class RemotingServices:
         #: Every send and end of transaction (:mod:`gateway.rocketmq.producer`).
         self.producer = rocketmq.producer
         self.pop = rocketmq.pop
-        self.schedule = rocketmq.schedule
         #: Register ``SCHEDULE_TOPIC_XXXX`` once something is scheduled.
         self.ensure_schedule_topic = rocketmq.ensure_schedule_topic
         self.sendback = rocketmq.sendback
@@ -63,7 +62,7 @@ class RemotingServices:
         self.transactions = rocketmq.transactions
         self.topics = rocketmq.topics
         self.groups = rocketmq.groups
-        self.publisher = rocketmq.publisher
+        self._publisher = rocketmq.publisher
         self.loop = ctx.loop
         self.introspection = ctx.introspection
         self._security = ctx.security
@@ -137,7 +136,7 @@ class RemotingServices:
     def throttle(self, caller: Caller) -> None:
         """After a send: while the store lags, stop reading this connection's requests
         until it has caught up (the client's own send timeout then bounds the wait)."""
-        publisher = self.publisher
+        publisher = self._publisher
         if not publisher.lagging or caller.closed:
             return
         conn = caller.conn
