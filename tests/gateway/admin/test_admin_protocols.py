@@ -137,6 +137,36 @@ def test_amqp_queues_bindings_purge_delete(gw: GatewayProcess) -> None:
         assert got == b"o4"
         [row] = api.get("/connections", protocol="amqp")["items"]
         assert (row["messages_in"], row["messages_out"]) == (5, 1)
+
+        # the queue's rates, between two looks a second or more apart: messages stored,
+        # then messages settled (got with auto-ack)
+        def rates() -> tuple[float | None, float | None]:
+            [q] = [q for q in api.get("/amqp/queues", filter="orders.q")["items"]]
+            return q["stored_per_s"], q["settled_per_s"]
+
+        for _ in range(100):
+            ch.basic_publish("orders.x", "eu", b"r")
+            stored, _settled = rates()
+            if stored:
+                break
+            conn.sleep(0.1)
+        assert stored and stored > 0
+        for _ in range(100):
+            ch.basic_get("orders.q", auto_ack=True)
+            _stored, settled = rates()
+            if settled:
+                break
+            conn.sleep(0.1)
+        assert settled and settled > 0
+        assert {"name": "/", "exchanges": 6, "queues": 2} in api.get("/amqp/vhosts")["items"]
+        # an exchange deleted: its bindings with it, a publish to it refused
+        gone = api.call("DELETE", "/amqp/exchanges/%2F/orders.x")
+        assert gone.status_code == 200, gone.text
+        assert not [b for b in api.get("/amqp/bindings")["items"] if b["source"] == "orders.x"]
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+            ch.basic_publish("orders.x", "eu", b"late")
+            ch.queue_declare("orders.q", durable=True, passive=True)  # the error arrives
+        assert api.get("/amqp/vhosts")["items"][0]["exchanges"] == 5
         refused = api.call("DELETE", "/amqp/exchanges/%2F/amq.topic")
         assert refused.status_code == 400
         assert api.call("DELETE", "/amqp/queues/%2F/idle.q").status_code == 200
