@@ -104,6 +104,8 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     for i in range(3):
         counted_pub.publish(f"count/{i}", b"n", qos=1)
     counted_sub.get_n(3)
+    counted_rows = api.get("/connections", filter="counted-")["items"]
+    assert all(c["bytes_in"] > 0 and c["bytes_out"] > 0 for c in counted_rows), counted_rows
     counted = {
         c["client_id"]: (c["messages_in"], c["messages_out"])
         for c in api.get("/connections", filter="counted-", sort="-messages_in")["items"]

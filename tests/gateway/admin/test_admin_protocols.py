@@ -167,6 +167,20 @@ def test_amqp_queues_bindings_purge_delete(gw: GatewayProcess) -> None:
             ch.basic_publish("orders.x", "eu", b"late")
             ch.queue_declare("orders.q", durable=True, passive=True)  # the error arrives
         assert api.get("/amqp/vhosts")["items"][0]["exchanges"] == 5
+        # a queue deleted under its consumer: the consumer is cancelled (consumer-cancel-notify)
+        ch2 = conn.channel()
+        ch2.queue_declare("consumed.q")
+        cancelled: list[object] = []
+        ch2.add_on_cancel_callback(cancelled.append)
+        ch2.basic_consume("consumed.q", lambda *a: None)
+        [row] = api.get("/amqp/queues", filter="consumed.q")["items"]
+        assert row["consumers"] == 1
+        assert api.call("DELETE", "/amqp/queues/%2F/consumed.q").status_code == 200
+        for _ in range(50):
+            conn.process_data_events(time_limit=0.1)
+            if cancelled:
+                break
+        assert len(cancelled) == 1
         refused = api.call("DELETE", "/amqp/exchanges/%2F/amq.topic")
         assert refused.status_code == 400
         assert api.call("DELETE", "/amqp/queues/%2F/idle.q").status_code == 200
