@@ -186,6 +186,14 @@ def test_amqp_queues_bindings_purge_delete(gw: GatewayProcess) -> None:
         assert api.call("DELETE", "/amqp/queues/%2F/idle.q").status_code == 200
         assert "idle.q" not in {q["name"] for q in api.get("/amqp/queues")["items"]}
         assert api.call("DELETE", "/amqp/queues/%2F/idle.q").status_code == 404
+        assert [(a["action"], a["target"], a["status"]) for a in audit_lines(gw.data_dir)] == [
+            ("amqp.queue.purge", "//orders.q", 200),
+            ("amqp.exchange.delete", "//orders.x", 200),
+            ("amqp.queue.delete", "//consumed.q", 200),
+            ("amqp.exchange.delete", "//amq.topic", 400),
+            ("amqp.queue.delete", "//idle.q", 200),
+            ("amqp.queue.delete", "//idle.q", 404),
+        ]
     finally:
         conn.close()
 
