@@ -119,6 +119,7 @@ def show(data_dir: Path, group: str, as_json: bool) -> None:
 
 @groups.command("release")
 @data_dir_option
+@server_option
 @click.argument("group")
 @click.argument("topic")
 @click.argument("message_group")
@@ -126,36 +127,38 @@ def show(data_dir: Path, group: str, as_json: bool) -> None:
               help="Ask this running gateway (its gRPC port) instead of opening the store.")
 @click.option("--access-key", default="", help="With --gateway: sign with this access key.")
 @click.option("--secret-key", default="", help="With --gateway: the access key's secret.")
-def release(data_dir: Path, group: str, topic: str, message_group: str,
-            gateway: str | None, access_key: str, secret_key: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="What was released, as JSON.")
+def release(data_dir: Path, server: str | None, group: str, topic: str, message_group: str,
+            gateway: str | None, access_key: str, secret_key: str, as_json: bool) -> None:
     """Release MESSAGE_GROUP of GROUP on FIFO topic TOPIC: its head message goes to
-    %DLQ%GROUP and the group moves on. Through the admin API of the gateway running on
-    the data directory, over a gateway's gRPC port with --gateway, or offline."""
+    %DLQ%GROUP and the group moves on. Through the admin API of the running gateway
+    (on the data directory, or --server), over a gateway's gRPC port with --gateway, or
+    offline."""
     if gateway:
-        _release_remote(gateway, access_key, secret_key, group, topic, message_group)
-        return
-    remote = find_remote(data_dir, None)
-    if remote is not None:  # the gateway running on the data directory: its admin API
+        doc = _release_remote(gateway, access_key, secret_key, group, topic, message_group)
+    elif (remote := find_remote(data_dir, server)) is not None:
         doc = remote.call("POST", f"/groups/{seg(group)}/release",
                           {"topic": topic, "message_group": message_group})
-        click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
-                   f" {doc['queue_id']}: offset {doc['offset']} moved to"
-                   f" {doc['dead_letter_topic']}")
+    else:
+        with open_store(data_dir) as store:
+            topics = TopicRegistry(store, False, 1)
+            released = release_message_group(store, topics.ensure, group, topic,
+                                              message_group)
+        if released is None:
+            raise click.ClickException(
+                f"message group {message_group!r} of {group!r} has no message out on {topic}")
+        doc = {"group": group, "topic": topic, "message_group": message_group,
+               **released._asdict()}
+    if as_json:
+        click.echo(json.dumps(doc))
         return
-    with open_store(data_dir) as store:
-        topics = TopicRegistry(store, False, 1)
-        released = release_message_group(store, topics.ensure, group, topic, message_group)
-        if released is not None:
-            click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
-                       f" {released.queue_id}: offset {released.offset} moved to"
-                       f" {released.dead_letter_topic}")
-            return
-    raise click.ClickException(
-        f"message group {message_group!r} of {group!r} has no message out on {topic}")
+    click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
+               f" {doc['queue_id']}: offset {doc['offset']} moved to"
+               f" {doc['dead_letter_topic']}")
 
 
 def _release_remote(address: str, access_key: str, secret_key: str, group: str,
-                    topic: str, message_group: str) -> None:
+                    topic: str, message_group: str) -> dict[str, Any]:
     import grpc
 
     from gateway.grpc.admin import RELEASE
@@ -179,9 +182,8 @@ def _release_remote(address: str, access_key: str, secret_key: str, group: str,
     answer = json.loads(raw)
     if answer.get("code") != Code.OK:
         raise click.ClickException(f"{address}: {answer.get('message')}")
-    click.echo(f"released {message_group!r} of {group!r} on {topic} queue"
-               f" {answer['queue_id']}: offset {answer['offset']} moved to"
-               f" {answer['dead_letter_topic']}")
+    return {"group": group, "topic": topic, "message_group": message_group,
+            **{k: answer[k] for k in ("queue_id", "offset", "dead_letter_topic")}}
 
 
 @groups.command("reset")
@@ -233,7 +235,9 @@ def reset(data_dir: Path, server: str | None, group: str, topic: str, earliest: 
 @server_option
 @click.argument("group")
 @click.option("--keep-offsets", is_flag=True, help="Keep its committed offsets.")
-def delete(data_dir: Path, server: str | None, group: str, keep_offsets: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="What was deleted, as JSON.")
+def delete(data_dir: Path, server: str | None, group: str, keep_offsets: bool,
+           as_json: bool) -> None:
     """Delete GROUP's configuration and (unless --keep-offsets) its committed offsets."""
     remote = find_remote(data_dir, server)
     if remote is not None:
@@ -249,4 +253,7 @@ def delete(data_dir: Path, server: str | None, group: str, keep_offsets: bool) -
             removed = 0 if keep_offsets else len(rows)
             if rows and not keep_offsets:
                 store.delete_offsets(group, [r["lmq"] for r in rows])
+    if as_json:
+        click.echo(json.dumps({"name": group, "deleted": True, "offsets_removed": removed}))
+        return
     click.echo(f"deleted group {group}: {removed} committed offset(s) removed")

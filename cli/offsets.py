@@ -4,6 +4,7 @@ the store (docs/operations.md); the rules are :func:`gateway.admin.lmqs.set_offs
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -47,6 +48,7 @@ def list_(data_dir: Path, lmq: str | None, group: str | None) -> None:
 @click.argument("offset", required=False, type=click.IntRange(min=0))
 @click.option("--earliest", is_flag=True, help="The LMQ's lowest held offset.")
 @click.option("--latest", is_flag=True, help="The LMQ's next offset (skip everything).")
+@click.option("--json", "as_json", is_flag=True, help="The old and new offsets as JSON.")
 def set_(
     data_dir: Path,
     server: str | None,
@@ -55,6 +57,7 @@ def set_(
     offset: int | None,
     earliest: bool,
     latest: bool,
+    as_json: bool,
 ) -> None:
     """Set GROUP's next offset on LMQ: a number, --earliest or --latest. A consumer
     that keeps its position in memory (a connected MQTT session, a RocketMQ 4 remoting
@@ -74,4 +77,7 @@ def set_(
                 old, target = set_offset(store, group, lmq, offset, position)
             except OffsetError as exc:
                 raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({"group": group, "lmq": lmq, "old_offset": old, "offset": target}))
+        return
     click.echo(f"{group} on {lmq}: {old if old is not None else '-'} -> {target}")

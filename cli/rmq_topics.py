@@ -133,22 +133,25 @@ def _created_line(name: str, changed: bool, read: int, write: int, perm: int,
 @data_dir_option
 @server_option
 @click.argument("name")
-def delete(data_dir: Path, server: str | None, name: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="What was deleted, as JSON.")
+def delete(data_dir: Path, server: str | None, name: str, as_json: bool) -> None:
     """Delete RocketMQ topic NAME: its configuration and its queues with their messages
     and committed offsets (through the running gateway, or in the store)."""
     remote = find_remote(data_dir, server)
     if remote is not None:
         doc = remote.call("DELETE", f"/topics/{seg(name)}")
-        click.echo(f"deleted topic {name}: {doc['queues']} queue(s),"
-                   f" {doc['messages']} message(s)")
+    else:
+        with open_store(data_dir) as store:
+            reg = registry(store)
+            lmqs = list(store.lmqs(queue_lmq(name, 0)[:-1]))
+            messages = sum(i.messages for i in lmqs)
+            if not reg.delete(name):
+                raise click.ClickException(f"no RocketMQ topic named {name!r}")
+        doc = {"name": name, "deleted": True, "queues": len(lmqs), "messages": messages}
+    if as_json:
+        click.echo(json.dumps(doc))
         return
-    with open_store(data_dir) as store:
-        reg = registry(store)
-        lmqs = list(store.lmqs(queue_lmq(name, 0)[:-1]))
-        messages = sum(i.messages for i in lmqs)
-        if not reg.delete(name):
-            raise click.ClickException(f"no RocketMQ topic named {name!r}")
-    click.echo(f"deleted topic {name}: {len(lmqs)} queue(s), {messages} message(s)")
+    click.echo(f"deleted topic {name}: {doc['queues']} queue(s), {doc['messages']} message(s)")
 
 
 def show_topic(store: MessageStore, name: str, as_json: bool) -> bool:

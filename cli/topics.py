@@ -128,8 +128,9 @@ def show(data_dir: Path, name: str, as_lmq: bool, as_json: bool) -> None:
 @click.option("--prefix", default="", help="Only LMQs whose name starts with this.")
 @click.option("--idle-longer-than", "idle", type=Duration(), help="e.g. 7d, 12h, 30m.")
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+@click.option("--json", "as_json", is_flag=True, help="What was (or would be) removed, as JSON.")
 def clean(data_dir: Path, server: str | None, prefix: str, idle: int | None,
-          dry_run: bool) -> None:
+          dry_run: bool, as_json: bool) -> None:
     """Remove LMQs (entries, offsets, pop state) by prefix and/or idleness.
 
     An LMQ is idle when nothing was written to it and no consumer committed an offset on
@@ -143,31 +144,29 @@ def clean(data_dir: Path, server: str | None, prefix: str, idle: int | None,
         if idle is not None:
             body["idle_ms"] = idle
         doc = remote.call("POST", "/lmqs/clean", body)
-        if dry_run:
-            for item in doc["items"]:
-                click.echo(f"would remove {item['name']} ({item['messages']} messages)")
-            click.echo(f"dry run: {doc['lmqs']} LMQ(s), {doc['messages']} messages,"
-                       f" {format_bytes(doc['bytes'])} would be removed")
-            return
+    else:
+        with open_store(data_dir, read_only=dry_run) as store:
+            doomed = list(_select(store, prefix, idle))
+            doc = {
+                "dry_run": dry_run,
+                "lmqs": len(doomed),
+                "messages": sum(i.messages for i in doomed),
+                "bytes": sum(i.bytes for i in doomed),
+                "items": [{"name": i.name, "messages": i.messages} for i in doomed],
+            }
+            if not dry_run and doomed:
+                with click.progressbar(length=len(doomed), label="removing LMQs") as bar:
+                    report = store.remove_lmqs([i.name for i in doomed], progress=bar.update)
+                doc["removed"] = {"lmqs": report.lmqs, "messages": report.entries,
+                                  "bytes": report.bytes, "offsets": report.offsets}
+    if as_json:
+        click.echo(json.dumps(doc))
+    elif dry_run:
+        for item in doc["items"]:
+            click.echo(f"would remove {item['name']} ({item['messages']} messages)")
+        click.echo(f"dry run: {doc['lmqs']} LMQ(s), {doc['messages']} messages,"
+                   f" {format_bytes(doc['bytes'])} would be removed")
+    else:
         done = doc.get("removed") or {"lmqs": 0, "messages": 0, "bytes": 0, "offsets": 0}
         click.echo(f"removed {done['lmqs']} LMQ(s): {done['messages']} messages,"
                    f" {format_bytes(done['bytes'])}, {done['offsets']} consumer offset(s)")
-        return
-    with open_store(data_dir, read_only=dry_run) as store:
-        doomed = list(_select(store, prefix, idle))
-        messages = sum(i.messages for i in doomed)
-        size = sum(i.bytes for i in doomed)
-        if dry_run:
-            for info in doomed:
-                click.echo(f"would remove {info.name} ({info.messages} messages)")
-            click.echo(
-                f"dry run: {len(doomed)} LMQ(s), {messages} messages, {format_bytes(size)}"
-                " would be removed"
-            )
-            return
-        with click.progressbar(length=len(doomed), label="removing LMQs") as bar:
-            report = store.remove_lmqs([i.name for i in doomed], progress=bar.update)
-        click.echo(
-            f"removed {report.lmqs} LMQ(s): {report.entries} messages,"
-            f" {format_bytes(report.bytes)}, {report.offsets} consumer offset(s)"
-        )

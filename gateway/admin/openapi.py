@@ -234,7 +234,7 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
     ("GET", "/amqp/vhosts"): ("AMQP vhosts (paged)", _PAGING, None),
     ("GET", "/amqp/exchanges"): ("AMQP exchanges (paged)", [*_PAGING, _q("vhost")], None),
     ("GET", "/amqp/queues"): (
-        "AMQP queues: depth, unacked, consumers (paged)",
+        "AMQP queues: depth, unacked, consumers, rates (paged)",
         [*_PAGING, _q("vhost")],
         None,
     ),

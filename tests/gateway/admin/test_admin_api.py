@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,10 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     assert rates["in"].get("mqtt", 0) > 0, rates
     assert doc["connections"]["by_protocol"]["mqtt"] == 3
     assert doc["store"]["segments"] >= 1 and doc["process"]["open_files"] > 0
+    assert doc["version"] == version("lmq-gateway") and doc["uptime_seconds"] >= 0
+    assert doc["process"]["rss_bytes"] > 0 and doc["store"]["bytes"] > 0
+    assert doc["store"]["publisher_pending"] >= 0  # the store's lag: appends not yet done
+    assert doc["connections"]["by_listener"] and doc["listeners"]
     assert set(doc["rates"]) == {"in", "out"}
     history = api.get("/overview/history", since=0)
     assert history["interval_s"] > 0 and isinstance(history["samples"], list)
@@ -99,6 +104,8 @@ def test_overview_connections_and_close(open_gateway: GatewayProcess) -> None:
     for i in range(3):
         counted_pub.publish(f"count/{i}", b"n", qos=1)
     counted_sub.get_n(3)
+    counted_rows = api.get("/connections", filter="counted-")["items"]
+    assert all(c["bytes_in"] > 0 and c["bytes_out"] > 0 for c in counted_rows), counted_rows
     counted = {
         c["client_id"]: (c["messages_in"], c["messages_out"])
         for c in api.get("/connections", filter="counted-", sort="-messages_in")["items"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -73,6 +74,37 @@ def check(results: list[tuple[int, str]], suffix: str) -> None:
             assert "give rw, r, w" in out
 
 
+def json_operations(d: tuple[str, ...], suffix: str) -> list[tuple[int, object]]:
+    """The changes again with ``--json``, the topic named without ``suffix``: their
+    (code, parsed document or one-line error)."""
+    topic = f"jsonT{suffix}"
+    runs = [
+        run("topics", "create", topic, "--queues", "2", "--json", *d),
+        run("groups", "reset", "GID_json", topic, "--earliest", "--json", *d),
+        run("offsets", "set", "GID_json", f"rmq:{topic}:1", "--latest", "--json", *d),
+        run("groups", "release", "GID_json", topic, "g", "--json", *d),
+        run("topics", "clean", "--prefix", f"rmq:{topic}:1", "--dry-run", "--json", *d),
+        run("groups", "delete", "GID_json", "--json", *d),
+        run("topics", "delete", topic, "--json", *d),
+    ]
+    return [
+        (
+            code,
+            timeless(json.loads(out.replace(suffix, ""))) if code == 0 else out.replace(suffix, ""),
+        )
+        for code, out in runs
+    ]
+
+
+def timeless(doc: Any) -> Any:
+    """``doc`` without its times (``*_ms``), which differ from run to run."""
+    if isinstance(doc, dict):
+        return {k: timeless(v) for k, v in doc.items() if not k.endswith("_ms")}
+    if isinstance(doc, list):
+        return [timeless(v) for v in doc]
+    return doc
+
+
 def test_cli_online_and_offline_alike(data: Path) -> None:
     d = ("--data-dir", str(data))
     # offline on a directory no gateway opened: a topic prepared before the first start
@@ -102,6 +134,7 @@ def test_cli_online_and_offline_alike(data: Path) -> None:
         # offsets set goes through the API too: same lines, same refusals
         online = offsets(d, "G_on")
         assert audit_lines(data)[-1]["action"] == "offset.set"
+        json_online = json_operations(d, "On")
         # a command with no online form says so in one line, and works once stopped
         code, out = run("store", "rebuild-index", *d)
         assert code == 1 and out.count("\n") == 1 and "works offline only" in out, out
@@ -111,6 +144,13 @@ def test_cli_online_and_offline_alike(data: Path) -> None:
     check(operations(d, "Off"), "Off")
     assert offsets(d, "G_off") == [(c, o.replace("G_on", "G_off")) for c, o in online]
     assert len(audit_lines(data)) == before  # offline: the store itself
+    json_offline = json_operations(d, "Off")
+    assert json_offline == json_online
+    assert [code for code, _ in json_online] == [0, 0, 0, 1, 0, 0, 0]
+    assert (
+        json_online[3][1] == "Error: message group 'g' of 'GID_json' has no message out on jsonT\n"
+    )
+    assert json_online[5][1] == {"name": "GID_json", "deleted": True, "offsets_removed": 2}
     code, out = run("store", "rebuild-index", *d)
     assert code == 0 and out.startswith("rebuilt: "), out
 

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from ..gateway_process import GatewayProcess
-from .support import AdminClient, admin_gateway
+from .support import AdminClient, admin_gateway, audit_lines
 
 pytestmark = pytest.mark.slow
 
@@ -77,6 +77,16 @@ start = "earliest"
             assert wait_for(lambda: copied(api) == 1)
             rules = api.get("/connector/rules")["items"]
             assert [r["rule"] for r in rules] == ["b-to-a"]
+
+            def rule() -> dict:  # type: ignore[type-arg]
+                [row] = api.get("/connector/rules")["items"]
+                return row  # type: ignore[no-any-return]
+
+            # its state, lag and errors: running, caught up, the one copied
+            assert wait_for(lambda: rule()["messages"] == 1 and rule()["lag"] == 0)
+            row = rule()
+            assert (row["state"], row["errors"], row["last_error"]) == ("running", 0, ""), row
+            assert "delay_ms" in row  # (measured by heartbeats, off here: None)
             off = api.call("POST", "/connector/rules/b-to-a/disable")
             assert off.status_code == 200 and off.json()["state"] == "stopped", off.text
             publish(b_unified, "orders", "two")
@@ -86,6 +96,12 @@ start = "earliest"
             assert wait_for(lambda: copied(api) == 2)
             missing = api.call("POST", "/connector/rules/nope/disable")
             assert missing.status_code == 404 and missing.json()["field"] == "rule"
+            actions = [(a["action"], a["status"]) for a in audit_lines(target.data_dir)]
+            assert actions == [
+                ("connector.disable", 200),
+                ("connector.enable", 200),
+                ("connector.disable", 404),
+            ]
         finally:
             target.stop()
     finally:

@@ -137,11 +137,63 @@ def test_amqp_queues_bindings_purge_delete(gw: GatewayProcess) -> None:
         assert got == b"o4"
         [row] = api.get("/connections", protocol="amqp")["items"]
         assert (row["messages_in"], row["messages_out"]) == (5, 1)
+
+        # the queue's rates, between two looks a second or more apart: messages stored,
+        # then messages settled (got with auto-ack)
+        def rates() -> tuple[float | None, float | None]:
+            [q] = [q for q in api.get("/amqp/queues", filter="orders.q")["items"]]
+            return q["stored_per_s"], q["settled_per_s"]
+
+        for _ in range(100):
+            ch.basic_publish("orders.x", "eu", b"r")
+            stored, _settled = rates()
+            if stored:
+                break
+            conn.sleep(0.1)
+        assert stored and stored > 0
+        for _ in range(100):
+            ch.basic_get("orders.q", auto_ack=True)
+            _stored, settled = rates()
+            if settled:
+                break
+            conn.sleep(0.1)
+        assert settled and settled > 0
+        assert {"name": "/", "exchanges": 6, "queues": 2} in api.get("/amqp/vhosts")["items"]
+        # an exchange deleted: its bindings with it, a publish to it refused
+        gone = api.call("DELETE", "/amqp/exchanges/%2F/orders.x")
+        assert gone.status_code == 200, gone.text
+        assert not [b for b in api.get("/amqp/bindings")["items"] if b["source"] == "orders.x"]
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker):
+            ch.basic_publish("orders.x", "eu", b"late")
+            ch.queue_declare("orders.q", durable=True, passive=True)  # the error arrives
+        assert api.get("/amqp/vhosts")["items"][0]["exchanges"] == 5
+        # a queue deleted under its consumer: the consumer is cancelled (consumer-cancel-notify)
+        ch2 = conn.channel()
+        ch2.queue_declare("consumed.q")
+        cancelled: list[object] = []
+        ch2.add_on_cancel_callback(cancelled.append)
+        ch2.basic_consume("consumed.q", lambda *a: None)
+        [row] = api.get("/amqp/queues", filter="consumed.q")["items"]
+        assert row["consumers"] == 1
+        assert api.call("DELETE", "/amqp/queues/%2F/consumed.q").status_code == 200
+        for _ in range(50):
+            conn.process_data_events(time_limit=0.1)
+            if cancelled:
+                break
+        assert len(cancelled) == 1
         refused = api.call("DELETE", "/amqp/exchanges/%2F/amq.topic")
         assert refused.status_code == 400
         assert api.call("DELETE", "/amqp/queues/%2F/idle.q").status_code == 200
         assert "idle.q" not in {q["name"] for q in api.get("/amqp/queues")["items"]}
         assert api.call("DELETE", "/amqp/queues/%2F/idle.q").status_code == 404
+        assert [(a["action"], a["target"], a["status"]) for a in audit_lines(gw.data_dir)] == [
+            ("amqp.queue.purge", "//orders.q", 200),
+            ("amqp.exchange.delete", "//orders.x", 200),
+            ("amqp.queue.delete", "//consumed.q", 200),
+            ("amqp.exchange.delete", "//amq.topic", 400),
+            ("amqp.queue.delete", "//idle.q", 200),
+            ("amqp.queue.delete", "//idle.q", 404),
+        ]
     finally:
         conn.close()
 

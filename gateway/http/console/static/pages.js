@@ -375,6 +375,8 @@ function amqp(container) {
       { key: 'messages', label: 'Ready', sort: true, num: true },
       { key: 'unacked', label: 'Unacked', sort: true, num: true },
       { key: 'consumers', label: 'Consumers', sort: true, num: true },
+      { key: 'stored_per_s', label: 'In / s', num: true },
+      { key: 'settled_per_s', label: 'Settled / s', num: true },
       { key: 'durable', label: 'Durable', render: (r) => (r.durable ? 'yes' : 'no') },
       { key: 'exclusive', label: 'Exclusive', render: (r) => (r.exclusive ? 'yes' : 'no') },
     ],
