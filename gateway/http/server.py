@@ -251,8 +251,9 @@ class HttpConnection(ConnectionHandler):
 
     def _time_out(self) -> None:
         self._timer = None
-        if self._waiter is None:
-            return  # not waiting: the next wait arms its own deadline
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # not waiting, or bytes came first: the next wait arms its deadline
         now = time.monotonic()
         if now < self._deadline:
             self._arm(self._deadline, now)  # a later wait's deadline: not yet

@@ -312,6 +312,8 @@ def body_of(entry: Mapping[str, Any]) -> bytes:
 
 def properties_of(entry: Mapping[str, Any]) -> dict[str, str]:
     props = entry.get("properties") or {}
+    if not props:
+        return {}  # (most messages: no generator, no list to make)
     if not isinstance(props, dict) or not all(
             isinstance(k, str) and k and isinstance(v, str) for k, v in props.items()):
         raise ValueError("'properties' is an object of strings")

@@ -374,3 +374,23 @@ async def test_pipelining_client_that_does_not_read_is_paused(start):
     got = responses(data)
     writer.close()
     assert len(got) == count and all(s == 200 for s, _, _ in got)
+
+
+async def test_keep_alive_timeout_counts_from_the_last_response(start):
+    """The connection's one deadline timer, armed at its first wait, does not close a
+    connection whose requests come more often than the keep-alive timeout, however long
+    it lives in all; an idle pause longer than the timeout still closes it."""
+    gateway = await start(http_keepalive_timeout=1.0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port(gateway))
+    try:
+        for _ in range(5):  # 5 x 0.3 s: past the timeout since the first request
+            writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), BOUND)
+            assert head.startswith(b"HTTP/1.1 200 ")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+            await asyncio.sleep(0.3)
+        assert await asyncio.wait_for(reader.read(), BOUND) == b""  # then idle: closed
+    finally:
+        writer.close()
