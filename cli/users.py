@@ -105,6 +105,22 @@ def editing(path: Path) -> Iterator[UsersDatabase]:
         raise click.ClickException(str(exc)) from None
 
 
+def change(
+    path: Path,
+    remote: Remote | None,
+    request: tuple[str, str, dict[str, Any] | None],
+    edit: Callable[[UsersDatabase], Any],
+    answer: str | None = None,
+) -> Any:
+    """One change: ``request`` (method, path, body) to the running gateway's admin API
+    (the answer's member ``answer``), or else ``edit`` of the file (its result)."""
+    if remote is not None:
+        doc = remote.call(*request)
+        return doc if answer is None else doc[answer]
+    with editing(path) as db:
+        return edit(db)
+
+
 def reading(path: Path) -> UsersDatabase:
     if not path.exists():
         return UsersDatabase()
@@ -252,11 +268,7 @@ def add(
 @click.argument("name")
 def delete(path: Path, remote: Remote | None, name: str) -> None:
     """Delete user NAME with their permissions and ACL rules."""
-    if remote is not None:
-        remote.call("DELETE", f"/users/{seg(name)}")
-    else:
-        with editing(path) as db:
-            db.delete_user(name)
+    change(path, remote, ("DELETE", f"/users/{seg(name)}", None), lambda db: db.delete_user(name))
     click.echo(f"deleted user {name}")
 
 
@@ -296,11 +308,8 @@ def passwd(
 @click.argument("tags", nargs=-1)
 def set_tags(path: Path, remote: Remote | None, name: str, tags: tuple[str, ...]) -> None:
     """Replace the tags of user NAME (none given: remove all)."""
-    if remote is not None:
-        remote.call("PUT", f"/users/{seg(name)}/tags", {"tags": list(tags)})
-    else:
-        with editing(path) as db:
-            db.set_tags(name, tags)
+    request = ("PUT", f"/users/{seg(name)}/tags", {"tags": list(tags)})
+    change(path, remote, request, lambda db: db.set_tags(name, tags))
     click.echo(f"tags of {name}: {', '.join(tags) or '-'}")
 
 
@@ -333,12 +342,8 @@ def list_(path: Path, remote: Remote | None, as_json: bool) -> None:
 @click.argument("subject")
 def map_cert(path: Path, remote: Remote | None, name: str, subject: str) -> None:
     """Let a client certificate with SUBJECT (e.g. 'CN=dev-1,O=Acme') log in as NAME."""
-    if remote is not None:
-        body = {"subject": subject}
-        subject = remote.call("POST", f"/users/{seg(name)}/certificates", body)["subject"]
-    else:
-        with editing(path) as db:
-            subject = db.map_certificate(name, subject)
+    request = ("POST", f"/users/{seg(name)}/certificates", {"subject": subject})
+    subject = change(path, remote, request, lambda db: db.map_certificate(name, subject), "subject")
     click.echo(f"certificate {subject} -> {name}")
 
 
@@ -347,11 +352,8 @@ def map_cert(path: Path, remote: Remote | None, name: str, subject: str) -> None
 @click.argument("subject")
 def unmap_cert(path: Path, remote: Remote | None, subject: str) -> None:
     """Stop a certificate subject from logging in."""
-    if remote is not None:
-        name = remote.call("DELETE", f"/certificates/{seg(subject)}")["user"]
-    else:
-        with editing(path) as db:
-            name = db.unmap_certificate(subject)
+    request = ("DELETE", f"/certificates/{seg(subject)}", None)
+    name = change(path, remote, request, lambda db: db.unmap_certificate(subject), "user")
     click.echo(f"certificate {subject} no longer maps to {name}")
 
 
@@ -377,12 +379,9 @@ def access_keys_add(
     """Give user NAME an access key (generated when none is given)."""
     pair = _access_key_pair(access_key, secret_key, generate, required=True)
     assert pair is not None
-    if remote is not None:
-        body = {"access_key": pair[0], "secret_key": pair[1]}
-        remote.call("POST", f"/users/{seg(name)}/access-keys", body)
-    else:
-        with editing(path) as db:
-            db.add_access_key(name, pair[0], pair[1])
+    body = {"access_key": pair[0], "secret_key": pair[1]}
+    request = ("POST", f"/users/{seg(name)}/access-keys", body)
+    change(path, remote, request, lambda db: db.add_access_key(name, pair[0], pair[1]))
     click.echo(f"access key {pair[0]} -> {name}")
     _echo_pair(pair)
 
@@ -392,11 +391,8 @@ def access_keys_add(
 @click.argument("access_key")
 def access_keys_delete(path: Path, remote: Remote | None, access_key: str) -> None:
     """Revoke ACCESS_KEY."""
-    if remote is not None:
-        name = remote.call("DELETE", f"/access-keys/{seg(access_key)}")["user"]
-    else:
-        with editing(path) as db:
-            name = db.delete_access_key(access_key)
+    request = ("DELETE", f"/access-keys/{seg(access_key)}", None)
+    name = change(path, remote, request, lambda db: db.delete_access_key(access_key), "user")
     click.echo(f"access key {access_key} of {name} deleted")
 
 
@@ -432,14 +428,14 @@ def set_permissions(
 ) -> None:
     """Set NAME's (or @anonymous's) AMQP permissions on a vhost, as RabbitMQ does:
     '.*' permits every resource, '' none, '^name$' one."""
-    if remote is not None:
-        body = {"configure": configure, "write": write, "read": read}
-        remote.call("PUT", f"/users/{seg(name)}/permissions/{seg(vhost)}", body)
-        perms = Permissions(configure, write, read)
-    else:
-        with editing(path) as db:
-            perms = Permissions(configure, write, read)
-            db.set_permissions(name, vhost, perms)
+    body = {"configure": configure, "write": write, "read": read}
+    request = ("PUT", f"/users/{seg(name)}/permissions/{seg(vhost)}", body)
+
+    def edit(db: UsersDatabase) -> None:
+        db.set_permissions(name, vhost, Permissions(configure, write, read))
+
+    change(path, remote, request, edit)
+    perms = Permissions(configure, write, read)
     click.echo(f"permissions of {name} on {vhost}: {_perm_text(perms.to_json())}")
 
 
@@ -449,11 +445,8 @@ def set_permissions(
 @click.option("--vhost", default=DEFAULT_VHOST, show_default=True)
 def clear_permissions(path: Path, remote: Remote | None, name: str, vhost: str) -> None:
     """Remove NAME's permissions on a vhost (and with them access to it)."""
-    if remote is not None:
-        remote.call("DELETE", f"/users/{seg(name)}/permissions/{seg(vhost)}")
-    else:
-        with editing(path) as db:
-            db.clear_permissions(name, vhost)
+    request = ("DELETE", f"/users/{seg(name)}/permissions/{seg(vhost)}", None)
+    change(path, remote, request, lambda db: db.clear_permissions(name, vhost))
     click.echo(f"permissions of {name} on {vhost} cleared")
 
 
@@ -512,12 +505,9 @@ def acl_add(
         rule = AclRule(chosen[0], topic_filter)
     except InvalidRule as exc:
         raise click.ClickException(str(exc)) from None
-    if remote is not None:
-        body = {"access": chosen[0].value, "filter": topic_filter, "position": position}
-        remote.call("POST", f"/users/{seg(name)}/acl", body)
-    else:
-        with editing(path) as db:
-            db.add_acl_rule(name, rule, position)
+    body = {"access": chosen[0].value, "filter": topic_filter, "position": position}
+    request = ("POST", f"/users/{seg(name)}/acl", body)
+    change(path, remote, request, lambda db: db.add_acl_rule(name, rule, position))
     click.echo(f"{name}: {rule}")
 
 
@@ -527,11 +517,10 @@ def acl_add(
 @click.argument("position", type=click.IntRange(min=1))
 def acl_remove(path: Path, remote: Remote | None, name: str, position: int) -> None:
     """Remove NAME's rule number POSITION (as 'acl list' numbers them)."""
-    if remote is not None:
-        removed = remote.call("DELETE", f"/users/{seg(name)}/acl/{position}")["removed"]
-    else:
-        with editing(path) as db:
-            removed = str(db.remove_acl_rule(name, position))
+    request = ("DELETE", f"/users/{seg(name)}/acl/{position}", None)
+    removed = change(
+        path, remote, request, lambda db: str(db.remove_acl_rule(name, position)), "removed"
+    )
     click.echo(f"{name}: removed {removed}")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from cli.remote import Remote, seg
-from cli.users import editing, reading, users_file_options
+from cli.users import change, reading, users_file_options
 from gateway.auth.users import vhost_rows
 
 
@@ -24,11 +24,8 @@ def vhosts() -> None:
 @click.option("--description", default="", help="A note for people.")
 def add(path: Path, remote: Remote | None, name: str, description: str) -> None:
     """Add vhost NAME (grant access with 'lmq users set-permissions --vhost NAME')."""
-    if remote is not None:
-        remote.call("PUT", f"/vhosts/{seg(name)}", {"description": description})
-    else:
-        with editing(path) as db:
-            db.add_vhost(name, description)
+    request = ("PUT", f"/vhosts/{seg(name)}", {"description": description})
+    change(path, remote, request, lambda db: db.add_vhost(name, description))
     click.echo(f"added vhost {name}")
 
 
@@ -37,11 +34,7 @@ def add(path: Path, remote: Remote | None, name: str, description: str) -> None:
 @click.argument("name")
 def delete(path: Path, remote: Remote | None, name: str) -> None:
     """Delete vhost NAME and every permission on it."""
-    if remote is not None:
-        remote.call("DELETE", f"/vhosts/{seg(name)}")
-    else:
-        with editing(path) as db:
-            db.delete_vhost(name)
+    change(path, remote, ("DELETE", f"/vhosts/{seg(name)}", None), lambda db: db.delete_vhost(name))
     click.echo(f"deleted vhost {name}")
 
 
