@@ -69,12 +69,13 @@ def users_file_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def all_users(remote: Remote) -> list[dict[str, Any]]:
-    """Every user's document from the admin API (page after page), by name."""
+def all_users(remote: Remote, name_part: str | None = None) -> list[dict[str, Any]]:
+    """Every user's document from the admin API (page after page), by name; only those
+    whose name contains ``name_part``, if given."""
     docs: list[dict[str, Any]] = []
     cursor = None
     while True:
-        answer = remote.call("GET", "/users", limit=1000, cursor=cursor)
+        answer = remote.call("GET", "/users", limit=1000, cursor=cursor, filter=name_part)
         docs += answer["items"]
         cursor = answer["next"]
         if cursor is None:
@@ -92,7 +93,7 @@ def user_docs(path: Path, remote: Remote | None) -> list[dict[str, Any]]:
 def user_exists(path: Path, remote: Remote | None, name: str) -> bool:
     if remote is None:
         return name in reading(path).users
-    return any(d["name"] == name for d in remote.call("GET", "/users", filter=name)["items"])
+    return any(d["name"] == name for d in all_users(remote, name))
 
 
 @contextmanager

@@ -248,6 +248,17 @@ def test_users_and_vhosts_online_and_offline_alike(tmp_path: Path) -> None:
         assert app.call("PUT", "/vhosts/x", {}).status_code == 403  # not an administrator
         assert api.call("DELETE", "/users/nobody/password").status_code == 404
         assert api.call("PUT", "/vhosts/%2F", {}).status_code == 409
+        taken = api.call("POST", "/users", {"name": "app"})
+        assert taken.status_code == 409 and taken.json()["field"] == "name"
+        # a prompted password and a generated secret key: neither in the audit log
+        code, _ = run(online_dir, "users", "passwd", "app", input="prompted-pw\nprompted-pw\n")
+        assert code == 0
+        prompted = Paho(gw.mqtt_port, "app-1", username="app", password="prompted-pw")
+        assert prompted.rc == 0
+        prompted.close()
+        code, out = run(online_dir, "users", "access-keys", "add", "app", "--generate-access-key")
+        generated = out.split("secret key: ")[1].split()[0]
+        assert code == 0 and len(generated) > 16
         code, out = run(online_dir, "users", "list", "--users-file", "x.json", "--server", "y")
         assert code == 2 and "exclude each other" in out
         entries = audit_lines(online_dir)
@@ -317,11 +328,12 @@ def test_users_and_vhosts_online_and_offline_alike(tmp_path: Path) -> None:
         "root",
         "basic",
         "127.0.0.1",
-        "mq",
+        "app",
     )
     assert last["details"] == {"password": "(secret)"}
     refusals = {(e["action"], e["status"]) for e in entries if "error" in e}
     assert {("user.add", 400), ("vhost.add", 409), ("acl.remove", 400)} <= refusals
     text = (online_dir / "audit.log").read_text()
-    for secret in ("root-pw", "app-pw", "mq-pw", "SKsecret123", "SKapp12345", "SKother123"):
+    secrets = ("root-pw", "app-pw", "mq-pw", "prompted-pw", "SKsecret123", "SKapp12345")
+    for secret in (*secrets, "SKother123", generated):
         assert secret not in text
