@@ -80,17 +80,27 @@ async def ack_message(
     if len(request.entries) > MAX_ACK_ENTRIES:
         raise StatusError(Code.PAYLOAD_TOO_LARGE,
                           f"{len(request.entries)} entries; at most {MAX_ACK_ENTRIES}")
-    pop = call.services.pop
-    entries = []
-    codes = set()
+    # the handles checked one by one, then the live ones acked in one store write
+    results: list[Exception | None] = []
+    live: list[int] = []
+    acks: list[tuple[str, int, int, int]] = []
     for entry in request.entries:
         try:
             handle = _handle(call, group, topic, entry.receipt_handle)
             _check_live(call, handle)
-            pop.ack(group, handle.topic, handle.queue_id, handle.offset, handle.text)
-            result = ok()
-        except Exception as exc:
-            result = _settle_errors(exc).status()
+        except StatusError as exc:
+            results.append(exc)
+            continue
+        live.append(len(results))
+        results.append(None)
+        acks.append((handle.topic, handle.queue_id, handle.offset, handle.visible_at))
+    if acks:
+        for at, failed in zip(live, call.services.pop.ack_each(group, acks), strict=True):
+            results[at] = failed
+    entries = []
+    codes = set()
+    for entry, failed in zip(request.entries, results, strict=True):
+        result = ok() if failed is None else _settle_errors(failed).status()
         codes.add(result.code)
         entries.append(service_pb2.AckMessageResultEntry(
             message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=result))

@@ -357,6 +357,28 @@ class PopService:
             return False
         return True
 
+    def ack_each(
+        self, group: str, acks: Sequence[tuple[str, int, int, int]]
+    ) -> list[Exception | None]:
+        """Ack several popped messages, each ``(topic, queue_id, offset, visible_at)``
+        of a receipt already parsed, in one store write. Per entry, None or what
+        :meth:`ack` would have raised for it (:class:`UnknownLmq`, :class:`ValueError`,
+        :class:`OffsetOutOfRange`); as there, a receipt no longer in flight succeeds
+        and changes nothing (gRPC's AckMessage: one write per request, not per entry)."""
+        results: list[Exception | None] = []
+        receipts = []
+        for topic, queue_id, offset, visible in acks:
+            try:
+                self._check_queue(topic, queue_id, offset)
+            except (UnknownLmq, ValueError, OffsetOutOfRange) as exc:
+                results.append(exc)
+                continue
+            receipts.append(store_receipt(group, topic, queue_id, offset, visible))
+            results.append(None)
+        if receipts:
+            self.store.pop.ack_many(receipts)
+        return results
+
     def requeue(self, group: str, items: Sequence[PopItem]) -> int:
         """Make popped messages visible again now (a receive that could not hand them
         to its consumer: the proxy's nack); receipts no longer in flight are ignored.
