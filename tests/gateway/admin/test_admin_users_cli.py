@@ -317,6 +317,7 @@ def test_users_and_vhosts_online_and_offline_alike(tmp_path: Path) -> None:
         "user.delete",
     }
     first = entries[0]
+    assert first["target"] == "root" and first["details"]["password"] == "(secret)"
     assert (first["user"], first["via"], first["action"], first["status"]) == (
         "anonymous",
         "open",
