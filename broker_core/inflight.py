@@ -76,6 +76,11 @@ class DurableInflight:
             )
         return self._times
 
+    def forget(self) -> None:
+        """Drop the schedule: the records changed behind it (the replicated state of a
+        slave); the next use loads it again."""
+        self._times = None
+
     def added(self, keys: Iterable[InflightKey]) -> None:
         """Records of ``keys`` were written."""
         times = self.schedule()
@@ -202,6 +207,13 @@ class MemoryInflight:
             return None
         fb = table.where.get(parsed[1])
         return None if fb is None else (table, parsed[1], fb)
+
+    def forget(self) -> None:
+        """Drop every table: the records changed behind them (the replicated state of a
+        slave); :meth:`load` tracks them again."""
+        self.tables.clear()
+        self._table_of.clear()
+        self._due = None
 
     def load(self) -> None:
         """The fresh records a previous run left (their receipts died with it): tracked

@@ -103,6 +103,8 @@ class PopConsumer:
     ) -> None:
         self.state = state
         self.replica = replica
+        #: Tables were loaded while the store was a slave (see :meth:`load_tables`).
+        self._loaded_fenced = False
         self.reader = reader
         self.append = append
         self.locks = locks
@@ -125,6 +127,15 @@ class PopConsumer:
         FIFO lanes), on first use. Called before any write that adds durable records
         (they would otherwise be loaded twice). Pop lock held (also by
         :mod:`broker_core.fifo_pop`, as are the next three)."""
+        if self.replica():
+            # A slave: the master's pop state arrives replicated behind these tables,
+            # so what is loaded now is loaded again once the fence is lifted.
+            self._loaded_fenced = True
+        elif self._loaded_fenced:
+            self._loaded_fenced = False
+            self.durable.forget()
+            self.memory.forget()
+            self.fifo.invalidate()
         if not self.durable.loaded:
             self.durable.schedule()
             self.memory.load()

@@ -186,6 +186,39 @@ def test_consumer_state_ships_beside_the_log(tmp_path: Path) -> None:
         slave.close()
 
 
+def test_a_slave_read_before_the_state_arrived_revives_once_promoted(tmp_path: Path) -> None:
+    """What a slave answers before its master's pop state arrives (its statistics: the
+    blocked FIFO groups; the gateway reads them at start) must not leave it with empty
+    in-flight tables: promoted, it revives the messages popped on the master."""
+    master = MessageStore.open(tmp_path / "m", SMALL)
+    slave = MessageStore.open(tmp_path / "s", SMALL)
+    try:
+        assert master.replica is not None and slave.replica is not None
+        master.replica.become_master(1)
+        slave.replica.fence("slave")
+        slave.stats()  # what the gateway reads at its start (the blocked FIFO groups too)
+        assert slave.pop.blocked_groups() == []
+        shipped: list = []
+        snapshot = master.replica.state_snapshot()
+        master.replica.ship_state(shipped.append)
+        for i in range(4):
+            master.append(Message(topic="t", body=b"m%d" % i), ["q"])
+        popped = master.pop.pop("pg", "q", 2, 1_000, now=1_000)
+        assert len(popped) == 2
+        _copy_all(master, slave)
+        slave.replica.apply_state([(0, k, v) for k, v in snapshot], wipe=True)
+        for ops in shipped:
+            slave.replica.apply_state(ops, wipe=False)
+        slave.replica.become_master(2)
+        assert slave.pop.next_revive_at() == 2_000
+        assert slave.pop.revive(now=2_000) == 2
+        again = slave.pop.pop("pg", "q", 4, 60_000, now=2_000)
+        assert sorted(m.message.offset for m in again) == [0, 1, 2, 3]
+    finally:
+        master.close()
+        slave.close()
+
+
 def _retained_pair(tmp_path: Path, known: str = "") -> tuple[MessageStore, MessageStore]:
     """A master (epoch 1) holding 1,500 messages in nine 64 KiB segments, under a
     192 KiB retention not yet applied, and an empty fenced slave (that knew the empty
