@@ -186,13 +186,13 @@ class PeakMemory:
                 continue
             for child in children:
                 try:
+                    kind = _kind(child.cmdline())
                     rss = child.memory_info().rss
-                    name = child.name()
                 except psutil.Error:
                     continue
-                if name.startswith("java"):
+                if kind == "jvm":
                     now["jvm"] += rss
-                else:
+                elif kind == "python":
                     now["python workers"] += rss
                     now["largest python worker"] = max(now["largest python worker"], rss)
             for key, value in now.items():
@@ -200,6 +200,18 @@ class PeakMemory:
 
     def describe(self) -> str:
         return ", ".join(f"{key} {value / 2**20:,.0f} MiB" for key, value in self.peak.items())
+
+
+def _kind(cmdline: list[str]) -> str:
+    """``jvm``, ``python`` (PySpark's daemon and workers) or ``other`` (the launch
+    scripts before they exec the JVM), from a process's command line. (Sorting by
+    process name, the first version of this bench twice counted a process the size of
+    the JVM as a Python worker; by command line no Python worker came near it.)"""
+    if cmdline and os.path.basename(cmdline[0]) == "java":
+        return "jvm"
+    if any("pyspark" in arg for arg in cmdline[1:3]):
+        return "python"
+    return "other"
 
 
 def machine() -> str:

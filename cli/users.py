@@ -2,7 +2,12 @@
 permissions and MQTT topic ACLs in the users file (``<data-dir>/users.json`` unless
 ``--users-file``).
 
-A running gateway picks changes up when it reloads the file (docs/security.md).
+With a gateway running on the data directory (or named by ``--server``) every command
+goes through its admin API (:mod:`gateway.admin.users`): the change takes effect at once
+and is in the audit log; passwords travel in the request's body, never in a URL.
+With none, the command edits the file (locked, saved atomically) and a gateway started
+later reads it. ``--users-file`` names a file to edit directly (offline, also beside a
+running gateway, which reloads the file if it is its own; no audit entry then).
 """
 
 from __future__ import annotations
@@ -18,18 +23,19 @@ from typing import Any
 import click
 
 from cli.context import data_dir_option
+from cli.remote import Remote, find_remote, seg, server_option
 from gateway.auth.acl import Access, AclRule, InvalidRule
 from gateway.auth.passwords import hash_password
 from gateway.auth.users import (
-    ANONYMOUS,
-    DEFAULT,
     DEFAULT_VHOST,
     Permissions,
     UsersDatabase,
     UsersError,
+    acl_rows,
     default_users_file,
     edit_users_file,
     generate_access_key,
+    permission_rows,
     user_document,
 )
 
@@ -43,15 +49,51 @@ users_file_option = click.option(
 
 
 def users_file_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--data-dir`` and ``--users-file``, resolved into one ``path`` argument."""
+    """``--data-dir``, ``--users-file`` and ``--server``, resolved into ``path`` (the
+    file, offline) and ``remote`` (the running gateway to ask, or None)."""
 
     @data_dir_option
     @users_file_option
+    @server_option
     @functools.wraps(fn)
-    def wrapper(*args: Any, data_dir: Path, users_file: Path | None, **kwargs: Any) -> Any:
-        return fn(*args, path=users_file or default_users_file(data_dir), **kwargs)
+    def wrapper(
+        *args: Any, data_dir: Path, users_file: Path | None, server: str | None, **kwargs: Any
+    ) -> Any:
+        if users_file is not None and server:
+            raise click.UsageError(
+                "--users-file and --server exclude each other (a gateway edits its own file)"
+            )
+        remote = None if users_file is not None else find_remote(data_dir, server)
+        return fn(*args, path=users_file or default_users_file(data_dir), remote=remote, **kwargs)
 
     return wrapper
+
+
+def all_users(remote: Remote, name_part: str | None = None) -> list[dict[str, Any]]:
+    """Every user's document from the admin API (page after page), by name; only those
+    whose name contains ``name_part``, if given."""
+    docs: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        answer = remote.call("GET", "/users", limit=1000, cursor=cursor, filter=name_part)
+        docs += answer["items"]
+        cursor = answer["next"]
+        if cursor is None:
+            return docs
+
+
+def user_docs(path: Path, remote: Remote | None) -> list[dict[str, Any]]:
+    """Every user's document (:func:`user_document`), by name."""
+    if remote is not None:
+        return all_users(remote)
+    db = reading(path)
+    return [user_document(db, name) for name in sorted(db.users)]
+
+
+def user_exists(path: Path, remote: Remote | None, name: str) -> bool:
+    if remote is None:
+        return name in reading(path).users
+    return any(d["name"] == name for d in all_users(remote, name))
 
 
 @contextmanager
@@ -62,6 +104,22 @@ def editing(path: Path) -> Iterator[UsersDatabase]:
             yield db
     except UsersError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def change(
+    path: Path,
+    remote: Remote | None,
+    request: tuple[str, str, dict[str, Any] | None],
+    edit: Callable[[UsersDatabase], Any],
+    answer: str | None = None,
+) -> Any:
+    """One change: ``request`` (method, path, body) to the running gateway's admin API
+    (the answer's member ``answer``), or else ``edit`` of the file (its result)."""
+    if remote is not None:
+        doc = remote.call(*request)
+        return doc if answer is None else doc[answer]
+    with editing(path) as db:
+        return edit(db)
 
 
 def reading(path: Path) -> UsersDatabase:
@@ -82,6 +140,7 @@ password_stdin_option = click.option(
 
 
 def _new_password(password: str | None, no_password: bool, from_stdin: bool) -> str | None:
+    """The password the options give, prompted for if none (None: no password)."""
     if sum((password is not None, no_password, from_stdin)) > 1:
         raise click.UsageError("--password, --password-stdin and --no-password exclude each other")
     if no_password:
@@ -94,23 +153,29 @@ def _new_password(password: str | None, no_password: bool, from_stdin: bool) -> 
         )
     if not password:
         raise click.ClickException("the password must not be empty")
-    return hash_password(password)
+    return password
 
 
 def access_key_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``--access-key``, ``--secret-key``, ``--generate-access-key``."""
-    for option in reversed((
-        click.option("--access-key", help="A RocketMQ access key (6-128 of A-Z a-z 0-9 _ . -)."),
-        click.option(
-            "--secret-key",
-            help="Its secret key (prompted for, hidden, when --access-key is given without"
-            " it; generated with --generate-access-key).",
-        ),
-        click.option(
-            "--generate-access-key", "generate", is_flag=True,
-            help="Generate the access key and secret key missing (printed once).",
-        ),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--access-key", help="A RocketMQ access key (6-128 of A-Z a-z 0-9 _ . -)."
+            ),
+            click.option(
+                "--secret-key",
+                help="Its secret key (prompted for, hidden, when --access-key is given without"
+                " it; generated with --generate-access-key).",
+            ),
+            click.option(
+                "--generate-access-key",
+                "generate",
+                is_flag=True,
+                help="Generate the access key and secret key missing (printed once).",
+            ),
+        )
+    ):
         fn = option(fn)
     return fn
 
@@ -162,6 +227,7 @@ def users() -> None:
 @access_key_options
 def add(
     path: Path,
+    remote: Remote | None,
     name: str,
     password: str | None,
     password_stdin: bool,
@@ -173,14 +239,26 @@ def add(
     generate: bool,
 ) -> None:
     """Add user NAME (optionally with a RocketMQ access key)."""
-    if name in reading(path).users:  # before prompting; checked again under the lock
+    if user_exists(path, remote, name):  # before prompting; checked again under the lock
         raise click.ClickException(f"user {name!r} already exists")
-    password_hash = _new_password(password, no_password, password_stdin)
+    new_password = _new_password(password, no_password, password_stdin)
     pair = _access_key_pair(access_key, secret_key, generate, required=False)
-    with editing(path) as db:
-        db.add_user(name, password_hash, tags, subjects)
+    if remote is not None:
+        body: dict[str, Any] = {
+            "name": name,
+            "tags": list(tags),
+            "password": new_password,
+            "certificate_subjects": list(subjects),
+        }
         if pair is not None:
-            db.add_access_key(name, pair[0], pair[1])
+            body.update(access_key=pair[0], secret_key=pair[1])
+        path = Path(remote.call("POST", "/users", body)["users_file"])
+    else:
+        password_hash = None if new_password is None else hash_password(new_password)
+        with editing(path) as db:
+            db.add_user(name, password_hash, tags, subjects)
+            if pair is not None:
+                db.add_access_key(name, pair[0], pair[1])
     click.echo(f"added user {name} to {path}")
     if pair is not None:
         _echo_pair(pair)
@@ -189,10 +267,9 @@ def add(
 @users.command("delete")
 @users_file_options
 @click.argument("name")
-def delete(path: Path, name: str) -> None:
+def delete(path: Path, remote: Remote | None, name: str) -> None:
     """Delete user NAME with their permissions and ACL rules."""
-    with editing(path) as db:
-        db.delete_user(name)
+    change(path, remote, ("DELETE", f"/users/{seg(name)}", None), lambda db: db.delete_user(name))
     click.echo(f"deleted user {name}")
 
 
@@ -203,14 +280,26 @@ def delete(path: Path, name: str) -> None:
 @password_stdin_option
 @click.option("--no-password", is_flag=True, help="Remove the password (certificate only).")
 def passwd(
-    path: Path, name: str, password: str | None, password_stdin: bool, no_password: bool
+    path: Path,
+    remote: Remote | None,
+    name: str,
+    password: str | None,
+    password_stdin: bool,
+    no_password: bool,
 ) -> None:
     """Change the password of user NAME."""
-    if name not in reading(path).users:
+    if not user_exists(path, remote, name):
         raise click.ClickException(f"no user {name!r}")
-    password_hash = _new_password(password, no_password, password_stdin)
-    with editing(path) as db:
-        db.set_password(name, password_hash)
+    new_password = _new_password(password, no_password, password_stdin)
+    if remote is not None:
+        if new_password is None:
+            remote.call("DELETE", f"/users/{seg(name)}/password")
+        else:
+            remote.call("PUT", f"/users/{seg(name)}/password", {"password": new_password})
+    else:
+        password_hash = None if new_password is None else hash_password(new_password)
+        with editing(path) as db:
+            db.set_password(name, password_hash)
     click.echo(f"password of {name} {'removed' if no_password else 'changed'}")
 
 
@@ -218,55 +307,54 @@ def passwd(
 @users_file_options
 @click.argument("name")
 @click.argument("tags", nargs=-1)
-def set_tags(path: Path, name: str, tags: tuple[str, ...]) -> None:
+def set_tags(path: Path, remote: Remote | None, name: str, tags: tuple[str, ...]) -> None:
     """Replace the tags of user NAME (none given: remove all)."""
-    with editing(path) as db:
-        db.set_tags(name, tags)
+    request = ("PUT", f"/users/{seg(name)}/tags", {"tags": list(tags)})
+    change(path, remote, request, lambda db: db.set_tags(name, tags))
     click.echo(f"tags of {name}: {', '.join(tags) or '-'}")
 
 
 @users.command("list")
 @users_file_options
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-def list_(path: Path, as_json: bool) -> None:
+def list_(path: Path, remote: Remote | None, as_json: bool) -> None:
     """List users with their tags, login methods and vhosts."""
-    db = reading(path)
+    docs = user_docs(path, remote)
     if not as_json:
         click.echo(f"{'NAME':24} {'TAGS':20} {'LOGIN':20} VHOSTS")
-    for name, user in sorted(db.users.items()):
-        login = ["password"] if user.password_hash else []
-        login += ["certificate"] if user.certificate_subjects else []
-        login += ["access-key"] if user.access_keys else []
-        vhosts = sorted(db.permissions.get(name, {}))
+    for doc in docs:
         if as_json:
-            click.echo(json.dumps(user_document(db, name)))
-        else:
-            click.echo(
-                f"{name:24} {','.join(user.tags) or '-':20} {'+'.join(login) or 'none':20}"
-                f" {' '.join(vhosts) or '-'}"
-            )
+            click.echo(json.dumps(doc))
+            continue
+        login = ["password"] if doc["password"] else []
+        login += ["certificate"] if doc["certificate_subjects"] else []
+        login += ["access-key"] if doc["access_keys"] else []
+        click.echo(
+            f"{doc['name']:24} {','.join(doc['tags']) or '-':20} {'+'.join(login) or 'none':20}"
+            f" {' '.join(doc['vhosts']) or '-'}"
+        )
     if not as_json:
-        click.echo(f"{len(db.users)} user(s)")
+        click.echo(f"{len(docs)} user(s)")
 
 
 @users.command("map-cert")
 @users_file_options
 @click.argument("name")
 @click.argument("subject")
-def map_cert(path: Path, name: str, subject: str) -> None:
+def map_cert(path: Path, remote: Remote | None, name: str, subject: str) -> None:
     """Let a client certificate with SUBJECT (e.g. 'CN=dev-1,O=Acme') log in as NAME."""
-    with editing(path) as db:
-        subject = db.map_certificate(name, subject)
+    request = ("POST", f"/users/{seg(name)}/certificates", {"subject": subject})
+    subject = change(path, remote, request, lambda db: db.map_certificate(name, subject), "subject")
     click.echo(f"certificate {subject} -> {name}")
 
 
 @users.command("unmap-cert")
 @users_file_options
 @click.argument("subject")
-def unmap_cert(path: Path, subject: str) -> None:
+def unmap_cert(path: Path, remote: Remote | None, subject: str) -> None:
     """Stop a certificate subject from logging in."""
-    with editing(path) as db:
-        name = db.unmap_certificate(subject)
+    request = ("DELETE", f"/certificates/{seg(subject)}", None)
+    name = change(path, remote, request, lambda db: db.unmap_certificate(subject), "user")
     click.echo(f"certificate {subject} no longer maps to {name}")
 
 
@@ -282,13 +370,19 @@ def access_keys() -> None:
 @click.argument("name")
 @access_key_options
 def access_keys_add(
-    path: Path, name: str, access_key: str | None, secret_key: str | None, generate: bool
+    path: Path,
+    remote: Remote | None,
+    name: str,
+    access_key: str | None,
+    secret_key: str | None,
+    generate: bool,
 ) -> None:
     """Give user NAME an access key (generated when none is given)."""
     pair = _access_key_pair(access_key, secret_key, generate, required=True)
     assert pair is not None
-    with editing(path) as db:
-        db.add_access_key(name, pair[0], pair[1])
+    body = {"access_key": pair[0], "secret_key": pair[1]}
+    request = ("POST", f"/users/{seg(name)}/access-keys", body)
+    change(path, remote, request, lambda db: db.add_access_key(name, pair[0], pair[1]))
     click.echo(f"access key {pair[0]} -> {name}")
     _echo_pair(pair)
 
@@ -296,25 +390,25 @@ def access_keys_add(
 @access_keys.command("delete")
 @users_file_options
 @click.argument("access_key")
-def access_keys_delete(path: Path, access_key: str) -> None:
+def access_keys_delete(path: Path, remote: Remote | None, access_key: str) -> None:
     """Revoke ACCESS_KEY."""
-    with editing(path) as db:
-        name = db.delete_access_key(access_key)
+    request = ("DELETE", f"/access-keys/{seg(access_key)}", None)
+    name = change(path, remote, request, lambda db: db.delete_access_key(access_key), "user")
     click.echo(f"access key {access_key} of {name} deleted")
 
 
 @access_keys.command("list")
 @users_file_options
 @click.argument("name", required=False)
-def access_keys_list(path: Path, name: str | None) -> None:
+def access_keys_list(path: Path, remote: Remote | None, name: str | None) -> None:
     """List access keys (never their secrets), of NAME or of every user."""
-    db = reading(path)
-    if name is not None and name not in db.users:
+    docs = user_docs(path, remote)
+    if name is not None and all(d["name"] != name for d in docs):
         raise click.ClickException(f"no user {name!r}")
-    for owner, user in sorted(db.users.items()):
-        if name is None or owner == name:
-            for access_key in sorted(user.access_keys):
-                click.echo(f"{access_key:32} {owner}")
+    for doc in docs:
+        if name is None or doc["name"] == name:
+            for key in doc["access_keys"]:
+                click.echo(f"{key:32} {doc['name']}")
 
 
 @users.command("set-permissions")
@@ -325,42 +419,54 @@ def access_keys_list(path: Path, name: str | None) -> None:
 @click.option("--write", "write", required=True, metavar="REGEX")
 @click.option("--read", "read", required=True, metavar="REGEX")
 def set_permissions(
-    path: Path, name: str, vhost: str, configure: str, write: str, read: str
+    path: Path,
+    remote: Remote | None,
+    name: str,
+    vhost: str,
+    configure: str,
+    write: str,
+    read: str,
 ) -> None:
     """Set NAME's (or @anonymous's) AMQP permissions on a vhost, as RabbitMQ does:
     '.*' permits every resource, '' none, '^name$' one."""
-    with editing(path) as db:
-        perms = Permissions(configure, write, read)
-        db.set_permissions(name, vhost, perms)
-    click.echo(f"permissions of {name} on {vhost}: {_perm_text(perms)}")
+    body = {"configure": configure, "write": write, "read": read}
+    request = ("PUT", f"/users/{seg(name)}/permissions/{seg(vhost)}", body)
+
+    def edit(db: UsersDatabase) -> None:
+        db.set_permissions(name, vhost, Permissions(configure, write, read))
+
+    change(path, remote, request, edit)
+    perms = Permissions(configure, write, read)
+    click.echo(f"permissions of {name} on {vhost}: {_perm_text(perms.to_json())}")
 
 
 @users.command("clear-permissions")
 @users_file_options
 @click.argument("name")
 @click.option("--vhost", default=DEFAULT_VHOST, show_default=True)
-def clear_permissions(path: Path, name: str, vhost: str) -> None:
+def clear_permissions(path: Path, remote: Remote | None, name: str, vhost: str) -> None:
     """Remove NAME's permissions on a vhost (and with them access to it)."""
-    with editing(path) as db:
-        db.clear_permissions(name, vhost)
+    request = ("DELETE", f"/users/{seg(name)}/permissions/{seg(vhost)}", None)
+    change(path, remote, request, lambda db: db.clear_permissions(name, vhost))
     click.echo(f"permissions of {name} on {vhost} cleared")
 
 
 @users.command("permissions")
 @users_file_options
 @click.option("--vhost", help="Only this vhost.")
-def permissions(path: Path, vhost: str | None) -> None:
+def permissions(path: Path, remote: Remote | None, vhost: str | None) -> None:
     """List AMQP permissions."""
-    db = reading(path)
+    if remote is not None:
+        rows = remote.call("GET", "/permissions", vhost=vhost)["items"]
+    else:
+        rows = permission_rows(reading(path), vhost)
     click.echo(f"{'USER':24} {'VHOST':16} CONFIGURE / WRITE / READ")
-    for name, per_vhost in sorted(db.permissions.items()):
-        for v, perms in sorted(per_vhost.items()):
-            if vhost is None or v == vhost:
-                click.echo(f"{name:24} {v:16} {_perm_text(perms)}")
+    for row in rows:
+        click.echo(f"{row['user']:24} {row['vhost']:16} {_perm_text(row)}")
 
 
-def _perm_text(perms: Permissions) -> str:
-    return " / ".join(json.dumps(p) for p in (perms.configure, perms.write, perms.read))
+def _perm_text(perms: dict[str, str]) -> str:
+    return " / ".join(json.dumps(perms[k]) for k in ("configure", "write", "read"))
 
 
 @users.group("acl")
@@ -383,6 +489,7 @@ def acl() -> None:
 @click.argument("topic_filter", metavar="FILTER")
 def acl_add(
     path: Path,
+    remote: Remote | None,
     name: str,
     publish: bool,
     subscribe: bool,
@@ -399,8 +506,9 @@ def acl_add(
         rule = AclRule(chosen[0], topic_filter)
     except InvalidRule as exc:
         raise click.ClickException(str(exc)) from None
-    with editing(path) as db:
-        db.add_acl_rule(name, rule, position)
+    body = {"access": chosen[0].value, "filter": topic_filter, "position": position}
+    request = ("POST", f"/users/{seg(name)}/acl", body)
+    change(path, remote, request, lambda db: db.add_acl_rule(name, rule, position))
     click.echo(f"{name}: {rule}")
 
 
@@ -408,22 +516,23 @@ def acl_add(
 @users_file_options
 @click.argument("name")
 @click.argument("position", type=click.IntRange(min=1))
-def acl_remove(path: Path, name: str, position: int) -> None:
+def acl_remove(path: Path, remote: Remote | None, name: str, position: int) -> None:
     """Remove NAME's rule number POSITION (as 'acl list' numbers them)."""
-    with editing(path) as db:
-        rule = db.remove_acl_rule(name, position)
-    click.echo(f"{name}: removed {rule}")
+    request = ("DELETE", f"/users/{seg(name)}/acl/{position}", None)
+    removed = change(
+        path, remote, request, lambda db: str(db.remove_acl_rule(name, position)), "removed"
+    )
+    click.echo(f"{name}: removed {removed}")
 
 
 @acl.command("list")
 @users_file_options
 @click.argument("name", required=False)
-def acl_list(path: Path, name: str | None) -> None:
+def acl_list(path: Path, remote: Remote | None, name: str | None) -> None:
     """List the rules of NAME, or all rules in evaluation order per name."""
-    db = reading(path)
-    names = [name] if name else [n for n in sorted(db.acl) if n not in (DEFAULT, ANONYMOUS)]
-    if not name:
-        names += [n for n in (DEFAULT, ANONYMOUS) if n in db.acl]
-    for owner in names:
-        for i, rule in enumerate(db.acl.get(owner, []), start=1):
-            click.echo(f"{owner:24} {i:>3}  {rule}")
+    if remote is not None:
+        rows = remote.call("GET", "/acl", user=name)["items"]
+    else:
+        rows = acl_rows(reading(path), name)
+    for row in rows:
+        click.echo(f"{row['name']:24} {row['position']:>3}  {row['rule']}")

@@ -41,3 +41,33 @@ def cluster_id(store: MessageStore, configured: str = "") -> str:
     if not store.read_only:
         store.put_meta(META_KEY, generated.encode())
     return generated
+
+
+class ClusterId:
+    """The id a front end answers with, kept at hand for the copies it stamps on every
+    send. In a broker group it is the group's: the one its first master kept, replicated
+    into every slave's metadata (a copy's origin and the connector's high-water marks
+    name it, so a failover must not change it). A fenced store (a slave) reads it from
+    the metadata at each use, since the replicated state replaces the id the slave
+    generated at its own first start; once the fence is lifted (promoted) the first use
+    reads it again and keeps it. Nothing has to be told of the promotion, so no request
+    served between the fence's lift and the front ends' reload sees the slave's own id
+    (a connector asking then marked its copies with it: a failure of the failover test
+    under load)."""
+
+    __slots__ = ("_store", "_configured", "_kept")
+
+    def __init__(self, store: MessageStore, configured: str = "") -> None:
+        self._store = store
+        self._configured = configured
+        self._kept: str | None = None
+
+    @property
+    def value(self) -> str:
+        if self._store.log.fence is not None:
+            self._kept = None
+            return cluster_id(self._store, self._configured)
+        kept = self._kept
+        if kept is None:
+            kept = self._kept = cluster_id(self._store, self._configured)
+        return kept

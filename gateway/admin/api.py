@@ -92,4 +92,7 @@ def _details(call: Call) -> dict[str, Any]:
 
 
 def _target(call: Call) -> str:
-    return "/".join(call.params.values())
+    """The path's parameters; a call that names what it makes in its body (``POST
+    /users {"name"}``): that name."""
+    name = call.body.get("name")
+    return "/".join(call.params.values()) or (name if isinstance(name, str) else "")

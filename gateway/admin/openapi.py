@@ -218,6 +218,69 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
         [],
         None,
     ),
+    ("POST", "/users"): (
+        "Add a user (409 if the name is taken), with an access key if given"
+        " (a generated secret key shown once)",
+        [],
+        {
+            **_obj(
+                name=_S,
+                password=_S,
+                tags=_STRINGS,
+                certificate_subjects=_STRINGS,
+                access_key=_S,
+                secret_key=_S,
+            ),
+            "required": ["name"],
+        },
+    ),
+    ("PUT", "/users/{user}/password"): (
+        "Change a user's password",
+        [],
+        {**_obj(password=_S), "required": ["password"]},
+    ),
+    ("DELETE", "/users/{user}/password"): (
+        "Remove a user's password (certificate or access-key login only)",
+        [],
+        None,
+    ),
+    ("PUT", "/users/{user}/tags"): (
+        "Replace a user's tags ([] removes all)",
+        [],
+        {**_obj(tags=_STRINGS), "required": ["tags"]},
+    ),
+    ("POST", "/users/{user}/certificates"): (
+        "Let a client certificate subject (e.g. CN=dev-1,O=Acme) log in as the user",
+        [],
+        {**_obj(subject=_S), "required": ["subject"]},
+    ),
+    ("DELETE", "/certificates/{subject}"): (
+        "Stop a certificate subject from logging in",
+        [],
+        None,
+    ),
+    ("GET", "/acl"): (
+        "ACL rules in evaluation order, each with its position (of one name: user=)",
+        [_q("user", description="A user, @default or @anonymous")],
+        None,
+    ),
+    ("GET", "/permissions"): ("AMQP permissions by user and vhost", [_q("vhost")], None),
+    ("GET", "/vhosts"): (
+        "AMQP vhosts as configured in the users file, with the users permitted on them"
+        " (the live ones: /amqp/vhosts)",
+        [],
+        None,
+    ),
+    ("PUT", "/vhosts/{vhost}"): (
+        "Add an AMQP vhost (409 if it exists)",
+        [],
+        _obj(description=_S),
+    ),
+    ("DELETE", "/vhosts/{vhost}"): (
+        "Delete an AMQP vhost and every permission on it",
+        [],
+        None,
+    ),
     ("GET", "/mqtt/sessions"): (
         "MQTT sessions: connected, subscriptions, offline backlog"
         " (paged; sort by name, connected, subscriptions, backlog,"

@@ -18,9 +18,12 @@ from gateway.auth.users import (
     Permissions,
     UsersDatabase,
     UsersError,
+    acl_rows,
     edit_users_file,
     generate_access_key,
+    permission_rows,
     user_document,
+    vhost_rows,
 )
 from gateway.security import users_path
 
@@ -52,8 +55,11 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         try:
             result = await asyncio.to_thread(run)
         except UsersError as exc:
-            status = 404 if "no user" in str(exc) else 400
-            raise AdminError(status, str(exc), field=field) from None
+            message = str(exc)
+            status = 404 if "no user" in message or message.startswith("no ") else 400
+            if "already" in message:
+                status = 409
+            raise AdminError(status, message, field=field) from None
         await ctx.security.refresh()
         return result
 
@@ -74,15 +80,19 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         }
         return doc
 
-    async def put(call: Call) -> Result:
-        """Create the user, or change their password and/or tags."""
-        name = call.params["user"]
+    async def hashed_password(call: Call) -> str | None:
+        """The body's ``password`` hashed (None when not given); never empty."""
         password = call.text("password")
         if password == "":
             raise AdminError(400, "password must not be empty", field="password")
+        return None if password is None else await asyncio.to_thread(hash_password, password)
+
+    async def put(call: Call) -> Result:
+        """Create the user, or change their password and/or tags."""
+        name = call.params["user"]
+        hashed = await hashed_password(call)
         tags = _strings(call, "tags")
         subjects = _strings(call, "certificate_subjects")
-        hashed = None if password is None else await asyncio.to_thread(hash_password, password)
 
         def change(db: UsersDatabase) -> bool:
             if name in db.users:
@@ -172,8 +182,102 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         await edit(lambda db: db.clear_permissions(name, vhost), "vhost")
         return {"user": name, "vhost": vhost, "cleared": True}
 
+    async def add(call: Call) -> Result:
+        """Create a user (409 if the name is taken), with an access key if given: what
+        ``lmq users add`` does, in one change of the file."""
+        name = call.text("name", required=True)
+        assert name is not None
+        hashed = await hashed_password(call)
+        tags = _strings(call, "tags")
+        subjects = _strings(call, "certificate_subjects")
+        access_key = call.text("access_key")
+        secret = call.text("secret_key")
+        if secret is not None and access_key is None:
+            raise AdminError(400, "secret_key needs access_key", field="secret_key")
+        generated = access_key is not None and secret is None
+        if generated:
+            secret = generate_access_key()[1]
+
+        def change(db: UsersDatabase) -> None:
+            try:
+                db.add_user(name, hashed, tuple(tags or ()), tuple(subjects or ()))
+            except UsersError as exc:
+                raise AdminError(
+                    409 if "already" in str(exc) else 400, str(exc), field="name"
+                ) from None
+            if access_key is not None:
+                assert secret is not None
+                db.add_access_key(name, access_key, secret)
+
+        await edit(change, "access_key")
+        db = await asyncio.to_thread(read)
+        doc = user_document(db, name)
+        doc["users_file"] = str(path)
+        if generated:
+            doc["secret_key"] = secret  # shown once
+        return Result(201, doc)
+
+    async def set_password(call: Call) -> dict[str, Any]:
+        name = call.params["user"]
+        if call.body.get("password") is None:
+            raise AdminError(
+                400, "password is required (DELETE the password to remove it)", field="password"
+            )
+        hashed = await hashed_password(call)
+        await edit(lambda db: db.set_password(name, hashed), "user")
+        return {"name": name, "password": True}
+
+    async def remove_password(call: Call) -> dict[str, Any]:
+        name = call.params["user"]
+        await edit(lambda db: db.set_password(name, None), "user")
+        return {"name": name, "password": False}
+
+    async def set_tags(call: Call) -> dict[str, Any]:
+        name = call.params["user"]
+        tags = _strings(call, "tags")
+        if tags is None:
+            raise AdminError(400, "tags is required (a list; [] removes all)", field="tags")
+        await edit(lambda db: db.set_tags(name, tuple(tags)), "tags")
+        return {"name": name, "tags": tags}
+
+    async def map_cert(call: Call) -> Result:
+        name = call.params["user"]
+        subject = call.text("subject", required=True)
+        assert subject is not None
+        mapped = await edit(lambda db: db.map_certificate(name, subject), "subject")
+        return Result(201, {"user": name, "subject": mapped})
+
+    async def unmap_cert(call: Call) -> dict[str, Any]:
+        subject = call.params["subject"]
+        owner = await edit(lambda db: db.unmap_certificate(subject), "subject")
+        return {"subject": subject, "user": owner, "deleted": True}
+
+    async def acl_list(call: Call) -> dict[str, Any]:
+        db = await asyncio.to_thread(read)
+        return {"items": acl_rows(db, call.query.get("user") or None)}
+
+    async def permissions_list(call: Call) -> dict[str, Any]:
+        db = await asyncio.to_thread(read)
+        return {"items": permission_rows(db, call.query.get("vhost") or None)}
+
+    async def vhosts_list(call: Call) -> dict[str, Any]:
+        db = await asyncio.to_thread(read)
+        return {"items": vhost_rows(db)}
+
+    async def vhost_add(call: Call) -> Result:
+        vhost = call.params["vhost"]
+        description = call.text("description", "") or ""
+        await edit(lambda db: db.add_vhost(vhost, description), "vhost")
+        return Result(201, {"name": vhost, "description": description})
+
+    async def vhost_delete(call: Call) -> dict[str, Any]:
+        vhost = call.params["vhost"]
+        await edit(lambda db: db.delete_vhost(vhost), "vhost")
+        return {"name": vhost, "deleted": True}
+
     return [
         ("GET", "/users", list_, ""),
+        ("POST", "/users", add, "user.add"),
         ("GET", "/users/{user}", show, ""),
         ("PUT", "/users/{user}", put, "user.put"),
         ("DELETE", "/users/{user}", delete, "user.delete"),
@@ -183,6 +287,16 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         ("DELETE", "/users/{user}/acl/{position}", acl_remove, "acl.remove"),
         ("PUT", "/users/{user}/permissions/{vhost}", set_permissions, "permissions.set"),
         ("DELETE", "/users/{user}/permissions/{vhost}", clear_permissions, "permissions.clear"),
+        ("PUT", "/users/{user}/password", set_password, "password.set"),
+        ("DELETE", "/users/{user}/password", remove_password, "password.remove"),
+        ("PUT", "/users/{user}/tags", set_tags, "tags.set"),
+        ("POST", "/users/{user}/certificates", map_cert, "certificate.map"),
+        ("DELETE", "/certificates/{subject}", unmap_cert, "certificate.unmap"),
+        ("GET", "/acl", acl_list, ""),
+        ("GET", "/permissions", permissions_list, ""),
+        ("GET", "/vhosts", vhosts_list, ""),
+        ("PUT", "/vhosts/{vhost}", vhost_add, "vhost.add"),
+        ("DELETE", "/vhosts/{vhost}", vhost_delete, "vhost.delete"),
     ]
 
 

@@ -599,3 +599,43 @@ def user_document(db: UsersDatabase, name: str) -> dict[str, Any]:
         "vhosts": sorted(db.permissions.get(name, {})),
         "acl_rules": len(db.acl.get(name, [])),
     }
+
+
+def permission_rows(db: UsersDatabase, vhost: str | None = None) -> list[dict[str, str]]:
+    """AMQP permissions by user then vhost (of ``vhost`` only, when given): what
+    ``lmq users permissions`` and the admin API's ``/permissions`` show."""
+    return [
+        {"user": name, "vhost": v, **perms.to_json()}
+        for name, per_vhost in sorted(db.permissions.items())
+        for v, perms in sorted(per_vhost.items())
+        if vhost is None or v == vhost
+    ]
+
+
+def acl_rows(db: UsersDatabase, name: str | None = None) -> list[dict[str, Any]]:
+    """ACL rules of ``name``, or of every name in evaluation order (users by name, then
+    @default, then @anonymous), each with its 1-based position: what ``lmq users acl
+    list`` and the admin API's ``/acl`` show."""
+    if name:
+        names = [name]
+    else:
+        names = [n for n in sorted(db.acl) if n not in (DEFAULT, ANONYMOUS)]
+        names += [n for n in (DEFAULT, ANONYMOUS) if n in db.acl]
+    return [
+        {"name": owner, "position": i, "rule": str(rule)}
+        for owner in names
+        for i, rule in enumerate(db.acl.get(owner, []), start=1)
+    ]
+
+
+def vhost_rows(db: UsersDatabase) -> list[dict[str, Any]]:
+    """Vhosts with their description and the users with permissions on them: what
+    ``lmq vhosts list`` and the admin API's ``/vhosts`` show."""
+    return [
+        {
+            "name": name,
+            "description": description,
+            "users": sorted(u for u, per_vhost in db.permissions.items() if name in per_vhost),
+        }
+        for name, description in sorted(db.vhosts.items())
+    ]

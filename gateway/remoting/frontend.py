@@ -111,9 +111,6 @@ class RemotingFrontEnd(FrontEnd):
         for hook in self.table.on_start:
             hook(self.services)
 
-    def promoted(self) -> None:
-        self.services.promoted()
-
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(SWEEP_INTERVAL_S)

@@ -62,6 +62,7 @@ class RemotingHandler(ConnectionHandler):
         self.front = front
         #: What request code is given (:class:`gateway.remoting.services.RemotingServices`).
         self.services = front.services
+        self._security = front.ctx.security
         self.decoder = FrameDecoder(front.max_frame)
         self.principal: Principal = ANONYMOUS_PRINCIPAL
         self.client_id = ""
@@ -186,10 +187,11 @@ class RemotingHandler(ConnectionHandler):
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 f"request code {cmd.code} is not supported by LMQ Gateway"))
             return
-        denied = front.authorize(self, cmd)
-        if denied is not None:
-            self.reply(cmd, denied)
-            return
+        if self._security.authenticator is not None:  # (open mode: no call per request)
+            denied = front.authorize(self, cmd)
+            if denied is not None:
+                self.reply(cmd, denied)
+                return
         fn, is_async = entry
         if is_async:
             coro_fn = cast(Callable[..., Awaitable[RemotingCommand | None]], fn)

@@ -99,6 +99,7 @@ _TYPE_PROPERTIES = frozenset(("TRAN_MSG", "__SHARDINGKEY", "DELAY", "TIMER_DELIV
                               "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME"))
 _SEND_V1 = int(RequestCode.SEND_MESSAGE)
 _NORMAL = MessageType.NORMAL
+_MIXED = MessageType.MIXED
 _FIFO = MessageType.FIFO
 _TRANSACTION = MessageType.TRANSACTION
 
@@ -190,11 +191,13 @@ def send_message(ctx: RequestContext, cmd: RemotingCommand) -> RemotingCommand |
     if not props.keys().isdisjoint(COPY_PROPERTIES):
         return _send_copy(ctx, cmd, header, queue_id, props)
     kind = _NORMAL
-    if header.sys_flag & _TX_MASK or not props.keys().isdisjoint(_TYPE_PROPERTIES) or (
-        config.message_type is not _NORMAL
-    ):
+    if header.sys_flag & _TX_MASK or not props.keys().isdisjoint(_TYPE_PROPERTIES):
         kind = message_type(props, header.sys_flag)
         check_type(config, kind)
+    elif config.message_type is not _NORMAL and config.message_type is not _MIXED:
+        # no type property, no transaction flag: a NORMAL message (message_type_of),
+        # which a NORMAL or MIXED topic (auto-created ones) accepts without a check
+        check_type(config, _NORMAL)
     body = cmd.body
     if len(body) > services.max_body:
         raise RequestError(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from gateway.cluster_id import cluster_id
+from gateway.cluster_id import ClusterId
 from gateway.remoting.consumers import ConsumerManager
 from gateway.remoting.locks import LockManager
 from gateway.remoting.replies import RequestError
@@ -89,24 +89,15 @@ class RemotingServices:
         self.suspended = 0
         self.copies_duplicate = 0
         self.copies_looped = 0
-        self._cluster_id = cluster_id(store, cfg.cluster_id)
+        self._cluster_id = ClusterId(store, cfg.cluster_id)
 
     # -- the connector's cluster id ----------------------------------------------------
 
     @property
     def cluster_id(self) -> str:
-        """This gateway's id for the connector. In a broker group, the group's: the one
-        its first master kept in the store's metadata, replicated (a copy's origin and
-        the connector's high-water marks name it, so it must not change at a failover).
-        A slave reads it from the replicated metadata at each use (a connector asking a
-        slave about to be promoted gets the group's id, not the one the slave generated
-        at its own first start); a master keeps it, read again when promoted."""
-        if self.store.log.fence is not None:
-            return cluster_id(self.store, self._config.cluster_id)
-        return self._cluster_id
-
-    def promoted(self) -> None:
-        self._cluster_id = cluster_id(self.store, self._config.cluster_id)
+        """This gateway's id for the connector; in a broker group, the group's
+        (:class:`gateway.cluster_id.ClusterId`)."""
+        return self._cluster_id.value
 
     # -- security ----------------------------------------------------------------------
 

@@ -134,7 +134,10 @@ async def test_first_user_turns_authentication_on(tmp_path: Path) -> None:
 
             # the first user, non-interactively (the README's way), and her rules
             lmq("users", "add", "alice", "--password", "wonderland", "--data-dir", str(data))
-            lmq("users", "acl", "add", "alice", "--both", "t/#", "--data-dir", str(data))
+            # (through the admin API, open until now; her rule with the file named: alice
+            # is no administrator, and the gateway reloads its file)
+            named = ("--users-file", str(data / "users.json"))
+            lmq("users", "acl", "add", "alice", "--both", "t/#", *named)
 
             # MQTT 5: DISCONNECT 0x87 (not authorized); MQTT 3.1.1: the socket closes
             assert v5.disconnects.get(timeout=SWITCH) == ReasonCode.NOT_AUTHORIZED
@@ -222,7 +225,8 @@ def test_allow_anonymous_and_a_malformed_file(tmp_path: Path) -> None:
         assert mqtt_login(port, "nobody", "x") == 0  # still open
         (data / "users.json").unlink()
         lmq("users", "add", "alice", "--password", "wonderland", "--data-dir", str(data))
-        lmq("users", "acl", "add", "@anonymous", "--subscribe", "public/#", "--data-dir", str(data))
+        users = str(data / "users.json")  # named: no administrator for the admin API
+        lmq("users", "acl", "add", "@anonymous", "--subscribe", "public/#", "--users-file", users)
         _wait_for(gw, "anonymous=allowed")
         anonymous = Paho5(port, "anon-after")  # anonymous is still let in...
         (public,) = _subscribe(anonymous, "public/news")

@@ -506,7 +506,8 @@ def test_persistent_session_keeps_filtering_across_a_restart(denying, v5):
 
 
 def test_rule_changes_apply_at_the_next_connect(denying):
-    d = ["--data-dir", str(denying.data_dir)]
+    # the file named: edited directly beside the gateway (no administrator for its API)
+    d = ["--users-file", str(denying.data_dir / "users.json")]
     login_as = {"username": "carol", "password": "carol-pw", "clean": False}
     carol = Paho(denying.mqtt_port, "carol-r", **login_as)
     carol.subscribe("#", qos=1)

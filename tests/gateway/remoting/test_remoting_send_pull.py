@@ -204,6 +204,15 @@ async def test_pull_commits_offset_and_message_type_checks(tmp_path: Path) -> No
                                    body=b"x")
             assert refused.code == ResponseCode.MESSAGE_ILLEGAL, kind
             assert kind in (refused.remark or "")
+        await c.ok(RequestCode.SEND_MESSAGE_V2, send_fields("co", 0, ""), body=b"plain")
+        # a plain message (no type property, no transaction flag) is NORMAL: refused by
+        # a topic of another type, accepted again once the topic is MIXED
+        gw.ctx.rocketmq.topics.create(TopicConfig("co", message_type=MessageType.FIFO))
+        refused = await c.call(RequestCode.SEND_MESSAGE_V2, send_fields("co", 0, ""), body=b"x")
+        assert refused.code == ResponseCode.MESSAGE_ILLEGAL
+        assert "NORMAL" in (refused.remark or "") and "FIFO" in (refused.remark or "")
+        gw.ctx.rocketmq.topics.create(TopicConfig("co", message_type=MessageType.MIXED))
+        await c.ok(RequestCode.SEND_MESSAGE_V2, send_fields("co", 0, ""), body=b"plain")
         await c.close()
 
 

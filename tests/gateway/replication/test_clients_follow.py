@@ -181,10 +181,13 @@ def test_the_users_file_is_replicated(pair) -> None:  # type: ignore[no-untyped-
     """Users and their permissions (`lmq users`, a file beside the store) reach the
     slave whole, each time they change."""
     a, b = pair
+    a_users = a.data_dir / "users.json"
     users = CliRunner()
     for name in ("alice", "bob"):
+        # the file named: edited beside the master (bob after alice needs no administrator)
         result = users.invoke(
-            main, ["users", "add", name, "--password", "pw-" + name, "--data-dir", str(a.data_dir)]
+            main,
+            ["users", "add", name, "--password", "pw-" + name, "--users-file", str(a_users)],
         )
         assert result.exit_code == 0, result.output
         wait_for(
