@@ -36,13 +36,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from bench.mqtt_wire import connect_packet
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = 64
 WARMUP = 2000
+T = TypeVar("T")
 
 
 async def _mqtt_load(port: int, count: int) -> None:
@@ -73,6 +76,23 @@ def _wait_accepts(port: int, proc: subprocess.Popen[bytes], timeout: float = 300
             if proc.poll() is not None or time.monotonic() - start > timeout:
                 raise RuntimeError("the gateway did not start under valgrind") from None
             time.sleep(1)
+
+
+def counted(pid: int, directory: Path, work: Callable[[], T]) -> tuple[T, int]:
+    """``work()``'s result and the instructions callgrind (process ``pid``, dumping into
+    ``directory``) counted while it ran: instrumentation on, work, off, dump."""
+    control = ["callgrind_control", "-i"]
+    subprocess.run([*control, "on", str(pid)], capture_output=True, check=True)
+    result = work()
+    subprocess.run([*control, "off", str(pid)], capture_output=True, check=True)
+    subprocess.run(["callgrind_control", "-d", str(pid)], capture_output=True, check=True)
+    total = 0
+    for dump in directory.glob("callgrind.out*"):
+        for line in dump.read_text(errors="replace").splitlines():
+            if line.startswith("totals:"):
+                total += int(line.split()[1])
+                break
+    return result, total
 
 
 def measure(kind: str, messages: int, port: int) -> float:
@@ -106,19 +126,7 @@ def measure(kind: str, messages: int, port: int) -> float:
                 asyncio.run(_mqtt_load(mqtt_port, count))
 
         drive(WARMUP)
-        control = ["callgrind_control", "-i"]
-        subprocess.run([*control, "on", str(proc.pid)], capture_output=True, check=True)
-        drive(messages)
-        subprocess.run([*control, "off", str(proc.pid)], capture_output=True, check=True)
-        subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True,
-                       check=True)
-        total = 0
-        for dump in tmp.glob("callgrind.out*"):
-            for line in dump.read_text(errors="replace").splitlines():
-                if line.startswith("totals:"):
-                    total += int(line.split()[1])
-                    break
-        return total / messages
+        return counted(proc.pid, tmp, lambda: drive(messages))[1] / messages
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(60)

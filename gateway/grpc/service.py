@@ -165,11 +165,10 @@ class MessagingService:
                                  lambda c, r: route.query_assignment(c, r),
                                  service_pb2.QueryAssignmentResponse)
 
-    async def ReceiveMessage(self, request: Any, context: Context) -> AsyncIterator[Any]:
-        async for response in self._stream("ReceiveMessage", request, context,
-                                              lambda c, r: receive.receive_message(c, r),
-                                              service_pb2.ReceiveMessageResponse):
-            yield response
+    def ReceiveMessage(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        return self._stream("ReceiveMessage", request, context,
+                            lambda c, r: receive.receive_message(c, r),
+                            service_pb2.ReceiveMessageResponse)
 
     async def AckMessage(self, request: Any, context: Context) -> Any:
         return await self._unary("AckMessage", request, context,
@@ -181,11 +180,10 @@ class MessagingService:
                                  lambda c, r: ack.forward_message_to_dead_letter_queue(c, r),
                                  service_pb2.ForwardMessageToDeadLetterQueueResponse)
 
-    async def PullMessage(self, request: Any, context: Context) -> AsyncIterator[Any]:
-        async for response in self._stream("PullMessage", request, context,
-                                              lambda c, r: offsets.pull_message(c, r),
-                                              service_pb2.PullMessageResponse):
-            yield response
+    def PullMessage(self, request: Any, context: Context) -> AsyncIterator[Any]:
+        return self._stream("PullMessage", request, context,
+                            lambda c, r: offsets.pull_message(c, r),
+                            service_pb2.PullMessageResponse)
 
     async def UpdateOffset(self, request: Any, context: Context) -> Any:
         return await self._unary("UpdateOffset", request, context,
@@ -207,11 +205,10 @@ class MessagingService:
                                  lambda c, r: transactions.end_transaction(c, r),
                                  service_pb2.EndTransactionResponse)
 
-    async def Telemetry(self, request_iterator: Any, context: Context) -> AsyncIterator[Any]:
-        async for response in self._stream("Telemetry", request_iterator, context,
-                                              lambda c, r: telemetry.telemetry(c, r),
-                                              service_pb2.TelemetryCommand):
-            yield response
+    def Telemetry(self, request_iterator: Any, context: Context) -> AsyncIterator[Any]:
+        return self._stream("Telemetry", request_iterator, context,
+                            lambda c, r: telemetry.telemetry(c, r),
+                            service_pb2.TelemetryCommand)
 
     async def NotifyClientTermination(self, request: Any, context: Context) -> Any:
         return await self._unary("NotifyClientTermination", request, context,

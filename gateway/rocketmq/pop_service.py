@@ -367,12 +367,18 @@ class PopService:
         and changes nothing (gRPC's AckMessage: one write per request, not per entry)."""
         results: list[Exception | None] = []
         receipts = []
+        bounds: dict[tuple[str, int], tuple[int, int]] = {}  # a queue checked once
         for topic, queue_id, offset, visible in acks:
-            try:
-                self._check_queue(topic, queue_id, offset)
-            except (UnknownLmq, ValueError, OffsetOutOfRange) as exc:
-                results.append(exc)
-                continue
+            known = bounds.get((topic, queue_id))
+            if known is None or not known[0] <= offset <= known[1]:
+                try:
+                    self._check_queue(topic, queue_id, offset)
+                except (UnknownLmq, ValueError, OffsetOutOfRange) as exc:
+                    results.append(exc)
+                    continue
+                info = self.store.lmq(queue_lmq(topic, queue_id))
+                if info is not None:
+                    bounds[(topic, queue_id)] = (info.min_offset, info.max_offset)
             receipts.append(store_receipt(group, topic, queue_id, offset, visible))
             results.append(None)
         if receipts:

@@ -80,6 +80,26 @@ async def test_ack_entries_have_their_own_status(tmp_path: Path) -> None:
         assert empty.status.code == Code.BAD_REQUEST
 
 
+async def test_one_ack_settles_many_messages_of_several_queues(tmp_path: Path) -> None:
+    # AckMessage acks its live entries in one store write: each entry keeps its status
+    # (a repeated handle is OK: no longer in flight), and none of them comes back
+    async with grpc_gateway(tmp_path / "data") as (_gw, g):
+        for i in range(6):  # ungrouped sends go round the topic's queues
+            await send(g, message("many", b"m%d" % i))
+        got, _, _ = parts(await receive(g, "g-many", "many", invisible=1))
+        assert len(got) == 6
+        assert len({m.system_properties.queue_id for m in got}) > 1
+        res = await ack(g, "g-many", "many", *got,
+                        handles=["garbage", got[0].system_properties.receipt_handle])
+        assert [e.status.code for e in res.entries] == [Code.OK] * 6 + [
+            Code.INVALID_RECEIPT_HANDLE, Code.OK]
+        assert [e.receipt_handle for e in res.entries][:6] == [
+            m.system_properties.receipt_handle for m in got]
+        # past their invisible time (1 s) nothing was revived: all six were acked
+        again, _, status = parts(await receive(g, "g-many", "many", invisible=30, poll=2.5))
+        assert again == [] and status.code == Code.MESSAGE_NOT_FOUND
+
+
 async def test_forward_to_dead_letter_queue(tmp_path: Path) -> None:
     async with grpc_gateway(tmp_path / "data") as (_gw, g):
         sent = await send(g, message("dlq", b"poison", props={"k": "v"}))
