@@ -70,8 +70,9 @@ _ids = itertools.count(1)
 #: turn, so the socket's flow control (and so a consumer's credit) sees it.
 FLUSH_AT = 256 * 1024
 
-#: Seconds a connection closed after an error answer goes on reading (and discarding)
-#: what the peer still sends, so that it reads the answer (see the module docstring).
+#: Seconds a connection closed after an error answer (or, over HTTP, after the last
+#: response of a connection the server closes) goes on reading (and discarding) what the
+#: peer still sends, so that it reads the answer (see the module docstring).
 ERROR_LINGER = 2.0
 
 

@@ -197,6 +197,11 @@ class HttpConnection(ConnectionHandler):
                 if self.conn.transport.is_closing() or self._closing():
                     break
                 if not self._http.keep_alive:
+                    # closed by the server after a whole response (HTTP/1.0, Connection:
+                    # close): the client may still be sending (pipelined), and a socket
+                    # closed with unread input resets, which drops the response's unsent
+                    # end; shut the write side and read and discard a while instead
+                    linger = ERROR_LINGER
                     break
                 # a pipelined next request has begun already: its head timeout runs
                 self._first_byte_at = time.monotonic() if self._http.pending else 0.0

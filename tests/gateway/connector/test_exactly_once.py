@@ -144,7 +144,7 @@ async def test_refused_messages_skipped_or_stopping_the_rule(two, tmp_path: Path
     config = tmp_path / "b.toml"
     config.write_text("[store]\nmax_message_bytes = 1024\n")
     b.stop()
-    b.extra = ("--unified-port", str(port(b)), "--config", str(config))
+    b.extra = ("--config", str(config))  # a new port: the rules below are written after
     b.start()
     rules = tmp_path / "rules.toml"
     rules.write_text(
@@ -187,8 +187,7 @@ async def test_a_refused_message_is_dead_lettered(two, tmp_path: Path) -> None:
         main, ["topics", "create", "load", "--perm", "r", "--data-dir", str(b.data_dir)]
     )
     assert created.exit_code == 0, created.output
-    b.extra = ("--unified-port", str(port(b)))
-    b.start()
+    b.start()  # on a new port (the port of before may be taken meanwhile by another test)
     rules = tmp_path / "rules.toml"
     rules.write_text(
         rules_text(port(a), port(b), ONE_WAY + 'on_refused = "dead-letter"\n'
