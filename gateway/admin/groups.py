@@ -1,5 +1,6 @@
 """RocketMQ consumer groups: list with lag (paged), show (per-queue offsets, lag, blocked
-FIFO message groups, messages in flight), reset offsets (earliest, latest or a time),
+FIFO message groups, messages in flight), the messages in flight on one queue (read
+from the store's pop state, never changing it), reset offsets (earliest, latest or a time),
 delete.
 
 A reset commits the group's next offset on every queue of the topic in the store
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from gateway.admin.core import AdminError, Call, page
+from gateway.admin.core import MAX_LIMIT, AdminError, Call, page
 from gateway.rocketmq.groups import (
     add_lag,
     blocked_row,
@@ -91,6 +92,61 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
             "blocked_message_groups": blocked,
         }
 
+    def _query_number(call: Call, name: str, default: int, low: int, high: int | None) -> int:
+        raw = call.query.get(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            value = low - 1
+        if value < low or (high is not None and value > high):
+            span = f"from {low} to {high}" if high is not None else f"of {low} or more"
+            raise AdminError(400, f"{name} must be an integer {span}", field=name)
+        return value
+
+    async def inflight(call: Call) -> dict[str, Any]:
+        """The group's messages in flight (popped, not acked) on one LMQ, by offset,
+        paged: ``limit`` of them after offset ``after``."""
+        name = _name(call)
+        lmq = call.query.get("lmq")
+        if not lmq:
+            raise AdminError(
+                400, "lmq is required (a queue's LMQ, as the group lists it)", field="lmq"
+            )
+        limit = _query_number(call, "limit", 100, 1, MAX_LIMIT)
+        after = _query_number(call, "after", -1, -1, None)
+        if store.lmq(lmq) is None:
+            raise AdminError(404, f"no LMQ named {lmq!r}", field="lmq")
+
+        def read() -> tuple[list[dict[str, Any]], bool, bool]:
+            items = store.pop.inflight_messages(name, lmq, after, limit + 1)
+            rows = []
+            for item in items[:limit]:
+                message = store.read_at(lmq, item.key.offset)
+                uniq = message.record.properties.get("UNIQ_KEY") if message else None
+                rows.append(
+                    {
+                        "offset": item.key.offset,
+                        "message_id": uniq.decode("utf-8", "replace") if uniq else None,
+                        "deliveries": item.deliveries,
+                        "popped_ms": item.popped_ms,
+                        "invisible_until_ms": item.key.visible_at,
+                    }
+                )
+            known = bool(items) or store.get_offset(name, lmq) is not None
+            return rows, len(items) > limit, known
+
+        rows, more, known = await asyncio.to_thread(read)
+        if not known and registry.get(name) is None:
+            raise AdminError(404, f"no consumer group named {name!r}", field="group")
+        return {
+            "group": name,
+            "lmq": lmq,
+            "items": rows,
+            "next": rows[-1]["offset"] if more else None,
+        }
+
     async def reset(call: Call) -> dict[str, Any]:
         name = _name(call)
         topic = call.text("topic", required=True)
@@ -153,6 +209,7 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         ("GET", "/groups", list_, ""),
         ("POST", "/groups/{group}/release", release, "group.release"),
         ("GET", "/groups/{group}", show, ""),
+        ("GET", "/groups/{group}/inflight", inflight, ""),
         ("POST", "/groups/{group}/reset", reset, "group.reset"),
         ("DELETE", "/groups/{group}", delete, "group.delete"),
     ]
