@@ -330,6 +330,41 @@ def test_reset_group_seen_by_its_consumer(page, console: Console) -> None:
     assert sorted(receive(console, "console-group", "console-reset", 3)) == ["m0", "m1", "m2"]
 
 
+def test_group_in_flight_messages_listed_then_one_acked(page, console: Console) -> None:
+    login(page, console)
+    one_queue_topic(console, "console-fly")
+    for i in range(2):
+        assert publish(console, "console-fly", f"f{i}").status_code == 201
+    popped: list[dict[str, str]] = []
+    for _ in range(10):  # popped and not acked: in flight for five minutes
+        r = requests.post(
+            f"{console.base}/v1/groups/console-fly-group/topics/console-fly/receive",
+            params={"wait_seconds": 1, "max_messages": 2, "invisible_seconds": 300},
+            auth=AUTH,
+            timeout=BOUND,
+        )
+        assert r.status_code == 200, r.text
+        popped += r.json()["messages"]
+        if len(popped) == 2:
+            break
+    assert sorted(m["body"] for m in popped) == ["f0", "f1"]
+    page.goto(console.base + "/console/#/groups/console-fly-group")
+    expect(page.locator(".summary")).to_contain_text("in flight: 2")
+    page.get_by_role("button", name="In flight").click()
+    rows = page.locator("table.in-flight tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_contain_text(popped[0]["message_id"])
+    acked = requests.post(
+        f"{console.base}/v1/groups/console-fly-group/ack",
+        auth=AUTH,
+        timeout=BOUND,
+        json={"receipt_handles": [popped[0]["receipt_handle"]]},
+    )
+    assert acked.status_code == 200, acked.text
+    expect(rows).to_have_count(1)  # the page reloads every 5 s, the list with it
+    expect(page.locator(".summary")).to_contain_text("in flight: 1")
+
+
 def test_message_browser_finds_and_peeks(page, console: Console) -> None:
     login(page, console)
     one_queue_topic(console, "console-browse")
