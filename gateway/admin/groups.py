@@ -20,6 +20,7 @@ from gateway.rocketmq.groups import (
     blocked_row,
     group_progress,
     group_summaries,
+    in_flight_rows,
     release_message_group,
 )
 from gateway.rocketmq.offsets import reset_targets
@@ -120,22 +121,8 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
             raise AdminError(404, f"no LMQ named {lmq!r}", field="lmq")
 
         def read() -> tuple[list[dict[str, Any]], bool, bool]:
-            items = store.pop.inflight_messages(name, lmq, after, limit + 1)
-            rows = []
-            for item in items[:limit]:
-                message = store.read_at(lmq, item.key.offset)
-                uniq = message.record.properties.get("UNIQ_KEY") if message else None
-                rows.append(
-                    {
-                        "offset": item.key.offset,
-                        "message_id": uniq.decode("utf-8", "replace") if uniq else None,
-                        "deliveries": item.deliveries,
-                        "popped_ms": item.popped_ms,
-                        "invisible_until_ms": item.key.visible_at,
-                    }
-                )
-            known = bool(items) or store.get_offset(name, lmq) is not None
-            return rows, len(items) > limit, known
+            rows, more = in_flight_rows(store, name, lmq, after, limit)
+            return rows, more, bool(rows) or store.get_offset(name, lmq) is not None
 
         rows, more, known = await asyncio.to_thread(read)
         if not known and registry.get(name) is None:

@@ -7,12 +7,16 @@ idle LMQs cleaned for real; the store's statistics. Each change is in the audit 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+from click.testing import CliRunner
+
+from cli.main import main
 
 from ..gateway_process import GatewayProcess
 from .support import TIMEOUT, AdminClient, admin_gateway, audit_lines
@@ -218,6 +222,8 @@ def test_in_flight_messages_listed_paged_and_shrink_on_ack(gw: GatewayProcess) -
     assert [i["offset"] for i in first["items"]] == [0, 1] and first["next"] == 1
     rest = api.get("/groups/GID_fly/inflight", lmq=lmq, limit=2, after=first["next"])
     assert [i["offset"] for i in rest["items"]] == [2] and rest["next"] is None
+    # the CLI shows the same beside the running gateway (and offline, below)
+    assert cli_in_flight(gw.data_dir, "GID_fly", 2) == ([0, 1], True)
     # one acked: the list shrinks; the group's count agrees
     client.ack("GID_fly", next(m for m in popped if m["body"] == "m1"))
     after_ack = api.get("/groups/GID_fly/inflight", lmq=lmq)
@@ -235,3 +241,22 @@ def test_in_flight_messages_listed_paged_and_shrink_on_ack(gw: GatewayProcess) -
     unknown = api.call("GET", "/groups/GID_none/inflight", lmq=lmq)
     assert unknown.status_code == 404 and unknown.json()["field"] == "group"
     api.close()
+    assert gw.stop() == 0
+    assert cli_in_flight(gw.data_dir, "GID_fly", 10) == ([0, 2], False)
+    text = CliRunner().invoke(
+        main, ["groups", "show", "GID_fly", "--in-flight", "10", "--data-dir", str(gw.data_dir)]
+    )
+    assert text.exit_code == 0, text.output
+    assert "flyT queue 0:" in text.output and ids[2] in text.output and ids[1] not in text.output
+
+
+def cli_in_flight(data_dir: Path, group: str, n: int) -> tuple[list[int], bool]:
+    """``lmq groups show GROUP --in-flight N --json``: the offsets in flight on the
+    group's one queue, and whether more follow."""
+    result = CliRunner().invoke(
+        main,
+        ["groups", "show", group, "--in-flight", str(n), "--json", "--data-dir", str(data_dir)],
+    )
+    assert result.exit_code == 0, result.output
+    [queue] = json.loads(result.output)["queues"]
+    return [m["offset"] for m in queue["in_flight_messages"]], queue["in_flight_more"]
