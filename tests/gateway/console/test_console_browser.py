@@ -458,6 +458,69 @@ def test_add_user_who_logs_in_then_an_acl_rule(page, console: Console) -> None:
     console.shot(page, "user")
 
 
+def amqp_opens(console: Console, vhost: str) -> bool:
+    """Whether root's AMQP connection to ``vhost`` opens (pika, a real client)."""
+    params = pika.ConnectionParameters(
+        "127.0.0.1",
+        console.gw.ports["amqp"],
+        virtual_host=vhost,
+        credentials=pika.PlainCredentials(*AUTH),
+    )
+    try:
+        pika.BlockingConnection(params).close()
+    except pika.exceptions.AMQPConnectionError:
+        return False
+    return True
+
+
+def test_vhost_added_used_and_deleted_and_a_certificate_mapped(page, console: Console) -> None:
+    login(page, console)
+    page.goto(console.base + "/console/#/users")
+    add = page.locator("form[aria-label='Add a vhost']")
+    add.locator("[name=vhost]").fill("console-staging")
+    add.locator("[name=description]").fill("the staging apps")
+    add.get_by_role("button", name="Add vhost").click()
+    expect(page.locator(".notice.ok")).to_have_text("Vhost console-staging added.")
+    row = page.locator("table.vhosts tr", has_text="console-staging")
+    expect(row).to_contain_text("the staging apps")
+    again = page.locator("form[aria-label='Add a vhost']")
+    again.locator("[name=vhost]").fill("console-staging")
+    again.get_by_role("button", name="Add vhost").click()
+    expect(again.locator(".error")).to_contain_text("console-staging")  # 409: it exists
+    # root permitted on it from its user page: an AMQP client opens it at once
+    page.goto(console.base + "/console/#/users/root")
+    perms = page.locator("form[aria-label='Set AMQP permissions']")
+    perms.locator("[name=vhost]").fill("console-staging")
+    perms.get_by_role("button", name="Set").click()
+    expect(page.locator(".notice.ok")).to_have_text("Permissions on console-staging set.")
+    assert amqp_opens(console, "console-staging")
+    # a client certificate subject mapped to root, then unmapped after its confirmation
+    cert = page.locator("form[aria-label='Map a client certificate']")
+    cert.locator("[name=subject]").fill("CN=console-dev,O=Acme")
+    cert.get_by_role("button", name="Map").click()
+    expect(page.locator(".notice.ok")).to_contain_text("mapped to root")
+    certs = page.locator("table.certificates tbody tr")
+    expect(certs).to_have_count(1)
+    expect(certs.first).to_contain_text("CN=console-dev")
+    certs.first.get_by_role("button", name="Unmap").click()
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_contain_text("no longer logs in as root")
+    dialog.locator("#confirm-ok").click()
+    expect(page.locator(".notice.ok")).to_contain_text("unmapped")
+    expect(page.locator("table.certificates tbody")).to_contain_text("none")
+    # the vhost deleted once its name is typed: the client is refused
+    page.goto(console.base + "/console/#/users")
+    row = page.locator("table.vhosts tr", has_text="console-staging")
+    row.get_by_role("button", name="Delete").click()
+    ok = dialog.locator("#confirm-ok")
+    expect(ok).to_be_disabled()
+    dialog.locator("#confirm-typed").fill("console-staging")
+    ok.click()
+    expect(page.locator(".notice.ok")).to_have_text("Vhost console-staging deleted.")
+    expect(page.locator("table.vhosts tr", has_text="console-staging")).to_have_count(0)
+    assert not amqp_opens(console, "console-staging")
+
+
 def test_kick_an_offline_session(page, console: Console) -> None:
     login(page, console)
     client = Paho(

@@ -497,8 +497,42 @@ function users(container, args) {
       return `User ${v.name} added.`;
     },
   });
-  container.append(heading('Users and ACLs'), notice.node, add, table.node);
+  // AMQP vhosts of the users file (a few: not paged), with the users permitted on them.
+  const vhostBody = h('tbody');
+  async function loadVhosts() {
+    let doc;
+    try {
+      doc = await api.get('/vhosts');
+    } catch (err) { notice.fail(err.message); return; }
+    const rows = doc.items.map((v) => h('tr', {},
+      h('td', {}, v.name), h('td', {}, v.description || ''), h('td', {}, (v.users || []).join(', ')),
+      h('td', { class: 'actions' }, v.name === '/' ? '' : actionButton('Delete', () => api.del(`/vhosts/${seg(v.name)}`), {
+        notice, danger: true, typed: v.name,
+        confirm: `Delete vhost ${v.name} and every user's permissions on it? AMQP clients can no longer open it.`,
+        done: `Vhost ${v.name} deleted.`, after: loadVhosts,
+      }))));
+    vhostBody.replaceChildren(...(rows.length ? rows
+      : [h('tr', {}, h('td', { colspan: 4, class: 'none' }, 'none'))]));
+  }
+  const addVhost = form({
+    title: 'Add a vhost', submitLabel: 'Add vhost', notice,
+    fields: [
+      { name: 'vhost', label: 'Vhost', required: true, placeholder: 'staging' },
+      { name: 'description', label: 'Description' },
+    ],
+    submit: async (v) => {
+      await api.put(`/vhosts/${seg(v.vhost)}`, { description: v.description });
+      await loadVhosts();
+      return `Vhost ${v.vhost} added.`;
+    },
+  });
+  container.append(heading('Users and ACLs'), notice.node, add, table.node,
+    h('h3', {}, 'AMQP vhosts'), addVhost,
+    h('div', { class: 'scroll' }, h('table', { class: 'vhosts' },
+      h('thead', {}, h('tr', {}, ['Vhost', 'Description', 'Users permitted', ''].map((t) => h('th', {}, t)))),
+      vhostBody)));
   table.load();
+  loadVhosts();
   return null;
 }
 
@@ -528,6 +562,11 @@ function user(container, name) {
         notice, danger: true, confirm: `Delete access key ${key}? Clients signing with it are refused.`,
         done: `Access key ${key} deleted.`, after: load,
       }))));
+    const certs = (doc.certificate_subjects || []).map((subject) => h('tr', {}, h('td', {}, h('code', {}, subject)),
+      h('td', { class: 'actions' }, actionButton('Unmap', () => api.del(`/certificates/${seg(subject)}`), {
+        notice, danger: true, confirm: `Unmap certificate subject ${subject}? A client presenting it no longer logs in as ${name}.`,
+        done: `Certificate subject ${subject} unmapped.`, after: load,
+      }))));
     const none = (n) => h('tr', {}, h('td', { colspan: n, class: 'none' }, 'none'));
     body.replaceChildren(
       h('p', { class: 'summary' }, `Tags: ${(doc.tags || []).join(', ') || 'none'} \u00b7 password: ${doc.password ? 'yes' : 'no'}`
@@ -543,8 +582,21 @@ function user(container, name) {
       h('h3', {}, 'Access keys'),
       h('div', { class: 'scroll' }, h('table', {},
         h('thead', {}, h('tr', {}, h('th', {}, 'Access key'), h('th', {}, ''))),
-        h('tbody', {}, keys.length ? keys : none(2)))));
+        h('tbody', {}, keys.length ? keys : none(2)))),
+      h('h3', {}, 'Client certificates'),
+      h('div', { class: 'scroll' }, h('table', { class: 'certificates' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Certificate subject'), h('th', {}, ''))),
+        h('tbody', {}, certs.length ? certs : none(2)))));
   }
+  const cert = form({
+    title: 'Map a client certificate', submitLabel: 'Map', notice,
+    fields: [{ name: 'subject', label: 'Certificate subject', required: true, placeholder: 'CN=dev-1,O=Acme' }],
+    submit: async (v) => {
+      const doc = await api.post(`${base}/certificates`, { subject: v.subject });
+      await load();
+      return `Certificate subject ${doc.subject} mapped to ${name}.`;
+    },
+  });
   const rule = form({
     title: 'Add an ACL rule', submitLabel: 'Add rule', notice,
     fields: [
@@ -595,7 +647,7 @@ function user(container, name) {
     done: (doc) => `Access key ${doc.access_key}, secret key ${doc.secret_key} (shown this once: keep it now).`,
   });
   container.append(heading(`User ${name}`, link('#/users', '\u2190 all users')), notice.node, body,
-    h('div', { class: 'forms' }, rule, perms, change), h('p', {}, key));
+    h('div', { class: 'forms' }, rule, perms, change, cert), h('p', {}, key));
   load();
   return null;
 }
