@@ -93,19 +93,6 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
             "blocked_message_groups": blocked,
         }
 
-    def _query_number(call: Call, name: str, default: int, low: int, high: int | None) -> int:
-        raw = call.query.get(name)
-        if raw is None:
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            value = low - 1
-        if value < low or (high is not None and value > high):
-            span = f"from {low} to {high}" if high is not None else f"of {low} or more"
-            raise AdminError(400, f"{name} must be an integer {span}", field=name)
-        return value
-
     async def inflight(call: Call) -> dict[str, Any]:
         """The group's messages in flight (popped, not acked) on one LMQ, by offset,
         paged: ``limit`` of them after offset ``after``."""
@@ -115,8 +102,8 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
             raise AdminError(
                 400, "lmq is required (a queue's LMQ, as the group lists it)", field="lmq"
             )
-        limit = _query_number(call, "limit", 100, 1, MAX_LIMIT)
-        after = _query_number(call, "after", -1, -1, None)
+        limit = call.query_integer("limit", 100, low=1, high=MAX_LIMIT)
+        after = call.query_integer("after", -1, low=-1)
         if store.lmq(lmq) is None:
             raise AdminError(404, f"no LMQ named {lmq!r}", field="lmq")
 
