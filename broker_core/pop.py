@@ -190,6 +190,31 @@ class PopConsumer:
             if g == group and (lmq is None or name == lmq)
         )
 
+    def inflight_messages(
+        self, group: str, lmq: str, after: int = -1, limit: int = 100
+    ) -> list[Inflight]:
+        """Read-only: the messages of ``lmq`` popped by ``group`` and not yet acked, by
+        offset, the first ``limit`` after offset ``after``: each with its deliveries, the
+        time it was popped and the time it becomes visible again (a first delivery of a
+        memory group: one delivery, the time of its pop call). Reads the state RocksDB as
+        :meth:`inflight_count` does (no pop lock; nothing written, nothing loaded)."""
+        found = [
+            item
+            for item in self.state.all_inflight()
+            if item.key.group == group and item.key.lmq == lmq and item.key.offset > after
+        ]
+        for name, g, first, _count, popped, visible_at, bits in self.state.all_fresh():
+            if g != group or name != lmq:
+                continue
+            while bits:
+                low = bits & -bits
+                offset = first + low.bit_length() - 1
+                bits ^= low
+                if offset > after:
+                    found.append(Inflight(InflightKey(visible_at, g, name, offset), 1, popped))
+        found.sort(key=lambda item: item.key.offset)
+        return found[:limit]
+
     def release_group(self, group: str) -> int:
         """Every in-flight message of ``group`` becomes visible again at once."""
         with self.locks.pop:

@@ -31,6 +31,7 @@ from gateway.rocketmq.groups import (
     blocked_row,
     group_progress,
     group_summaries,
+    in_flight_rows,
     release_message_group,
 )
 from gateway.rocketmq.offsets import reset_targets
@@ -75,12 +76,27 @@ def list_(data_dir: Path, as_json: bool) -> None:
 @data_dir_option
 @click.argument("group")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object.")
-def show(data_dir: Path, group: str, as_json: bool) -> None:
-    """Show GROUP's committed offset, max offset and lag on each topic and queue."""
+@click.option(
+    "--in-flight",
+    "in_flight",
+    type=click.IntRange(1, 1000),
+    default=None,
+    metavar="N",
+    help="Also list up to N messages in flight (popped, not acked) on each queue:"
+    " offset, message id, deliveries, invisible until.",
+)
+def show(data_dir: Path, group: str, as_json: bool, in_flight: int | None) -> None:
+    """Show GROUP's committed offset, max offset and lag on each topic and queue (and,
+    with --in-flight, its messages in flight). Read-only: beside a running gateway too."""
     with open_store(data_dir, read_only=True) as store:
         config = GroupRegistry(store, auto_create=False).get(group)
         rows = _progress(store).get(group, [])
         blocked = [blocked_row(b) for b in store.pop.blocked_groups(group)]
+        if in_flight is not None:
+            for r in rows:
+                r["in_flight_messages"], r["in_flight_more"] = in_flight_rows(
+                    store, group, r["lmq"], limit=in_flight
+                )
     if config is None and not rows:
         raise click.ClickException(f"no consumer group named {group!r}")
     if as_json:
@@ -107,6 +123,19 @@ def show(data_dir: Path, group: str, as_json: bool) -> None:
         click.echo(f"{r['topic']:40} {r['queue_id']:>5} {r['offset']:>9}"
                    f" {r['max_offset']:>9} {r['lag']:>9}")
     click.echo(f"total lag: {sum(r['lag'] for r in rows)}")
+    flying = [r for r in rows if r.get("in_flight_messages")]
+    if in_flight is not None and not flying:
+        click.echo("in flight: none")
+    for r in flying:
+        more = " (more not shown)" if r["in_flight_more"] else ""
+        click.echo(f"{r['topic']} queue {r['queue_id']}{more}:")
+        click.echo(f"  {'OFFSET':>9} {'MESSAGE ID':32} {'DELIVERIES':>10} {'INVISIBLE UNTIL':>24}")
+        for m in r["in_flight_messages"]:
+            until = time.gmtime(m["invisible_until_ms"] / 1000)
+            click.echo(
+                f"  {m['offset']:>9} {m['message_id'] or '-':32} {m['deliveries']:>10}"
+                f" {time.strftime('%Y-%m-%d %H:%M:%SZ', until):>24}"
+            )
     if blocked:
         click.echo(f"blocked message groups (FIFO): {len(blocked)}")
         click.echo(f"{'MESSAGE GROUP':24} {'TOPIC':24} {'QUEUE':>5} {'HEAD':>9}"

@@ -110,6 +110,23 @@ class Call:
             raise AdminError(400, f"{name} must be between {low} and {high}", field=name)
         return value
 
+    def query_integer(
+        self, name: str, default: int, *, low: int = 0, high: int | None = None
+    ) -> int:
+        """Query parameter ``name`` as an integer within ``[low, high]`` (no upper bound
+        when ``high`` is None); ``default`` when absent."""
+        raw = self.query.get(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            value = low - 1
+        if value < low or (high is not None and value > high):
+            span = f"from {low} to {high}" if high is not None else f"of {low} or more"
+            raise AdminError(400, f"{name} must be an integer {span}", field=name)
+        return value
+
     def flag(self, name: str, default: bool = False) -> bool:
         """Query or body flag ``name`` (``true``/``1`` in a query)."""
         if name in self.body:

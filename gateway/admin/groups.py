@@ -1,5 +1,6 @@
 """RocketMQ consumer groups: list with lag (paged), show (per-queue offsets, lag, blocked
-FIFO message groups, messages in flight), reset offsets (earliest, latest or a time),
+FIFO message groups, messages in flight), the messages in flight on one queue (read
+from the store's pop state, never changing it), reset offsets (earliest, latest or a time),
 delete.
 
 A reset commits the group's next offset on every queue of the topic in the store
@@ -13,12 +14,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from gateway.admin.core import AdminError, Call, page
+from gateway.admin.core import MAX_LIMIT, AdminError, Call, page
 from gateway.rocketmq.groups import (
     add_lag,
     blocked_row,
     group_progress,
     group_summaries,
+    in_flight_rows,
     release_message_group,
 )
 from gateway.rocketmq.offsets import reset_targets
@@ -91,6 +93,34 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
             "blocked_message_groups": blocked,
         }
 
+    async def inflight(call: Call) -> dict[str, Any]:
+        """The group's messages in flight (popped, not acked) on one LMQ, by offset,
+        paged: ``limit`` of them after offset ``after``."""
+        name = _name(call)
+        lmq = call.query.get("lmq")
+        if not lmq:
+            raise AdminError(
+                400, "lmq is required (a queue's LMQ, as the group lists it)", field="lmq"
+            )
+        limit = call.query_integer("limit", 100, low=1, high=MAX_LIMIT)
+        after = call.query_integer("after", -1, low=-1)
+        if store.lmq(lmq) is None:
+            raise AdminError(404, f"no LMQ named {lmq!r}", field="lmq")
+
+        def read() -> tuple[list[dict[str, Any]], bool, bool]:
+            rows, more = in_flight_rows(store, name, lmq, after, limit)
+            return rows, more, bool(rows) or store.get_offset(name, lmq) is not None
+
+        rows, more, known = await asyncio.to_thread(read)
+        if not known and registry.get(name) is None:
+            raise AdminError(404, f"no consumer group named {name!r}", field="group")
+        return {
+            "group": name,
+            "lmq": lmq,
+            "items": rows,
+            "next": rows[-1]["offset"] if more else None,
+        }
+
     async def reset(call: Call) -> dict[str, Any]:
         name = _name(call)
         topic = call.text("topic", required=True)
@@ -153,6 +183,7 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         ("GET", "/groups", list_, ""),
         ("POST", "/groups/{group}/release", release, "group.release"),
         ("GET", "/groups/{group}", show, ""),
+        ("GET", "/groups/{group}/inflight", inflight, ""),
         ("POST", "/groups/{group}/reset", reset, "group.reset"),
         ("DELETE", "/groups/{group}", delete, "group.delete"),
     ]

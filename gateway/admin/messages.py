@@ -21,18 +21,6 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
     ctx = admin.ctx
     store = ctx.store
 
-    def _number(call: Call, name: str, default: int, high: int | None = None) -> int:
-        raw = call.query.get(name)
-        if raw is None:
-            return default
-        if not raw.isdigit() or (high is not None and not 1 <= int(raw) <= high):
-            raise AdminError(
-                400,
-                f"{name} must be an integer" + (f" from 1 to {high}" if high else " (0 or more)"),
-                field=name,
-            )
-        return int(raw)
-
     async def by_id(call: Call) -> dict[str, Any]:
         msgid = call.params["msgid"]
         topic = call.query.get("topic")
@@ -50,7 +38,7 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
             raise AdminError(400, "topic is required", field="topic")
         if not key:
             raise AdminError(400, "key is required", field="key")
-        limit = _number(call, "limit", 64, MAX_MESSAGES)
+        limit = call.query_integer("limit", 64, low=1, high=MAX_MESSAGES)
         records = await asyncio.to_thread(store.find_by_key, topic, key, limit)
         return {"items": [record_dict(r, "key") for r in records]}
 
@@ -59,8 +47,8 @@ def routes(admin: Admin) -> list[tuple[str, str, Any, str]]:
         info = store.lmq(name)
         if info is None:
             raise AdminError(404, f"no LMQ named {name!r}", field="lmq")
-        offset = _number(call, "offset", info.min_offset)
-        limit = _number(call, "limit", 20, MAX_MESSAGES)
+        offset = call.query_integer("offset", info.min_offset)
+        limit = call.query_integer("limit", 20, low=1, high=MAX_MESSAGES)
         result = await asyncio.to_thread(store.pull, name, max(offset, info.min_offset), limit)
         items = []
         for message in result.messages:

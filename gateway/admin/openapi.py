@@ -132,6 +132,21 @@ DOCS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | No
         [],
         None,
     ),
+    ("GET", "/groups/{group}/inflight"): (
+        "The group's messages in flight (popped, not acked) on one LMQ, by offset: offset,"
+        " message id, deliveries, popped_ms, invisible_until_ms; next is the after of the"
+        " next page (read-only)",
+        [
+            {**_q("lmq", description="The queue's LMQ, as the group lists it"), "required": True},
+            {
+                "name": "limit",
+                "in": "query",
+                "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 100},
+            },
+            _q("after", "integer", "Only offsets after this one (the next of the previous page)"),
+        ],
+        None,
+    ),
     ("POST", "/groups/{group}/reset"): (
         "Set the group's next offset on every queue of a topic",
         [],

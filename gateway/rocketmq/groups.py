@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GroupRegistry", "Released", "add_lag", "blocked_row", "group_progress", "group_summaries",
+    "in_flight_rows",
     "release_message_group",
 ]
 
@@ -182,6 +183,30 @@ def blocked_row(b: BlockedGroup) -> dict[str, Any]:
         "retry_at_ms": b.ready_at,
         "waiting": b.waiting,
     }
+
+
+def in_flight_rows(
+    store: MessageStore, group: str, lmq: str, after: int = -1, limit: int = 100
+) -> tuple[list[dict[str, Any]], bool]:
+    """The messages of ``lmq`` that ``group`` popped and has not acked, by offset, the
+    first ``limit`` after offset ``after`` (read-only, from the store's pop state), as
+    ``lmq groups show --in-flight`` and the admin API show them; and whether more
+    follow. The message id is the client's (``UNIQ_KEY``), one LMQ read per row."""
+    items = store.pop.inflight_messages(group, lmq, after, limit + 1)
+    rows = []
+    for item in items[:limit]:
+        message = store.read_at(lmq, item.key.offset)
+        uniq = message.record.properties.get("UNIQ_KEY") if message else None
+        rows.append(
+            {
+                "offset": item.key.offset,
+                "message_id": uniq.decode("utf-8", "replace") if uniq else None,
+                "deliveries": item.deliveries,
+                "popped_ms": item.popped_ms,
+                "invisible_until_ms": item.key.visible_at,
+            }
+        )
+    return rows, len(items) > limit
 
 
 class Released(NamedTuple):

@@ -160,3 +160,29 @@ def test_pop_time_given_by_the_caller(store):
     assert store.pop.next_revive_at() == at + 30_000
     assert store.pop.revive(at + 29_999) == 0
     assert store.pop.revive(at + 30_000) == 4
+
+
+def test_inflight_messages_listed_by_offset_read_only(store):
+    fill(store, 6)
+    fill(store, 2, "other")
+    t = now_ms()
+    popped = store.pop.pop("g", "q", 4, 60_000, now=t)
+    store.pop.pop("g", "other", 2, 60_000, now=t)  # another LMQ: not listed
+    store.pop.pop("h", "q", 1, 60_000, now=t)  # another group: not listed
+    store.pop.ack(popped[1].receipt)
+    store.pop.change_invisible_time(popped[2].receipt, 120_000)
+    store.pop.requeue_many([popped[3].receipt])
+    (again,) = store.pop.pop("g", "q", 1, 60_000, now=t)  # offset 3, its second delivery
+    listed = store.pop.inflight_messages("g", "q")
+    assert [(i.key.offset, i.deliveries) for i in listed] == [(0, 1), (2, 1), (3, 2)]
+    assert listed[0].key.visible_at == t + 60_000 and listed[0].popped_ms == t
+    assert listed[1].key.visible_at >= t + 120_000  # its invisible time was changed
+    # paged by offset
+    assert [i.key.offset for i in store.pop.inflight_messages("g", "q", limit=2)] == [0, 2]
+    assert [i.key.offset for i in store.pop.inflight_messages("g", "q", after=2)] == [3]
+    assert store.pop.inflight_messages("g", "nothing") == []
+    # reading changed nothing: the same in flight, the next pop gets the next message
+    assert store.pop.inflight_count("g", "q") == 3
+    assert [p.message.offset for p in store.pop.pop("g", "q", 10, 60_000)] == [4, 5]
+    store.pop.ack(again.receipt)
+    assert [i.key.offset for i in store.pop.inflight_messages("g", "q")] == [0, 2, 4, 5]

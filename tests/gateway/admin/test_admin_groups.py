@@ -7,12 +7,16 @@ idle LMQs cleaned for real; the store's statistics. Each change is in the audit 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+from click.testing import CliRunner
+
+from cli.main import main
 
 from ..gateway_process import GatewayProcess
 from .support import TIMEOUT, AdminClient, admin_gateway, audit_lines
@@ -182,3 +186,77 @@ def test_types_reset_to_a_time_delete_clean_and_store(gw: GatewayProcess) -> Non
     assert actions.count("group.reset") == 2 and actions.count("group.delete") == 2
     assert actions[-1] == "lmq.clean"
     api.close()
+
+
+def test_in_flight_messages_listed_paged_and_shrink_on_ack(gw: GatewayProcess) -> None:
+    """A real consumer pops three messages and acks none: the group's in-flight list on
+    the queue names each (offset, message id, deliveries, invisible until), paged; one
+    acked, the list shrinks. Reading it changes nothing: the messages stay in flight."""
+    api = AdminClient(gw.ports["admin"])
+    client = JsonApi(gw.ports["unified"])
+    made = api.call("PUT", "/topics/flyT", {"queues": 1})
+    assert made.status_code == 201, made.text
+    sent = client.publish("flyT", *({"body": f"m{n}"} for n in range(3)))
+    assert sent.status_code == 200, sent.text
+    ids = [r["message_id"] for r in sent.json()["results"]]
+    popped: list[dict[str, Any]] = []
+    for _ in range(10):
+        popped += client.receive(
+            "GID_fly", "flyT", max_messages=3, invisible_seconds=300, wait_seconds=1
+        )
+        if len(popped) == 3:
+            break
+    assert sorted(m["body"] for m in popped) == ["m0", "m1", "m2"]
+    [queue] = api.get("/groups/GID_fly")["queues"]
+    lmq = queue["lmq"]
+    listed = api.get("/groups/GID_fly/inflight", lmq=lmq)
+    assert [(i["offset"], i["message_id"], i["deliveries"]) for i in listed["items"]] == [
+        (0, ids[0], 1),
+        (1, ids[1], 1),
+        (2, ids[2], 1),
+    ]
+    assert listed["next"] is None and listed["group"] == "GID_fly"
+    assert all(i["invisible_until_ms"] > i["popped_ms"] for i in listed["items"])
+    # paged: two, then the rest after the next offset
+    first = api.get("/groups/GID_fly/inflight", lmq=lmq, limit=2)
+    assert [i["offset"] for i in first["items"]] == [0, 1] and first["next"] == 1
+    rest = api.get("/groups/GID_fly/inflight", lmq=lmq, limit=2, after=first["next"])
+    assert [i["offset"] for i in rest["items"]] == [2] and rest["next"] is None
+    # the CLI shows the same beside the running gateway (and offline, below)
+    assert cli_in_flight(gw.data_dir, "GID_fly", 2) == ([0, 1], True)
+    # one acked: the list shrinks; the group's count agrees
+    client.ack("GID_fly", next(m for m in popped if m["body"] == "m1"))
+    after_ack = api.get("/groups/GID_fly/inflight", lmq=lmq)
+    assert [i["offset"] for i in after_ack["items"]] == [0, 2]
+    assert api.get("/groups/GID_fly")["in_flight"] == 2
+    # bad input names its field; unknown group or LMQ: 404
+    for params, status, field in (
+        ({}, 400, "lmq"),
+        ({"lmq": lmq, "limit": "0"}, 400, "limit"),
+        ({"lmq": lmq, "after": "x"}, 400, "after"),
+        ({"lmq": "rmq:noSuchT:0"}, 404, "lmq"),
+    ):
+        bad = api.call("GET", "/groups/GID_fly/inflight", **params)
+        assert bad.status_code == status and bad.json()["field"] == field, (params, bad.text)
+    unknown = api.call("GET", "/groups/GID_none/inflight", lmq=lmq)
+    assert unknown.status_code == 404 and unknown.json()["field"] == "group"
+    api.close()
+    assert gw.stop() == 0
+    assert cli_in_flight(gw.data_dir, "GID_fly", 10) == ([0, 2], False)
+    text = CliRunner().invoke(
+        main, ["groups", "show", "GID_fly", "--in-flight", "10", "--data-dir", str(gw.data_dir)]
+    )
+    assert text.exit_code == 0, text.output
+    assert "flyT queue 0:" in text.output and ids[2] in text.output and ids[1] not in text.output
+
+
+def cli_in_flight(data_dir: Path, group: str, n: int) -> tuple[list[int], bool]:
+    """``lmq groups show GROUP --in-flight N --json``: the offsets in flight on the
+    group's one queue, and whether more follow."""
+    result = CliRunner().invoke(
+        main,
+        ["groups", "show", group, "--in-flight", str(n), "--json", "--data-dir", str(data_dir)],
+    )
+    assert result.exit_code == 0, result.output
+    [queue] = json.loads(result.output)["queues"]
+    return [m["offset"] for m in queue["in_flight_messages"]], queue["in_flight_more"]

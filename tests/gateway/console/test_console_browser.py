@@ -330,6 +330,41 @@ def test_reset_group_seen_by_its_consumer(page, console: Console) -> None:
     assert sorted(receive(console, "console-group", "console-reset", 3)) == ["m0", "m1", "m2"]
 
 
+def test_group_in_flight_messages_listed_then_one_acked(page, console: Console) -> None:
+    login(page, console)
+    one_queue_topic(console, "console-fly")
+    for i in range(2):
+        assert publish(console, "console-fly", f"f{i}").status_code == 201
+    popped: list[dict[str, str]] = []
+    for _ in range(10):  # popped and not acked: in flight for five minutes
+        r = requests.post(
+            f"{console.base}/v1/groups/console-fly-group/topics/console-fly/receive",
+            params={"wait_seconds": 1, "max_messages": 2, "invisible_seconds": 300},
+            auth=AUTH,
+            timeout=BOUND,
+        )
+        assert r.status_code == 200, r.text
+        popped += r.json()["messages"]
+        if len(popped) == 2:
+            break
+    assert sorted(m["body"] for m in popped) == ["f0", "f1"]
+    page.goto(console.base + "/console/#/groups/console-fly-group")
+    expect(page.locator(".summary")).to_contain_text("in flight: 2")
+    page.get_by_role("button", name="In flight").click()
+    rows = page.locator("table.in-flight tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_contain_text(popped[0]["message_id"])
+    acked = requests.post(
+        f"{console.base}/v1/groups/console-fly-group/ack",
+        auth=AUTH,
+        timeout=BOUND,
+        json={"receipt_handles": [popped[0]["receipt_handle"]]},
+    )
+    assert acked.status_code == 200, acked.text
+    expect(rows).to_have_count(1)  # the page reloads every 5 s, the list with it
+    expect(page.locator(".summary")).to_contain_text("in flight: 1")
+
+
 def test_message_browser_finds_and_peeks(page, console: Console) -> None:
     login(page, console)
     one_queue_topic(console, "console-browse")
@@ -421,6 +456,69 @@ def test_add_user_who_logs_in_then_an_acl_rule(page, console: Console) -> None:
     expect(page.locator("table.acl tbody tr")).to_have_count(1)
     expect(page.locator("table.acl tbody")).to_contain_text("devices/+/up")
     console.shot(page, "user")
+
+
+def amqp_opens(console: Console, vhost: str) -> bool:
+    """Whether root's AMQP connection to ``vhost`` opens (pika, a real client)."""
+    params = pika.ConnectionParameters(
+        "127.0.0.1",
+        console.gw.ports["amqp"],
+        virtual_host=vhost,
+        credentials=pika.PlainCredentials(*AUTH),
+    )
+    try:
+        pika.BlockingConnection(params).close()
+    except pika.exceptions.AMQPConnectionError:
+        return False
+    return True
+
+
+def test_vhost_added_used_and_deleted_and_a_certificate_mapped(page, console: Console) -> None:
+    login(page, console)
+    page.goto(console.base + "/console/#/users")
+    add = page.locator("form[aria-label='Add a vhost']")
+    add.locator("[name=vhost]").fill("console-staging")
+    add.locator("[name=description]").fill("the staging apps")
+    add.get_by_role("button", name="Add vhost").click()
+    expect(page.locator(".notice.ok")).to_have_text("Vhost console-staging added.")
+    row = page.locator("table.vhosts tr", has_text="console-staging")
+    expect(row).to_contain_text("the staging apps")
+    again = page.locator("form[aria-label='Add a vhost']")
+    again.locator("[name=vhost]").fill("console-staging")
+    again.get_by_role("button", name="Add vhost").click()
+    expect(again.locator(".error")).to_contain_text("console-staging")  # 409: it exists
+    # root permitted on it from its user page: an AMQP client opens it at once
+    page.goto(console.base + "/console/#/users/root")
+    perms = page.locator("form[aria-label='Set AMQP permissions']")
+    perms.locator("[name=vhost]").fill("console-staging")
+    perms.get_by_role("button", name="Set").click()
+    expect(page.locator(".notice.ok")).to_have_text("Permissions on console-staging set.")
+    assert amqp_opens(console, "console-staging")
+    # a client certificate subject mapped to root, then unmapped after its confirmation
+    cert = page.locator("form[aria-label='Map a client certificate']")
+    cert.locator("[name=subject]").fill("CN=console-dev,O=Acme")
+    cert.get_by_role("button", name="Map").click()
+    expect(page.locator(".notice.ok")).to_contain_text("mapped to root")
+    certs = page.locator("table.certificates tbody tr")
+    expect(certs).to_have_count(1)
+    expect(certs.first).to_contain_text("CN=console-dev")
+    certs.first.get_by_role("button", name="Unmap").click()
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_contain_text("no longer logs in as root")
+    dialog.locator("#confirm-ok").click()
+    expect(page.locator(".notice.ok")).to_contain_text("unmapped")
+    expect(page.locator("table.certificates tbody")).to_contain_text("none")
+    # the vhost deleted once its name is typed: the client is refused
+    page.goto(console.base + "/console/#/users")
+    row = page.locator("table.vhosts tr", has_text="console-staging")
+    row.get_by_role("button", name="Delete").click()
+    ok = dialog.locator("#confirm-ok")
+    expect(ok).to_be_disabled()
+    dialog.locator("#confirm-typed").fill("console-staging")
+    ok.click()
+    expect(page.locator(".notice.ok")).to_have_text("Vhost console-staging deleted.")
+    expect(page.locator("table.vhosts tr", has_text="console-staging")).to_have_count(0)
+    assert not amqp_opens(console, "console-staging")
 
 
 def test_kick_an_offline_session(page, console: Console) -> None:

@@ -312,7 +312,10 @@ function group(container, name) {
     const rows = (doc.queues || []).map((q) => h('tr', {},
       h('td', {}, q.topic), h('td', { class: 'num' }, number(q.queue_id)),
       h('td', { class: 'num' }, number(q.offset)), h('td', { class: 'num' }, number(q.max_offset)),
-      h('td', { class: 'num' }, number(q.lag))));
+      h('td', { class: 'num' }, number(q.lag)), h('td', { class: 'num' }, number(q.in_flight)),
+      h('td', { class: 'actions' }, q.in_flight ? h('button', {
+        type: 'button', class: 'small', onclick: () => { flightFrom = [-1]; inFlight(q); },
+      }, 'In flight') : '')));
     const blocked = (doc.blocked_message_groups || []).map((b) => h('tr', {},
       h('td', {}, b.topic ?? b.lmq), h('td', { class: 'num' }, number(b.queue_id)), h('td', {}, b.message_group),
       h('td', { class: 'num' }, number(b.deliveries)), h('td', { class: 'num' }, number(b.waiting)),
@@ -330,9 +333,39 @@ function group(container, name) {
       h('p', { class: 'summary' }, `Total lag: ${number(doc.lag)} \u00b7 in flight: ${number(doc.in_flight)}`
         + ` \u00b7 blocked FIFO message groups: ${number((doc.blocked_message_groups || []).length)}`),
       h('div', { class: 'scroll' }, h('table', { class: 'queues' },
-        h('thead', {}, h('tr', {}, ['Topic', 'Queue', 'Offset', 'End offset', 'Lag'].map((t, i) => h('th', { class: i ? 'num' : undefined }, t)))),
-        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 5, class: 'none' }, 'no queue consumed yet'))))),
+        h('thead', {}, h('tr', {}, ['Topic', 'Queue', 'Offset', 'End offset', 'Lag', 'In flight', ''].map((t, i) => h('th', { class: i && i < 6 ? 'num' : undefined }, t)))),
+        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 7, class: 'none' }, 'no queue consumed yet'))))),
       ...blockedTable);
+    if (flightQueue) {
+      const q = (doc.queues || []).find((x) => x.lmq === flightQueue.lmq);
+      if (q) inFlight(q); else flight.replaceChildren();
+    }
+  }
+  // The messages in flight (popped, not acked) on one queue, paged by offset; read-only.
+  const flight = h('div', { class: 'inflight' });
+  let flightQueue = null;
+  let flightFrom = [-1]; // the "after" of each page shown so far (Previous goes back)
+  async function inFlight(q) {
+    flightQueue = q;
+    const after = flightFrom[flightFrom.length - 1];
+    let doc;
+    try {
+      doc = await api.get(`/groups/${seg(name)}/inflight`, { lmq: q.lmq, limit: 50, ...(after >= 0 ? { after } : {}) });
+    } catch (err) { notice.fail(err.message); return; }
+    const rows = doc.items.map((m) => h('tr', {},
+      h('td', { class: 'num' }, number(m.offset)), h('td', {}, m.message_id ?? ''),
+      h('td', { class: 'num' }, number(m.deliveries)), h('td', {}, time(m.popped_ms)),
+      h('td', {}, time(m.invisible_until_ms))));
+    const pager = h('div', { class: 'toolbar' },
+      h('button', { type: 'button', disabled: flightFrom.length < 2, onclick: () => { flightFrom.pop(); inFlight(q); } }, 'Previous'),
+      h('button', { type: 'button', disabled: doc.next === null, onclick: () => { flightFrom.push(doc.next); inFlight(q); } }, 'Next'),
+      h('button', { type: 'button', onclick: () => { flightQueue = null; flight.replaceChildren(); } }, 'Close'));
+    flight.replaceChildren(
+      h('h3', {}, `In flight on ${q.topic} queue ${q.queue_id}`),
+      h('div', { class: 'scroll' }, h('table', { class: 'in-flight' },
+        h('thead', {}, h('tr', {}, ['Offset', 'Message id', 'Deliveries', 'Popped', 'Invisible until'].map((t) => h('th', {}, t)))),
+        h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: 5, class: 'none' }, 'nothing in flight'))))),
+      pager);
   }
   const reset = form({
     title: 'Reset offsets', submitLabel: 'Reset', notice,
@@ -357,7 +390,7 @@ function group(container, name) {
     notice, danger: true, typed: name, confirm: `Delete consumer group ${name} and its offsets?`,
     after: () => { window.location.hash = '#/groups'; },
   });
-  container.append(title, notice.node, body, reset, h('p', {}, remove));
+  container.append(title, notice.node, body, flight, reset, h('p', {}, remove));
   load();
   const timer = setInterval(load, 5000);
   return { stop: () => clearInterval(timer) };
@@ -464,8 +497,42 @@ function users(container, args) {
       return `User ${v.name} added.`;
     },
   });
-  container.append(heading('Users and ACLs'), notice.node, add, table.node);
+  // AMQP vhosts of the users file (a few: not paged), with the users permitted on them.
+  const vhostBody = h('tbody');
+  async function loadVhosts() {
+    let doc;
+    try {
+      doc = await api.get('/vhosts');
+    } catch (err) { notice.fail(err.message); return; }
+    const rows = doc.items.map((v) => h('tr', {},
+      h('td', {}, v.name), h('td', {}, v.description || ''), h('td', {}, (v.users || []).join(', ')),
+      h('td', { class: 'actions' }, v.name === '/' ? '' : actionButton('Delete', () => api.del(`/vhosts/${seg(v.name)}`), {
+        notice, danger: true, typed: v.name,
+        confirm: `Delete vhost ${v.name} and every user's permissions on it? AMQP clients can no longer open it.`,
+        done: `Vhost ${v.name} deleted.`, after: loadVhosts,
+      }))));
+    vhostBody.replaceChildren(...(rows.length ? rows
+      : [h('tr', {}, h('td', { colspan: 4, class: 'none' }, 'none'))]));
+  }
+  const addVhost = form({
+    title: 'Add a vhost', submitLabel: 'Add vhost', notice,
+    fields: [
+      { name: 'vhost', label: 'Vhost', required: true, placeholder: 'staging' },
+      { name: 'description', label: 'Description' },
+    ],
+    submit: async (v) => {
+      await api.put(`/vhosts/${seg(v.vhost)}`, { description: v.description });
+      await loadVhosts();
+      return `Vhost ${v.vhost} added.`;
+    },
+  });
+  container.append(heading('Users and ACLs'), notice.node, add, table.node,
+    h('h3', {}, 'AMQP vhosts'), addVhost,
+    h('div', { class: 'scroll' }, h('table', { class: 'vhosts' },
+      h('thead', {}, h('tr', {}, ['Vhost', 'Description', 'Users permitted', ''].map((t) => h('th', {}, t)))),
+      vhostBody)));
   table.load();
+  loadVhosts();
   return null;
 }
 
@@ -495,6 +562,11 @@ function user(container, name) {
         notice, danger: true, confirm: `Delete access key ${key}? Clients signing with it are refused.`,
         done: `Access key ${key} deleted.`, after: load,
       }))));
+    const certs = (doc.certificate_subjects || []).map((subject) => h('tr', {}, h('td', {}, h('code', {}, subject)),
+      h('td', { class: 'actions' }, actionButton('Unmap', () => api.del(`/certificates/${seg(subject)}`), {
+        notice, danger: true, confirm: `Unmap certificate subject ${subject}? A client presenting it no longer logs in as ${name}.`,
+        done: `Certificate subject ${subject} unmapped.`, after: load,
+      }))));
     const none = (n) => h('tr', {}, h('td', { colspan: n, class: 'none' }, 'none'));
     body.replaceChildren(
       h('p', { class: 'summary' }, `Tags: ${(doc.tags || []).join(', ') || 'none'} \u00b7 password: ${doc.password ? 'yes' : 'no'}`
@@ -510,8 +582,21 @@ function user(container, name) {
       h('h3', {}, 'Access keys'),
       h('div', { class: 'scroll' }, h('table', {},
         h('thead', {}, h('tr', {}, h('th', {}, 'Access key'), h('th', {}, ''))),
-        h('tbody', {}, keys.length ? keys : none(2)))));
+        h('tbody', {}, keys.length ? keys : none(2)))),
+      h('h3', {}, 'Client certificates'),
+      h('div', { class: 'scroll' }, h('table', { class: 'certificates' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Certificate subject'), h('th', {}, ''))),
+        h('tbody', {}, certs.length ? certs : none(2)))));
   }
+  const cert = form({
+    title: 'Map a client certificate', submitLabel: 'Map', notice,
+    fields: [{ name: 'subject', label: 'Certificate subject', required: true, placeholder: 'CN=dev-1,O=Acme' }],
+    submit: async (v) => {
+      const doc = await api.post(`${base}/certificates`, { subject: v.subject });
+      await load();
+      return `Certificate subject ${doc.subject} mapped to ${name}.`;
+    },
+  });
   const rule = form({
     title: 'Add an ACL rule', submitLabel: 'Add rule', notice,
     fields: [
@@ -562,7 +647,7 @@ function user(container, name) {
     done: (doc) => `Access key ${doc.access_key}, secret key ${doc.secret_key} (shown this once: keep it now).`,
   });
   container.append(heading(`User ${name}`, link('#/users', '\u2190 all users')), notice.node, body,
-    h('div', { class: 'forms' }, rule, perms, change), h('p', {}, key));
+    h('div', { class: 'forms' }, rule, perms, change, cert), h('p', {}, key));
   load();
   return null;
 }
