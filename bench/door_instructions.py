@@ -36,7 +36,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -78,13 +79,50 @@ def _wait_accepts(port: int, proc: subprocess.Popen[bytes], timeout: float = 300
             time.sleep(1)
 
 
-def counted(pid: int, directory: Path, work: Callable[[], T]) -> tuple[T, int]:
-    """``work()``'s result and the instructions callgrind (process ``pid``, dumping into
-    ``directory``) counted while it ran: instrumentation on, work, off, dump."""
-    control = ["callgrind_control", "-i"]
-    subprocess.run([*control, "on", str(pid)], capture_output=True, check=True)
-    result = work()
-    subprocess.run([*control, "off", str(pid)], capture_output=True, check=True)
+@contextmanager
+def callgrind_gateway(
+    prefix: str, *, mqtt: int = 0, unified: int = 0, grpc: int = 0, ready: int
+) -> Iterator[tuple[int, Path]]:
+    """A gateway (``cli.serve``, async durability) under callgrind with instrumentation
+    off, on the given ports (0: listener off): its pid and the directory callgrind dumps
+    into, once ``ready`` accepts; stopped and its directory removed at the end (the
+    dumps copied first into ``$LMQ_INSTR_KEEP`` when set, for callgrind_annotate)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+           f"--callgrind-out-file={tmp / 'callgrind.out'}", sys.executable, "-m", "cli.serve",
+           "--data-dir", str(tmp / "data"), "--mqtt-port", str(mqtt), "--amqp-port", "0",
+           "--unified-port", str(unified), "--grpc-port", str(grpc),
+           "--durability", "async", "--log-level", "warning"]
+    with open(tmp / "gateway.log", "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_accepts(ready, proc)
+        yield proc.pid, tmp
+        keep = os.environ.get("LMQ_INSTR_KEEP")
+        if keep:
+            for dump in tmp.glob("callgrind.out*"):
+                shutil.copy(dump, Path(keep) / dump.name)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def instrumented(pid: int) -> Iterator[None]:
+    """Callgrind's instrumentation of process ``pid`` on for the block."""
+    subprocess.run(["callgrind_control", "-i", "on", str(pid)], capture_output=True, check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["callgrind_control", "-i", "off", str(pid)], capture_output=True,
+                       check=True)
+
+
+def dumped_total(pid: int, directory: Path) -> int:
+    """Dump process ``pid``'s counts into ``directory`` and return the instructions of
+    every dump there (all its threads)."""
     subprocess.run(["callgrind_control", "-d", str(pid)], capture_output=True, check=True)
     total = 0
     for dump in directory.glob("callgrind.out*"):
@@ -92,24 +130,23 @@ def counted(pid: int, directory: Path, work: Callable[[], T]) -> tuple[T, int]:
             if line.startswith("totals:"):
                 total += int(line.split()[1])
                 break
-    return result, total
+    return total
+
+
+def counted(pid: int, directory: Path, work: Callable[[], T]) -> tuple[T, int]:
+    """``work()``'s result and the instructions callgrind (process ``pid``, dumping into
+    ``directory``) counted while it ran: instrumentation on, work, off, dump."""
+    with instrumented(pid):
+        result = work()
+    return result, dumped_total(pid, directory)
 
 
 def measure(kind: str, messages: int, port: int) -> float:
     """Instructions per message (see the module's docstring)."""
-    tmp = Path(tempfile.mkdtemp(prefix="lmq-instr-"))
-    out = tmp / "callgrind.out"
     mqtt_port = port + 1
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-           f"--callgrind-out-file={out}", sys.executable, "-m", "cli.serve",
-           "--data-dir", str(tmp / "data"), "--mqtt-port", str(mqtt_port),
-           "--amqp-port", "0", "--unified-port", str(port), "--grpc-port", "0",
-           "--durability", "async", "--log-level", "warning"]
-    with open(tmp / "gateway.log", "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_accepts(mqtt_port, proc)
+    with callgrind_gateway("lmq-instr-", mqtt=mqtt_port, unified=port, ready=mqtt_port) as (
+        pid, tmp,
+    ):
         body = tmp / "body.json"
         body.write_text(json.dumps({"body": "x" * 100}))
         h2load = ["h2load", "--h1", "-c", str(CLIENTS), "-m", "1", "-d", str(body), "-H",
@@ -126,11 +163,7 @@ def measure(kind: str, messages: int, port: int) -> float:
                 asyncio.run(_mqtt_load(mqtt_port, count))
 
         drive(WARMUP)
-        return counted(proc.pid, tmp, lambda: drive(messages))[1] / messages
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(60)
-        shutil.rmtree(tmp, ignore_errors=True)
+        return counted(pid, tmp, lambda: drive(messages))[1] / messages
 
 
 def main() -> None:

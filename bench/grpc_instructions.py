@@ -20,19 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import grpc.aio
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 
-from bench.door_instructions import ROOT, _wait_accepts, counted
+from bench.door_instructions import callgrind_gateway, counted
 from bench.grpc import (
     BATCH,
     GROUP,
@@ -145,51 +139,13 @@ async def _drive(port: int, topic: str, count: int) -> int:
 
 def measure(messages: int, port: int) -> float:
     """Instructions per delivered message (see the module's docstring)."""
-    tmp = Path(tempfile.mkdtemp(prefix="lmq-grpc-instr-"))
-    cmd = [
-        "valgrind",
-        "--tool=callgrind",
-        "--instr-atstart=no",
-        f"--callgrind-out-file={tmp / 'callgrind.out'}",
-        sys.executable,
-        "-m",
-        "cli.serve",
-        "--data-dir",
-        str(tmp / "data"),
-        "--mqtt-port",
-        str(port + 1),
-        "--amqp-port",
-        "0",
-        "--unified-port",
-        str(port + 2),
-        "--grpc-port",
-        str(port),
-        "--durability",
-        "async",
-        "--log-level",
-        "warning",
-    ]
-    with open(tmp / "gateway.log", "wb") as log:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        _wait_accepts(port, proc)
+    with callgrind_gateway(
+        "lmq-grpc-instr-", mqtt=port + 1, unified=port + 2, grpc=port, ready=port
+    ) as (pid, tmp):
         topic = f"instr{int(time.time())}"
         asyncio.run(_drive(port, topic, WARMUP))
-        delivered, total = counted(
-            proc.pid, tmp, lambda: asyncio.run(_drive(port, topic, messages))
-        )
+        delivered, total = counted(pid, tmp, lambda: asyncio.run(_drive(port, topic, messages)))
         return total / delivered
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(60)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:

@@ -19,22 +19,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-from bench.door_instructions import _wait_accepts
+from bench.door_instructions import callgrind_gateway, dumped_total, instrumented
 from bench.mqtt_wire import Stats
 from bench.remoting import _close_raw, _raw_consumers
 from bench.remoting_wire import RawSender
 from gateway.clients import RemotingClient
 
-ROOT = Path(__file__).resolve().parents[1]
 WARMUP = 4000
 
 
@@ -72,11 +64,8 @@ async def _load(port: int, pid: int, messages: int, window: int) -> None:
 
     try:
         await drive(WARMUP)
-        subprocess.run(["callgrind_control", "-i", "on", str(pid)], capture_output=True,
-                       check=True)
-        await drive(messages)
-        subprocess.run(["callgrind_control", "-i", "off", str(pid)], capture_output=True,
-                       check=True)
+        with instrumented(pid):
+            await drive(messages)
         if stats.errors:
             raise RuntimeError(f"consumer errors: {stats.errors[:5]}")
     finally:
@@ -86,36 +75,9 @@ async def _load(port: int, pid: int, messages: int, window: int) -> None:
 
 def measure(messages: int, port: int, window: int) -> float:
     """Instructions per message (see the module's docstring)."""
-    tmp = Path(tempfile.mkdtemp(prefix="lmq-instr-remoting-"))
-    out = tmp / "callgrind.out"
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-           f"--callgrind-out-file={out}", sys.executable, "-m", "cli.serve",
-           "--data-dir", str(tmp / "data"), "--mqtt-port", "0",
-           "--amqp-port", "0", "--unified-port", str(port), "--grpc-port", "0",
-           "--durability", "async", "--log-level", "warning"]
-    with open(tmp / "gateway.log", "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        _wait_accepts(port, proc)
-        asyncio.run(_load(port, proc.pid, messages, window))
-        subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True,
-                       check=True)
-        total = 0
-        for dump in tmp.glob("callgrind.out*"):
-            for line in dump.read_text(errors="replace").splitlines():
-                if line.startswith("totals:"):
-                    total += int(line.split()[1])
-                    break
-        keep = os.environ.get("LMQ_INSTR_KEEP")
-        if keep:  # the dumps, for callgrind_annotate
-            for dump in tmp.glob("callgrind.out*"):
-                shutil.copy(dump, Path(keep) / dump.name)
-        return total / messages
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(60)
-        shutil.rmtree(tmp, ignore_errors=True)
+    with callgrind_gateway("lmq-instr-remoting-", unified=port, ready=port) as (pid, tmp):
+        asyncio.run(_load(port, pid, messages, window))
+        return dumped_total(pid, tmp) / messages
 
 
 def main() -> None:
