@@ -7,12 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.admin.openapi import admin_paths
+from gateway.http.v1.openapi_components import COMPONENTS, ref
 
 __all__ = ["OPENAPI"]
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -20,7 +17,7 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 _PROBLEM: dict[str, Any] = {"description": "An RFC 9457 problem",
-            "content": {"application/problem+json": {"schema": _ref("Problem")}}}
+            "content": {"application/problem+json": {"schema": ref("Problem")}}}
 _ERRORS = {str(s): _PROBLEM for s in (400, 401, 403, 404, 413, 415, 429, 503)}
 
 _GROUP = {"name": "group", "in": "path", "required": True, "schema": {"type": "string"},
@@ -47,13 +44,13 @@ def _amqp_settled(ok: str) -> dict[str, Any]:
     """Per-handle results; when every handle failed alike the status is theirs (400 a
     malformed handle or one of another queue, 409 another node's or run's, 410 no
     longer held), with the results as the body."""
-    results = {"application/json": {"schema": _ref("SettleResults")}}
+    results = {"application/json": {"schema": ref("SettleResults")}}
     responses: dict[str, Any] = {**_ERRORS}
     for status in ("400", "409", "410"):
         responses[status] = {"description": "Every handle refused alike, or a problem",
                              "content": {**results, **_PROBLEM["content"]}}
-    responses["200"] = _json(_ref("SettleResults"), ok)
-    responses["207"] = _json(_ref("SettleResults"), "Mixed outcomes")
+    responses["200"] = _json(ref("SettleResults"), ok)
+    responses["207"] = _json(ref("SettleResults"), "Mixed outcomes")
     return responses
 
 
@@ -66,177 +63,7 @@ OPENAPI: dict[str, Any] = {
                        " ack, nack, visibility, seek, and server-sent events. Errors are"
                        " RFC 9457 problem documents.",
     },
-    "components": {
-        "securitySchemes": {"basic": {"type": "http", "scheme": "basic"},
-                            "mqSignature": {
-                                "type": "apiKey", "in": "header", "name": "Authorization",
-                                "description": "MQ <AccessKeyId>:<Signature>, signed as"
-                                               " the Aliyun MQ HTTP SDKs sign"}},
-        "schemas": {
-            "Problem": {"type": "object", "required": ["type", "title", "status"],
-                        "properties": {"type": {"type": "string"},
-                                       "title": {"type": "string"},
-                                       "status": {"type": "integer"},
-                                       "detail": {"type": "string"},
-                                       "field": {"type": "string",
-                                                 "description": "The admin API: the"
-                                                                " input at fault"}}},
-            "OutgoingMessage": {
-                "type": "object",
-                "properties": {
-                    "body": {"description": "Text, or any JSON value (stored as its JSON)"},
-                    "body_base64": {"type": "string", "contentEncoding": "base64"},
-                    "tag": {"type": "string"},
-                    "keys": {"oneOf": [{"type": "string"},
-                                       {"type": "array", "items": {"type": "string"}}]},
-                    "properties": {"type": "object",
-                                   "additionalProperties": {"type": "string"}},
-                    "message_group": {"type": "string",
-                                      "description": "FIFO order within the group"},
-                    "delay_ms": {"type": "integer", "minimum": 0},
-                    "deliver_at_ms": {"type": "integer", "minimum": 0},
-                    "transaction": {"type": "boolean",
-                                    "description": "A half message: delivered once"
-                                                   " committed"},
-                    "producer_group": {"type": "string"},
-                    "idempotency_key": {"type": "string",
-                                        "description": "In a batch entry: as the"
-                                                       " Idempotency-Key header"},
-                },
-            },
-            "Batch": {"type": "object", "required": ["messages"], "properties": {
-                "messages": {"type": "array", "minItems": 1, "maxItems": 1000,
-                             "items": _ref("OutgoingMessage")}}},
-            "PublishResult": {
-                "type": "object", "required": ["status"],
-                "properties": {
-                    "status": {"type": "integer"},
-                    "message_id": {"type": "string"},
-                    "topic": {"type": "string"},
-                    "queue_id": {"type": "integer"},
-                    "offset": {"type": "integer"},
-                    "position": {"type": "integer"},
-                    "deliver_at_ms": {"type": "integer"},
-                    "transaction_id": {"type": "string"},
-                    "duplicate": {"type": "boolean"},
-                    "detail": {"type": "string"},
-                },
-            },
-            "PublishResults": {"type": "object", "required": ["results"], "properties": {
-                "results": {"type": "array", "items": _ref("PublishResult")}}},
-            "MqttPublishResult": {
-                "type": "object", "required": ["status", "topic", "position"],
-                "properties": {"status": {"type": "integer"}, "topic": {"type": "string"},
-                               "position": {"type": "integer"},
-                               "routed_to": {"type": "integer"}}},
-            "ExchangePublishResult": {
-                "type": "object", "required": ["status", "message_id", "routed_to"],
-                "properties": {"status": {"type": "integer"},
-                               "message_id": {"type": "string"},
-                               "topic": {"type": "string"},
-                               "routed_to": {"type": "integer"},
-                               "refused": {"type": "integer"},
-                               "position": {"type": "integer"},
-                               "deliver_at_ms": {"type": "integer"},
-                               "detail": {"type": "string"}}},
-            "ReceivedMessage": {
-                "type": "object",
-                "required": ["receipt_handle", "message_id", "topic", "queue_id", "offset",
-                             "delivery_count", "next_visible_ms"],
-                "properties": {
-                    "receipt_handle": {"type": "string"},
-                    "message_id": {"type": "string"},
-                    "topic": {"type": "string"},
-                    "queue_id": {"type": "integer"},
-                    "offset": {"type": "integer"},
-                    "tag": {"type": "string"},
-                    "keys": {"type": "array", "items": {"type": "string"}},
-                    "properties": {"type": "object",
-                                   "additionalProperties": {"type": "string"}},
-                    "message_group": {"type": "string"},
-                    "delivery_count": {"type": "integer", "minimum": 1},
-                    "born_ms": {"type": "integer"},
-                    "store_ms": {"type": "integer"},
-                    "next_visible_ms": {"type": "integer"},
-                    "body": {"type": "string"},
-                    "body_base64": {"type": "string"},
-                },
-            },
-            "Received": {"type": "object", "required": ["messages"], "properties": {
-                "messages": {"type": "array", "items": _ref("ReceivedMessage")}}},
-            "SettleResult": {
-                "type": "object", "required": ["status", "receipt_handle"],
-                "properties": {"status": {"type": "integer"},
-                               "receipt_handle": {"type": "string"},
-                               "new_receipt_handle": {"type": "string"},
-                               "next_visible_ms": {"type": "integer"},
-                               "detail": {"type": "string"}}},
-            "SettleResults": {"type": "object", "required": ["results"], "properties": {
-                "results": {"type": "array", "items": _ref("SettleResult")}}},
-            "AmqpMessage": {
-                "type": "object",
-                "required": ["receipt_handle", "vhost", "queue", "exchange", "routing_key",
-                             "redelivered", "delivery_count", "properties",
-                             "next_visible_ms"],
-                "properties": {
-                    "receipt_handle": {"type": "string"},
-                    "vhost": {"type": "string"},
-                    "queue": {"type": "string"},
-                    "exchange": {"type": "string"},
-                    "routing_key": {"type": "string"},
-                    "redelivered": {"type": "boolean"},
-                    "delivery_count": {"type": "integer", "minimum": 1},
-                    "properties": {
-                        "type": "object",
-                        "description": "The AMQP basic properties that are set: headers"
-                                       " (an object), content_type, delivery_mode,"
-                                       " priority, correlation_id, reply_to, expiration,"
-                                       " message_id, timestamp (epoch seconds),"
-                                       " message_type, user_id, app_id",
-                        "properties": {"headers": {"type": "object"},
-                                       "delivery_mode": {"type": "integer"},
-                                       "priority": {"type": "integer"},
-                                       "timestamp": {"type": "integer"}}},
-                    "next_visible_ms": {"type": "integer"},
-                    "body": {"type": "string"},
-                    "body_base64": {"type": "string"},
-                },
-            },
-            "AmqpReceived": {"type": "object", "required": ["messages"], "properties": {
-                "messages": {"type": "array", "items": _ref("AmqpMessage")}}},
-            "HalfMessage": {
-                "type": "object",
-                "required": ["transaction_id", "producer_group", "topic", "message_id",
-                             "checks", "next_check_ms"],
-                "properties": {
-                    "transaction_id": {"type": "string",
-                                       "description": "End it with /v1/transactions/"
-                                                      "{transaction_id}/commit or"
-                                                      " rollback"},
-                    "producer_group": {"type": "string"},
-                    "topic": {"type": "string"},
-                    "message_id": {"type": "string"},
-                    "tag": {"type": "string"},
-                    "keys": {"type": "array", "items": {"type": "string"}},
-                    "properties": {"type": "object",
-                                   "additionalProperties": {"type": "string"}},
-                    "checks": {"type": "integer", "minimum": 0,
-                               "description": "Check-backs so far (this one included)"},
-                    "born_ms": {"type": "integer"},
-                    "store_ms": {"type": "integer"},
-                    "next_check_ms": {"type": "integer"},
-                    "body": {"type": "string"},
-                    "body_base64": {"type": "string"},
-                },
-            },
-            "SeekResult": {"type": "object", "required": ["group", "topic", "offsets"],
-                           "properties": {"group": {"type": "string"},
-                                          "topic": {"type": "string"},
-                                          "offsets": {"type": "object",
-                                                      "additionalProperties":
-                                                          {"type": "integer"}}}},
-        },
-    },
+    "components": COMPONENTS,
     "security": [{"basic": []}, {"mqSignature": []}, {}],
     "paths": {
         "/v1/topics/{topic}/messages": {"post": {
@@ -246,20 +73,20 @@ OPENAPI: dict[str, Any] = {
                            " stores nothing and answers 200 with duplicate: true.",
             "parameters": [_TOPIC, {"name": "Idempotency-Key", "in": "header",
                                     "schema": {"type": "string", "maxLength": 256}}],
-            "requestBody": _body({"oneOf": [_ref("OutgoingMessage"), _ref("Batch")]}),
+            "requestBody": _body({"oneOf": [ref("OutgoingMessage"), ref("Batch")]}),
             "responses": {
-                "201": _json(_ref("PublishResult"), "Stored"),
-                "200": _json({"oneOf": [_ref("PublishResult"), _ref("PublishResults")]},
+                "201": _json(ref("PublishResult"), "Stored"),
+                "200": _json({"oneOf": [ref("PublishResult"), ref("PublishResults")]},
                              "A duplicate (idempotency key), or a batch all stored"),
-                "207": _json(_ref("PublishResults"), "A batch with mixed outcomes"),
+                "207": _json(ref("PublishResults"), "A batch with mixed outcomes"),
                 **_ERRORS},
         }},
         "/v1/mqtt/{topic}/messages": {"post": {
             "summary": "Publish to an MQTT topic (one URL-encoded path segment: a%2Fb)",
             "parameters": [{"name": "topic", "in": "path", "required": True,
                             "schema": {"type": "string"}}],
-            "requestBody": _body(_ref("OutgoingMessage")),
-            "responses": {"201": _json(_ref("MqttPublishResult"), "Stored"), **_ERRORS},
+            "requestBody": _body(ref("OutgoingMessage")),
+            "responses": {"201": _json(ref("MqttPublishResult"), "Stored"), **_ERRORS},
         }},
         "/v1/amqp/{vhost}/queues/{queue}/messages": {"post": {
             "summary": "Publish straight to an AMQP queue (declared over AMQP)",
@@ -267,8 +94,8 @@ OPENAPI: dict[str, Any] = {
                             "schema": {"type": "string"}},
                            {"name": "queue", "in": "path", "required": True,
                             "schema": {"type": "string"}}],
-            "requestBody": _body(_ref("OutgoingMessage")),
-            "responses": {"201": _json(_ref("PublishResult"), "Stored"), **_ERRORS},
+            "requestBody": _body(ref("OutgoingMessage")),
+            "responses": {"201": _json(ref("PublishResult"), "Stored"), **_ERRORS},
         }},
         "/v1/amqp/{vhost}/exchanges/{exchange}/messages": {"post": {
             "summary": "Publish through an AMQP exchange (declared over AMQP), routed"
@@ -277,11 +104,11 @@ OPENAPI: dict[str, Any] = {
                             "schema": {"type": "string"}},
                            {"name": "exchange", "in": "path", "required": True,
                             "schema": {"type": "string"}}],
-            "requestBody": _body({"allOf": [_ref("OutgoingMessage"), {
+            "requestBody": _body({"allOf": [ref("OutgoingMessage"), {
                 "type": "object", "properties": {
                     "routing_key": {"type": "string"}}}]}),
-            "responses": {"201": _json(_ref("ExchangePublishResult"), "Stored"),
-                          "200": _json(_ref("ExchangePublishResult"),
+            "responses": {"201": _json(ref("ExchangePublishResult"), "Stored"),
+                          "200": _json(ref("ExchangePublishResult"),
                                        "Routed to no queue: not stored"),
                           **_ERRORS},
         }},
@@ -296,7 +123,7 @@ OPENAPI: dict[str, Any] = {
                     "tag": {"type": "string", "description": "tag1||tag2, or *"},
                     "ordered": {"type": "boolean",
                                 "description": "FIFO by message group"}}}}}},
-            "responses": {"200": _json(_ref("Received"), "Messages (maybe none)"),
+            "responses": {"200": _json(ref("Received"), "Messages (maybe none)"),
                           **_ERRORS},
         }},
         "/v1/groups/{group}/mqtt/{filter}/receive": {"post": {
@@ -310,7 +137,7 @@ OPENAPI: dict[str, Any] = {
                     "max_messages": {"type": "integer", "minimum": 1, "maximum": 32},
                     "wait_seconds": {"type": "number", "minimum": 0, "maximum": 30},
                     "invisible_seconds": {"type": "number", "minimum": 1}}}}}},
-            "responses": {"200": _json(_ref("Received"), "Messages (maybe none)"),
+            "responses": {"200": _json(ref("Received"), "Messages (maybe none)"),
                           **_ERRORS},
         }},
         "/v1/groups/{group}/mqtt/{filter}": {"delete": {
@@ -346,7 +173,7 @@ OPENAPI: dict[str, Any] = {
             "requestBody": _body({"type": "object", "properties": {
                 "position": {"enum": ["earliest", "latest"]},
                 "timestamp_ms": {"type": "integer", "minimum": 0}}}),
-            "responses": {"200": _json(_ref("SeekResult"), "The new offsets by queue"),
+            "responses": {"200": _json(ref("SeekResult"), "The new offsets by queue"),
                           **_ERRORS},
         }},
         "/v1/transactions/{transaction}/{action}": {"post": {
@@ -384,7 +211,7 @@ OPENAPI: dict[str, Any] = {
             "responses": {"200": _json({"type": "object", "required": ["transactions"],
                                         "properties": {"transactions": {
                                             "type": "array",
-                                            "items": _ref("HalfMessage")}}},
+                                            "items": ref("HalfMessage")}}},
                                        "Half messages due a check (maybe none)"),
                           **_ERRORS},
         }},
@@ -392,27 +219,27 @@ OPENAPI: dict[str, Any] = {
             "summary": "Ack received messages by receipt handle",
             "parameters": [_GROUP],
             "requestBody": _body(_SETTLE_BODY),
-            "responses": {"200": _json(_ref("SettleResults"), "All acked"),
-                          "207": _json(_ref("SettleResults"), "Mixed outcomes"),
-                          "410": _json(_ref("SettleResults"), "None in flight any more"),
+            "responses": {"200": _json(ref("SettleResults"), "All acked"),
+                          "207": _json(ref("SettleResults"), "Mixed outcomes"),
+                          "410": _json(ref("SettleResults"), "None in flight any more"),
                           **_ERRORS},
         }},
         "/v1/groups/{group}/nack": {"post": {
             "summary": "Make received messages visible again now",
             "parameters": [_GROUP],
             "requestBody": _body(_SETTLE_BODY),
-            "responses": {"200": _json(_ref("SettleResults"), "All made visible"),
-                          "207": _json(_ref("SettleResults"), "Mixed outcomes"),
-                          "410": _json(_ref("SettleResults"), "None in flight any more"),
+            "responses": {"200": _json(ref("SettleResults"), "All made visible"),
+                          "207": _json(ref("SettleResults"), "Mixed outcomes"),
+                          "410": _json(ref("SettleResults"), "None in flight any more"),
                           **_ERRORS},
         }},
         "/v1/groups/{group}/visibility": {"post": {
             "summary": "Change the invisible time of received messages (from now)",
             "parameters": [_GROUP],
             "requestBody": _body(_SETTLE_BODY),
-            "responses": {"200": _json(_ref("SettleResults"), "New receipt handles"),
-                          "207": _json(_ref("SettleResults"), "Mixed outcomes"),
-                          "410": _json(_ref("SettleResults"), "None in flight any more"),
+            "responses": {"200": _json(ref("SettleResults"), "New receipt handles"),
+                          "207": _json(ref("SettleResults"), "Mixed outcomes"),
+                          "410": _json(ref("SettleResults"), "None in flight any more"),
                           **_ERRORS},
         }},
         "/v1/amqp/{vhost}/queues/{queue}/receive": {"post": {
@@ -432,7 +259,7 @@ OPENAPI: dict[str, Any] = {
                     "wait_seconds": {"type": "number", "minimum": 0, "maximum": 30},
                     "invisible_seconds": {"type": "number", "minimum": 1,
                                           "maximum": 43200}}}}}},
-            "responses": {"200": _json(_ref("AmqpReceived"), "Messages (maybe none)"),
+            "responses": {"200": _json(ref("AmqpReceived"), "Messages (maybe none)"),
                           "409": _PROBLEM, **_ERRORS},
         }},
         "/v1/amqp/{vhost}/queues/{queue}/ack": {"post": {
