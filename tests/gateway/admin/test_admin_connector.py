@@ -44,19 +44,18 @@ def wait_for(pred, timeout: float = 30.0) -> bool:  # type: ignore[no-untyped-de
     return False
 
 
-def test_disable_and_enable_a_rule(tmp_path: Path) -> None:
-    target_port = free_port()  # named in the rules before the target starts
-    source = GatewayProcess(tmp_path / "b").start()
-    try:
-        b_unified = source.ports["unified"]
-        config = tmp_path / "a.toml"
-        config.write_text(f"""
+def rules_config(tmp_path: Path, source_port: int, target_port: int,
+                 heartbeat_interval: float) -> Path:
+    """The target's configuration: one rule copying the source's ``orders`` into its own
+    ``copy``, from the earliest message."""
+    config = tmp_path / "a.toml"
+    config.write_text(f"""
 [connector]
-heartbeat_interval = 0
+heartbeat_interval = {heartbeat_interval}
 retry_max = 1
 [connector.clusters.b]
 kind = "gateway"
-endpoints = ["127.0.0.1:{b_unified}"]
+endpoints = ["127.0.0.1:{source_port}"]
 [connector.clusters.a]
 kind = "gateway"
 endpoints = ["127.0.0.1:{target_port}"]
@@ -68,6 +67,15 @@ target = "a"
 target_topic = "copy"
 start = "earliest"
 """)
+    return config
+
+
+def test_disable_and_enable_a_rule(tmp_path: Path) -> None:
+    target_port = free_port()  # named in the rules before the target starts
+    source = GatewayProcess(tmp_path / "b").start()
+    try:
+        b_unified = source.ports["unified"]
+        config = rules_config(tmp_path, b_unified, target_port, heartbeat_interval=0)
         publish(b_unified, "orders", "one")
         target = admin_gateway(
             tmp_path / "a", "--config", str(config), "--unified-port", str(target_port)
@@ -102,6 +110,33 @@ start = "earliest"
                 ("connector.enable", 200),
                 ("connector.disable", 404),
             ]
+        finally:
+            target.stop()
+    finally:
+        source.stop()
+
+
+def test_a_rules_delay_measured_by_its_heartbeats(tmp_path: Path) -> None:
+    """With heartbeats on, the rule's ``delay_ms`` is the age of the newest heartbeat
+    copied to the target (docs/connector.md): a number once one has arrived."""
+    target_port = free_port()
+    source = GatewayProcess(tmp_path / "b").start()
+    try:
+        config = rules_config(tmp_path, source.ports["unified"], target_port,
+                              heartbeat_interval=0.5)
+        target = admin_gateway(
+            tmp_path / "a", "--config", str(config), "--unified-port", str(target_port)
+        ).start()
+        try:
+            api = AdminClient(target.ports["admin"])
+
+            def delay() -> float | None:
+                [row] = api.get("/connector/rules")["items"]
+                return row["delay_ms"]  # type: ignore[no-any-return]
+
+            assert wait_for(lambda: delay() is not None)
+            measured = delay()
+            assert measured is not None and 0 <= measured < 30_000, measured
         finally:
             target.stop()
     finally:
