@@ -40,7 +40,6 @@ import asyncio
 import http.client
 import json
 import os
-import platform
 import random
 import signal
 import statistics
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from bench import report
 from broker_core import MessageStore
 from gateway.admin.core import cursor_of
 
@@ -332,18 +332,10 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def machine() -> str:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    m = report.machine()
     return (
-        f"{platform.node()}: {os.cpu_count()} CPUs ({model}), {mem:.1f} GiB,"
-        f" Python {platform.python_version()}"
+        f"{m['host']}: {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB,"
+        f" Python {m['python']}"
     )
 
 

@@ -5,6 +5,8 @@ history says."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,21 @@ from broker_core.replication import Epoch, load_epochs
 from protocol.replication import EpochEntry, divergence
 
 SMALL = StoreConfig(segment_bytes=64 * 1024, max_message_bytes=16 * 1024)
+
+
+@contextmanager
+def _pair(tmp_path: Path) -> Iterator[tuple[MessageStore, MessageStore]]:
+    """A master of epoch 1 and its fenced slave (empty stores), closed at the end."""
+    master = MessageStore.open(tmp_path / "m", SMALL)
+    slave = MessageStore.open(tmp_path / "s", SMALL)
+    try:
+        assert master.replica is not None and slave.replica is not None
+        master.replica.become_master(1)
+        slave.replica.fence("a slave")
+        yield master, slave
+    finally:
+        master.close()
+        slave.close()
 
 
 def _copy_all(master: MessageStore, slave: MessageStore, max_bytes: int = 5000) -> None:
@@ -30,12 +47,8 @@ def _segment_bytes(store: MessageStore) -> bytes:
 
 
 def test_slave_holds_the_same_bytes_and_index(tmp_path: Path) -> None:
-    master = MessageStore.open(tmp_path / "m", SMALL)
-    slave = MessageStore.open(tmp_path / "s", SMALL)
-    try:
+    with _pair(tmp_path) as (master, slave):
         assert master.replica is not None and slave.replica is not None
-        master.replica.become_master(1)
-        slave.replica.fence("a slave")
         for i in range(300):  # several segments
             master.append(
                 Message(topic="t", body=b"x" * (i % 700), properties={"KEYS": b"k%d" % i}),
@@ -70,9 +83,6 @@ def test_slave_holds_the_same_bytes_and_index(tmp_path: Path) -> None:
             slave.append(Message(topic="t", body=b"no"), ["q1"])
         assert slave.fire_timers(now=due + 1) == 0
         assert slave.log_end == end
-    finally:
-        master.close()
-        slave.close()
 
 
 def test_apply_refuses_bad_chunks_and_writes_nothing(tmp_path: Path) -> None:
@@ -148,12 +158,8 @@ def test_returning_master_is_cut_to_the_new_epoch_start(tmp_path: Path) -> None:
 def test_consumer_state_ships_beside_the_log(tmp_path: Path) -> None:
     """Offsets, pop state and metadata: a snapshot, then every change in write order;
     a fenced slave writes none of its own."""
-    master = MessageStore.open(tmp_path / "m", SMALL)
-    slave = MessageStore.open(tmp_path / "s", SMALL)
-    try:
+    with _pair(tmp_path) as (master, slave):
         assert master.replica is not None and slave.replica is not None
-        master.replica.become_master(1)
-        slave.replica.fence("slave")
         for i in range(10):
             master.append(Message(topic="t", body=b"m%d" % i), ["q"])
         master.commit_offset("g0", "q", 3)
@@ -181,21 +187,14 @@ def test_consumer_state_ships_beside_the_log(tmp_path: Path) -> None:
         slave.replica.become_master(2)
         again = slave.pop.pop("pg", "q", 1, 60_000)
         assert [m.message.offset for m in again] == [2]
-    finally:
-        master.close()
-        slave.close()
 
 
 def test_a_slave_read_before_the_state_arrived_revives_once_promoted(tmp_path: Path) -> None:
     """What a slave answers before its master's pop state arrives (its statistics: the
     blocked FIFO groups; the gateway reads them at start) must not leave it with empty
     in-flight tables: promoted, it revives the messages popped on the master."""
-    master = MessageStore.open(tmp_path / "m", SMALL)
-    slave = MessageStore.open(tmp_path / "s", SMALL)
-    try:
+    with _pair(tmp_path) as (master, slave):
         assert master.replica is not None and slave.replica is not None
-        master.replica.become_master(1)
-        slave.replica.fence("slave")
         slave.stats()  # what the gateway reads at its start (the blocked FIFO groups too)
         assert slave.pop.blocked_groups() == []
         shipped: list = []
@@ -214,9 +213,6 @@ def test_a_slave_read_before_the_state_arrived_revives_once_promoted(tmp_path: P
         assert slave.pop.revive(now=2_000) == 2
         again = slave.pop.pop("pg", "q", 4, 60_000, now=2_000)
         assert sorted(m.message.offset for m in again) == [0, 1, 2, 3]
-    finally:
-        master.close()
-        slave.close()
 
 
 def _retained_pair(tmp_path: Path, known: str = "") -> tuple[MessageStore, MessageStore]:
